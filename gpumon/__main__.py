@@ -1,0 +1,5 @@
+"""Entry point for `python -m gpumon`."""
+
+from gpumon.cli import main
+
+raise SystemExit(main())
