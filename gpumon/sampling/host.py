@@ -1,0 +1,150 @@
+"""Host collector: CPU per core and total, iowait, load, memory, swap, and per-disk throughput and IOPS."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from gpumon.sampling.snapshot import CpuSample, DiskSample
+
+_SKIPPED_DISK_PREFIXES = ("loop", "ram", "zram", "fd", "sr")
+# Partition names when /sys/class/block cannot tell: sda1 -> sda, nvme0n1p2 -> nvme0n1, mmcblk0p1 -> mmcblk0.
+_PARTITION_PATTERN = re.compile(r"^((?:nvme\d+n\d+|mmcblk\d+)p|(?:[shv]d[a-z]+|xvd[a-z]+))(\d+)$")
+
+
+class HostCollector:
+    """CPU, memory and disk rates since the previous `collect()`; the first call primes the counters (rates 0)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._previous_cpu: list[Any] | None = None
+        self._previous_disks: dict[str, Any] | None = None
+        self._previous_disk_time = 0.0
+        self._disk_names_seen: frozenset[str] = frozenset()
+        self._disks_kept: tuple[str, ...] = ()
+
+    def collect(self) -> tuple[CpuSample, tuple[DiskSample, ...]]:
+        return self._cpu(), self._disks()
+
+    # ---- CPU and memory ----------------------------------------------------------------------
+
+    def _cpu(self) -> CpuSample:
+        # Deltas of our own cpu_times, not psutil.cpu_times_percent: that keeps one global "last" per process.
+        times = psutil.cpu_times(percpu=True)
+        previous, self._previous_cpu = self._previous_cpu, times
+        per_core: tuple[float, ...]
+        if previous is None or len(previous) != len(times):
+            per_core, total, iowait = tuple(0.0 for _ in times), 0.0, (0.0 if hasattr(times[0], "iowait") else None)
+        else:
+            busy_sum = iowait_sum = elapsed_sum = 0.0
+            cores = []
+            for before, after in zip(previous, times):
+                elapsed, busy, waiting = _cpu_delta(before, after)
+                cores.append(100.0 * busy / elapsed if elapsed > 0 else 0.0)
+                busy_sum += busy
+                iowait_sum += waiting
+                elapsed_sum += elapsed
+            per_core = tuple(cores)
+            total = 100.0 * busy_sum / elapsed_sum if elapsed_sum > 0 else 0.0
+            iowait = (100.0 * iowait_sum / elapsed_sum if elapsed_sum > 0 else 0.0) if hasattr(times[0], "iowait") else None
+        memory = psutil.virtual_memory()
+        swap = psutil.swap_memory()
+        try:
+            load = os.getloadavg()
+        except OSError:
+            load = (0.0, 0.0, 0.0)
+        return CpuSample(
+            per_core=per_core,
+            total=total,
+            load=(float(load[0]), float(load[1]), float(load[2])),
+            iowait=iowait,
+            # "used" as free(1) and htop show it: everything not available to new allocations.
+            memory_used=int(memory.total - memory.available),
+            memory_total=int(memory.total),
+            swap_used=int(swap.used),
+            swap_total=int(swap.total),
+        )
+
+    # ---- disks ---------------------------------------------------------------------------------
+
+    def _disks(self) -> tuple[DiskSample, ...]:
+        try:
+            counters = psutil.disk_io_counters(perdisk=True, nowrap=True) or {}
+        except (OSError, NotImplementedError, RuntimeError):
+            counters = {}
+        now = self._clock()
+        previous, self._previous_disks = self._previous_disks, counters
+        elapsed = now - self._previous_disk_time
+        self._previous_disk_time = now
+        names = frozenset(counters)
+        if names != self._disk_names_seen:
+            self._disk_names_seen = names
+            self._disks_kept = tuple(sorted(_whole_disks(names)))
+        samples = []
+        for name in self._disks_kept:
+            after = counters[name]
+            before = previous.get(name) if previous is not None else None
+            if before is None or elapsed <= 0:
+                samples.append(DiskSample(name=name))
+                continue
+            samples.append(
+                DiskSample(
+                    name=name,
+                    read_bytes_per_s=max(0, after.read_bytes - before.read_bytes) / elapsed,
+                    write_bytes_per_s=max(0, after.write_bytes - before.write_bytes) / elapsed,
+                    read_iops=max(0, after.read_count - before.read_count) / elapsed,
+                    write_iops=max(0, after.write_count - before.write_count) / elapsed,
+                )
+            )
+        return tuple(samples)
+
+
+def _cpu_delta(before: Any, after: Any) -> tuple[float, float, float]:
+    """(elapsed, busy, iowait) CPU seconds of one core between two psutil cpu_times, as psutil counts busy."""
+    elapsed = _cpu_total(after) - _cpu_total(before)
+    idle = (after.idle - before.idle) + (getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
+    busy = max(0.0, elapsed - idle)
+    waiting = max(0.0, getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
+    return max(0.0, elapsed), min(busy, max(0.0, elapsed)), waiting
+
+
+def _cpu_total(times: Any) -> float:
+    # On Linux guest time is already counted in user/nice.
+    return sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
+def is_skipped_device(name: str) -> bool:
+    """Loop, RAM and zram devices, floppies and optical drives: never interesting for training I/O."""
+    return name.startswith(_SKIPPED_DISK_PREFIXES)
+
+
+def partition_parent(name: str) -> str | None:
+    """The whole disk a partition belongs to (sda1 -> sda), or None when `name` is not a partition."""
+    sys_path = f"/sys/class/block/{name}"
+    if os.path.exists(sys_path):
+        if not os.path.exists(f"{sys_path}/partition"):
+            return None
+        return os.path.basename(os.path.dirname(os.path.realpath(sys_path)))
+    match = _PARTITION_PATTERN.match(name)
+    if match is None:
+        return None
+    prefix = match.group(1)
+    return prefix[:-1] if prefix.endswith("p") and not prefix[-2].isalpha() else prefix
+
+
+def _whole_disks(names: frozenset[str]) -> list[str]:
+    """Names worth showing: no loop/ram devices, and no partition whose whole disk is listed too."""
+    kept = []
+    for name in names:
+        if is_skipped_device(name):
+            continue
+        parent = partition_parent(name)
+        if parent is not None and parent in names:
+            continue
+        kept.append(name)
+    return kept
