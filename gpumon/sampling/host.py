@@ -45,13 +45,13 @@ class HostCollector:
             cores = []
             for before, after in zip(previous, times):
                 elapsed, busy, waiting = _cpu_delta(before, after)
-                cores.append(100.0 * busy / elapsed if elapsed > 0 else 0.0)
+                cores.append(round(100.0 * busy / elapsed, 1) if elapsed > 0 else 0.0)
                 busy_sum += busy
                 iowait_sum += waiting
                 elapsed_sum += elapsed
             per_core = tuple(cores)
-            total = 100.0 * busy_sum / elapsed_sum if elapsed_sum > 0 else 0.0
-            iowait = (100.0 * iowait_sum / elapsed_sum if elapsed_sum > 0 else 0.0) if hasattr(times[0], "iowait") else None
+            total = round(100.0 * busy_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0
+            iowait = (round(100.0 * iowait_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0) if hasattr(times[0], "iowait") else None
         memory = psutil.virtual_memory()
         swap = psutil.swap_memory()
         try:
@@ -95,10 +95,10 @@ class HostCollector:
             samples.append(
                 DiskSample(
                     name=name,
-                    read_bytes_per_s=max(0, after.read_bytes - before.read_bytes) / elapsed,
-                    write_bytes_per_s=max(0, after.write_bytes - before.write_bytes) / elapsed,
-                    read_iops=max(0, after.read_count - before.read_count) / elapsed,
-                    write_iops=max(0, after.write_count - before.write_count) / elapsed,
+                    read_bytes_per_s=round(max(0, after.read_bytes - before.read_bytes) / elapsed, 1),
+                    write_bytes_per_s=round(max(0, after.write_bytes - before.write_bytes) / elapsed, 1),
+                    read_iops=round(max(0, after.read_count - before.read_count) / elapsed, 2),
+                    write_iops=round(max(0, after.write_count - before.write_count) / elapsed, 2),
                 )
             )
         return tuple(samples)

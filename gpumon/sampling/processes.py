@@ -156,7 +156,7 @@ class ProcessCollector:
         elapsed = now - previous_time
         if previous is None or elapsed <= 0:
             return None, None
-        return max(0, current[0] - previous[0]) / elapsed, max(0, current[1] - previous[1]) / elapsed
+        return round(max(0, current[0] - previous[0]) / elapsed, 1), round(max(0, current[1] - previous[1]) / elapsed, 1)
 
 
 def _group_by_pid(gpu_processes: Iterable[GpuProcess]) -> dict[int, _GpuUse]:

@@ -232,3 +232,12 @@ def _merge(gpu: GpuSample, slow_fields: dict[str, Any] | None) -> GpuSample:
         return gpu
     updates = {name: value for name, value in slow_fields.items() if getattr(gpu, name) is None}
     return replace(gpu, **updates) if updates else gpu
+
+
+def sample_once(window: float = 0.5, gpu: GpuCollector | None = None) -> Snapshot:
+    """One complete snapshot of this machine (for `gpumon snapshot`), rates over `window` seconds; NVML released after."""
+    sampler = Sampler(gpu=gpu)
+    try:
+        return sampler.sample_once(window)
+    finally:
+        sampler.stop()
