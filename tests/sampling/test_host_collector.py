@@ -1,0 +1,59 @@
+"""HostCollector on this real machine, and the disk-name filter on made-up names."""
+
+from __future__ import annotations
+
+import sys
+
+import psutil
+import pytest
+
+from gpumon.sampling.host import HostCollector, _whole_disks, partition_parent
+
+
+def test_cpu_per_core_matches_logical_cores_and_rates_are_sane() -> None:
+    collector = HostCollector()
+    first_cpu, first_disks = collector.collect()
+    assert all(rate == 0.0 for disk in first_disks for rate in (disk.read_bytes_per_s, disk.write_iops)), "first call primes"
+    sum(i * i for i in range(200_000))  # some CPU work between the two samples
+
+    cpu, disks = collector.collect()
+
+    assert len(cpu.per_core) == psutil.cpu_count() == len(first_cpu.per_core)
+    assert all(0.0 <= core <= 100.0 for core in cpu.per_core)
+    assert 0.0 <= cpu.total <= 100.0
+    assert cpu.total == pytest.approx(sum(cpu.per_core) / len(cpu.per_core), abs=1.0)
+    assert 0 < cpu.memory_used <= cpu.memory_total
+    assert 0 <= cpu.swap_used <= cpu.swap_total or cpu.swap_total == 0
+    assert all(value >= 0.0 for value in cpu.load)
+    if sys.platform.startswith("linux"):
+        assert cpu.iowait is not None and 0.0 <= cpu.iowait <= 100.0
+    for disk in disks:
+        assert min(disk.read_bytes_per_s, disk.write_bytes_per_s, disk.read_iops, disk.write_iops) >= 0.0
+        assert not disk.name.startswith(("loop", "ram", "zram"))
+
+
+def test_disks_listed_are_whole_disks_of_this_machine() -> None:
+    counters = psutil.disk_io_counters(perdisk=True) or {}
+    _, disks = HostCollector().collect()
+    names = {disk.name for disk in disks}
+    assert names <= set(counters)
+    assert not any(name.startswith("loop") for name in names)
+    for name in names:
+        parent = partition_parent(name)
+        assert parent is None or parent not in counters, f"{name} is a partition of the listed disk {parent}"
+
+
+def test_partition_names_map_to_their_disk() -> None:
+    assert partition_parent("nvme7n1p2") == "nvme7n1"
+    assert partition_parent("sdzz3") == "sdzz"
+    assert partition_parent("mmcblk9p1") == "mmcblk9"
+    assert partition_parent("nvme7n1") is None
+    assert partition_parent("md127") is None
+    assert partition_parent("dm-3") is None
+
+
+def test_whole_disk_filter() -> None:
+    names = frozenset({"sdzz", "sdzz1", "nvme7n1", "nvme7n1p1", "loop0", "ram1", "zram0", "md127", "dm-0", "vdzz1"})
+    assert sorted(_whole_disks(names)) == ["dm-0", "md127", "nvme7n1", "sdzz", "vdzz1"], (
+        "a partition stays only when its whole disk is not listed"
+    )
