@@ -1,0 +1,10 @@
+"""`python -m demo` (or `python -m gpumon_demo` once packaged): runs the slow demo trainer."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
