@@ -1,0 +1,167 @@
+"""CPU cost of the gpumon dashboard against nvitop, each running in a pseudo-terminal, side by side in one run.
+
+Usage (on a GPU machine, from the project root):
+
+    python benchmarks/monitor_overhead.py --intervals 1 0.25 --rounds 3 --window 20 --json out.json
+
+For each interval it alternates gpumon and nvitop (round-robin, `--rounds` times), lets each warm up,
+then reads the CPU time (user + system, the tool and its children) it spends over `--window` seconds
+and reports it as a percentage of one core. A training load (benchmarks/training_load.py) runs the
+whole time unless `--no-load` is given, so both tools have a GPU process and its workers to show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fcntl
+import json
+import os
+import pty
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tool_command(tool: str, interval: float) -> list[str]:
+    if tool == "gpumon":
+        return [sys.executable, "-m", "gpumon", "--interval", f"{interval:g}"]
+    if tool == "nvitop":
+        return [sys.executable, "-m", "nvitop", "--interval", f"{interval:g}"]
+    raise ValueError(tool)
+
+
+def run_in_pty(command: list[str], columns: int, rows: int) -> tuple[subprocess.Popen, int, threading.Thread]:
+    """Start `command` on a fresh pseudo-terminal of the given size and drain its output in a thread."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(rows)}
+    process = subprocess.Popen(
+        command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=ROOT
+    )
+    os.close(slave)
+
+    def drain() -> None:
+        while True:
+            try:
+                if not os.read(master, 65536):
+                    break
+            except OSError:
+                break
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    return process, master, reader
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def measure(tool: str, interval: float, warmup: float, window: float, columns: int, rows: int) -> float:
+    """Percent of one core that `tool` used over `window` seconds after `warmup` seconds."""
+    process, master, _ = run_in_pty(tool_command(tool, interval), columns, rows)
+    try:
+        time.sleep(warmup)
+        if process.poll() is not None:
+            raise RuntimeError(f"{tool} exited early with code {process.returncode}")
+        start_cpu, start_wall = tree_cpu_seconds(process.pid), time.monotonic()
+        time.sleep(window)
+        used = tree_cpu_seconds(process.pid) - start_cpu
+        elapsed = time.monotonic() - start_wall
+        if process.poll() is not None:
+            raise RuntimeError(f"{tool} exited during the window with code {process.returncode}")
+        return 100.0 * used / elapsed
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        os.close(master)
+
+
+def gpu_name() -> str:
+    if shutil.which("nvidia-smi") is None:
+        return "no GPU"
+    output = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return ", ".join(sorted(set(output.splitlines()))) or "no GPU"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--intervals", type=float, nargs="+", default=[1.0, 0.25])
+    parser.add_argument("--tools", nargs="+", default=["gpumon", "nvitop"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--columns", type=int, default=160)
+    parser.add_argument("--rows", type=int, default=50)
+    parser.add_argument("--no-load", action="store_true", help="do not run the training load")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+
+    load = None
+    if not args.no_load:
+        load = subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / "training_load.py"), "--duration", "100000"],
+            stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+        time.sleep(10)
+    samples: dict[tuple[str, float], list[float]] = {}
+    try:
+        for interval in args.intervals:
+            for round_index in range(args.rounds):
+                order = args.tools if round_index % 2 == 0 else list(reversed(args.tools))
+                for tool in order:
+                    value = measure(tool, interval, args.warmup, args.window, args.columns, args.rows)
+                    samples.setdefault((tool, interval), []).append(value)
+                    print(f"round {round_index + 1}: {tool} at {interval:g} s: {value:.2f}% of a core", flush=True)
+    finally:
+        if load is not None:
+            os.killpg(load.pid, signal.SIGTERM)
+            load.wait()
+
+    device, date = gpu_name(), datetime.date.today().isoformat()
+    print(f"\nMonitor CPU cost, % of one core ({device}, {date}, {args.columns}x{args.rows} pty, "
+          f"{args.rounds} rounds x {args.window:g} s, training load {'off' if args.no_load else 'on'})")
+    print(f"{'tool':<8} {'interval':>8} {'median':>8} {'min':>7} {'max':>7}")
+    results = []
+    for (tool, interval), values in samples.items():
+        row = {"tool": tool, "interval": interval, "median": statistics.median(values), "min": min(values),
+               "max": max(values), "samples": values}
+        results.append(row)
+        print(f"{tool:<8} {interval:>7g}s {row['median']:>7.2f}% {row['min']:>6.2f}% {row['max']:>6.2f}%")
+    if args.json:
+        args.json.write_text(json.dumps({"device": device, "date": date, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

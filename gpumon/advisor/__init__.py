@@ -1,0 +1,1 @@
+"""Advisor layer: turns signals into findings and runs remediation experiments. Never imports Textual."""
