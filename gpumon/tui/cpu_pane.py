@@ -1,0 +1,127 @@
+"""The CPU pane: total CPU with a 0-100% sparkline, every core in a compact grid, load, iowait, memory and swap."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from gpumon.sampling.history import History
+from gpumon.sampling.snapshot import CpuSample
+from gpumon.tui.bar import bar, level_style
+from gpumon.tui.format import format_bytes, format_percent
+from gpumon.tui.pane import Pane
+from gpumon.tui.sparkline import BLOCKS, spark_string
+
+LABEL_WIDTH = 7
+PERCENT_WIDTH = 4
+CORE_BAR_WIDTH = 4
+_GROUP = 8
+"""Cores per group in the block grid (a space between groups)."""
+
+
+def total_line(cpu: CpuSample, history: History, width: int) -> Text:
+    bar_width = max(6, min(25, width // 4))
+    spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
+    text = Text("CPU".ljust(LABEL_WIDTH), no_wrap=True, end="")
+    text.append_text(bar(cpu.total, bar_width, "green"))
+    text.append(" " + format_percent(cpu.total).rjust(PERCENT_WIDTH) + " ")
+    text.append(spark_string(history.last("cpu.total", spark_width), spark_width), style="green")
+    return text
+
+
+def labelled_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
+    """Cores as ' 7 ██▌·' cells, as many per line as fit."""
+    digits = len(str(len(per_core) - 1))
+    cell_width = digits + 1 + CORE_BAR_WIDTH + 1
+    per_line = max(1, width // cell_width)
+    lines = []
+    for start in range(0, len(per_core), per_line):
+        line = Text(no_wrap=True, end="")
+        for index in range(start, min(start + per_line, len(per_core))):
+            percent = per_core[index]
+            line.append(f"{index:>{digits}} ", style="bright_black")
+            line.append_text(bar(percent, CORE_BAR_WIDTH, level_style(percent)))
+            line.append(" ")
+        lines.append(line)
+    return lines
+
+
+def block_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
+    """Cores as one block character each (▁ idle to █ busy), in groups of eight, wrapped to the width."""
+    prefix = "cores "
+    room = max(1, width - len(prefix))
+    groups_per_line = max(1, (room + 1) // (_GROUP + 1))
+    per_line = groups_per_line * _GROUP if room >= _GROUP else room
+    lines = []
+    for start in range(0, len(per_core), per_line):
+        line = Text(prefix if start == 0 else " " * len(prefix), style="bright_black", no_wrap=True, end="")
+        for offset, index in enumerate(range(start, min(start + per_line, len(per_core)))):
+            if offset and offset % _GROUP == 0 and room >= _GROUP:
+                line.append(" ")
+            percent = per_core[index]
+            line.append(spark_string([percent], 1), style=level_style(percent))
+        lines.append(line)
+    return lines
+
+
+def core_lines(per_core: tuple[float, ...], width: int, max_rows: int) -> list[Text]:
+    """Labelled bars when they fit in max_rows lines, else one block per core (64 cores fit one 80-column line)."""
+    if not per_core:
+        return []
+    labelled = labelled_core_lines(per_core, width)
+    if len(labelled) <= max_rows:
+        return labelled
+    return block_core_lines(per_core, width)
+
+
+def summary_parts(cpu: CpuSample) -> list[Text]:
+    """'load 5.2 4.8 4.1', 'iowait 3%', 'mem ███··· 45% 230G/503G', 'swap 0B/8.0G'."""
+    load = Text("load " + " ".join(f"{value:.1f}" for value in cpu.load), end="")
+    iowait = Text("iowait ", end="")
+    iowait.append(format_percent(cpu.iowait), style="bold yellow" if (cpu.iowait or 0) >= 10 else "")
+    memory_percent = 100.0 * cpu.memory_used / cpu.memory_total if cpu.memory_total else None
+    memory = Text("mem ", end="")
+    memory.append_text(bar(memory_percent, 6, "cyan"))
+    memory.append(f" {format_percent(memory_percent)} {format_bytes(cpu.memory_used)}/{format_bytes(cpu.memory_total)}")
+    swap_percent = 100.0 * cpu.swap_used / cpu.swap_total if cpu.swap_total else 0.0
+    swap = Text("swap ", end="")
+    swap.append(
+        f"{format_bytes(cpu.swap_used)}/{format_bytes(cpu.swap_total)}", style="bold yellow" if swap_percent >= 50 else ""
+    )
+    return [load, iowait, memory, swap]
+
+
+def wrap_parts(parts: list[Text], width: int, gap: str = "  ") -> list[Text]:
+    """Lay parts out left to right, starting a new line where the next part would not fit."""
+    lines: list[Text] = []
+    for part in parts:
+        if lines and lines[-1].cell_len + len(gap) + part.cell_len <= width:
+            lines[-1].append(gap)
+            lines[-1].append_text(part)
+        else:
+            lines.append(Text(no_wrap=True, end="").append_text(part))
+    return lines
+
+
+def cpu_lines(cpu: CpuSample, history: History, width: int, max_core_rows: int) -> list[Text]:
+    return [
+        total_line(cpu, history, width),
+        *core_lines(cpu.per_core, width, max_core_rows),
+        *wrap_parts(summary_parts(cpu), width),
+    ]
+
+
+class CpuPane(Pane):
+    """Host CPU: total with history, per-core grid, load averages, iowait, memory and swap."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.max_core_rows = 1
+        """Lines the per-core grid may take before it switches to one block per core; set by the app."""
+        self.border_title = "CPU"
+
+    def show(self, cpu: CpuSample, history: History) -> None:
+        max_core_rows = self.max_core_rows
+        title = f"CPU · {len(cpu.per_core)} cores" if cpu.per_core else "CPU"
+        if self.border_title != title:
+            self.border_title = title
+        self.show_lines(lambda width: cpu_lines(cpu, history, width, max_core_rows))

@@ -1,0 +1,59 @@
+"""The disk pane: per disk read and write rates with sparklines scaled to the window's peak, IOPS, and iowait."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from gpumon.sampling.history import History
+from gpumon.sampling.snapshot import DiskSample, Snapshot
+from gpumon.tui.format import format_count, format_percent, format_rate
+from gpumon.tui.pane import Pane
+from gpumon.tui.sparkline import spark_string, window_maximum
+
+RATE_WIDTH = 8
+IOPS_WIDTH = 5
+_NAME_MAX = 12
+SCALE_FLOOR = 1024.0**2
+"""The smallest top of a rate sparkline (1 MiB/s), so a disk doing a few KiB/s draws flat, not busy."""
+
+
+def rate_sparkline(history: History, key: str, width: int) -> str:
+    """Rates are not percentages: scale each sparkline from 0 to the largest rate in its window."""
+    values = history.last(key, width)
+    return spark_string(values, width, maximum=max(SCALE_FLOOR, window_maximum(values)))
+
+
+def disk_line(disk: DiskSample, history: History, width: int, name_width: int) -> Text:
+    """'nvme0n1  R  512M/s ▁▂▅▇  W   30M/s ▁▁▂  1.2k IOPS'."""
+    fixed = name_width + 2 * (3 + RATE_WIDTH + 1) + 1 + IOPS_WIDTH + 5
+    spark_width = max(0, (width - fixed) // 2)
+    text = Text(disk.name[:name_width].ljust(name_width), style="bold", no_wrap=True, end="")
+    for label, rate, key, style in (
+        ("R", disk.read_bytes_per_s, f"disk.{disk.name}.read", "cyan"),
+        ("W", disk.write_bytes_per_s, f"disk.{disk.name}.write", "magenta"),
+    ):
+        text.append(f" {label} " + format_rate(rate).rjust(RATE_WIDTH) + " ")
+        text.append(rate_sparkline(history, key, spark_width), style=style)
+    text.append(" " + format_count(disk.read_iops + disk.write_iops).rjust(IOPS_WIDTH) + " IOPS")
+    return text
+
+
+def disk_lines(snapshot: Snapshot, history: History, width: int) -> list[Text]:
+    if not snapshot.disks:
+        return [Text("no disks reported", style="bright_black")]
+    name_width = min(_NAME_MAX, max(len(disk.name) for disk in snapshot.disks))
+    return [disk_line(disk, history, width, name_width) for disk in snapshot.disks]
+
+
+class DiskPane(Pane):
+    """Per disk: read and write bytes/s with history, IOPS; the CPU's iowait in the title."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.border_title = "Disk"
+
+    def show(self, snapshot: Snapshot, history: History) -> None:
+        title = f"Disk · iowait {format_percent(snapshot.cpu.iowait)}"
+        if self.border_title != title:
+            self.border_title = title
+        self.show_lines(lambda width: disk_lines(snapshot, history, width))

@@ -1,0 +1,195 @@
+"""The GPU pane: per GPU a compact block of gauges with fixed-scale sparklines, clocks, power and throttling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from gpumon.sampling.history import History
+from gpumon.sampling.snapshot import GpuSample, Snapshot
+from gpumon.tui.bar import bar
+from gpumon.tui.format import MISSING, format_bytes, format_percent, format_rate, short_gpu_name
+from gpumon.tui.pane import Pane
+from gpumon.tui.sparkline import spark_string
+
+LABEL_WIDTH = 7
+PERCENT_WIDTH = 4
+_DENSITIES = (("full", True), ("full", False), ("pair", True), ("pair", False), ("line", False))
+"""From most to least detailed: one gauge per line, two per line, one line per GPU; with or without the extra
+gauges a wide pane can show."""
+_SEPARATOR = " │ "
+
+
+@dataclass(frozen=True, slots=True)
+class Gauge:
+    """One percentage of one GPU: its label, value, history key and colour."""
+
+    label: str
+    short_label: str
+    value: float | None
+    history_key: str
+    style: str
+
+
+WIDE_GAUGES = 90
+"""From this pane width, full density also shows memory bandwidth, SM occupancy and DRAM bandwidth."""
+
+
+def gauges(gpu: GpuSample, *, wide: bool = False) -> list[Gauge]:
+    """GPU-Util and memory always; SM and tensor activity only where the GPU has GPM; more when wide."""
+    prefix = f"gpu{gpu.index}."
+    rows = [
+        Gauge("Util", "U", gpu.utilization_gpu, prefix + "utilization_gpu", "green"),
+        Gauge("Mem", "M", gpu.memory_percent, prefix + "memory_percent", "cyan"),
+    ]
+    if gpu.has_gpm:
+        rows.append(Gauge("SM act", "SM", gpu.sm_activity, prefix + "sm_activity", "magenta"))
+        rows.append(Gauge("Tensor", "T", gpu.tensor_activity, prefix + "tensor_activity", "blue"))
+    if wide:
+        rows.append(Gauge("Mem bw", "MB", gpu.utilization_memory, prefix + "utilization_memory", "cyan"))
+        if gpu.has_gpm:
+            rows.append(Gauge("SM occ", "O", gpu.sm_occupancy, prefix + "sm_occupancy", "magenta"))
+            rows.append(Gauge("DRAM", "D", gpu.dram_bandwidth, prefix + "dram_bandwidth", "cyan"))
+    return rows
+
+
+def active_throttle_reasons(gpu: GpuSample) -> tuple[str, ...]:
+    """The clock-event reasons that hold clocks back: all of them except idle."""
+    return tuple(reason for reason in gpu.throttle_reasons or () if "idle" not in reason.lower())
+
+
+def throttle_text(gpu: GpuSample) -> Text:
+    if gpu.throttle_reasons is None:
+        return Text("throttle N/A", style="bright_black")
+    active = active_throttle_reasons(gpu)
+    if active:
+        return Text("throttle: " + ", ".join(active), style="bold white on red")
+    if gpu.throttle_reasons:
+        return Text("idle", style="bright_black")
+    return Text("no throttle", style="bright_black")
+
+
+def _number(value: float | None, pattern: str, width: int) -> str:
+    return (pattern.format(value) if value is not None else MISSING).rjust(width)
+
+
+def vitals_text(gpu: GpuSample) -> Text:
+    """Temperature, power / limit and SM / memory clocks, at fixed widths so lines do not jitter."""
+    power = f"{_number(gpu.power, '{:.0f}', 3)}/{_number(gpu.power_limit, '{:.0f}', 3)}W"
+    clocks = f"{_number(gpu.clock_sm, '{:d}', 4)}/{_number(gpu.clock_memory, '{:d}', 4)}MHz"
+    text = Text(no_wrap=True, end="")
+    text.append(_number(gpu.temperature, "{:.0f}", 3) + "°C", style="yellow" if (gpu.temperature or 0) >= 85 else "")
+    text.append("  " + power + "  " + clocks)
+    return text
+
+
+def transfer_text(gpu: GpuSample) -> Text:
+    """Memory used/total, PCIe rx/tx and the throttle state."""
+    memory = f"mem {format_bytes(gpu.memory_used)}/{format_bytes(gpu.memory_total)}"
+    text = Text(no_wrap=True, end="")
+    text.append(memory)
+    text.append(f"  PCIe ↓{format_rate(gpu.pcie_rx).rjust(8)} ↑{format_rate(gpu.pcie_tx).rjust(8)}  ")
+    text.append_text(throttle_text(gpu))
+    return text
+
+
+def header_lines(gpu: GpuSample, width: int) -> list[Text]:
+    """'GPU0 H100 80GB HBM3' with vitals and transfers, on one line where it fits, else two."""
+    name = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}", style="bold", no_wrap=True, end="")
+    vitals = vitals_text(gpu)
+    transfers = transfer_text(gpu)
+    gap = "  "
+    if name.cell_len + len(gap) + vitals.cell_len + len(gap) + transfers.cell_len <= width:
+        return [Text.assemble(name, gap, vitals, gap, transfers)]
+    first = Text.assemble(name, gap)
+    first.append(" " * max(0, width - first.cell_len - vitals.cell_len))
+    first.append_text(vitals)
+    return [first, transfers]
+
+
+def gauge_text(gauge: Gauge, history: History, width: int) -> Text:
+    """'Util   ████▌··· 97% ▁▂▃▅▇█': label, bar, percent and a 0-100% sparkline filling the width."""
+    bar_width = max(6, min(25, width // 4))
+    spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
+    text = Text(gauge.label.ljust(LABEL_WIDTH), no_wrap=True, end="")
+    text.append_text(bar(gauge.value, bar_width, gauge.style))
+    text.append(" " + format_percent(gauge.value).rjust(PERCENT_WIDTH) + " ")
+    if spark_width:
+        text.append(spark_string(history.last(gauge.history_key, spark_width), spark_width), style=gauge.style)
+    return text
+
+
+def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra: bool = False) -> list[Text]:
+    """The lines of one GPU at a density ('full', 'pair' or 'line'), with the extra gauges if asked and wide."""
+    rows = gauges(gpu, wide=extra and width >= WIDE_GAUGES)
+    if density == "line":
+        return [one_line(gpu, rows, width)]
+    lines = header_lines(gpu, width)
+    if density == "full":
+        lines.extend(gauge_text(gauge, history, width) for gauge in rows)
+        return lines
+    cell_width = (width - len(_SEPARATOR)) // 2
+    for left, right in zip(rows[::2], rows[1::2] + [None]):
+        line = gauge_text(left, history, cell_width)
+        if right is not None:
+            line.append(_SEPARATOR, style="bright_black")
+            line.append_text(gauge_text(right, history, cell_width))
+        lines.append(line)
+    return lines
+
+
+def one_line(gpu: GpuSample, rows: list[Gauge], width: int) -> Text:
+    """'0 H100 80GB HBM3  U ████ 97%  M ██ 71%  SM 62%  T 40%  52°C 312W' for many GPUs in little room.
+
+    The mini bars are dropped where they would not fit the width.
+    """
+    for bar_width in (5, 0):
+        text = Text(f"{gpu.index} ", style="bold", no_wrap=True, end="")
+        text.append(short_gpu_name(gpu.name)[:14].ljust(14))
+        for gauge in rows:
+            text.append(f" {gauge.short_label}")
+            if bar_width:
+                text.append(" ")
+                text.append_text(bar(gauge.value, bar_width, gauge.style))
+            text.append(format_percent(gauge.value).rjust(PERCENT_WIDTH + 1), style=gauge.style)
+        text.append("  " + _number(gpu.temperature, "{:.0f}", 3) + "°C " + _number(gpu.power, "{:.0f}", 3) + "W")
+        if active_throttle_reasons(gpu):
+            text.append(" throttled", style="bold white on red")
+        if text.cell_len <= width:
+            break
+    return text
+
+
+def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int) -> list[Text]:
+    """The pane's lines: the error line, or every GPU at the most detailed density that fits max_lines."""
+    if snapshot.gpu_error:
+        message = snapshot.gpu_error
+        if not message.lower().startswith("gpu"):
+            message = f"GPU: {message}"
+        return [Text(message, style="bold yellow")]
+    if not snapshot.gpus:
+        return [Text("GPU: no NVIDIA GPU found", style="bold yellow")]
+    lines: list[Text] = []
+    for density, extra in _DENSITIES:
+        lines = [line for gpu in snapshot.gpus for line in gpu_block(gpu, history, width, density, extra)]
+        if len(lines) <= max_lines:
+            break
+    return lines
+
+
+class GpuPane(Pane):
+    """Per GPU: utilization, memory, SM and tensor activity (where GPM exists) with history, and vitals."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.max_lines = 6
+        """Most lines the pane may take; the app sets it from the terminal height."""
+        self.border_title = "GPU"
+
+    def show(self, snapshot: Snapshot, history: History) -> None:
+        max_lines = self.max_lines
+        title = f"GPU · driver {snapshot.driver_version}" if snapshot.driver_version else "GPU"
+        if self.border_title != title:
+            self.border_title = title
+        self.show_lines(lambda width: gpu_lines(snapshot, history, width, max_lines))

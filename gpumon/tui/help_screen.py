@@ -1,0 +1,87 @@
+"""The help screen: the keys, and what each pane and field means."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("q", "quit"),
+    ("p", "pause / resume sampling (the screen freezes, history keeps its place)"),
+    ("+ / -", "sample faster / slower (replay: play faster / slower)"),
+    ("s / S", "sort processes by the next column / reverse the order"),
+    ("↑ ↓ PgUp PgDn", "move in the process table; the highlight stays on its process"),
+    ("?", "this help (escape closes it)"),
+    ("ctrl+p", "command palette: every action by name"),
+)
+
+FIELDS = (
+    (
+        "GPU-Util",
+        "GPU-Util counts time any kernel ran; SM activity counts how many SMs were busy. "
+        "One small kernel on one SM all the time reads 100% GPU-Util.",
+    ),
+    ("SM act", "GPM SM activity: average fraction of SMs busy (Hopper and newer; hidden where the GPU has no GPM)."),
+    ("Tensor", "GPM tensor activity: cycles any tensor-core pipe was active. Near 0% on fp32 math: try bf16 / TF32."),
+    ("Mem", "device memory used / total; the bar is the percentage."),
+    ("°C W MHz", "temperature, power draw / limit, SM clock / memory clock."),
+    ("PCIe ↓ ↑", "host-to-device (rx) and device-to-host (tx) bytes per second."),
+    ("throttle", "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem."),
+    ("sparklines", "percentages on a fixed 0-100% scale (▁ = 0, █ = 100); disk rates from 0 to the window's peak."),
+    ("CPU", "total busy %, then each core (a bar or one block per core), load averages, memory and swap."),
+    ("iowait", "CPU time spent waiting for disk I/O; high iowait with a hungry GPU points at the input pipeline."),
+    ("Processes", "each GPU process with its child processes (DataLoader workers) beneath it (├─ └─)."),
+    ("GPU-MEM SM%", "GPU memory held by the process, and its SM share where NVML reports it (N/A otherwise)."),
+    ("CPU% RSS", "percent of one core, and resident host memory."),
+    ("STATE", "run, sleep, disk (waiting on I/O, highlighted), zomb..."),
+    ("R/s W/s", "the process's disk read / write bytes per second (wide terminals)."),
+    ("Disk", "read and write bytes/s per disk, IOPS (reads + writes per second)."),
+)
+
+
+def help_table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", show_header=False, box=None, expand=True)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column(ratio=1)
+    for name, meaning in rows:
+        table.add_row(name, meaning)
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and the meaning of every pane and field; escape, q or ? closes it."""
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+    HelpScreen > VerticalScroll {
+        width: 100;
+        max-width: 96%;
+        height: auto;
+        max-height: 90%;
+        border: round $accent;
+        background: $surface;
+        padding: 0 1;
+    }
+    """
+
+    BINDINGS = [
+        Binding("escape,q,question_mark", "close", "Close help", id="help.close", tooltip="Back to the dashboard"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = "gpumon help"
+            scroll.border_subtitle = "escape closes"
+            yield Static(help_table("Keys", KEYS), id="help-keys")
+            yield Static(Text(""))
+            yield Static(help_table("Fields", FIELDS), id="help-fields")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,281 @@
+"""The process table: GPU processes with their workers beneath them, sortable, updated cell by cell."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual import events
+from textual.reactive import reactive
+from textual.widgets import DataTable
+
+from gpumon.sampling.snapshot import ProcessSample
+from gpumon.tui.format import MISSING, format_bytes, format_rate, format_state
+
+BRANCH = "├─ "
+LAST_BRANCH = "└─ "
+WIDE_TABLE = 110
+"""From this many columns the table also shows USER, R/s and W/s."""
+MIN_COMMAND_WIDTH = 12
+CELL_PADDING = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    label: str
+    width: int
+    right: bool = True
+    wide_only: bool = False
+
+
+COLUMNS = (
+    Column("pid", "PID", 10, right=False),
+    Column("user", "USER", 9, right=False, wide_only=True),
+    Column("gpu", "GPU", 3),
+    Column("gpu_memory", "GPU-MEM", 7),
+    Column("sm_percent", "SM%", 4),
+    Column("cpu_percent", "CPU%", 5),
+    Column("rss", "RSS", 6),
+    Column("state", "STATE", 5, right=False),
+    Column("read", "R/s", 7, wide_only=True),
+    Column("write", "W/s", 7, wide_only=True),
+)
+COMMAND = Column("command", "COMMAND", MIN_COMMAND_WIDTH, right=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SortColumn:
+    label: str
+    value: Callable[[ProcessSample], Any]
+    descending: bool
+    """The natural direction: biggest first for amounts, ascending for PID and command."""
+
+
+def _amount(value: float | None) -> float:
+    return -math.inf if value is None else float(value)
+
+
+SORT_COLUMNS: dict[str, SortColumn] = {
+    "gpu_memory": SortColumn("GPU-MEM", lambda p: _amount(p.gpu_memory), True),
+    "sm_percent": SortColumn("SM%", lambda p: _amount(p.sm_percent), True),
+    "cpu_percent": SortColumn("CPU%", lambda p: _amount(p.cpu_percent), True),
+    "rss": SortColumn("RSS", lambda p: _amount(p.rss), True),
+    "read": SortColumn("R/s", lambda p: _amount(p.read_bytes_per_s), True),
+    "write": SortColumn("W/s", lambda p: _amount(p.write_bytes_per_s), True),
+    "pid": SortColumn("PID", lambda p: p.pid, False),
+    "command": SortColumn("COMMAND", lambda p: p.command, False),
+}
+"""The columns `s` cycles through, in order."""
+
+
+class PidCell(Text):
+    """The PID cell (with its tree branch); carries the pid so the table can be sorted by a computed rank."""
+
+    def __init__(self, pid: int, branch: str) -> None:
+        super().__init__(no_wrap=True, overflow="ellipsis", end="")
+        self.pid = pid
+        if branch:
+            self.append(branch, style="bright_black")
+            self.append(str(pid))
+        else:
+            self.append(str(pid), style="bold")
+
+
+def tree_order(
+    processes: Sequence[ProcessSample], sort_column: str, descending: bool
+) -> list[tuple[ProcessSample, str]]:
+    """(process, branch) in display order: jobs sorted, each job's workers right beneath it, sorted the same way.
+
+    The branch is '' for a job, '├─ ' or '└─ ' for a worker. A pid listed twice is shown once.
+    """
+    sort = SORT_COLUMNS[sort_column]
+
+    def ordered(group: Sequence[ProcessSample]) -> list[ProcessSample]:
+        by_pid = sorted(group, key=lambda process: process.pid)
+        return sorted(by_pid, key=sort.value, reverse=descending)
+
+    seen: set[int] = set()
+    rows: list[tuple[ProcessSample, str]] = []
+    for job in ordered(processes):
+        if job.pid in seen:
+            continue
+        seen.add(job.pid)
+        rows.append((job, ""))
+        children = [child for child in ordered(job.children) if child.pid not in seen]
+        for position, child in enumerate(children):
+            seen.add(child.pid)
+            rows.append((child, LAST_BRANCH if position == len(children) - 1 else BRANCH))
+    return rows
+
+
+def _cell(value: str, *, right: bool = True, style: str = "") -> Text:
+    return Text(value, style=style, justify="right" if right else "left", no_wrap=True, overflow="ellipsis", end="")
+
+
+def _percent(value: float | None, is_worker: bool) -> str:
+    if value is None:
+        return "" if is_worker else MISSING
+    return f"{value:.0f}"
+
+
+def row_cells(process: ProcessSample, branch: str) -> dict[str, Text]:
+    """Every column's cell for one process, keyed by column key."""
+    is_worker = bool(branch)
+    state = format_state(process.state)
+    state_style = {"disk": "bold yellow", "zomb": "bold red"}.get(state, "")
+    gpu_memory = "" if is_worker and process.gpu_memory is None else format_bytes(process.gpu_memory)
+    return {
+        "pid": PidCell(process.pid, branch),
+        "user": _cell(process.user or "?", right=False),
+        "gpu": _cell(",".join(str(index) for index in process.gpu_indices)),
+        "gpu_memory": _cell(gpu_memory),
+        "sm_percent": _cell(_percent(process.sm_percent, is_worker)),
+        "cpu_percent": _cell(_percent(process.cpu_percent, False)),
+        "rss": _cell(format_bytes(process.rss)),
+        "state": _cell(state, right=False, style=state_style),
+        "read": _cell(format_rate(process.read_bytes_per_s)),
+        "write": _cell(format_rate(process.write_bytes_per_s)),
+        "command": _cell(process.command, right=False, style="bright_black" if is_worker else ""),
+    }
+
+
+def _signature(cell: Text) -> tuple[str, str]:
+    return cell.plain, str(cell.style)
+
+
+def column_layout(width: int) -> tuple[tuple[Column, ...], int]:
+    """The columns that fit a table `width` cells wide, and the command column's width (the rest)."""
+    columns = tuple(column for column in COLUMNS if width >= WIDE_TABLE or not column.wide_only)
+    used = sum(column.width + 2 * CELL_PADDING for column in columns) + 2 * CELL_PADDING + 1
+    return (*columns, COMMAND), max(MIN_COMMAND_WIDTH, width - used)
+
+
+class ProcessTable(DataTable[Text]):
+    """GPU processes and their child processes; row keys are pids and the cursor follows its pid."""
+
+    DEFAULT_CSS = """
+    ProcessTable {
+        height: 1fr;
+        scrollbar-size-vertical: 1;
+    }
+    """
+
+    sort_column: reactive[str] = reactive("gpu_memory")
+    """Key in SORT_COLUMNS that orders the jobs, and the workers under each job."""
+    sort_descending: reactive[bool] = reactive(True)
+    """Biggest first when True."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(cursor_type="row", cell_padding=CELL_PADDING, id=id, classes=classes)
+        self._processes: Sequence[ProcessSample] = ()
+        self._layout: tuple[tuple[Column, ...], int] | None = None
+        self._cells: dict[int, dict[str, tuple[str, str]]] = {}
+        self._order: list[int] = []
+
+    @property
+    def cursor_pid(self) -> int | None:
+        """The pid of the highlighted row, or None when the table is empty."""
+        if not self.row_count:
+            return None
+        row_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        return int(row_key.value) if row_key.value is not None else None
+
+    @property
+    def pids(self) -> list[int]:
+        """The pids in display order."""
+        return list(self._order)
+
+    def show(self, processes: Sequence[ProcessSample]) -> None:
+        """Show these processes; a no-op when they equal the ones shown (the sampler's slow tier repeats them)."""
+        if processes == self._processes and self._layout is not None:
+            return
+        self._processes = processes
+        self._sync()
+
+    def cycle_sort(self) -> None:
+        """Sort by the next column in SORT_COLUMNS, in its natural direction."""
+        keys = list(SORT_COLUMNS)
+        following = keys[(keys.index(self.sort_column) + 1) % len(keys)]
+        self.sort_descending = SORT_COLUMNS[following].descending
+        self.sort_column = following
+
+    def sort_by(self, column: str) -> None:
+        self.sort_descending = SORT_COLUMNS[column].descending
+        self.sort_column = column
+
+    def reverse_sort(self) -> None:
+        self.sort_descending = not self.sort_descending
+
+    def watch_sort_column(self) -> None:
+        self._sync()
+
+    def watch_sort_descending(self) -> None:
+        self._sync()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if column_layout(self._table_width()) != self._layout:
+            self._sync()
+
+    def _table_width(self) -> int:
+        return self.size.width or self.app.size.width
+
+    def _rebuild_columns(self, layout: tuple[tuple[Column, ...], int]) -> None:
+        # Only when the column set or the command width changes (a resize); rows are re-added by _sync.
+        self.clear(columns=True)
+        columns, command_width = layout
+        for column in columns:
+            width = command_width if column is COMMAND else column.width
+            label = Text(column.label, justify="right" if column.right else "left")
+            self.add_column(label, width=width, key=column.key)
+        self._layout = layout
+        self._cells = {}
+        self._order = []
+
+    def _sync(self) -> None:
+        if not self.is_mounted:
+            return
+        cursor_pid = self.cursor_pid
+        layout = column_layout(self._table_width())
+        if layout != self._layout:
+            self._rebuild_columns(layout)
+        column_keys = [column.key for column in layout[0]]
+        rows = tree_order(self._processes, self.sort_column, self.sort_descending)
+        wanted = {process.pid for process, _ in rows}
+
+        for pid in [pid for pid in self._order if pid not in wanted]:
+            self.remove_row(str(pid))
+            del self._cells[pid]
+        table_order = [pid for pid in self._order if pid in wanted]
+
+        for process, branch in rows:
+            cells = row_cells(process, branch)
+            signatures = {key: _signature(cells[key]) for key in column_keys}
+            previous = self._cells.get(process.pid)
+            if previous is None:
+                self.add_row(*(cells[key] for key in column_keys), key=str(process.pid))
+                table_order.append(process.pid)
+            else:
+                for key in column_keys:
+                    if previous[key] != signatures[key]:
+                        self.update_cell(str(process.pid), key, cells[key])
+            self._cells[process.pid] = signatures
+
+        order = [process.pid for process, _ in rows]
+        if order != table_order:
+            rank = {pid: position for position, pid in enumerate(order)}
+            self.sort("pid", key=lambda cell: rank[cell.pid])
+        self._order = order
+        if cursor_pid in wanted and order.index(cursor_pid) != self.cursor_row:
+            self.move_cursor(row=order.index(cursor_pid), animate=False)
+        self._update_title()
+
+    def _update_title(self) -> None:
+        arrow = "▼" if self.sort_descending else "▲"
+        jobs = len(self._processes)
+        title = f"Processes · {jobs} on GPU · sort {SORT_COLUMNS[self.sort_column].label} {arrow} (s, S)"
+        if self.border_title != title:
+            self.border_title = title

@@ -1,0 +1,75 @@
+"""A one-line sparkline renderable on a fixed scale (0-100% by default), unlike Textual's min-max Sparkline."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.style import StyleType
+from rich.text import Text
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+"""Eight levels: the lowest block is the bottom of the scale, the full block its top."""
+BLANK = " "
+"""Drawn for a missing sample (None) and for the part of the window with no history yet."""
+
+
+def spark_string(values: Sequence[float | None], width: int, maximum: float = 100.0, minimum: float = 0.0) -> str:
+    """The newest `width` values as block characters, right-aligned; None is blank.
+
+    The scale is fixed: `minimum` (and below) draws the lowest block and `maximum` (and above) the
+    full block, whatever the other values are.
+    """
+    if width <= 0:
+        return ""
+    recent = list(values)[-width:]
+    span = maximum - minimum
+    top = len(BLOCKS) - 1
+    characters = []
+    for value in recent:
+        if value is None or math.isnan(value):
+            characters.append(BLANK)
+            continue
+        fraction = (value - minimum) / span if span > 0 else 0.0
+        level = int(min(1.0, max(0.0, fraction)) * top + 0.5)
+        characters.append(BLOCKS[level])
+    return BLANK * (width - len(recent)) + "".join(characters)
+
+
+def window_maximum(values: Sequence[float | None]) -> float:
+    """The largest sample in a window (0.0 when none), the top of the scale for rate sparklines."""
+    present = [value for value in values if value is not None and not math.isnan(value)]
+    return max(present, default=0.0)
+
+
+class Sparkline:
+    """Rich renderable of one sparkline line, `width` cells wide (or the available width when None)."""
+
+    def __init__(
+        self,
+        values: Sequence[float | None],
+        width: int | None = None,
+        *,
+        maximum: float = 100.0,
+        style: StyleType = "",
+    ) -> None:
+        self.values = values
+        self.width = width
+        self.maximum = maximum
+        self.style = style
+
+    def text(self, width: int | None = None) -> Text:
+        width = self.width if width is None else width
+        if width is None:
+            width = len(self.values)
+        return Text(spark_string(self.values, width, self.maximum), style=self.style, no_wrap=True, end="")
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width if self.width is None else min(self.width, options.max_width)
+        yield self.text(width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        width = options.max_width if self.width is None else min(self.width, options.max_width)
+        return Measurement(width, width)

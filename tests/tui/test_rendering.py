@@ -1,0 +1,139 @@
+"""Unit tests of the pure rendering helpers: sparkline, bars, formatting, core grid, GPU density, process tree."""
+
+from __future__ import annotations
+
+from gpumon.sampling.history import History
+from gpumon.sampling.snapshot import DiskSample
+from gpumon.tui.bar import bar_string
+from gpumon.tui.cpu_pane import core_lines, cpu_lines
+from gpumon.tui.disk_pane import rate_sparkline
+from gpumon.tui.format import format_bytes, format_count, format_percent, format_rate, format_state
+from gpumon.tui.gpu_pane import gpu_lines
+from gpumon.tui.process_table import LAST_BRANCH, tree_order
+from gpumon.tui.sparkline import BLOCKS, Sparkline, spark_string
+from tui_support import GIB, gpu, process, snapshot
+
+
+def test_sparkline_maps_0_to_lowest_and_100_to_full_block_whatever_the_other_values() -> None:
+    assert spark_string([0.0, 100.0], 2) == BLOCKS[0] + BLOCKS[-1]
+    # A window of values close together is NOT stretched to the window's min-max: 40-42% stay mid-height.
+    assert spark_string([40.0, 41.0, 42.0], 3) == BLOCKS[3] * 3
+    # 100 is the full block even when everything else is tiny, and 0 the lowest even when all else is high.
+    assert spark_string([1.0, 2.0, 100.0], 3)[-1] == "█"
+    assert spark_string([99.0, 98.0, 0.0], 3)[-1] == "▁"
+    assert spark_string([50.0], 1) == BLOCKS[4]
+
+
+def test_sparkline_clamps_draws_none_blank_and_right_aligns_short_history() -> None:
+    assert spark_string([-5.0, 250.0], 2) == "▁█"
+    assert spark_string([None, 100.0, None], 3) == " █ "
+    assert spark_string([100.0], 4) == "   █"
+    assert spark_string([0.0, 25.0, 50.0, 75.0, 100.0], 3) == spark_string([50.0, 75.0, 100.0], 3)
+    assert spark_string([10.0, 20.0], 0) == ""
+
+
+def test_sparkline_renderable_is_as_wide_as_asked() -> None:
+    text = Sparkline([0.0, 100.0], width=5, style="green").text()
+    assert text.plain == "   ▁█"
+    assert str(text.style) == "green"
+
+
+def test_rate_sparkline_scales_to_the_peak_of_the_window() -> None:
+    history = History()
+    for rate in (100e6, 200e6, 400e6):
+        history.add(snapshot(disks=(DiskSample(name="nvme0n1", read_bytes_per_s=rate),)))
+    # 400 MB/s is the top of this window: a quarter of it is level 2 of 0-7, half is level 4.
+    assert rate_sparkline(history, "disk.nvme0n1.read", 3) == BLOCKS[2] + BLOCKS[4] + BLOCKS[7]
+    # A disk idling at a few KiB/s draws flat rather than busy (the scale never tops out below 1 MiB/s).
+    quiet = History()
+    for rate in (1000.0, 4000.0):
+        quiet.add(snapshot(disks=(DiskSample(name="sda", write_bytes_per_s=rate),)))
+    assert rate_sparkline(quiet, "disk.sda.write", 2) == BLOCKS[0] * 2
+
+
+def test_bar_fills_in_eighths() -> None:
+    assert bar_string(0.0, 4) == "····"
+    assert bar_string(100.0, 4) == "████"
+    assert bar_string(50.0, 4) == "██··"
+    assert bar_string(100.0 / 32, 4) == "▏···"  # one eighth of one of four cells
+    assert bar_string(None, 3) == "   "
+
+
+def test_formatting() -> None:
+    assert format_bytes(512) == "512B"
+    assert format_bytes(1536) == "1.5K"
+    assert format_bytes(80 * GIB) == "80.0G"
+    assert format_bytes(503 * GIB) == "503G"
+    assert format_bytes(80 * GIB, spaced=True) == "80.0 GiB"
+    assert format_bytes(None) == "N/A"
+    assert format_rate(1.5 * 1024**2) == "1.5M/s"
+    assert format_percent(97.4) == "97%"
+    assert format_percent(None) == "N/A"
+    assert format_count(3240) == "3.2k"
+    assert format_count(950) == "950"
+    assert format_state("disk-sleep") == "disk"
+    assert format_state(None) == "?"
+
+
+def test_64_cores_fit_one_80_column_line_and_256_cores_four() -> None:
+    cores = tuple(float(index % 101) for index in range(64))
+    lines = core_lines(cores, 80, max_rows=1)
+    assert len(lines) == 1
+    assert lines[0].cell_len <= 80
+    assert sum(character in BLOCKS for character in lines[0].plain) == 64
+    many = core_lines(tuple(50.0 for _ in range(256)), 80, max_rows=1)
+    assert len(many) == 4
+    assert all(line.cell_len <= 80 for line in many)
+
+
+def test_few_cores_get_labelled_bars_when_they_fit() -> None:
+    lines = core_lines((10.0, 100.0, 0.0, 55.0), 80, max_rows=1)
+    assert len(lines) == 1
+    assert lines[0].plain.startswith("0 ")
+    assert "1 ████" in lines[0].plain
+
+
+def test_cpu_lines_wrap_the_summary_instead_of_cutting_it() -> None:
+    history = History()
+    sample = snapshot()
+    history.add(sample)
+    narrow = [line.plain for line in cpu_lines(sample.cpu, history, 40, 1)]
+    assert all(len(line) <= 40 for line in narrow)
+    joined = " ".join(narrow)
+    for part in ("load", "iowait", "mem", "swap"):
+        assert part in joined
+
+
+def test_gpu_lines_fall_back_to_one_line_per_gpu_when_many_gpus_must_fit() -> None:
+    eight = snapshot(gpus=tuple(gpu(index) for index in range(8)))
+    history = History()
+    history.add(eight)
+    roomy = gpu_lines(eight, history, 80, max_lines=100)
+    assert len(roomy) == 8 * 6  # two header lines and four gauges per GPU
+    tight = gpu_lines(eight, history, 80, max_lines=8)
+    assert len(tight) == 8
+    assert all(line.cell_len <= 80 for line in tight)
+    assert [line.plain.split()[0] for line in tight] == [str(index) for index in range(8)]
+
+
+def test_gpu_error_is_one_line() -> None:
+    broken = snapshot(gpus=(), gpu_error="NVIDIA driver not found (libnvidia-ml.so.1 missing)")
+    lines = gpu_lines(broken, History(), 80, max_lines=6)
+    assert [line.plain for line in lines] == ["GPU: NVIDIA driver not found (libnvidia-ml.so.1 missing)"]
+
+
+def test_tree_order_sorts_jobs_and_keeps_each_jobs_workers_beneath_it() -> None:
+    small = process(10, gpu_memory=1 * GIB, children=(process(11, cpu_percent=5.0), process(12, cpu_percent=90.0)))
+    large = process(20, gpu_memory=9 * GIB, cpu_percent=1.0, children=(process(21, cpu_percent=50.0),))
+    by_memory = [(p.pid, branch) for p, branch in tree_order([small, large], "gpu_memory", True)]
+    assert by_memory == [(20, ""), (21, LAST_BRANCH), (10, ""), (11, "├─ "), (12, LAST_BRANCH)]
+    by_cpu = [p.pid for p, _ in tree_order([small, large], "cpu_percent", True)]
+    assert by_cpu == [10, 12, 11, 20, 21]
+    ascending = [p.pid for p, _ in tree_order([small, large], "pid", False)]
+    assert ascending == [10, 11, 12, 20, 21]
+
+
+def test_tree_order_shows_a_pid_listed_twice_once() -> None:
+    worker = process(11)
+    rows = tree_order([process(10, children=(worker,)), process(11)], "pid", False)
+    assert [p.pid for p, _ in rows] == [10, 11]

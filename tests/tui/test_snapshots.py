@@ -1,0 +1,55 @@
+"""Screenshot (SVG) regression tests at 80x24 and 160x50, fed from the recording in conftest.RECORDING.
+
+Regenerate after an intended change, or after switching RECORDING: python -m pytest tests/tui --snapshot-update
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual.pilot import Pilot
+
+from gpumon.sampling.snapshot import Snapshot
+from gpumon.tui.app import GpumonApp
+from tui_support import FakeSource, frozen_clock
+
+SHOWN = 100
+"""Snapshots fed before the screenshot: enough to fill the sparklines of an 80-column screen."""
+
+
+def dashboard(snapshots: list[Snapshot], recording_name: str) -> tuple[GpumonApp, FakeSource]:
+    source = FakeSource(description=f"replay of {recording_name}", interval=0.5)
+    return GpumonApp(source, clock=frozen_clock(snapshots)), source
+
+
+def fed(source: FakeSource, snapshots: list[Snapshot]):  # noqa: ANN201
+    async def run_before(pilot: Pilot) -> None:
+        source.push(*snapshots)
+        await pilot.pause()
+
+    return run_before
+
+
+def test_dashboard_80x24(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
+    snapshots = recording[:SHOWN]
+    app, source = dashboard(snapshots, recording_name)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=fed(source, snapshots))
+
+
+def test_dashboard_160x50(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
+    snapshots = recording[:SHOWN]
+    app, source = dashboard(snapshots, recording_name)
+    assert snap_compare(app, terminal_size=(160, 50), run_before=fed(source, snapshots))
+
+
+def test_dashboard_without_nvidia_driver_80x24(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
+    error = "NVIDIA driver not found (libnvidia-ml.so.1 missing)"
+    snapshots = [replace(snapshot, gpus=(), gpu_error=error) for snapshot in recording[:SHOWN]]
+    app, source = dashboard(snapshots, recording_name)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=fed(source, snapshots))
+
+
+def test_help_screen_80x24(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
+    snapshots = recording[:SHOWN]
+    app, source = dashboard(snapshots, recording_name)
+    assert snap_compare(app, press=["question_mark"], terminal_size=(80, 24), run_before=fed(source, snapshots))
