@@ -74,7 +74,7 @@ class HostCollector:
 
     def _disks(self) -> tuple[DiskSample, ...]:
         try:
-            counters = psutil.disk_io_counters(perdisk=True, nowrap=True) or {}
+            counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
         except (OSError, NotImplementedError, RuntimeError):
             counters = {}
         now = self._clock()

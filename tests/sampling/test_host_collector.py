@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import psutil
-import pytest
 
 from gpumon.sampling.host import HostCollector, _whole_disks, partition_parent
 
@@ -21,7 +20,7 @@ def test_cpu_per_core_matches_logical_cores_and_rates_are_sane() -> None:
     assert len(cpu.per_core) == psutil.cpu_count() == len(first_cpu.per_core)
     assert all(0.0 <= core <= 100.0 for core in cpu.per_core)
     assert 0.0 <= cpu.total <= 100.0
-    assert cpu.total == pytest.approx(sum(cpu.per_core) / len(cpu.per_core), abs=1.0)
+    assert min(cpu.per_core) - 0.1 <= cpu.total <= max(cpu.per_core) + 0.1, "the total is a weighted mean of the cores"
     assert 0 < cpu.memory_used <= cpu.memory_total
     assert 0 <= cpu.swap_used <= cpu.swap_total or cpu.swap_total == 0
     assert all(value >= 0.0 for value in cpu.load)

@@ -116,3 +116,29 @@ def test_exited_processes_are_dropped() -> None:
 
     assert collector.collect([], extra_pids=[short.pid]) == ()
     assert collector._tracked == {}, "the cached psutil.Process of the exited pid is released"
+
+
+def test_parent_map_reads_only_new_processes_and_reports_exits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpumon.sampling.processes as processes_module
+
+    reads: list[int] = []
+    read_parent = processes_module._read_parent
+    monkeypatch.setattr(processes_module, "_read_parent", lambda pid: reads.append(pid) or read_parent(pid))
+    parents = processes_module.ParentMap()
+    if not parents.tracks_exits:
+        pytest.skip("no /proc on this system: ParentMap falls back to a full psutil scan")
+
+    first_children, _ = parents.refresh()
+    first_reads = len(reads)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        reads.clear()
+        children, gone = parents.refresh()
+        assert child.pid in children[psutil.Process().pid]
+        assert child.pid in reads and len(reads) < first_reads, "only processes new since the last refresh are read"
+    finally:
+        child.kill()
+        child.wait()
+    _, gone = parents.refresh()
+    assert child.pid in gone
+    assert first_children, "a Linux box always has some parent/child pairs"
