@@ -96,13 +96,22 @@ def measure(tool: str, interval: float, warmup: float, window: float, columns: i
             raise RuntimeError(f"{tool} exited during the window with code {process.returncode}")
         return 100.0 * used / elapsed
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        stop_group(process)
+        os.close(master)
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group, SIGKILL it after 5 s; quiet if it is already gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
         try:
             process.wait(5)
+            return
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        os.close(master)
+            continue
 
 
 def gpu_name() -> str:
@@ -145,8 +154,7 @@ def main() -> int:
                     print(f"round {round_index + 1}: {tool} at {interval:g} s: {value:.2f}% of a core", flush=True)
     finally:
         if load is not None:
-            os.killpg(load.pid, signal.SIGTERM)
-            load.wait()
+            stop_group(load)
 
     device, date = gpu_name(), datetime.date.today().isoformat()
     print(f"\nMonitor CPU cost, % of one core ({device}, {date}, {args.columns}x{args.rows} pty, "
