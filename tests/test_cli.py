@@ -1,0 +1,90 @@
+"""Tests of the command line: help, snapshot JSON, record, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumon.sampling.recording import read_recording
+from gpumon.sampling.snapshot import Snapshot
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def gpumon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, timeout=timeout, cwd=REPOSITORY
+    )
+
+
+@pytest.mark.parametrize("command", [[], ["snapshot"], ["record"], ["replay"]])
+def test_every_command_has_help(command):
+    result = gpumon(*command, "--help")
+    assert result.returncode == 0
+    assert "usage: gpumon" in result.stdout
+
+
+def test_snapshot_json_is_one_complete_sample():
+    result = gpumon("snapshot", "--json", "--window", "0.2")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    snapshot = Snapshot.from_dict(data)
+    assert snapshot.cpu.memory_total > 0
+    assert len(snapshot.cpu.per_core) >= 1
+    assert set(data) >= {"timestamp", "gpus", "gpu_error", "cpu", "disks", "processes", "hostname"}
+    assert snapshot.gpus or snapshot.gpu_error, "without GPUs the snapshot must say why"
+
+
+def test_record_writes_a_readable_recording(tmp_path):
+    path = tmp_path / "run.jsonl"
+    result = gpumon("record", str(path), "--duration", "1.2", "--interval", "0.2")
+    assert result.returncode == 0, result.stderr
+    snapshots = read_recording(path)
+    assert len(snapshots) >= 3
+    assert all(later.timestamp > earlier.timestamp for earlier, later in zip(snapshots, snapshots[1:]))
+
+
+def test_record_refuses_to_overwrite_without_force(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text("precious\n")
+    result = gpumon("record", str(path), "--duration", "0.2")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "exists" in result.stderr
+    assert path.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"kind": "foreign"}\n', "line 1: not a gpumon recording"),
+        ("", "line 1: empty file"),
+    ],
+)
+def test_replay_of_a_bad_file_is_one_line_and_exit_2(tmp_path, content, expected):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    result = gpumon("replay", str(path))
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_replay_of_a_truncated_recording_names_the_line(tmp_path):
+    source = (REPOSITORY / "assets" / "recordings" / "h100-training.jsonl").read_text().splitlines(keepends=True)
+    path = tmp_path / "cut.jsonl"
+    path.write_text("".join(source[:5]) + source[5][:100])
+    result = gpumon("replay", str(path))
+    assert result.returncode == 2
+    assert "line 6: truncated" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "abc", "11", "nan"])
+def test_bad_interval_is_refused(interval):
+    result = gpumon("--interval", interval)
+    assert result.returncode == 2
+    assert "--interval" in result.stderr
