@@ -1,0 +1,233 @@
+"""What the hook tells a client about the process: the hello, the periodic state and step stats.
+
+Runs on the server thread. Reads torch only through calls that neither initialize CUDA nor
+synchronize: CUDA details are read only once the job itself has initialized CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+from typing import Any
+
+from gpumon import __version__ as HOOK_VERSION
+from gpumon import protocol
+from gpumon.hook.runtime import (R_DATA, R_END, R_GPU, R_SAMPLES, R_SEQ, R_SOURCE, R_SYNCS, R_WALL, HookRuntime)
+
+STATS_WINDOW_S = 5.0
+_MAX_ARG_CHARS = 1000
+_MAX_ARGV_CHARS = 16_000
+
+_DIST_ENV = {
+    "rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+    "local_world_size": "LOCAL_WORLD_SIZE", "group_rank": "GROUP_RANK",
+}
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.lstrip("-").isdigit() else None
+
+
+def _argv() -> list[str]:
+    out, total = [], 0
+    for arg in sys.argv:
+        arg = arg[:_MAX_ARG_CHARS]
+        total += len(arg)
+        if total > _MAX_ARGV_CHARS:
+            out.append("...")
+            break
+        out.append(arg)
+    return out
+
+
+def _torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    return str(getattr(torch, "__version__", None)) if torch is not None else None
+
+
+def cuda_info(runtime: HookRuntime | None) -> protocol.CudaInfo:
+    torch = sys.modules.get("torch")
+    info = protocol.CudaInfo(initialized=False, visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                             torch_cuda=None, device=None, devices=[])
+    if torch is None:
+        return info
+    info["torch_cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+    cuda = torch.cuda
+    if not cuda.is_initialized():
+        return info
+    info["initialized"] = True
+    info["device"] = runtime.cuda_device if runtime is not None else None
+    devices: list[protocol.CudaDevice] = []
+    for index in range(cuda.device_count()):
+        props = cuda.get_device_properties(index)
+        uuid = getattr(props, "uuid", None)
+        uuid_text = None
+        if uuid is not None:
+            uuid_text = str(uuid)
+            if not uuid_text.startswith("GPU-"):
+                uuid_text = "GPU-" + uuid_text
+        devices.append(protocol.CudaDevice(index=index, name=str(props.name), uuid=uuid_text,
+                                           total_memory=int(props.total_memory),
+                                           capability=[int(props.major), int(props.minor)]))
+    info["devices"] = devices
+    return info
+
+
+def dist_info() -> protocol.DistInfo:
+    info = protocol.DistInfo(**{key: _int_env(env) for key, env in _DIST_ENV.items()})  # type: ignore[typeddict-item]
+    info["run_id"] = os.environ.get("TORCHELASTIC_RUN_ID")
+    info["master_addr"] = os.environ.get("MASTER_ADDR")
+    info["master_port"] = os.environ.get("MASTER_PORT")
+    info["initialized"] = False
+    info["backend"] = None
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            info["initialized"] = True
+            info["rank"] = dist.get_rank()
+            info["world_size"] = dist.get_world_size()
+            info["backend"] = str(dist.get_backend())
+    except Exception:  # noqa: BLE001 - a half-torn-down process group is reported as env only
+        pass
+    return info
+
+
+def hello(runtime: HookRuntime | None, *, started: float, injected: bool) -> protocol.Hello:
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = ""
+    return protocol.Hello(
+        type=protocol.HELLO, protocol=protocol.PROTOCOL_VERSION, pid=os.getpid(), ppid=os.getppid(),
+        uid=os.getuid(), hostname=socket.gethostname(), argv=_argv(), cwd=cwd, executable=sys.executable,
+        python=platform.python_version(), torch=_torch_version(), hook_version=HOOK_VERSION, started=started,
+        injected=injected, cuda=cuda_info(runtime), dist=dist_info(),
+    )
+
+
+def record_dict(runtime: HookRuntime, record: list[Any]) -> protocol.StepRecord:
+    out = protocol.StepRecord(
+        seq=record[R_SEQ], t=round(runtime.unix_time(record[R_END]), 4), wall_ms=round(record[R_WALL] * 1e3, 4),
+        data_ms=round(record[R_DATA] * 1e3, 4), gpu_ms=None if record[R_GPU] is None else round(record[R_GPU], 4),
+        samples=record[R_SAMPLES], source=record[R_SOURCE],
+    )
+    if record[R_SYNCS] is not None:
+        out["syncs"] = record[R_SYNCS]
+    return out
+
+
+def step_stats(runtime: HookRuntime, records: list[list[Any]], now_perf: float) -> protocol.StepStats:
+    """Rates over the STATS_WINDOW_S seconds that end now (a stalled job's rates fall), means over its steps."""
+    window = []
+    for record in reversed(records):
+        if now_perf - record[R_END] > STATS_WINDOW_S:
+            break
+        window.append(record)
+    stats = protocol.StepStats(window_s=0.0, steps=len(window), steps_per_s=None, samples_per_s=None, wall_ms=None,
+                               data_ms=None, gpu_ms=None, data_fraction=None, gpu_fraction=None)
+    if not records:
+        return stats
+    if len(window) < len(records):
+        span = STATS_WINDOW_S
+    else:
+        oldest = window[-1]
+        span = min(STATS_WINDOW_S, now_perf - (oldest[R_END] - oldest[R_WALL]))
+    stats["window_s"] = round(span, 4)
+    stats["steps_per_s"] = round(len(window) / span, 4) if span > 0 else None
+    if not window:
+        return stats
+    samples = [r[R_SAMPLES] for r in window if r[R_SAMPLES] is not None]
+    if samples and span > 0:
+        stats["samples_per_s"] = round(sum(samples) / span, 4)
+    wall = sum(r[R_WALL] for r in window)
+    data = sum(r[R_DATA] for r in window)
+    stats["wall_ms"] = round(wall / len(window) * 1e3, 4)
+    stats["data_ms"] = round(data / len(window) * 1e3, 4)
+    if wall > 0:
+        stats["data_fraction"] = round(min(1.0, data / wall), 4)
+    timed = [r for r in window if r[R_GPU] is not None]
+    if timed:
+        gpu_ms = sum(r[R_GPU] for r in timed)
+        stats["gpu_ms"] = round(gpu_ms / len(timed), 4)
+        timed_wall = sum(r[R_WALL] for r in timed)
+        if timed_wall > 0:
+            stats["gpu_fraction"] = round(min(1.0, gpu_ms / 1e3 / timed_wall), 4)
+    return stats
+
+
+def memory_info(runtime: HookRuntime, devices: list[protocol.CudaDevice]) -> protocol.MemoryInfo | None:
+    torch = runtime.torch
+    if not torch.cuda.is_initialized():
+        return None
+    device = runtime.cuda_device
+    if device is None:
+        return None
+    stats = torch.cuda.memory_stats(device)  # host-side counters: no sync, no CUDA call
+    total = next((d.get("total_memory") for d in devices if d.get("index") == device), None)
+    return protocol.MemoryInfo(
+        device=device, allocated=int(stats.get("allocated_bytes.all.current", 0)),
+        reserved=int(stats.get("reserved_bytes.all.current", 0)),
+        max_allocated=int(stats.get("allocated_bytes.all.peak", 0)),
+        alloc_retries=int(stats.get("num_alloc_retries", 0)), ooms=int(stats.get("num_ooms", 0)), total=total,
+    )
+
+
+def precision_info(runtime: HookRuntime) -> protocol.PrecisionInfo:
+    torch = runtime.torch
+    backends = torch.backends
+    autocast = None
+    if runtime.autocast is not None:
+        seen = dict(runtime.autocast)
+        autocast = protocol.AutocastInfo(device_type=seen.get("device_type", ""), dtype=seen.get("dtype", ""),
+                                         enabled=bool(seen.get("enabled")), entered=int(seen.get("entered", 0)),
+                                         last_t=round(runtime.unix_time(seen.get("last", runtime.perf0)), 3))
+    return protocol.PrecisionInfo(
+        autocast=autocast, tf32_matmul=bool(backends.cuda.matmul.allow_tf32),
+        tf32_cudnn=bool(backends.cudnn.allow_tf32),
+        float32_matmul_precision=str(torch.get_float32_matmul_precision()),
+        cudnn_benchmark=bool(backends.cudnn.benchmark), cudnn_deterministic=bool(backends.cudnn.deterministic),
+    )
+
+
+def _values(table: dict[Any, Any]) -> list[Any]:
+    """A copy of a dict's values that the training thread may be changing meanwhile."""
+    for _ in range(5):
+        try:
+            return list(table.values())
+        except RuntimeError:  # changed size during iteration
+            continue
+    return []
+
+
+def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
+    entries = sorted(_values(runtime.loaders), key=lambda e: e.last_used, reverse=True)
+    return [protocol.DataLoaderInfo(
+        id=e.id, dataset=e.dataset, batch_size=e.batch_size, num_workers=e.num_workers, pin_memory=e.pin_memory,
+        prefetch_factor=e.prefetch_factor, persistent_workers=e.persistent_workers, drop_last=e.drop_last,
+        worker_pids=list(e.worker_pids), batches=e.batches, wait_ms=round(e.wait_s * 1e3, 3),
+        last_used=round(runtime.unix_time(e.last_used), 3) if e.last_used else 0.0,
+    ) for e in entries]
+
+
+def state(runtime: HookRuntime, *, clients: int, installed_at: float) -> protocol.State:
+    cuda = cuda_info(runtime)
+    pending: dict[str, Any] = {}
+    for kind, payload, _id in list(runtime.control):
+        if kind == "knobs":
+            pending.update(payload)
+    counter = runtime.sync_counter
+    return protocol.State(
+        type=protocol.STATE, t=round(time.time(), 4), last_seq=runtime.seq, step_source=runtime.step_source,
+        dataloaders=dataloader_infos(runtime), memory=memory_info(runtime, cuda.get("devices", [])),
+        precision=precision_info(runtime), cuda=cuda,
+        knobs=protocol.KnobState(applied=dict(runtime.knobs_applied), pending=pending,
+                                 errors=list(runtime.knob_errors)),
+        diagnosis=protocol.DiagnosisState(active=bool(counter is not None and counter.active),
+                                          steps_left=runtime.diagnosis_left),
+        hook=protocol.HookInfo(errors=runtime.errors, last_error=runtime.last_error, clients=clients,
+                               installed_at=installed_at),
+    )

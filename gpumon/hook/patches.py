@@ -1,0 +1,122 @@
+"""The wrappers the hook puts around torch functions, and how they are put on and taken off.
+
+Each wrapper calls the original with the same arguments and returns its result; the original's
+exceptions pass through untouched. The hook's own code runs in `try` blocks whose errors are only
+counted (HookRuntime.error). When the runtime is inactive (a forked child, or uninstalled) the
+wrappers do nothing but call the original.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from gpumon.hook.runtime import HookRuntime
+
+
+class Patches:
+    """The installed wrappers of one runtime; `remove()` puts the originals back."""
+
+    def __init__(self) -> None:
+        self._restore: list[Callable[[], None]] = []
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        setattr(owner, name, value)
+        self._restore.append(lambda: setattr(owner, name, original))
+
+    def remove(self) -> None:
+        while self._restore:
+            try:
+                self._restore.pop()()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+
+
+def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
+    """Wrap DataLoader iteration, backward, autocast entry, and hook every optimizer step."""
+    from torch.amp import autocast_mode
+    from torch.optim import optimizer as optimizer_module
+    from torch.utils.data import dataloader
+
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    patches = Patches()
+
+    iter_class = dataloader._BaseDataLoaderIter
+    original_next = iter_class.__dict__["__next__"]
+
+    @functools.wraps(original_next)
+    def __next__(self: Any) -> Any:
+        if not runtime.active:
+            return original_next(self)
+        try:
+            started = runtime.on_fetch_begin()
+        except Exception as exc:  # noqa: BLE001
+            runtime.error(exc)
+            return original_next(self)
+        batch = original_next(self)
+        try:
+            runtime.on_fetch_end(self, batch, started)
+        except Exception as exc:  # noqa: BLE001
+            runtime.error(exc)
+        return batch
+
+    patches._set(iter_class, "__next__", __next__)
+
+    loader_class = dataloader.DataLoader
+    original_iter = loader_class.__dict__["__iter__"]
+
+    @functools.wraps(original_iter)
+    def __iter__(self: Any) -> Any:
+        if not runtime.active:
+            return original_iter(self)
+        try:
+            runtime.on_loader_iter_begin(self)
+        except Exception as exc:  # noqa: BLE001
+            runtime.error(exc)
+        iterator = original_iter(self)
+        try:
+            runtime.on_loader_iter_end(self, iterator)
+        except Exception as exc:  # noqa: BLE001
+            runtime.error(exc)
+        return iterator
+
+    patches._set(loader_class, "__iter__", __iter__)
+
+    original_backward = torch.autograd.backward
+
+    @functools.wraps(original_backward)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if runtime.active and not is_compiling():
+            try:
+                runtime.on_backward()
+            except Exception as exc:  # noqa: BLE001
+                runtime.error(exc)
+        return original_backward(*args, **kwargs)
+
+    patches._set(torch.autograd, "backward", backward)
+
+    autocast_class = autocast_mode.autocast
+    original_enter = autocast_class.__dict__["__enter__"]
+
+    @functools.wraps(original_enter)
+    def __enter__(self: Any) -> Any:
+        if runtime.active and not is_compiling():
+            try:
+                runtime.on_autocast_enter(self)
+            except Exception as exc:  # noqa: BLE001
+                runtime.error(exc)
+        return original_enter(self)
+
+    patches._set(autocast_class, "__enter__", __enter__)
+
+    def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if runtime.active and not is_compiling():
+            try:
+                runtime.on_optimizer_step(optimizer)
+            except Exception as exc:  # noqa: BLE001
+                runtime.error(exc)
+
+    handle = optimizer_module.register_optimizer_step_post_hook(optimizer_step_post_hook)
+    patches._restore.append(handle.remove)
+    return patches

@@ -1,0 +1,437 @@
+"""The hook's state inside the training process: step detection, per-step records, knobs, diagnosis.
+
+Every method named `on_*` is called from a patched torch function on the training thread. They only
+do arithmetic and append to bounded structures; the server thread reads those structures and never
+calls back in here except through the `control` queue, which is drained at step boundaries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any, Callable
+
+from gpumon import protocol
+from gpumon.hook.batch import count_samples
+from gpumon.hook.gpu_timer import GpuStepTimer
+from gpumon.hook.sync_counter import SyncCounter
+
+MAX_RECORDS = 4096
+MAX_LOADERS = 8
+MAX_ITERATORS = 16
+CUDA_PROBE_EVERY = 8
+"""Steps between checks of torch.cuda.is_initialized() while the job has not touched CUDA."""
+LEAD_SWITCH_AFTER = 64
+"""Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
+
+# Layout of a step record (a list, so the GPU time can be filled in after the fact).
+R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE = range(8)
+
+
+class LoaderEntry:
+    """What the hook knows about one DataLoader: its settings, worker pids and fetch totals."""
+
+    __slots__ = ("id", "dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor",
+                 "persistent_workers", "drop_last", "worker_pids", "batches", "wait_s", "last_used")
+
+    def __init__(self, loader_id: int) -> None:
+        self.id = loader_id
+        self.dataset = ""
+        self.batch_size: int | None = None
+        self.num_workers = 0
+        self.pin_memory = False
+        self.prefetch_factor: int | None = None
+        self.persistent_workers = False
+        self.drop_last = False
+        self.worker_pids: list[int] = []
+        self.batches = 0
+        self.wait_s = 0.0
+        self.last_used = 0.0
+
+    def update(self, loader: Any, iterator: Any) -> None:
+        self.dataset = type(getattr(loader, "dataset", None)).__name__
+        self.batch_size = getattr(loader, "batch_size", None)
+        self.num_workers = int(getattr(loader, "num_workers", 0))
+        self.pin_memory = bool(getattr(iterator, "_pin_memory", getattr(loader, "pin_memory", False)))
+        self.prefetch_factor = getattr(loader, "prefetch_factor", None) if self.num_workers else None
+        self.persistent_workers = bool(getattr(loader, "persistent_workers", False))
+        self.drop_last = bool(getattr(loader, "drop_last", False))
+        self.worker_pids = [w.pid for w in getattr(iterator, "_workers", ()) if getattr(w, "pid", None)]
+
+
+class HookRuntime:
+    """Per-process hook state. `torch` is the imported torch module (passed in to keep imports lazy)."""
+
+    def __init__(self, torch: Any, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.torch = torch
+        self.clock = clock
+        self.perf0 = clock()
+        self.unix0 = time.time()
+        self.active = True
+        self.records: deque[list[Any]] = deque(maxlen=MAX_RECORDS)
+        self.seq = 0
+        self.step_source: str | None = None
+        self.errors = 0
+        self.last_error: str | None = None
+        self.on_first_activity: Callable[[], None] | None = None
+        # Accumulators of the open step.
+        self._step_start = clock()
+        self._data_wait = 0.0
+        self._samples = 0
+        self._samples_known = False
+        self._fetched = False
+        self._backward_since = False
+        self._began = False
+        # What the job has shown so far.
+        self._backward_ever = False
+        self._dataloader_ever = False
+        self._manual = False
+        self._optimizer_seen = False
+        self._lead_optimizer: int | None = None
+        self._lead_device: int | None = None
+        self._other_optimizer_steps = 0
+        # GPU timing.
+        self.gpu: GpuStepTimer | None = None
+        self._cuda_probe = 0
+        self._resolved: list[list[Any]] = []
+        # DataLoaders.
+        self.loaders: dict[int, LoaderEntry] = {}
+        self._iterators: dict[int, LoaderEntry] = {}
+        self._last_iterator_id = 0
+        self._last_entry: LoaderEntry | None = None
+        # Precision seen on the training thread.
+        self.autocast: dict[str, Any] | None = None
+        # Requests from the server thread, applied at step boundaries; results going back.
+        self.control: deque[tuple[str, Any, Any]] = deque(maxlen=64)
+        self.outbox: deque[dict[str, Any]] = deque(maxlen=64)
+        # Knobs.
+        self.knobs_applied: dict[str, Any] = {}
+        self.knob_errors: list[str] = []
+        self.dataloader_knobs: dict[str, Any] = {}
+        self._reapply_env_knobs: dict[str, Any] = {}
+        # Diagnosis window.
+        self.sync_counter: SyncCounter | None = None
+        self.diagnosis_left = 0
+        self._diagnosis_id: Any = None
+        self._diagnosis_steps: list[int] = []
+        self._sync_base = 0
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def error(self, exc: BaseException) -> None:
+        """Count an exception raised inside the hook; it never reaches the job."""
+        self.errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+
+    def unix_time(self, perf: float) -> float:
+        return self.unix0 + (perf - self.perf0)
+
+    def snapshot_records(self) -> list[list[Any]]:
+        """A copy of the completed records, safe against the training thread appending meanwhile."""
+        for _ in range(5):
+            try:
+                return list(self.records)
+            except RuntimeError:  # deque mutated during iteration
+                continue
+        return []
+
+    def _begin(self) -> None:
+        """The first step starts at the job's first fetch or backward, not at install (model setup)."""
+        self._began = True
+        if self.seq == 0:
+            self._step_start = self.clock()
+
+    def _activity(self) -> None:
+        callback = self.on_first_activity
+        if callback is not None:
+            self.on_first_activity = None
+            callback()
+
+    # -- signals from the patched functions (training thread) -----------------------------------
+
+    def on_fetch_begin(self) -> float:
+        if not self._began:
+            self._begin()
+        if self._fetched and not self._manual and not self._optimizer_seen:
+            if self._backward_since:
+                self.close_step(protocol.SOURCE_BACKWARD)
+            elif not self._backward_ever:
+                self.close_step(protocol.SOURCE_DATALOADER)
+        return self.clock()
+
+    def on_fetch_end(self, iterator: Any, batch: Any, started: float) -> None:
+        now = self.clock()
+        waited = now - started
+        self._data_wait += waited
+        self._fetched = True
+        self._dataloader_ever = True
+        count = count_samples(batch)
+        if count is not None:
+            self._samples += count
+            self._samples_known = True
+        iterator_id = id(iterator)
+        if iterator_id == self._last_iterator_id:
+            entry = self._last_entry
+        else:
+            entry = self._iterators.get(iterator_id)
+            self._last_iterator_id = iterator_id
+            self._last_entry = entry
+        if entry is not None:
+            entry.batches += 1
+            entry.wait_s += waited
+            entry.last_used = now
+        if self.gpu is not None and not self.torch.cuda.is_current_stream_capturing():
+            self.gpu.mark_start()
+        if self.on_first_activity is not None:
+            self._activity()
+
+    def on_backward(self) -> None:
+        if not self._began:
+            self._begin()
+        if self._backward_since and not self._dataloader_ever and not self._manual and not self._optimizer_seen:
+            self.close_step(protocol.SOURCE_BACKWARD)
+        self._backward_since = True
+        self._backward_ever = True
+        if self.on_first_activity is not None:
+            self._activity()
+
+    def on_optimizer_step(self, optimizer: Any) -> None:
+        if self._manual:
+            return
+        key = id(optimizer)
+        if self._lead_optimizer is None:
+            self._lead_optimizer = key
+            self._lead_device = _cuda_index_of(optimizer)
+        elif key != self._lead_optimizer:
+            self._other_optimizer_steps += 1
+            if self._other_optimizer_steps < LEAD_SWITCH_AFTER:
+                return
+            self._lead_optimizer = key
+            self._lead_device = _cuda_index_of(optimizer)
+        self._other_optimizer_steps = 0
+        self._optimizer_seen = True
+        self.close_step(protocol.SOURCE_OPTIMIZER)
+        if self.on_first_activity is not None:
+            self._activity()
+
+    def on_manual_step(self, samples: int | None) -> None:
+        self._manual = True
+        self.close_step(protocol.SOURCE_MANUAL, samples)
+        if self.on_first_activity is not None:
+            self._activity()
+
+    def on_autocast_enter(self, autocast: Any) -> None:
+        info = self.autocast
+        if info is None:
+            info = self.autocast = {"entered": 0}
+        info["device_type"] = str(getattr(autocast, "device", ""))
+        info["dtype"] = str(getattr(autocast, "fast_dtype", ""))
+        info["enabled"] = bool(getattr(autocast, "_enabled", True))
+        info["entered"] += 1
+        info["last"] = self.clock()
+
+    def on_loader_iter_begin(self, loader: Any) -> None:
+        if self.dataloader_knobs:
+            apply_dataloader_knobs(loader, self.dataloader_knobs)
+
+    def on_loader_iter_end(self, loader: Any, iterator: Any) -> None:
+        loader_id = id(loader)
+        entry = self.loaders.get(loader_id)
+        if entry is None:
+            if len(self.loaders) >= MAX_LOADERS:
+                oldest = min(self.loaders.values(), key=lambda e: e.last_used)
+                del self.loaders[oldest.id]
+            entry = self.loaders[loader_id] = LoaderEntry(loader_id)
+        entry.update(loader, iterator)
+        entry.last_used = self.clock()
+        if len(self._iterators) >= MAX_ITERATORS:
+            del self._iterators[next(iter(self._iterators))]
+        self._iterators[id(iterator)] = entry
+        self._last_iterator_id = 0
+
+    # -- step boundaries -----------------------------------------------------------------------
+
+    def close_step(self, source: str, samples: int | None = None) -> None:
+        """End the open step: append its record (or queue it for GPU time) and start the next one."""
+        now = self.clock()
+        self.seq += 1
+        if samples is None and self._samples_known:
+            samples = self._samples
+        syncs = None
+        counter = self.sync_counter
+        if counter is not None and counter.active:
+            syncs = counter.count - self._sync_base
+            self._sync_base = counter.count
+        record = [self.seq, now, now - self._step_start, self._data_wait, samples, None, syncs, source]
+        self.step_source = source
+        self._began = True
+        self._step_start = now
+        self._data_wait = 0.0
+        self._samples = 0
+        self._samples_known = False
+        self._fetched = False
+        self._backward_since = False
+
+        gpu = self.gpu
+        if gpu is None:
+            self.records.append(record)
+            self._cuda_probe += 1
+            if self._cuda_probe >= CUDA_PROBE_EVERY:
+                self._cuda_probe = 0
+                self._maybe_start_gpu_timing()
+        else:
+            if self.torch.cuda.is_current_stream_capturing():
+                gpu.end_unmeasured(record)
+            else:
+                gpu.end_step(record)
+            resolved = self._resolved
+            gpu.resolve(resolved, R_GPU)
+            if resolved:
+                self.records.extend(resolved)
+                resolved.clear()
+        if syncs is not None:
+            self._diagnosis_step(syncs)
+        if self.control or self._reapply_env_knobs:
+            self._drain_control()
+
+    def _maybe_start_gpu_timing(self) -> None:
+        cuda = self.torch.cuda
+        if not cuda.is_initialized():
+            return
+        device = self._lead_device
+        if device is None:
+            device = cuda.current_device()
+        self.gpu = GpuStepTimer(self.torch, device)
+
+    @property
+    def cuda_device(self) -> int | None:
+        return self.gpu.device if self.gpu is not None else self._lead_device
+
+    def flush(self) -> None:
+        """At exit: hand pending records over, GPU time only where already measured; end a diagnosis."""
+        if self.gpu is not None:
+            resolved: list[list[Any]] = []
+            self.gpu.flush(resolved, R_GPU)
+            self.records.extend(resolved)
+        if self.sync_counter is not None and self.sync_counter.active:
+            self._finish_diagnosis()
+
+    # -- control requests (applied on the training thread) -------------------------------------
+
+    def _drain_control(self) -> None:
+        if self._reapply_env_knobs:
+            knobs, self._reapply_env_knobs = self._reapply_env_knobs, {}
+            self.apply_knobs(knobs)
+        while self.control:
+            kind, payload, request_id = self.control.popleft()
+            if kind == "knobs":
+                self.apply_knobs(payload)
+            elif kind == "diagnose":
+                self._start_diagnosis(payload, request_id)
+
+    def apply_knobs(self, knobs: dict[str, Any]) -> None:
+        """Apply validated knobs: global ones now, DataLoader ones at each DataLoader's next iter()."""
+        backends = self.torch.backends
+        for name, value in knobs.items():
+            try:
+                if name == "cudnn_benchmark":
+                    backends.cudnn.benchmark = value
+                elif name == "tf32":
+                    backends.cuda.matmul.allow_tf32 = value
+                    backends.cudnn.allow_tf32 = value
+                elif name == "float32_matmul_precision":
+                    self.torch.set_float32_matmul_precision(value)
+                else:
+                    self.dataloader_knobs[name] = value
+                self.knobs_applied[name] = value
+            except Exception as exc:  # noqa: BLE001 - a knob torch refuses is reported, not raised
+                self.knob_errors.append(f"{name}={value!r}: {type(exc).__name__}: {exc}"[:300])
+                del self.knob_errors[:-10]
+
+    def set_env_knobs(self, raw: str) -> None:
+        """GPUMON_KNOBS (trial runs): applied now and once more at the first step boundary, in case the
+        script set the same flags itself while building its model."""
+        import json
+
+        try:
+            knobs = protocol.validate_knobs(json.loads(raw), live=False)
+        except (ValueError, protocol.ProtocolError) as exc:
+            self.knob_errors.append(f"GPUMON_KNOBS: {exc}"[:300])
+            return
+        self.apply_knobs(knobs)
+        self._reapply_env_knobs = {k: v for k, v in knobs.items() if protocol.KNOBS[k]["applies"] ==
+                                   protocol.APPLIES_NEXT_STEP}
+
+    def _start_diagnosis(self, steps: int, request_id: Any) -> None:
+        if self.sync_counter is not None and self.sync_counter.active:
+            self.outbox.append(protocol.error_message(protocol.E_BUSY, "a diagnosis is already running", request_id))
+            return
+        cuda = self.torch.cuda
+        reason = None
+        if not cuda.is_initialized():
+            reason = "CUDA is not initialized in this process: there is nothing to synchronize with"
+        else:
+            self.sync_counter = SyncCounter(cuda.get_sync_debug_mode, cuda.set_sync_debug_mode)
+            reason = self.sync_counter.start()
+        if reason is not None:
+            self.outbox.append({"type": protocol.DIAGNOSIS, "id": request_id, "available": False, "reason": reason})
+            return
+        self.diagnosis_left = steps
+        self._diagnosis_id = request_id
+        self._diagnosis_steps = []
+        self._sync_base = 0
+
+    def _diagnosis_step(self, syncs: int) -> None:
+        self._diagnosis_steps.append(syncs)
+        self.diagnosis_left -= 1
+        if self.diagnosis_left <= 0:
+            self._finish_diagnosis()
+
+    def _finish_diagnosis(self) -> None:
+        counter = self.sync_counter
+        if counter is None:
+            return
+        counter.stop()
+        self.diagnosis_left = 0
+        per_step = self._diagnosis_steps
+        self.outbox.append({
+            "type": protocol.DIAGNOSIS, "id": self._diagnosis_id, "available": True, "steps": len(per_step),
+            "syncs_total": sum(per_step), "syncs_per_step": per_step, "sites": counter.top_sites(),
+        })
+        self._diagnosis_steps = []
+
+    @property
+    def diagnosing(self) -> bool:
+        counter = self.sync_counter
+        return (counter is not None and counter.active) or any(item[0] == "diagnose" for item in list(self.control))
+
+
+def _cuda_index_of(optimizer: Any) -> int | None:
+    """The CUDA device of the optimizer's first parameter, None when it is not on CUDA."""
+    for group in getattr(optimizer, "param_groups", ()):
+        for param in group.get("params", ()):
+            device = getattr(param, "device", None)
+            if getattr(device, "type", None) == "cuda":
+                return device.index if device.index is not None else 0
+            return None
+    return None
+
+
+def apply_dataloader_knobs(loader: Any, knobs: dict[str, Any]) -> None:
+    """Set DataLoader knobs on `loader` before an iterator is made; drops a persistent iterator that
+    was built with other settings, so the next one uses the new ones."""
+    changed = False
+    for name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"):
+        if name not in knobs:
+            continue
+        value = knobs[name]
+        if getattr(loader, name, None) != value:
+            # persistent_workers may not be set through DataLoader.__setattr__ after init.
+            object.__setattr__(loader, name, value)
+            changed = True
+    if loader.num_workers > 0 and loader.prefetch_factor is None:
+        object.__setattr__(loader, "prefetch_factor", 2)
+        changed = True
+    if changed and getattr(loader, "_iterator", None) is not None:
+        loader._iterator = None  # the old workers shut down when it is collected
+

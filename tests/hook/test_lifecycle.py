@@ -1,0 +1,48 @@
+"""Installing the hook: cheap import, patches put on after `import torch`, and taken off again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from hook_helpers import REPO_ROOT
+
+PROBE = r'''
+import json, sys, time
+started = time.perf_counter()
+import gpumon.hook
+import_ms = (time.perf_counter() - started) * 1e3
+report = {"import_ms": import_ms, "torch_imported_by_hook": "torch" in sys.modules}
+import torch
+from torch.utils.data import dataloader
+from torch.optim import optimizer
+report["next_wrapped"] = hasattr(dataloader._BaseDataLoaderIter.__next__, "__wrapped__")
+report["iter_wrapped"] = hasattr(dataloader.DataLoader.__iter__, "__wrapped__")
+report["backward_wrapped"] = hasattr(torch.autograd.backward, "__wrapped__")
+report["post_hooks"] = len(optimizer._global_optimizer_post_hooks)
+report["cuda_initialized"] = torch.cuda.is_initialized()
+report["installed"] = gpumon.hook.install() and gpumon.hook.is_installed()
+gpumon.hook.install()  # idempotent
+report["post_hooks_after_second_install"] = len(optimizer._global_optimizer_post_hooks)
+gpumon.hook.uninstall()
+report["unwrapped"] = not any(hasattr(f, "__wrapped__") for f in (
+    dataloader._BaseDataLoaderIter.__next__, dataloader.DataLoader.__iter__, torch.autograd.backward))
+report["post_hooks_after_uninstall"] = len(optimizer._global_optimizer_post_hooks)
+print(json.dumps(report))
+'''
+
+
+def test_import_is_cheap_and_patches_follow_torch(sock_dir: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["torch_imported_by_hook"] is False
+    assert report["next_wrapped"] and report["iter_wrapped"] and report["backward_wrapped"]
+    assert report["post_hooks"] == 1 and report["post_hooks_after_second_install"] == 1
+    assert report["cuda_initialized"] is False
+    assert report["installed"] is True
+    assert report["unwrapped"] and report["post_hooks_after_uninstall"] == 0
+    assert os.listdir(sock_dir) == []  # uninstall stopped the server and removed its socket

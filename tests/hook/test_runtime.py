@@ -1,0 +1,347 @@
+"""Step detection, GPU timing, knobs and the diagnosis window of HookRuntime, driven signal by signal."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from fake_cuda import FakeCuda, fake_torch
+from torch.utils.data import DataLoader
+
+from gpumon import protocol
+from gpumon.hook import gpu_timer, info
+from gpumon.hook.runtime import (CUDA_PROBE_EVERY, LEAD_SWITCH_AFTER, R_DATA, R_GPU, R_SAMPLES, R_SEQ, R_SOURCE,
+                                 R_SYNCS, R_WALL, HookRuntime, apply_dataloader_knobs)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def fetch(rt: HookRuntime, clock: Clock, wait: float, batch: Any = None, iterator: Any = None) -> None:
+    started = rt.on_fetch_begin()
+    clock.advance(wait)
+    rt.on_fetch_end(iterator if iterator is not None else object(), torch.zeros(8, 2) if batch is None else batch,
+                    started)
+
+
+def stop_iteration(rt: HookRuntime) -> None:
+    """What the DataLoader's last __next__ call (the one raising StopIteration) shows the hook."""
+    rt.on_fetch_begin()
+
+
+class Opt:
+    param_groups: list[dict[str, Any]] = [{"params": [torch.zeros(1)]}]
+
+
+def sources(rt: HookRuntime) -> list[str]:
+    return [r[R_SOURCE] for r in rt.records]
+
+
+def test_optimizer_steps_mark_steps_and_fallbacks_stay_quiet(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    clock.advance(5.0)  # model setup is not part of the first step
+    opt = Opt()
+    for _ in range(3):
+        fetch(rt, clock, 0.010)
+        clock.advance(0.020)
+        rt.on_backward()
+        clock.advance(0.030)
+        rt.on_optimizer_step(opt)
+    stop_iteration(rt)
+    assert [r[R_SEQ] for r in rt.records] == [1, 2, 3]
+    assert sources(rt) == [protocol.SOURCE_OPTIMIZER] * 3
+    assert [round(r[R_WALL], 6) for r in rt.records] == [0.06] * 3
+    assert [round(r[R_DATA], 6) for r in rt.records] == [0.01] * 3
+    assert [r[R_SAMPLES] for r in rt.records] == [8] * 3
+    assert rt.records[0][R_SYNCS] is None and rt.records[0][R_GPU] is None
+
+
+def test_gradient_accumulation_sums_the_micro_batches(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    opt = Opt()
+    for _ in range(2):
+        for _ in range(4):
+            fetch(rt, clock, 0.001, batch=torch.zeros(2, 3))
+            rt.on_backward()
+        rt.on_optimizer_step(opt)
+    # The first optimizer step comes after three fallback steps (no optimizer seen yet): then only optimizer.
+    assert sources(rt)[-2:] == [protocol.SOURCE_OPTIMIZER] * 2
+    assert rt.records[-1][R_SAMPLES] == 8
+
+
+def test_one_lead_optimizer_marks_steps(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    generator, discriminator = Opt(), Opt()
+    for _ in range(5):
+        fetch(rt, clock, 0.001)
+        rt.on_optimizer_step(discriminator)
+        rt.on_optimizer_step(generator)
+    assert rt.seq == 5
+    # A lead that stops stepping (e.g. a warm-up optimizer) is replaced after LEAD_SWITCH_AFTER others.
+    for _ in range(LEAD_SWITCH_AFTER - 2):  # the generator has stepped once since the lead's last step
+        rt.on_optimizer_step(generator)
+    assert rt.seq == 5
+    for _ in range(3):
+        rt.on_optimizer_step(generator)
+    assert rt.seq == 8
+
+
+def test_manual_sgd_with_a_dataloader(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    for _ in range(4):
+        fetch(rt, clock, 0.002)
+        rt.on_backward()
+        clock.advance(0.005)
+    stop_iteration(rt)
+    assert rt.seq == 4
+    assert sources(rt) == [protocol.SOURCE_BACKWARD] * 4
+    assert [round(r[R_WALL], 6) for r in rt.records] == [0.007] * 4
+
+
+def test_manual_sgd_without_a_dataloader(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    for _ in range(5):
+        clock.advance(0.004)
+        rt.on_backward()
+    assert rt.seq == 4  # each backward after the first closes the step before it
+    assert [round(r[R_WALL], 6) for r in rt.records] == [0.004] * 4
+    assert all(r[R_SAMPLES] is None for r in rt.records)
+
+
+def test_inference_steps_at_each_batch(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    for _ in range(3):
+        fetch(rt, clock, 0.001, batch={"ids": torch.zeros(4, 7)})
+        clock.advance(0.002)
+    stop_iteration(rt)
+    assert sources(rt) == [protocol.SOURCE_DATALOADER] * 3
+    assert [r[R_SAMPLES] for r in rt.records] == [4] * 3
+
+
+def test_manual_steps_win_over_every_other_signal(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    opt = Opt()
+    for _ in range(3):
+        fetch(rt, clock, 0.001)
+        rt.on_backward()
+        rt.on_optimizer_step(opt) if rt.seq else None
+        rt.on_manual_step(None)
+    rt.on_manual_step(32)
+    assert sources(rt)[-3:] == [protocol.SOURCE_MANUAL] * 3
+    assert rt.records[-2][R_SAMPLES] == 8 and rt.records[-1][R_SAMPLES] == 32
+
+
+def test_dataloader_settings_and_worker_accounting(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    loader = DataLoader(list(range(10)), batch_size=4, drop_last=True)
+    iterator = iter(loader)
+    rt.on_loader_iter_end(loader, iterator)
+    fetch(rt, clock, 0.25, iterator=iterator)
+    fetch(rt, clock, 0.25, iterator=iterator)
+    (entry,) = rt.loaders.values()
+    assert (entry.batch_size, entry.num_workers, entry.drop_last, entry.dataset) == (4, 0, True, "list")
+    assert entry.worker_pids == [] and entry.prefetch_factor is None
+    assert entry.batches == 2 and round(entry.wait_s, 6) == 0.5
+    (listed,) = info.dataloader_infos(rt)
+    assert listed["wait_ms"] == 500.0 and listed["batches"] == 2
+
+
+def test_dataloader_knobs_apply_to_the_next_iterator() -> None:
+    loader = DataLoader(list(range(10)), batch_size=2)
+    loader._iterator = object()  # as if a persistent iterator existed
+    apply_dataloader_knobs(loader, {"num_workers": 3, "persistent_workers": True, "pin_memory": False})
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (3, 2, True)
+    assert loader._iterator is None
+    apply_dataloader_knobs(loader, {"num_workers": 0})
+    assert loader.num_workers == 0
+    assert [batch.tolist() for batch in loader][:2] == [[0, 1], [2, 3]]
+
+
+def test_control_knobs_apply_at_the_next_step(clock: Clock) -> None:
+    fake = fake_torch()
+    fake.cuda.initialized = False
+    rt = HookRuntime(fake, clock=clock)
+    rt.control.append(("knobs", {"cudnn_benchmark": True, "num_workers": 3}, 1))
+    assert fake.backends.cudnn.benchmark is False
+    rt.on_manual_step(None)
+    assert fake.backends.cudnn.benchmark is True
+    assert rt.dataloader_knobs == {"num_workers": 3}
+    assert rt.knobs_applied == {"cudnn_benchmark": True, "num_workers": 3}
+
+
+def test_env_knobs_are_reapplied_at_the_first_step(clock: Clock) -> None:
+    fake = fake_torch()
+    fake.cuda.initialized = False
+    rt = HookRuntime(fake, clock=clock)
+    rt.set_env_knobs('{"tf32": true, "float32_matmul_precision": "high", "prefetch_factor": 4}')
+    assert fake.backends.cuda.matmul.allow_tf32 is True and fake.get_float32_matmul_precision() == "high"
+    fake.backends.cuda.matmul.allow_tf32 = False  # the script sets its own flags while building the model
+    rt.on_manual_step(None)
+    assert fake.backends.cuda.matmul.allow_tf32 is True
+    assert rt.dataloader_knobs == {"prefetch_factor": 4}
+    rt.set_env_knobs("{not json")
+    rt.set_env_knobs('{"warp_speed": 9}')
+    assert len(rt.knob_errors) == 2 and "warp_speed" in rt.knob_errors[1]
+
+
+# -- GPU timing on a fake GPU -------------------------------------------------------------------
+
+
+OPT = Opt()
+
+
+def gpu_runtime(clock: Clock) -> tuple[HookRuntime, FakeCuda]:
+    """A runtime whose GPU timing has just started (after CUDA_PROBE_EVERY steps), its records cleared."""
+    fake = fake_torch()
+    rt = HookRuntime(fake, clock=clock)
+    for _ in range(CUDA_PROBE_EVERY):
+        rt.on_optimizer_step(OPT)
+    assert rt.gpu is not None, "GPU timing starts once CUDA is initialized"
+    rt.records.clear()
+    return rt, fake.cuda
+
+
+def timings(rt: HookRuntime) -> list[tuple[int, float | None]]:
+    """(step number since GPU timing started, gpu_ms) of the records."""
+    return [(r[R_SEQ] - CUDA_PROBE_EVERY, r[R_GPU]) for r in rt.records]
+
+
+def train_step(rt: HookRuntime, cuda: FakeCuda, gpu_start: float, gpu_end: float, opt: Any) -> None:
+    cuda.gpu_time_ms = gpu_start
+    fetch(rt, rt.clock, 0.001)  # type: ignore[arg-type]
+    cuda.gpu_time_ms = gpu_end
+    rt.on_optimizer_step(opt)
+
+
+def test_gpu_time_is_read_only_once_the_events_completed(clock: Clock) -> None:
+    rt, cuda = gpu_runtime(clock)
+    opt = OPT
+    train_step(rt, cuda, 0.0, 7.0, opt)
+    train_step(rt, cuda, 9.0, 12.5, opt)
+    assert len(rt.records) == 0, "records wait for their events"
+    cuda.complete_all()
+    train_step(rt, cuda, 20.0, 21.0, opt)
+    assert timings(rt) == [(1, 7.0), (2, 3.5)]
+    cuda.complete_all()
+    rt.flush()
+    assert timings(rt)[-1] == (3, 1.0)
+
+
+def test_gpu_events_are_pooled(clock: Clock) -> None:
+    rt, cuda = gpu_runtime(clock)
+    opt = OPT
+    for i in range(200):
+        train_step(rt, cuda, i * 10.0, i * 10.0 + 4.0, opt)
+        cuda.complete_all()
+    assert len(rt.records) == 199 and {r[R_GPU] for r in rt.records} == {4.0}
+    assert cuda.events_created <= 6
+
+
+def test_steps_without_a_fetch_start_at_the_previous_end(clock: Clock) -> None:
+    rt, cuda = gpu_runtime(clock)
+    for end in (5.0, 8.0, 15.0, 16.0):
+        cuda.gpu_time_ms = end
+        rt.on_manual_step(None)
+        cuda.complete_all()
+    rt.on_manual_step(None)
+    assert [r[R_GPU] for r in rt.records] == [None, 3.0, 7.0, 1.0]
+
+
+def test_graph_capture_steps_are_left_unmeasured_in_order(clock: Clock) -> None:
+    rt, cuda = gpu_runtime(clock)
+    opt = OPT
+    train_step(rt, cuda, 0.0, 2.0, opt)
+    cuda.capturing = True
+    recorded = cuda.recorded
+    train_step(rt, cuda, 3.0, 4.0, opt)
+    assert cuda.recorded == recorded, "no event may be recorded while a graph is captured"
+    cuda.capturing = False
+    cuda.complete_all()
+    train_step(rt, cuda, 5.0, 9.0, opt)
+    cuda.complete_all()
+    train_step(rt, cuda, 10.0, 11.0, opt)
+    assert timings(rt) == [(1, 2.0), (2, None), (3, 4.0)]
+
+
+def test_a_gpu_that_never_catches_up_does_not_grow_memory(clock: Clock) -> None:
+    rt, cuda = gpu_runtime(clock)
+    opt = OPT
+    for _ in range(gpu_timer.MAX_PENDING + 50):
+        train_step(rt, cuda, 0.0, 1.0, opt)
+    assert len(rt.gpu._pending) <= gpu_timer.MAX_PENDING + 1  # type: ignore[union-attr]
+    assert len(rt.records) >= 49 and all(r[R_GPU] is None for r in rt.records)
+
+
+# -- the diagnosis window --------------------------------------------------------------------------
+
+
+def user_code_syncs(times: int) -> None:
+    for _ in range(times):
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+
+def test_diagnosis_counts_syncs_per_step_and_restores_everything(clock: Clock) -> None:
+    fake = fake_torch()
+    rt = HookRuntime(fake, clock=clock)
+    filters_before = list(warnings.filters)
+    showwarning_before = warnings.showwarning
+    rt.control.append(("diagnose", 2, "req-1"))
+    rt.on_manual_step(None)  # the window opens at this boundary
+    assert fake.cuda.sync_debug_mode == 1
+    user_code_syncs(2)
+    rt.on_manual_step(None)
+    user_code_syncs(1)
+    with pytest.warns(DeprecationWarning, match="unrelated"):
+        warnings.warn("unrelated", DeprecationWarning)
+    rt.on_manual_step(None)
+    with pytest.warns(UserWarning, match="synchronizing"):  # after the window: shown as usual, not counted
+        user_code_syncs(5)
+    rt.on_manual_step(None)
+    assert [r[R_SYNCS] for r in rt.records] == [None, 2, 1, None]
+    (result,) = rt.outbox
+    assert result["id"] == "req-1" and result["available"] is True
+    assert result["syncs_per_step"] == [2, 1] and result["syncs_total"] == 3
+    (site,) = result["sites"]
+    assert site["file"] == __file__ and site["count"] == 3
+    assert fake.cuda.sync_debug_mode == 0
+    assert warnings.filters == filters_before and warnings.showwarning is showwarning_before
+    assert not rt.diagnosing
+
+
+def test_diagnosis_leaves_a_job_own_sync_debug_mode_alone(clock: Clock) -> None:
+    fake = fake_torch()
+    fake.cuda.sync_debug_mode = 2
+    rt = HookRuntime(fake, clock=clock)
+    rt.control.append(("diagnose", 5, 9))
+    rt.on_manual_step(None)
+    (result,) = rt.outbox
+    assert result["available"] is False and "set torch.cuda sync debug mode itself" in result["reason"]
+    assert fake.cuda.sync_debug_mode == 2
+
+
+def test_a_diagnosis_open_at_exit_is_closed(clock: Clock) -> None:
+    fake = fake_torch()
+    rt = HookRuntime(fake, clock=clock)
+    rt.control.append(("diagnose", 100, None))
+    rt.on_manual_step(None)
+    user_code_syncs(1)
+    rt.on_manual_step(None)
+    rt.flush()
+    (result,) = rt.outbox
+    assert result["steps"] == 1 and result["syncs_total"] == 1
+    assert fake.cuda.sync_debug_mode == 0
