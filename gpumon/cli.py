@@ -1,15 +1,20 @@
-"""Command line: the dashboard by default, and the snapshot, record and replay subcommands."""
+"""Command line: the dashboard by default; snapshot, record, replay; run, attach and jobs for training jobs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import queue
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TextIO
 
 from gpumon import __version__
 from gpumon.sampling.source import MAX_INTERVAL, MIN_INTERVAL
@@ -71,7 +76,53 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("file", type=Path, help="a file written by `gpumon record`")
     replay.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (+/- change it live)")
     replay.set_defaults(handler=run_replay)
+
+    run = commands.add_parser(
+        "run",
+        help="run a training command with the gpumon hook and watch it",
+        description="Run CMD with the gpumon hook injected (no change to the script) and open the dashboard on it "
+        "as soon as it starts training. The job's output goes to a log file while the dashboard is open; "
+        "quitting the dashboard stops the job (SIGINT). With --no-tui, only inject and wait for CMD.",
+    )
+    run.add_argument("--no-tui", action="store_true", help="no dashboard: run CMD hooked, pass its exit code through")
+    add_interval_argument(run)
+    run.add_argument("--log", type=Path, default=None, help="where the job's output goes under the dashboard "
+                     "(default: a new /tmp/gpumon-run-*.log)")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
+    run.set_defaults(handler=run_launch)
+
+    attach = commands.add_parser(
+        "attach",
+        help="watch a running training job",
+        description="Open the dashboard on a running PyTorch job. A job with the gpumon hook streams its steps; "
+        "any other Python process is sampled with py-spy, which estimates where its main thread spends time.",
+    )
+    attach.add_argument("pid", type=pid_number, help="the job's process id")
+    attach.add_argument("--json", action="store_true",
+                        help="no dashboard: print the job's data as JSON Lines (hello, then steps and state; "
+                        "without the hook, py-spy estimates)")
+    attach.add_argument("--duration", type=positive_seconds, default=None,
+                        help="with --json: stop after this many seconds (default: when the job ends, or Ctrl+C)")
+    add_interval_argument(attach)
+    attach.set_defaults(handler=run_attach)
+
+    jobs = commands.add_parser(
+        "jobs", help="list your hooked training jobs", description="List this user's jobs that run the gpumon hook "
+        "(distributed ranks grouped); stale sockets of dead jobs are removed."
+    )
+    jobs.add_argument("--json", action="store_true", help="print JSON (one object per job group)")
+    jobs.set_defaults(handler=run_jobs)
     return parser
+
+
+def pid_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id")
+    return value
 
 
 def add_interval_argument(parser: argparse.ArgumentParser) -> None:
@@ -173,3 +224,226 @@ def run_replay(args: argparse.Namespace) -> int:
     app = GpumonApp(Replayer(snapshots, speed=args.speed, name=args.file.name))
     app.run()
     return app.return_code or 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Training jobs: run, attach, jobs.
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+STOP_GRACE_S = 10.0
+"""After the dashboard quits, how long the job gets to stop after SIGINT before SIGTERM, then SIGKILL."""
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: a job killed by signal N gives 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def launch(command: list[str], *, stdout: TextIO | None = None) -> subprocess.Popen[bytes]:
+    """Start `command` with the hook injected, in its own session (so signals reach it only through us)."""
+    from gpumon.protocol import injection_env
+
+    if not command:
+        raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")
+    try:
+        return subprocess.Popen(
+            command, env=injection_env(os.environ), start_new_session=True,
+            stdin=subprocess.DEVNULL if stdout is not None else None, stdout=stdout,
+            stderr=subprocess.STDOUT if stdout is not None else None,
+        )
+    except FileNotFoundError:
+        raise CliError(f"command not found: {command[0]}") from None
+    except PermissionError:
+        raise CliError(f"permission denied: {command[0]}") from None
+    except OSError as error:
+        raise CliError(f"cannot run {command[0]}: {error.strerror or error}") from None
+
+
+def signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
+    """Send `signum` to the job's process group (the job and e.g. its DataLoader workers), as a terminal would."""
+    try:
+        os.killpg(child.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def reap_group(pgid: int, grace: float = 2.0) -> None:
+    """After the job exited on a signal: end what is left of its process group (TERM, then KILL)."""
+    for signum, wait in ((0, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if signum:
+            try:
+                os.killpg(pgid, signum)
+            except (ProcessLookupError, PermissionError):
+                return
+
+
+def wait_forwarding_signals(child: subprocess.Popen[bytes]) -> int:
+    """Wait for the job, forwarding Ctrl+C (and TERM, HUP, QUIT) to it; its exit status."""
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        signal_group(child, signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}
+    try:
+        returncode = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if forwarded:
+        reap_group(child.pid)
+    return exit_status(returncode)
+
+
+def stop_job(child: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> int:
+    """Stop a job still running: SIGINT (its Ctrl+C), then SIGTERM, then SIGKILL; its exit status."""
+    for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        if child.poll() is not None:
+            break
+        signal_group(child, signum)
+        try:
+            child.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    returncode = child.wait()
+    reap_group(child.pid, grace=1.0)
+    return exit_status(returncode)
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.no_tui:
+        return wait_forwarding_signals(launch(command))
+
+    from gpumon.attach.session import AttachedJob
+    from gpumon.sampling.sampler import Sampler
+    from gpumon.tui.app import GpumonApp
+
+    log_path = args.log
+    if log_path is None:
+        handle, name = tempfile.mkstemp(prefix="gpumon-run-", suffix=".log")
+        os.close(handle)
+        log_path = Path(name)
+    try:
+        log = log_path.open("w", encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"cannot write {log_path}: {error.strerror or error}") from None
+    with log:
+        child = launch(command, stdout=log)
+        print(f"gpumon: started pid {child.pid}; its output goes to {log_path}", file=sys.stderr)
+        job = AttachedJob.launched(child.pid, exit_status=child.poll)
+        sampler = Sampler(interval=args.interval)
+        sampler.track_pids([child.pid])
+        app = GpumonApp(sampler, job=job)
+        try:
+            app.run()
+        finally:
+            status = stop_job(child)
+    print(f"gpumon: the job exited with status {status}; its output: {log_path}", file=sys.stderr)
+    return status
+
+
+def open_job_or_fail(pid: int) -> Any:
+    from gpumon.attach.discovery import AttachError
+    from gpumon.attach.session import open_job
+
+    try:
+        return open_job(pid)
+    except AttachError as error:
+        raise CliError(str(error)) from None
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    job = open_job_or_fail(args.pid)
+    if args.json:
+        return stream_json(job, args.duration)
+    from gpumon.sampling.sampler import Sampler
+    from gpumon.tui.app import GpumonApp
+
+    sampler = Sampler(interval=args.interval)
+    sampler.track_pids(job.view().pids)
+    app = GpumonApp(sampler, job=job)
+    app.run()
+    return app.return_code or 0
+
+
+def _print_json(message: Any) -> None:
+    sys.stdout.write(json.dumps(message, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def stream_json(job: Any, duration: float | None) -> int:
+    """Print the job's data as JSON Lines until `duration` passes or the job ends."""
+    from gpumon.attach.pyspy import PySpySampler
+
+    lines: queue.Queue[Any] = queue.Queue()
+    if isinstance(job, PySpySampler):
+        _print_json({"type": "attach", "pid": job.pid, "hooked": False, "method": "py-spy", "estimate": True,
+                     "command": job.command})
+        job.start(lambda what: lines.put(job.view().to_dict()))
+        is_over: Callable[[], bool] = lambda: job.ended  # noqa: E731
+    else:
+        client = job.primary
+        assert client is not None and client.state.info is not None
+        _print_json(dict(client.state.info.hello))
+        client.add_message_listener(
+            lambda message: None if message.get("type") in ("subscribed", "pong") else lines.put(message))
+        job.start()
+        is_over = lambda: client.ended  # noqa: E731
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            try:
+                message = lines.get(timeout=0.2 if left is None else min(0.2, left))
+            except queue.Empty:
+                if is_over() and lines.empty():
+                    break
+                continue
+            _print_json(message)
+        if is_over():
+            view = job.view()
+            _print_json({"type": "ended", "pid": view.pid, "reason": view.end_reason})
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout's reader left; exit quietly
+    finally:
+        job.stop()
+    return 0
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    from gpumon.attach.discovery import scan
+
+    found = scan()
+    groups = found.groups
+    if args.json:
+        for group in groups:
+            _print_json({"group": list(group.key) if group.key else None, "label": group.label,
+                         "jobs": [dict(job.hello) for job in group.jobs]})
+        return 0
+    if not groups:
+        print("no hooked jobs (add `import gpumon.hook` to a training script, or run it with `gpumon run -- ...`)")
+    for group in groups:
+        print(group.label)
+        if group.distributed:
+            for job in group.jobs:
+                print(f"  rank {job.rank if job.rank is not None else '?'}  pid {job.pid}  {job.cwd}")
+        else:
+            print(f"  cwd {group.primary.cwd}")
+    for pid, reason in found.unreachable:
+        print(f"pid {pid}: not answering ({reason})", file=sys.stderr)
+    return 0

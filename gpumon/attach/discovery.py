@@ -1,0 +1,355 @@
+"""Finding this user's hooked jobs: scan the socket directories, clean stale sockets, read each hello, group DDP ranks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon import protocol
+
+HELLO_TIMEOUT = 0.5
+"""Seconds a live socket gets to answer with its hello during a scan."""
+_MAX_PARALLEL_PROBES = 8
+
+
+class AttachError(Exception):
+    """A user-facing attach failure (no such job, wrong protocol, no permission): one line, shown as is."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """One hooked process, as its hello describes it."""
+
+    pid: int
+    socket_path: str
+    hello: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def argv(self) -> list[str]:
+        argv = self.hello.get("argv")
+        return [str(arg) for arg in argv] if isinstance(argv, list) else []
+
+    @property
+    def command(self) -> str:
+        """The command line as one string (the executable's name for a bare `python -c`)."""
+        return " ".join(self.argv) or str(self.hello.get("executable", "?"))
+
+    @property
+    def cwd(self) -> str:
+        return str(self.hello.get("cwd", ""))
+
+    @property
+    def ppid(self) -> int | None:
+        return _int(self.hello.get("ppid"))
+
+    @property
+    def hostname(self) -> str:
+        return str(self.hello.get("hostname", ""))
+
+    @property
+    def dist(self) -> Mapping[str, Any]:
+        dist = self.hello.get("dist")
+        return dist if isinstance(dist, Mapping) else {}
+
+    @property
+    def rank(self) -> int | None:
+        return _int(self.dist.get("rank"))
+
+    @property
+    def local_rank(self) -> int | None:
+        return _int(self.dist.get("local_rank"))
+
+    @property
+    def world_size(self) -> int | None:
+        return _int(self.dist.get("world_size"))
+
+    @property
+    def cuda(self) -> Mapping[str, Any]:
+        cuda = self.hello.get("cuda")
+        return cuda if isinstance(cuda, Mapping) else {}
+
+    @property
+    def devices(self) -> list[Mapping[str, Any]]:
+        """The CUDA devices the job sees (empty until the job itself initializes CUDA)."""
+        devices = self.cuda.get("devices")
+        return [d for d in devices if isinstance(d, Mapping)] if isinstance(devices, list) else []
+
+    @property
+    def device(self) -> int | None:
+        """The index (as the job sees it) of the device its steps run on, when known."""
+        return _int(self.cuda.get("device"))
+
+    @property
+    def protocol_version(self) -> int | None:
+        return _int(self.hello.get("protocol"))
+
+    @property
+    def compatible(self) -> bool:
+        return self.protocol_version == protocol.PROTOCOL_VERSION
+
+    @property
+    def group_key(self) -> tuple[str, ...] | None:
+        """What the ranks of one distributed job share, or None for a single-process job.
+
+        The torchrun / elastic run id when set; else the rendezvous address (MASTER_ADDR:MASTER_PORT); else, for a
+        process that says it is one of several (WORLD_SIZE > 1), its parent (the launcher).
+        """
+        dist = self.dist
+        world = self.world_size
+        if world is not None and world <= 1:
+            return None
+        run_id = dist.get("run_id")
+        if run_id:
+            return ("run_id", str(run_id), str(dist.get("master_port") or ""))
+        if dist.get("master_addr") and dist.get("master_port") and world:
+            return ("master", str(dist["master_addr"]), str(dist["master_port"]))
+        if world and world > 1 and self.ppid is not None:
+            return ("parent", str(self.ppid))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobGroup:
+    """The local ranks of one distributed job (or one process alone), sorted by rank then pid."""
+
+    key: tuple[str, ...] | None
+    jobs: tuple[JobInfo, ...]
+
+    @property
+    def pids(self) -> list[int]:
+        return [job.pid for job in self.jobs]
+
+    @property
+    def primary(self) -> JobInfo:
+        """Rank 0 where present, else the lowest rank or pid."""
+        return self.jobs[0]
+
+    @property
+    def distributed(self) -> bool:
+        return self.key is not None
+
+    @property
+    def world_size(self) -> int | None:
+        return self.primary.world_size
+
+    @property
+    def label(self) -> str:
+        """'pid 1234: python train.py' or 'torchrun run abc: ranks 0,1 of 4 (pids 11, 12): python train.py'."""
+        command = self.primary.command
+        if not self.distributed:
+            return f"pid {self.primary.pid}: {command}"
+        ranks = ",".join("?" if job.rank is None else str(job.rank) for job in self.jobs)
+        world = f" of {self.world_size}" if self.world_size else ""
+        pids = ", ".join(str(pid) for pid in self.pids)
+        assert self.key is not None
+        kind = {"run_id": f"torchrun run {self.key[1]}", "master": f"DDP job at {self.key[1]}:{self.key[2]}"}.get(
+            self.key[0], "DDP job")
+        return f"{kind}: ranks {ranks}{world} (pids {pids}): {command}"
+
+    def with_pid(self, pid: int) -> bool:
+        return pid in self.pids
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """What one scan found: the jobs that answered, the sockets removed as stale, and live ones that did not answer."""
+
+    jobs: tuple[JobInfo, ...]
+    removed: tuple[str, ...] = ()
+    unreachable: tuple[tuple[int, str], ...] = ()
+    """(pid, why) of sockets whose process lives but gave no usable hello in time."""
+
+    @property
+    def groups(self) -> list[JobGroup]:
+        return group_jobs(self.jobs)
+
+    def job(self, pid: int) -> JobInfo | None:
+        return next((job for job in self.jobs if job.pid == pid), None)
+
+    def group_of(self, pid: int) -> JobGroup | None:
+        return next((group for group in self.groups if group.with_pid(pid)), None)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _sort_key(job: JobInfo) -> tuple[int, int, int]:
+    rank = job.rank
+    return (0 if rank is not None else 1, rank if rank is not None else 0, job.pid)
+
+
+def group_jobs(jobs: Iterable[JobInfo]) -> list[JobGroup]:
+    """Put the ranks of each distributed job together; single-process jobs stay alone. Groups in pid order."""
+    by_key: dict[tuple[str, ...], list[JobInfo]] = {}
+    singles: list[JobGroup] = []
+    for job in jobs:
+        key = job.group_key
+        if key is None:
+            singles.append(JobGroup(None, (job,)))
+        else:
+            by_key.setdefault(key, []).append(job)
+    groups = singles + [JobGroup(key, tuple(sorted(members, key=_sort_key))) for key, members in by_key.items()]
+    return sorted(groups, key=lambda group: min(group.pids))
+
+
+def read_hello(path: str, timeout: float = HELLO_TIMEOUT) -> dict[str, Any]:
+    """Connect to a hook socket, check who serves it, read its hello and hang up.
+
+    Raises OSError when the socket cannot be reached, TimeoutError when no hello comes in `timeout` seconds,
+    protocol.ProtocolError when the peer is not ours or sends something else.
+    """
+    deadline = time.monotonic() + timeout
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        _pid, uid, _gid = protocol.peer_credentials(sock)
+        if not protocol.peer_allowed(uid):
+            raise protocol.ProtocolError(f"{path} is served by uid {uid}, not by us or root")
+        buffer = bytearray()
+        while b"\n" not in buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no hello from {path} within {timeout:g} s")
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                raise TimeoutError(f"no hello from {path} within {timeout:g} s") from None
+            if not chunk:
+                raise protocol.ProtocolError(f"{path} closed the connection before its hello")
+            buffer += chunk
+            if len(buffer) > protocol.MAX_MESSAGE:
+                raise protocol.ProtocolError(f"{path} sent a line longer than {protocol.MAX_MESSAGE} bytes")
+        line = bytes(buffer[: buffer.index(b"\n") + 1])
+        hello = protocol.decode(line, limit=protocol.MAX_MESSAGE)
+        if hello.get("type") != protocol.HELLO:
+            raise protocol.ProtocolError(f"{path} sent {hello.get('type')!r} instead of a hello")
+        return hello
+    finally:
+        sock.close()
+
+
+def _owned_by_us(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and stat.S_ISSOCK(st.st_mode)
+
+
+def _remove(path: str) -> bool:
+    """Unlink a socket file of ours (never another uid's, never a non-socket)."""
+    if not _owned_by_us(path):
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
+def _probe(pid: int, path: str, timeout: float) -> tuple[str, Any]:
+    """('job', JobInfo) | ('stale', path) | ('unreachable', reason) for one socket."""
+    if not protocol.pid_alive(pid):
+        return ("stale", path)
+    try:
+        hello = read_hello(path, timeout)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return ("stale", path)  # the pid was reused by a process that does not serve this socket
+    except TimeoutError as error:
+        return ("unreachable", str(error))
+    except protocol.ProtocolError as error:
+        return ("unreachable", str(error))
+    except OSError as error:
+        return ("unreachable", f"{path}: {error.strerror or error}")
+    if hello.get("pid") != pid:
+        return ("unreachable", f"{path} is served by pid {hello.get('pid')}, not {pid}")
+    return ("job", JobInfo(pid=pid, socket_path=path, hello=hello))
+
+
+def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, clean: bool = True) -> Discovery:
+    """Find this user's hooked jobs. Sockets of dead pids are removed (when `clean`); each live one is asked for its
+    hello, in parallel, for at most `timeout` seconds. `pids`: only look at these.
+
+    Only directories that are ours with mode 0700 are read (protocol.list_sockets refuses the others), and only
+    socket files we own are removed.
+    """
+    wanted = None if pids is None else set(pids)
+    sockets = [(pid, path) for pid, path in protocol.list_sockets() if wanted is None or pid in wanted]
+    if not sockets:
+        return Discovery(jobs=())
+    if len(sockets) == 1:
+        results = [_probe(*sockets[0], timeout)]
+    else:
+        with ThreadPoolExecutor(max_workers=min(_MAX_PARALLEL_PROBES, len(sockets))) as pool:
+            results = list(pool.map(lambda item: _probe(item[0], item[1], timeout), sockets))
+    jobs: list[JobInfo] = []
+    removed: list[str] = []
+    unreachable: list[tuple[int, str]] = []
+    for (pid, path), (kind, value) in zip(sockets, results):
+        if kind == "job":
+            jobs.append(value)
+        elif kind == "stale":
+            if clean and _remove(path):
+                removed.append(path)
+        else:
+            unreachable.append((pid, value))
+    return Discovery(jobs=tuple(jobs), removed=tuple(removed), unreachable=tuple(unreachable))
+
+
+def list_jobs(timeout: float = HELLO_TIMEOUT) -> list[JobInfo]:
+    """The hooked jobs of this user that answer (stale sockets removed on the way)."""
+    return list(scan(timeout).jobs)
+
+
+def process_command(pid: int) -> str:
+    """A process's command line from /proc ('' when gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            raw = stream.read()
+    except OSError:
+        return ""
+    return " ".join(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of `pid` from /proc (None when it is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            data = stream.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
+    """True when `pid` is `ancestor` or one of its descendants (walking /proc parent links)."""
+    current: int | None = pid
+    for _ in range(max_depth):
+        if current is None or current <= 1:
+            return False
+        if current == ancestor:
+            return True
+        current = parent_pid(current)
+    return False
+
+
+def jobs_launched_by(root_pid: int, timeout: float = HELLO_TIMEOUT) -> Discovery:
+    """The hooked jobs that are `root_pid` or its descendants (what `gpumon run` launched, ranks included)."""
+    candidates = [pid for pid, _path in protocol.list_sockets() if descends_from(pid, root_pid)]
+    if not candidates:
+        return Discovery(jobs=())
+    return scan(timeout, pids=candidates)

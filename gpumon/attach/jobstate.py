@@ -1,0 +1,501 @@
+"""What the monitor knows about one hooked job: bounded step history, per-second timeline, rolling stats, latest state.
+
+JobState is fed protocol messages (by JobClient's thread, or from a recording in tests) and hands out frozen
+JobView copies that a UI can read on its own thread.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpumon import protocol
+from gpumon.attach.discovery import JobInfo
+
+HISTORY_STEPS = 4096
+"""Step records kept per job."""
+RECENT_STEPS = 512
+"""Step records copied into each JobView."""
+TIMELINE_POINTS = 3600
+"""Per-second points kept (an hour)."""
+BUCKET_S = 1.0
+LATE_GRACE_S = 0.5
+"""A second of the timeline is closed once a message from this long after its end arrives."""
+STATS_WINDOW_S = 5.0
+"""Rolling stats cover the steps that ended in this many seconds before the newest message."""
+
+END_EXIT = "exit"
+END_CLOSED = "connection closed"
+
+
+@dataclass(frozen=True, slots=True)
+class StepPoint:
+    """One training step as the hook measured it (times in milliseconds)."""
+
+    seq: int
+    t: float
+    wall_ms: float
+    data_ms: float
+    gpu_ms: float | None
+    samples: int | None
+    source: str
+    syncs: int | None = None
+
+    @property
+    def gpu_busy_ms(self) -> float | None:
+        """GPU time that does not overlap the data wait (the GPU runs ahead asynchronously), at most the step."""
+        if self.gpu_ms is None:
+            return None
+        return max(0.0, min(self.gpu_ms, self.wall_ms - self.data_ms))
+
+    @property
+    def rest_ms(self) -> float:
+        """The step's time neither waiting for data nor covered by GPU work (host time with the GPU idle)."""
+        return max(0.0, self.wall_ms - self.data_ms - (self.gpu_busy_ms or 0.0))
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> StepPoint | None:
+        try:
+            gpu = record.get("gpu_ms")
+            samples = record.get("samples")
+            syncs = record.get("syncs")
+            return cls(
+                seq=int(record["seq"]), t=float(record["t"]), wall_ms=float(record["wall_ms"]),
+                data_ms=float(record.get("data_ms") or 0.0), gpu_ms=None if gpu is None else float(gpu),
+                samples=None if samples is None else int(samples), source=str(record.get("source", "")),
+                syncs=None if syncs is None else int(syncs),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where the wall time of some steps went, as shares of it (0-1). gpu/rest are None without GPU timing."""
+
+    data: float | None = None
+    gpu: float | None = None
+    rest: float | None = None
+
+    @classmethod
+    def of(cls, steps: Sequence[StepPoint]) -> Breakdown:
+        wall = sum(step.wall_ms for step in steps)
+        if not steps or wall <= 0:
+            return cls()
+        data = min(1.0, sum(step.data_ms for step in steps) / wall)
+        timed = [step for step in steps if step.gpu_ms is not None]
+        timed_wall = sum(step.wall_ms for step in timed)
+        if not timed or timed_wall <= 0:
+            return cls(data=data, gpu=None, rest=max(0.0, 1.0 - data))
+        gpu = min(1.0 - data, sum(step.gpu_busy_ms or 0.0 for step in timed) / timed_wall)
+        return cls(data=data, gpu=max(0.0, gpu), rest=max(0.0, 1.0 - data - max(0.0, gpu)))
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """One second of the job: how many steps ended in it, their throughput and where their time went."""
+
+    t: float
+    """Start of the second (unix time)."""
+    steps: int
+    samples: int | None
+    wall_ms: float | None
+    """Mean step time of the steps that ended in this second."""
+    breakdown: Breakdown
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / BUCKET_S
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return None if self.samples is None else self.samples / BUCKET_S
+
+
+@dataclass(frozen=True, slots=True)
+class RollingStats:
+    """Means and rates over the last STATS_WINDOW_S seconds of steps."""
+
+    window_s: float = 0.0
+    steps: int = 0
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    wall_ms: float | None = None
+    data_ms: float | None = None
+    gpu_ms: float | None = None
+    rest_ms: float | None = None
+    breakdown: Breakdown = field(default_factory=Breakdown)
+
+    @classmethod
+    def of(cls, steps: Sequence[StepPoint], now: float) -> RollingStats:
+        window = [step for step in steps if now - step.t <= STATS_WINDOW_S]
+        if not steps:
+            return cls()
+        oldest = window[0] if window else None
+        span = STATS_WINDOW_S
+        if oldest is not None and len(window) == len(steps):
+            span = min(STATS_WINDOW_S, max(0.0, now - (oldest.t - oldest.wall_ms / 1e3)))
+        if not window:
+            return cls(window_s=span, steps=0, steps_per_s=0.0, samples_per_s=0.0)
+        count = len(window)
+        samples = [step.samples for step in window if step.samples is not None]
+        timed = [step.gpu_ms for step in window if step.gpu_ms is not None]
+        return cls(
+            window_s=span, steps=count,
+            steps_per_s=count / span if span > 0 else None,
+            samples_per_s=sum(samples) / span if samples and span > 0 else None,
+            wall_ms=sum(step.wall_ms for step in window) / count,
+            data_ms=sum(step.data_ms for step in window) / count,
+            gpu_ms=sum(timed) / len(timed) if timed else None,
+            rest_ms=sum(step.rest_ms for step in window) / count,
+            breakdown=Breakdown.of(window),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RankSummary:
+    """One rank of a distributed job, for the per-rank table."""
+
+    rank: int | None
+    pid: int
+    steps_per_s: float | None
+    wall_ms: float | None
+    data_ms: float | None
+    gpu_ms: float | None
+    ended: bool
+
+
+def find_straggler(ranks: Sequence[RankSummary], threshold: float = 0.10) -> int | None:
+    """The pid of the rank that holds the others back, or None when none stands out by more than `threshold`.
+
+    Ranks that run unsynchronised: the one with the longest mean step. Ranks kept in lockstep by collectives
+    (step times within the threshold): the one that waits longest for its data, since the others then wait
+    for it inside their all-reduce.
+    """
+    live = [r for r in ranks if r.wall_ms is not None and not r.ended]
+    if len(live) < 2:
+        return None
+    slowest = max(live, key=lambda r: r.wall_ms or 0.0)
+    others = sorted(r.wall_ms or 0.0 for r in live if r is not slowest)
+    median = others[len(others) // 2]
+    if median > 0 and (slowest.wall_ms or 0.0) > median * (1 + threshold):
+        return slowest.pid
+    hungriest = max(live, key=lambda r: r.data_ms or 0.0)
+    other_waits = sorted(r.data_ms or 0.0 for r in live if r is not hungriest)
+    median_wait = other_waits[len(other_waits) // 2]
+    wall = hungriest.wall_ms or 0.0
+    if wall > 0 and ((hungriest.data_ms or 0.0) - median_wait) / wall > threshold:
+        return hungriest.pid
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A consistent copy of what is known about one hooked job (or the primary rank of a group)."""
+
+    pid: int
+    info: JobInfo | None = None
+    connected: bool = False
+    waiting: str | None = None
+    """Why there is no connection yet (e.g. waiting for the launched job to start training), None once connected."""
+    ended: bool = False
+    end_reason: str | None = None
+    exit_code: int | None = None
+    steps: tuple[StepPoint, ...] = ()
+    timeline: tuple[TimelinePoint, ...] = ()
+    stats: RollingStats = field(default_factory=RollingStats)
+    hook_stats: Mapping[str, Any] = field(default_factory=dict)
+    state: Mapping[str, Any] | None = None
+    last_seq: int = 0
+    dropped: int = 0
+    protocol_errors: int = 0
+    last_error: str | None = None
+    silent_s: float | None = None
+    """Seconds since the last message (None before any)."""
+    diagnosis: Mapping[str, Any] | None = None
+    ranks: tuple[RankSummary, ...] = ()
+    straggler: int | None = None
+    """Pid of the straggling rank, when ranks are shown and one stands out."""
+
+    @property
+    def command(self) -> str:
+        return self.info.command if self.info is not None else ""
+
+    @property
+    def memory(self) -> Mapping[str, Any] | None:
+        memory = (self.state or {}).get("memory")
+        return memory if isinstance(memory, Mapping) else None
+
+    @property
+    def dataloaders(self) -> list[Mapping[str, Any]]:
+        loaders = (self.state or {}).get("dataloaders")
+        return [d for d in loaders if isinstance(d, Mapping)] if isinstance(loaders, list) else []
+
+    @property
+    def precision(self) -> Mapping[str, Any]:
+        precision = (self.state or {}).get("precision")
+        return precision if isinstance(precision, Mapping) else {}
+
+    @property
+    def step_source(self) -> str | None:
+        source = (self.state or {}).get("step_source")
+        return source if isinstance(source, str) else (self.steps[-1].source if self.steps else None)
+
+    @property
+    def cuda(self) -> Mapping[str, Any]:
+        cuda = (self.state or {}).get("cuda")
+        if isinstance(cuda, Mapping):
+            return cuda
+        return self.info.cuda if self.info is not None else {}
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Pids of the DataLoader workers of every loader the job uses."""
+        pids: list[int] = []
+        for loader in self.dataloaders:
+            for pid in loader.get("worker_pids") or ():
+                if isinstance(pid, int) and pid not in pids:
+                    pids.append(pid)
+        return pids
+
+    @property
+    def device_uuids(self) -> list[str]:
+        """UUIDs of the GPU(s) the job computes on: its step device, else every device it sees."""
+        devices = [d for d in self.cuda.get("devices") or () if isinstance(d, Mapping)]
+        device = self.cuda.get("device")
+        chosen = [d for d in devices if d.get("index") == device] if isinstance(device, int) else []
+        return [str(d["uuid"]) for d in chosen or devices if d.get("uuid")]
+
+    @property
+    def pids(self) -> list[int]:
+        """The job's processes: every rank's pid."""
+        return [r.pid for r in self.ranks] if self.ranks else [self.pid]
+
+
+def _clean_float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+class _Bucket:
+    __slots__ = ("index", "steps")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.steps: list[StepPoint] = []
+
+    def point(self) -> TimelinePoint:
+        steps = self.steps
+        samples = [step.samples for step in steps if step.samples is not None]
+        return TimelinePoint(
+            t=self.index * BUCKET_S, steps=len(steps), samples=sum(samples) if samples else (0 if not steps else None),
+            wall_ms=sum(step.wall_ms for step in steps) / len(steps) if steps else None,
+            breakdown=Breakdown.of(steps),
+        )
+
+
+class JobState:
+    """Thread-safe accumulation of one job's messages; `view()` copies it out."""
+
+    def __init__(self, pid: int, *, history_steps: int = HISTORY_STEPS, clock: Any = time.monotonic) -> None:
+        self.pid = pid
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._info: JobInfo | None = None
+        self._socket_path = ""
+        self._steps: deque[StepPoint] = deque(maxlen=history_steps)
+        self._timeline: deque[TimelinePoint] = deque(maxlen=TIMELINE_POINTS)
+        self._bucket: _Bucket | None = None
+        self._hook_stats: Mapping[str, Any] = {}
+        self._state: Mapping[str, Any] | None = None
+        self._now = 0.0
+        """The hook's clock: the newest message or record time seen."""
+        self._last_seq = 0
+        self._dropped = 0
+        self._protocol_errors = 0
+        self._last_error: str | None = None
+        self._last_message: float | None = None
+        self._diagnosis: Mapping[str, Any] | None = None
+        self.connected = False
+        self.waiting: str | None = None
+        self.ended = False
+        self.end_reason: str | None = None
+        self.exit_code: int | None = None
+
+    # -- feeding ---------------------------------------------------------------------------------
+
+    def set_socket_path(self, path: str) -> None:
+        self._socket_path = path
+
+    def apply(self, message: Mapping[str, Any]) -> str | None:
+        """Take one decoded message; return its type when it changed what a view shows, else None."""
+        kind = message.get("type")
+        with self._lock:
+            self._last_message = self._clock()
+            message_t = _clean_float(message.get("t"))
+            if kind == protocol.HELLO:
+                pid = message.get("pid")
+                self._info = JobInfo(pid=pid if isinstance(pid, int) else self.pid, socket_path=self._socket_path,
+                                     hello=dict(message))
+                self.connected = True
+                self.waiting = None
+                started = _clean_float(message.get("started"))
+                if started is not None:
+                    self._now = max(self._now, started)
+                return kind
+            if kind == protocol.STEPS:
+                self._take_steps(message)
+                if message_t is not None:
+                    self._advance(message_t)
+                return kind
+            if kind == protocol.STATE:
+                self._state = dict(message)
+                if message_t is not None:
+                    self._advance(message_t)
+                return kind
+            if kind == protocol.DIAGNOSIS:
+                self._diagnosis = dict(message)
+                return kind
+            if kind == protocol.ERROR:
+                self._last_error = f"{message.get('code')}: {message.get('message')}"
+                return kind
+            if kind == protocol.BYE:
+                self._end(str(message.get("reason") or END_EXIT))
+                return kind
+        return None
+
+    def protocol_error(self, error: str) -> None:
+        with self._lock:
+            self._protocol_errors += 1
+            self._last_error = error
+
+    def end(self, reason: str, exit_code: int | None = None) -> None:
+        """The job or its connection is gone; the first reason given is kept (a bye's reason beats a closed socket)."""
+        with self._lock:
+            self._end(reason)
+            if exit_code is not None:
+                self.exit_code = exit_code
+
+    def _end(self, reason: str) -> None:
+        if not self.ended:
+            self.ended = True
+            self.end_reason = reason
+            self._close_bucket()
+        self.connected = False
+
+    def _take_steps(self, message: Mapping[str, Any]) -> None:
+        dropped = message.get("dropped")
+        if isinstance(dropped, int) and dropped > 0:
+            self._dropped += dropped
+        stats = message.get("stats")
+        if isinstance(stats, Mapping):
+            self._hook_stats = dict(stats)
+        records = message.get("records")
+        for record in records if isinstance(records, list) else ():
+            if not isinstance(record, Mapping):
+                continue
+            step = StepPoint.from_record(record)
+            if step is None or step.seq <= self._last_seq:
+                continue  # a resent backlog: seen already
+            if self._last_seq and step.seq > self._last_seq + 1:
+                self._dropped += 0 if isinstance(dropped, int) and dropped > 0 else step.seq - self._last_seq - 1
+            self._last_seq = step.seq
+            self._steps.append(step)
+            self._add_to_timeline(step)
+            self._now = max(self._now, step.t)
+
+    def _add_to_timeline(self, step: StepPoint) -> None:
+        index = math.floor(step.t / BUCKET_S)
+        bucket = self._bucket
+        if bucket is None:
+            if self._timeline:
+                self._fill_gap(math.floor(self._timeline[-1].t / BUCKET_S) + 1, index)
+            self._bucket = _Bucket(index)
+        elif index > bucket.index:
+            self._close_bucket()
+            self._fill_gap(bucket.index + 1, index)
+            self._bucket = _Bucket(index)
+        assert self._bucket is not None
+        self._bucket.steps.append(step)  # a late record of a closed second counts in the open one
+
+    def _advance(self, t: float) -> None:
+        """The hook's clock moved to `t`: close the seconds that ended (with grace for records still in flight)."""
+        self._now = max(self._now, t)
+        bucket = self._bucket
+        if bucket is None:
+            return
+        closed_until = math.floor((t - LATE_GRACE_S) / BUCKET_S)
+        if closed_until > bucket.index:
+            self._close_bucket()
+            self._fill_gap(bucket.index + 1, closed_until)
+            self._bucket = _Bucket(closed_until)
+
+    def _fill_gap(self, first: int, stop: int) -> None:
+        """Seconds without any step: zero steps, no breakdown (at most a timeline's worth)."""
+        for index in range(max(first, stop - TIMELINE_POINTS), stop):
+            self._timeline.append(_Bucket(index).point())
+
+    def _close_bucket(self) -> None:
+        if self._bucket is not None:
+            self._timeline.append(self._bucket.point())
+            self._bucket = None
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> JobInfo | None:
+        return self._info
+
+    def view(self) -> JobView:
+        with self._lock:
+            steps = tuple(self._steps)
+            recent = steps[-RECENT_STEPS:]
+            now = self._now
+            silent = None if self._last_message is None else max(0.0, self._clock() - self._last_message)
+            return JobView(
+                pid=self.pid, info=self._info, connected=self.connected, waiting=self.waiting, ended=self.ended,
+                end_reason=self.end_reason, exit_code=self.exit_code, steps=recent, timeline=tuple(self._timeline),
+                stats=RollingStats.of(steps[-2048:], now), hook_stats=dict(self._hook_stats), state=self._state,
+                last_seq=self._last_seq, dropped=self._dropped, protocol_errors=self._protocol_errors,
+                last_error=self._last_error, silent_s=silent, diagnosis=self._diagnosis,
+            )
+
+
+def rank_summary(view: JobView) -> RankSummary:
+    info = view.info
+    stats = view.stats
+    return RankSummary(rank=info.rank if info is not None else None, pid=view.pid, steps_per_s=stats.steps_per_s,
+                       wall_ms=stats.wall_ms, data_ms=stats.data_ms, gpu_ms=stats.gpu_ms, ended=view.ended)
+
+
+def group_view(views: Sequence[JobView], primary: int = 0) -> JobView:
+    """The primary rank's view with every rank's summary and the straggler, for a distributed job."""
+    if not views:
+        raise ValueError("no views")
+    main = views[primary]
+    if len(views) == 1:
+        return main
+    ranks = tuple(rank_summary(view) for view in views)
+    return replace(main, ranks=ranks, straggler=find_straggler(ranks),
+                   ended=all(view.ended for view in views),
+                   end_reason=main.end_reason if all(view.ended for view in views) else None)
+
+
+def replay_messages(messages: Iterable[Mapping[str, Any]], pid: int | None = None) -> JobState:
+    """A JobState fed from recorded messages (tests, and `--json` output read back)."""
+    items = list(messages)
+    if pid is None:
+        pid = next((m["pid"] for m in items if m.get("type") == protocol.HELLO and isinstance(m.get("pid"), int)), 0)
+    state = JobState(pid, clock=lambda: 0.0)
+    for message in items:
+        if message.get("type") == "ended":
+            state.end(str(message.get("reason") or END_CLOSED), message.get("exit_code"))
+        else:
+            state.apply(message)
+    return state

@@ -1,0 +1,211 @@
+"""The job the dashboard follows: every local rank of a hooked job (AttachedJob), or a py-spy estimate.
+
+`open_job(pid)` is what `gpumon attach PID` does: the hooked job with its ranks when the pid has a hook socket,
+else the py-spy sampler once py-spy has proved it can read the pid; one-line AttachError otherwise.
+`AttachedJob.launched(pid)` follows what `gpumon run` started, waiting for its socket(s) to appear.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Union
+
+from gpumon import protocol
+from gpumon.attach.client import ENDED, JobClient, Listener
+from gpumon.attach.discovery import (HELLO_TIMEOUT, AttachError, JobGroup, JobInfo, jobs_launched_by,
+                                     process_command, scan)
+from gpumon.attach.jobstate import JobView, group_view
+from gpumon.attach.pyspy import PySpySampler
+
+LAUNCH_POLL_S = 0.05
+"""How often a launched job's sockets are looked for until the first appears."""
+RANK_POLL_S = 1.0
+"""How often, after that, more ranks of it are looked for."""
+
+
+class AttachedJob:
+    """One or more JobClients (the local ranks of one job) seen as one job; `view()` is the primary rank's view
+    with every rank's summary and the straggler."""
+
+    def __init__(self, clients: list[JobClient] | None = None, *, primary_pid: int | None = None,
+                 launched_pid: int | None = None, exit_status: Callable[[], int | None] | None = None) -> None:
+        self._clients: list[JobClient] = list(clients or [])
+        self._lock = threading.Lock()
+        self.primary_pid = primary_pid if primary_pid is not None else (
+            self._clients[0].pid if self._clients else launched_pid)
+        self.launched_pid = launched_pid
+        self._exit_status = exit_status
+        self._listeners: list[Listener] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._launch_command = process_command(launched_pid) if launched_pid is not None else ""
+
+    @classmethod
+    def for_pid(cls, pid: int, timeout: float = HELLO_TIMEOUT) -> AttachedJob | None:
+        """Connect to `pid`'s hook and to the other local ranks of its job; None when `pid` has no hook socket.
+
+        Raises AttachError when the socket exists but cannot be used (another protocol version, no answer).
+        """
+        found = scan(timeout)
+        group = found.group_of(pid)
+        if group is None:
+            for unreachable_pid, reason in found.unreachable:
+                if unreachable_pid == pid:
+                    raise AttachError(f"pid {pid} has a gpumon hook that cannot be used: {reason}")
+            return None
+        return cls.for_group(group, primary_pid=pid)
+
+    @classmethod
+    def for_group(cls, group: JobGroup, primary_pid: int | None = None) -> AttachedJob:
+        """Connect to every rank of `group` (ranks that fail are left out; the primary must connect)."""
+        primary_pid = group.primary.pid if primary_pid is None else primary_pid
+        clients: list[JobClient] = []
+        for info in group.jobs:
+            client = JobClient(info)
+            try:
+                client.connect()
+            except AttachError:
+                if info.pid == primary_pid:
+                    for connected in clients:
+                        connected.stop()
+                    raise
+                continue
+            clients.append(client)
+        return cls(clients, primary_pid=primary_pid)
+
+    @classmethod
+    def launched(cls, pid: int, exit_status: Callable[[], int | None] | None = None) -> AttachedJob:
+        """Follow what `gpumon run` started as `pid`: its hooked processes (it or its descendants, e.g. the
+        ranks torchrun starts) are attached as their sockets appear. `exit_status`: the launched process's
+        exit code once it exited (Popen.poll)."""
+        return cls([], launched_pid=pid, exit_status=exit_status)
+
+    # -- the source interface -------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        assert self.primary_pid is not None
+        return self.primary_pid
+
+    @property
+    def clients(self) -> list[JobClient]:
+        with self._lock:
+            return list(self._clients)
+
+    @property
+    def primary(self) -> JobClient | None:
+        """The client of the primary rank (the pid asked for, else rank 0), None while none is connected."""
+        clients = self.clients
+        return next((c for c in clients if c.pid == self.primary_pid), clients[0] if clients else None)
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def start(self, listener: Listener | None = None) -> None:
+        if listener is not None:
+            self.add_listener(listener)
+        for client in self.clients:
+            client.start(self._notify)
+        if self.launched_pid is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._follow_launch, name="gpumon-launch-watch", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+        for client in self.clients:
+            client.stop()
+
+    @property
+    def ended(self) -> bool:
+        clients = self.clients
+        if not clients:
+            return self.launched_pid is not None and not protocol.pid_alive(self.launched_pid)
+        return all(client.ended for client in clients)
+
+    def view(self) -> JobView:
+        clients = self.clients
+        exit_code = self._exit_status() if self._exit_status is not None else None
+        if not clients:
+            assert self.launched_pid is not None
+            command = self._launch_command or f"pid {self.launched_pid}"
+            launched_over = exit_code is not None or not protocol.pid_alive(self.launched_pid)
+            return JobView(
+                pid=self.launched_pid, waiting=None if launched_over else f"waiting for `{command}` to start training",
+                ended=launched_over, exit_code=exit_code,
+                end_reason="the job exited before it started training (no hook socket appeared)"
+                if launched_over else None,
+            )
+        views = [client.view() for client in clients]
+        primary = next((i for i, c in enumerate(clients) if c.pid == self.primary_pid), 0)
+        view = group_view(views, primary)
+        if exit_code is not None and view.exit_code is None:
+            view = replace(view, exit_code=exit_code)
+        return view
+
+    # -- following a launch ---------------------------------------------------------------------
+
+    def _follow_launch(self) -> None:
+        assert self.launched_pid is not None
+        root = self.launched_pid
+        while not self._stop.is_set():
+            try:
+                found = jobs_launched_by(root)
+            except Exception:  # noqa: BLE001 - a scan error is retried
+                found = None
+            if found is not None:
+                self._add(found.jobs)
+            root_alive = protocol.pid_alive(root) and (self._exit_status is None or self._exit_status() is None)
+            if not root_alive:
+                self._notify(ENDED)
+                return
+            self._stop.wait(RANK_POLL_S if self.clients else LAUNCH_POLL_S)
+
+    def _add(self, jobs: tuple[JobInfo, ...]) -> None:
+        known = {client.pid for client in self.clients}
+        for info in jobs:
+            if info.pid in known:
+                continue
+            client = JobClient(info)
+            try:
+                client.connect()
+            except AttachError:
+                continue
+            with self._lock:
+                self._clients.append(client)
+                self._clients.sort(key=lambda c: (c.state.info.rank if c.state.info and c.state.info.rank is not None
+                                                  else 1 << 30, c.pid))
+                if self.primary_pid == self.launched_pid and not any(c.pid == self.launched_pid
+                                                                     for c in self._clients):
+                    self.primary_pid = self._clients[0].pid
+            client.start(self._notify)
+            self._notify(protocol.HELLO)
+
+    def _notify(self, what: str) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(what)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+JobSource = Union[AttachedJob, PySpySampler]
+"""What the dashboard's job pane follows."""
+
+
+def open_job(pid: int) -> JobSource:
+    """What `gpumon attach PID` attaches to: the hooked job, or a py-spy sampler; AttachError (one line) when
+    neither can be had."""
+    if pid <= 0:
+        raise AttachError(f"{pid} is not a valid pid")
+    if not protocol.pid_alive(pid):
+        raise AttachError(f"no process with pid {pid}")
+    job = AttachedJob.for_pid(pid)
+    if job is not None:
+        return job
+    sampler = PySpySampler(pid)
+    sampler.probe()
+    return sampler

@@ -1,0 +1,91 @@
+"""Helpers for the attach tests: hooked and unhooked CPU training jobs in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpumon import protocol
+
+JOBS = Path(__file__).parent / "jobs"
+HOOKED_JOB = JOBS / "hooked_train.py"
+SPY_TARGET = JOBS / "spy_target.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def job_env(sock_dir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env[protocol.SOCKET_DIR_ENV] = sock_dir
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.pop("GPUMON_KNOBS", None)
+    env.update(extra or {})
+    return env
+
+
+class Job:
+    """One training subprocess; killed (with its process group) by the fixture that made it."""
+
+    def __init__(self, script: Path, args: list[str], sock_dir: str, env: dict[str, str] | None = None) -> None:
+        self.sock_dir = sock_dir
+        self.proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=job_env(sock_dir, env),
+                                     start_new_session=True)
+        self.pid = self.proc.pid
+        self.socket_path = os.path.join(sock_dir, f"{self.pid}.sock")
+
+    def event(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"job exited before {name!r}: rc={self.proc.wait()} stderr={self.stderr()}")
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == name:
+                return event
+        raise AssertionError(f"no {name!r} event within {timeout} s")
+
+    def wait_socket(self, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(self.socket_path):
+                return self.socket_path
+            if self.proc.poll() is not None:
+                raise AssertionError(f"job exited (rc={self.proc.returncode}) without a socket: {self.stderr()}")
+            time.sleep(0.02)
+        raise AssertionError(f"no socket at {self.socket_path} within {timeout} s")
+
+    def stderr(self) -> str:
+        if self.proc.poll() is None or self.proc.stderr is None:
+            return ""
+        return self.proc.stderr.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def wait_until(predicate: Any, timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())

@@ -1,0 +1,41 @@
+"""Fixtures for the attach tests: a private socket directory and training jobs in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from attach_helpers import HOOKED_JOB, Job
+
+from gpumon import protocol
+
+
+@pytest.fixture
+def sock_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A socket directory (created 0700 like the hook does) that only this test's jobs use."""
+    base = tempfile.mkdtemp(prefix="gpumon-attach-", dir="/tmp")
+    directory = os.path.join(base, "s")
+    os.mkdir(directory, 0o700)
+    monkeypatch.setenv(protocol.SOCKET_DIR_ENV, directory)
+    yield directory
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def start_job(sock_dir: str) -> Iterator[Any]:
+    """start_job(*args, env=None, script=HOOKED_JOB) -> Job; every job is killed at the end."""
+    jobs: list[Job] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, script: Path = HOOKED_JOB) -> Job:
+        job = Job(script, list(args), sock_dir, env)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:
+        job.kill()

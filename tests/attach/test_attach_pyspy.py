@@ -1,0 +1,179 @@
+"""The py-spy fallback: the classifier on stacks captured from real py-spy runs (tests/fixtures/pyspy), the target
+checks, and py-spy attached to a running CPU training job that waits on data."""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from attach_helpers import SPY_TARGET, wait_until
+
+from gpumon.attach.discovery import AttachError
+from gpumon.attach.pyspy import (BACKWARD, CUDA_SYNC, DATA_WAIT, ELSEWHERE, FORWARD, OPTIMIZER, Frame, PySpySampler,
+                                 check_target, classify, classify_stack, explain_pyspy_failure, find_pyspy,
+                                 main_thread_stacks, parse_dump, parse_raw, probe)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+
+
+def fixture_source(file: str, line: int) -> str:
+    """Source lines of the captured target come from its copy next to the dumps (same line numbers)."""
+    if os.path.basename(file) == "spy_target.py":
+        return linecache.getline(str(FIXTURES / "spy_target.py"), line)
+    return ""
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["dumps"]))
+def test_each_captured_dump_is_put_in_the_category_its_frames_show(name: str) -> None:
+    stacks = parse_dump((FIXTURES / name).read_text())
+    (main,) = main_thread_stacks(stacks)
+    assert main.thread_name == "MainThread" and main.frames
+    assert classify_stack(main.frames, fixture_source) == EXPECTED["dumps"][name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["records"]))
+def test_each_captured_record_is_dominated_by_its_phase(name: str) -> None:
+    stacks = parse_raw((FIXTURES / name).read_text())
+    main = main_thread_stacks(stacks)
+    assert main and all(stack.thread_name == "MainThread" for stack in main)
+    pid = main[0].thread_id
+    assert main_thread_stacks(stacks, pid) == main  # the main thread's OS thread id is the pid
+    counts = classify(stacks, pid, fixture_source)
+    total = sum(counts.values())
+    assert total >= 40  # 1 s at 50 Hz
+    assert counts[EXPECTED["records"][name]] / total > 0.6, counts
+
+
+def test_worker_threads_are_left_out() -> None:
+    stacks = parse_dump((FIXTURES / "dump-data-0.txt").read_text())
+    assert [s.thread_name for s in stacks] == ["MainThread", "QueueFeederThread", "QueueFeederThread"]
+    assert len(main_thread_stacks(stacks)) == 1
+
+
+def frames(*names_files: tuple[str, str]) -> list[Frame]:
+    return [Frame(name, file, 10) for name, file in names_files]
+
+
+def test_rules_for_stacks_no_cpu_run_can_show() -> None:
+    # torch.cuda.synchronize() and an event wait exist only with CUDA: the rules, on frames as py-spy names them.
+    assert classify_stack(frames(("synchronize", "torch/cuda/__init__.py"), ("main", "train.py"))) == CUDA_SYNC
+    assert classify_stack(frames(("Event.synchronize", "torch/cuda/streams.py"), ("main", "train.py"))) == CUDA_SYNC
+    assert classify_stack(frames(("clip_grad_norm_", "torch/nn/utils/clip_grad.py"), ("main", "t.py"))) == OPTIMIZER
+    assert classify_stack(frames(("GradScaler.step", "torch/amp/grad_scaler.py"), ("main", "t.py"))) == OPTIMIZER
+    assert classify_stack(frames(("main", "train.py"), ("<module>", "train.py"))) == ELSEWHERE
+    assert classify_stack([]) == ELSEWHERE
+    # Activation checkpointing recomputes the forward inside backward: that time is backward's.
+    assert classify_stack(frames(("Linear.forward", "torch/nn/modules/linear.py"),
+                                 ("_engine_run_backward", "torch/autograd/graph.py"))) == BACKWARD
+    assert classify_stack(frames(("Linear.forward", "torch/nn/modules/linear.py"))) == FORWARD
+
+
+def test_pyspy_failures_become_one_line_messages() -> None:
+    permission = explain_pyspy_failure(123, "Permission Denied: Try running again with elevated permissions by going "
+                                            "'sudo env \"PATH=$PATH\" !!'")
+    assert "setcap cap_sys_ptrace+ep" in permission and "ptrace_scope" in permission and "\n" not in permission
+    assert "Python" in explain_pyspy_failure(123, "Error: Failed to find python version from target process")
+    assert "no process" in explain_pyspy_failure(123, "Error: Failed to get process executable name.\n\nCaused by:\n"
+                                                      "    0: No such file or directory (os error 2)")
+
+
+def test_a_dead_pid_and_a_non_python_pid_are_refused() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    with pytest.raises(AttachError, match=f"no process with pid {proc.pid}"):
+        check_target(proc.pid)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.raises(AttachError, match=rf"pid {sleeper.pid} \(sleep\) is not a Python process"):
+            check_target(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+needs_pyspy = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed (pip install py-spy)")
+
+
+def _probe_or_skip(pid: int) -> None:
+    try:
+        probe(pid)
+    except AttachError as error:
+        if "permission" in str(error).lower():
+            pytest.skip(f"py-spy cannot attach here: {error}")
+        raise
+
+
+@needs_pyspy
+def test_pyspy_finds_a_job_that_waits_on_data_spends_most_time_there(start_job: Any) -> None:
+    job = start_job("--mode", "data", "--seconds", "30", script=SPY_TARGET)
+    job.event("ready")
+    _probe_or_skip(job.pid)
+    sampler = PySpySampler(job.pid)
+    sampler.start()
+    try:
+        assert wait_until(lambda: sampler.view().rounds >= 2, 15)
+    finally:
+        sampler.stop()
+    view = sampler.view()
+    assert view.samples >= 50
+    assert view.dominant == DATA_WAIT
+    assert view.fractions[DATA_WAIT] > 0.7, view.counts
+    assert "dataloader.py" in view.hot_frames[DATA_WAIT] or "queues.py" in view.hot_frames[DATA_WAIT] or \
+        "selectors.py" in view.hot_frames[DATA_WAIT]
+    assert view.to_dict()["estimate"] is True
+
+
+@needs_pyspy
+def test_the_sampler_ends_when_the_job_exits(start_job: Any) -> None:
+    job = start_job("--mode", "forward", "--seconds", "2.5", script=SPY_TARGET)
+    job.event("ready")
+    _probe_or_skip(job.pid)
+    sampler = PySpySampler(job.pid)
+    sampler.start()
+    try:
+        assert wait_until(lambda: sampler.view().ended, 15)
+    finally:
+        sampler.stop()
+    view = sampler.view()
+    assert view.end_reason == "the process exited"
+    assert view.samples > 0 and view.counts.get(FORWARD, 0) > 0  # what was sampled stays
+
+
+def test_py_spy_missing_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpumon.attach.pyspy as pyspy_module
+
+    monkeypatch.setattr(pyspy_module, "find_pyspy", lambda: None)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(AttachError, match=r"py-spy is not installed: `pip install py-spy`"):
+            pyspy_module.probe(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+RUNUSER = shutil.which("runuser")
+
+
+@needs_pyspy
+@pytest.mark.skipif(os.geteuid() != 0 or RUNUSER is None, reason="acting as another user needs root and runuser")
+def test_without_ptrace_permission_the_error_says_how_to_grant_it(start_job: Any) -> None:
+    job = start_job("--mode", "data", "--seconds", "30", script=SPY_TARGET)
+    job.event("ready")
+    pyspy = find_pyspy()
+    assert pyspy is not None
+    if not os.access(pyspy, os.X_OK) or (os.stat(pyspy).st_mode & 0o005) != 0o005:
+        pytest.skip(f"{pyspy} is not runnable by other users")
+    done = subprocess.run([RUNUSER, "-u", "nobody", "--", pyspy, "dump", "--pid", str(job.pid)], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode != 0
+    message = explain_pyspy_failure(job.pid, done.stderr + done.stdout, done.returncode)
+    assert "ptrace permission denied" in message and "setcap cap_sys_ptrace+ep" in message
