@@ -350,6 +350,7 @@ class EstimateView:
     pid: int
     command: str = ""
     rate: int = RATE
+    round_s: int = ROUND_S
     rounds: int = 0
     counts: Mapping[str, int] = field(default_factory=dict)
     """Main-thread samples per category since the start."""
@@ -473,7 +474,7 @@ class PySpySampler:
             for (category, frame), _count in frames.most_common():
                 hot_frames.setdefault(category, frame)
             return EstimateView(
-                pid=self.pid, command=self.command, rate=self.rate, rounds=self._rounds, counts=dict(self._counts),
+                pid=self.pid, command=self.command, rate=self.rate, round_s=self.round_s, rounds=self._rounds, counts=dict(self._counts),
                 recent=dict(recent), timeline=tuple(self._timeline), hot_frames=hot_frames, ended=self._ended,
                 end_reason=self._end_reason, started=self._started,
             )

@@ -1,0 +1,349 @@
+"""The job pane: where an attached training job's step time goes (data wait, GPU, the rest) over time, its
+throughput, torch memory, DataLoader and precision settings, per-rank step times; or the py-spy estimate."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+from rich.text import Text
+
+from gpumon.attach.jobstate import JobView, RankSummary, TimelinePoint
+from gpumon.attach.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
+from gpumon.tui.bar import bar
+from gpumon.tui.format import MISSING, format_bytes, format_count
+from gpumon.tui.pane import Pane
+from gpumon.tui.sparkline import spark_string, window_maximum
+
+AnyJobView = Union[JobView, EstimateView]
+
+LABEL_WIDTH = 8
+SHARES = (("data", "Data", "yellow"), ("gpu", "GPU", "green"), ("rest", "Rest", "magenta"))
+"""The step-time shares: attribute of Breakdown, label, colour."""
+CATEGORY_STYLES = {
+    "data_wait": "yellow", "cuda_sync": "red", "forward": "green", "backward": "cyan", "optimizer": "blue",
+    "elsewhere": "bright_black",
+}
+END_REASONS = {"exit": "the process exited", "uninstall": "the hook was uninstalled"}
+"""The hook's bye reasons, in words."""
+SILENT_AFTER_S = 5.0
+"""A live job that has sent nothing for this long is called silent."""
+
+
+def _percent(share: float | None) -> str:
+    return MISSING if share is None or math.isnan(share) else f"{share * 100:.0f}%"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
+
+
+def _rate(value: float | None) -> str:
+    return MISSING if value is None else (f"{value:.1f}" if value < 10 else format_count(value))
+
+
+def _label(name: str) -> Text:
+    return Text(name.ljust(LABEL_WIDTH), style="bold", no_wrap=True, end="")
+
+
+def stacked_bar(shares: Sequence[tuple[float | None, str]], width: int) -> Text:
+    """One bar `width` cells wide split between shares (0-1) in their styles; the unfilled rest dim."""
+    text = Text(no_wrap=True, end="")
+    used = 0
+    total = 0.0
+    for share, style in shares:
+        if share is None:
+            continue
+        total += share
+        cells = min(width - used, int(round(total * width)) - used)
+        if cells > 0:
+            text.append("█" * cells, style=style)
+            used += cells
+    text.append("·" * (width - used), style="bright_black")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# A hooked job.
+
+
+def status_line(view: JobView) -> Text | None:
+    """Waiting, ended or silent: the one thing to say before the numbers (None when all is well)."""
+    if view.waiting and not view.connected and not view.ended:
+        return Text(view.waiting + " …", style="bold yellow", no_wrap=True, end="")
+    if view.ended:
+        text = Text("job ended", style="bold white on red", no_wrap=True, end="")
+        reason = END_REASONS.get(view.end_reason or "", view.end_reason or "connection closed")
+        details = reason if view.exit_code is None else f"{reason} · exit status {view.exit_code}"
+        text.append(f" {details} · history kept", style="bold")
+        return text
+    if view.silent_s is not None and view.silent_s > SILENT_AFTER_S:
+        return Text(f"no data from the job for {view.silent_s:.0f} s (stopped? stuck?)", style="bold yellow",
+                    no_wrap=True, end="")
+    if not view.steps:
+        return Text("connected · waiting for the first training step", style="yellow", no_wrap=True, end="")
+    return None
+
+
+def step_line(view: JobView, width: int) -> Text:
+    """'Step    ████████▒▒▒▒···  data 52% GPU 30% rest 18%  13.0 ms': the latest window's breakdown."""
+    breakdown = view.stats.breakdown
+    text = _label("Step")
+    timed = breakdown.gpu is not None
+    legend = Text(no_wrap=True, end="")
+    legend.append(f" data {_percent(breakdown.data)}", style="yellow")
+    if timed:
+        legend.append(f" GPU {_percent(breakdown.gpu)}", style="green")
+        legend.append(f" rest {_percent(breakdown.rest)}", style="magenta")
+    else:
+        legend.append(f" other {_percent(breakdown.rest)}", style="magenta")
+        legend.append(" (no GPU timing)", style="bright_black")
+    legend.append(f"  {_ms(view.stats.wall_ms)}/step")
+    bar_width = max(8, min(40, width - LABEL_WIDTH - legend.cell_len - 1))
+    text.append_text(stacked_bar([(breakdown.data, "yellow"), (breakdown.gpu, "green"), (breakdown.rest, "magenta")],
+                                 bar_width))
+    text.append_text(legend)
+    return text
+
+
+def share_history(timeline: Sequence[TimelinePoint], attribute: str) -> list[float | None]:
+    """A share over time in percent (None for seconds without steps)."""
+    values: list[float | None] = []
+    for point in timeline:
+        share = getattr(point.breakdown, attribute)
+        values.append(None if share is None else share * 100)
+    return values
+
+
+def share_lines(view: JobView, width: int, compact: bool) -> list[Text]:
+    """Sparklines of each share over time on a fixed 0-100% scale: one line each, or all three on one line."""
+    shares = [(attr, label, style) for attr, label, style in SHARES
+              if attr != "gpu" or any(p.breakdown.gpu is not None for p in view.timeline)]
+    breakdown = view.stats.breakdown
+    if compact:
+        cell = max(4, (width - LABEL_WIDTH) // len(shares) - len(" rest 100% "))
+        text = _label("Shares")
+        for attr, label, style in shares:
+            text.append(f"{label.lower()} ", style=style)
+            text.append(spark_string(share_history(view.timeline, attr), cell), style=style)
+            text.append(f" {_percent(getattr(breakdown, attr)).rjust(4)}  ")
+        return [text]
+    lines = []
+    for attr, label, style in shares:
+        spark_width = max(0, width - LABEL_WIDTH - 6)
+        text = _label(label if attr != "rest" or breakdown.gpu is not None else "Other")
+        text.append(_percent(getattr(breakdown, attr)).rjust(4) + "  ", style=style)
+        text.append(spark_string(share_history(view.timeline, attr), spark_width), style=style)
+        lines.append(text)
+    return lines
+
+
+def rate_line(view: JobView, width: int) -> Text:
+    """'Rate    77 steps/s · 614 samples/s  ▁▂▃▅▇': throughput with its history (scaled to the window's peak)."""
+    stats = view.stats
+    text = _label("Rate")
+    text.append(f"{_rate(stats.steps_per_s)} steps/s", style="bold")
+    use_samples = stats.samples_per_s is not None
+    if use_samples:
+        text.append(f" · {_rate(stats.samples_per_s)} samples/s", style="bold")
+    spark_width = max(0, width - text.cell_len - 2)
+    values = [p.samples_per_s if use_samples else p.steps_per_s for p in view.timeline][-spark_width:]
+    if spark_width:
+        text.append("  ")
+        text.append(spark_string(values, spark_width, maximum=window_maximum(values) or 1.0), style="cyan")
+    return text
+
+
+def memory_line(view: JobView) -> Text:
+    text = _label("Memory")
+    memory = view.memory
+    if memory is None:
+        text.append("N/A (the job has not initialized CUDA)", style="bright_black")
+        return text
+    total = memory.get("total")
+    text.append(f"alloc {format_bytes(memory.get('allocated'))} · reserved {format_bytes(memory.get('reserved'))} · "
+                f"peak {format_bytes(memory.get('max_allocated'))}")
+    if total:
+        text.append(f" of {format_bytes(total)}")
+    retries, ooms = memory.get("alloc_retries", 0), memory.get("ooms", 0)
+    text.append(f" · retries {retries}", style="bold yellow" if retries else "")
+    text.append(f" · OOMs {ooms}", style="bold white on red" if ooms else "")
+    return text
+
+
+def _on_off(value: Any) -> str:
+    return "on" if value else "off"
+
+
+def loader_line(view: JobView) -> Text:
+    text = _label("Loader")
+    loaders = view.dataloaders
+    if not loaders:
+        text.append("no DataLoader seen", style="bright_black")
+        return text
+    loader = loaders[0]
+    prefetch = loader.get("prefetch_factor")
+    text.append(f"{loader.get('dataset', '?')} · batch {loader.get('batch_size', MISSING)} · "
+                f"workers {loader.get('num_workers', MISSING)} · prefetch {MISSING if prefetch is None else prefetch} · "
+                f"pin {_on_off(loader.get('pin_memory'))} · persist {_on_off(loader.get('persistent_workers'))}")
+    if len(loaders) > 1:
+        text.append(f" (+{len(loaders) - 1} more)", style="bright_black")
+    return text
+
+
+def precision_line(view: JobView) -> Text:
+    text = _label("Math")
+    precision = view.precision
+    if not precision:
+        text.append(MISSING, style="bright_black")
+        return text
+    autocast = precision.get("autocast")
+    if isinstance(autocast, Mapping) and autocast.get("enabled"):
+        dtype = str(autocast.get("dtype", "")).replace("torch.", "")
+        text.append(f"AMP {dtype} ({autocast.get('device_type', '?')})", style="green")
+    else:
+        text.append("AMP off", style="yellow")
+    text.append(f" · TF32 matmul {_on_off(precision.get('tf32_matmul'))} · TF32 cuDNN "
+                f"{_on_off(precision.get('tf32_cudnn'))} · cudnn.benchmark {_on_off(precision.get('cudnn_benchmark'))}")
+    return text
+
+
+def rank_lines(ranks: Sequence[RankSummary], straggler: int | None, width: int) -> list[Text]:
+    """'Ranks   r0 13.0 ms  r1 41.2 ms ◀ straggler': per-rank mean step time, the straggler highlighted."""
+    cells: list[Text] = []
+    for rank in ranks:
+        name = f"r{rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
+        cell = Text(no_wrap=True, end="")
+        if rank.pid == straggler:
+            cell.append(f"{name} {_ms(rank.wall_ms)} ◀ straggler", style="bold white on red")
+        else:
+            cell.append(f"{name} {_ms(rank.wall_ms)}", style="bright_black" if rank.ended else "")
+        if rank.data_ms:
+            cell.append(f" (data {_ms(rank.data_ms)})", style="yellow")
+        cells.append(cell)
+    lines: list[Text] = []
+    line = _label("Ranks")
+    for cell in cells:
+        if line.cell_len + cell.cell_len + 2 > width and line.cell_len > LABEL_WIDTH:
+            lines.append(line)
+            line = _label("")
+        line.append_text(cell)
+        line.append("  ")
+    lines.append(line)
+    return lines
+
+
+def hooked_lines(view: JobView, width: int, max_lines: int) -> list[Text]:
+    lines: list[Text] = []
+    status = status_line(view)
+    if status is not None:
+        lines.append(status)
+    if not view.steps:
+        if view.info is not None:
+            lines.append(loader_line(view))
+        return lines[:max_lines]
+    ranks = rank_lines(view.ranks, view.straggler, width) if view.ranks else []
+    fixed = [step_line(view, width), rate_line(view, width)]
+    details = [memory_line(view), loader_line(view), precision_line(view)]
+    room = max_lines - len(lines) - len(fixed) - len(ranks)
+    full_shares = share_lines(view, width, compact=False)
+    shares = full_shares if room - len(full_shares) >= len(details) else share_lines(view, width, compact=True)
+    lines += [fixed[0], *shares, fixed[1], *ranks, *details]
+    return lines[:max(1, max_lines)]
+
+
+# ---------------------------------------------------------------------------------------------
+# A job without the hook: the py-spy estimate.
+
+
+def estimate_lines(view: EstimateView, width: int, max_lines: int) -> list[Text]:
+    lines: list[Text] = []
+    head = Text(METHOD_LABEL, style="bold yellow", no_wrap=True, end="")
+    head.append(f" · {view.samples:,} main-thread samples at {view.rate} Hz in {view.rounds * view.round_s} s")
+    lines.append(head)
+    if view.ended:
+        lines.append(Text(f"sampling ended: {view.end_reason} · estimate kept", style="bold white on red",
+                          no_wrap=True, end=""))
+    if not view.samples:
+        lines.append(Text("waiting for py-spy's first samples …", style="yellow", no_wrap=True, end=""))
+        return lines[:max_lines]
+    recent = view.recent_fractions if view.recent_samples else view.fractions
+    name_width = max(len(LABELS[c]) for c in CATEGORIES) + 1
+    bar_width = max(6, min(25, width // 4))
+    for category in CATEGORIES:
+        style = CATEGORY_STYLES[category]
+        text = Text(LABELS[category].ljust(name_width), no_wrap=True, end="",
+                    style="bold" if category == view.dominant else "")
+        text.append_text(bar(recent[category] * 100, bar_width, style))
+        text.append(f" {recent[category] * 100:3.0f}% ")
+        spark_width = max(0, width - text.cell_len)
+        history = [fractions.get(category, 0.0) * 100 for fractions in view.timeline]
+        text.append(spark_string(history, spark_width), style=style)
+        lines.append(text)
+    dominant = view.dominant
+    if dominant is not None and view.hot_frames.get(dominant):
+        hot = Text("most in ", style="bright_black", no_wrap=True, end="")
+        hot.append(view.hot_frames[dominant])
+        lines.append(hot)
+    return lines[:max(1, max_lines)]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def short_command(command: str, limit: int = 60) -> str:
+    """The command with its leading absolute paths cut to their names: 'python train.py --lr 3e-4'."""
+    words = command.split(" ")
+    for index, word in enumerate(words[:2]):
+        if word.startswith("/"):
+            words[index] = os.path.basename(word)
+    text = " ".join(words)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def job_title(view: AnyJobView) -> str:
+    """'Job 1234 · python train.py · optimizer steps' (the estimate and the end are said in the title too)."""
+    command = short_command(view.command)
+    parts = [f"Job {view.pid}"]
+    if command:
+        parts.append(command)
+    if isinstance(view, EstimateView):
+        parts.append(METHOD_LABEL)
+    else:
+        if view.ranks:
+            parts.append(f"{len(view.ranks)} ranks")
+        if view.step_source:
+            parts.append(f"{view.step_source} steps")
+    if view.ended:
+        parts.append("ENDED")
+    return " · ".join(parts)
+
+
+def job_lines(view: AnyJobView, width: int, max_lines: int) -> list[Text]:
+    if isinstance(view, EstimateView):
+        return estimate_lines(view, width, max_lines)
+    return hooked_lines(view, width, max_lines)
+
+
+class JobPane(Pane):
+    """The attached job: step-time breakdown over time, throughput, memory, loader, precision, ranks; or the
+    py-spy estimate for a job without the hook. Fed JobView / EstimateView copies; never touches a socket."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.max_lines = 10
+        """Most lines the pane may take; the app sets it from the terminal height."""
+        self.view: AnyJobView | None = None
+        self.border_title = "Job"
+
+    def show(self, view: AnyJobView) -> None:
+        self.view = view
+        title = job_title(view)
+        if self.border_title != title:
+            self.border_title = title
+        max_lines = self.max_lines
+        self.show_lines(lambda width: job_lines(view, width, max_lines))
