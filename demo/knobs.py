@@ -38,7 +38,8 @@ class Knob:
             return None
         if self.type is bool:
             if not isinstance(value, bool):
-                raise KnobError(f"knob {self.name!r} must be true or false, got {json.dumps(value)}")
+                expected = "true, false or null" if self.nullable else "true or false"
+                raise KnobError(f"knob {self.name!r} must be {expected}, got {json.dumps(value)}")
             return value
         if isinstance(value, bool) or not isinstance(value, int):
             expected = "an integer or null" if self.nullable else "an integer"
@@ -76,8 +77,10 @@ KNOWN_KNOBS: dict[str, Knob] = {
             changes_numerics=True, code="with torch.autocast(device.type, dtype=torch.bfloat16): ...",
         ),
         Knob(
-            "tf32", bool, False, "TF32 tensor-core math for fp32 matmuls and convolutions",
-            changes_numerics=True,
+            "tf32", bool, None,
+            "TF32 tensor-core math for fp32 matmuls and convolutions "
+            "(null: PyTorch's defaults, on for cuDNN convolutions and off for matmuls)",
+            nullable=True, changes_numerics=True,
             code="torch.backends.cuda.matmul.allow_tf32 = {value}; torch.backends.cudnn.allow_tf32 = {value}",
         ),
         Knob(

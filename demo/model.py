@@ -28,18 +28,22 @@ class BasicBlock(nn.Module):
 
 
 class SmallResNet(nn.Module):
-    """Stem (stride 2) then stages of width w, 2w, 4w, 8w (each after the first halves the resolution)."""
+    """A 3x3 stem, then four stages of width w, 2w, 4w, 8w (each after the first halves the resolution)."""
 
-    def __init__(self, num_classes: int, width: int = 64, blocks_per_stage: int = 2) -> None:
+    def __init__(
+        self, num_classes: int, width: int = 64, stage_blocks: tuple[int, ...] = (2, 2, 2, 2), stem_stride: int = 2
+    ) -> None:
         super().__init__()
         self.stem = nn.Sequential(
-            nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)
+            nn.Conv2d(3, width, 3, stride=stem_stride, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
         )
         stages: list[nn.Module] = []
         in_channels = width
-        for stage, multiplier in enumerate((1, 2, 4, 8)):
-            out_channels = width * multiplier
-            for block in range(blocks_per_stage):
+        for stage, blocks in enumerate(stage_blocks):
+            out_channels = width * 2**stage
+            for block in range(blocks):
                 stride = 2 if stage > 0 and block == 0 else 1
                 stages.append(BasicBlock(in_channels, out_channels, stride))
                 in_channels = out_channels

@@ -17,8 +17,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_valid_knobs_are_parsed_with_their_types() -> None:
-    text = '{"num_workers": 4, "pin_memory": true, "prefetch_factor": null, "batch_size": 256}'
-    assert parse_knobs(text) == {"num_workers": 4, "pin_memory": True, "prefetch_factor": None, "batch_size": 256}
+    text = '{"num_workers": 4, "pin_memory": true, "prefetch_factor": null, "batch_size": 256, "tf32": null}'
+    assert parse_knobs(text) == {
+        "num_workers": 4, "pin_memory": True, "prefetch_factor": None, "batch_size": 256, "tf32": None,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("text", [None, "", "   "])
@@ -48,6 +50,8 @@ def test_unknown_knob_is_named() -> None:
         ('{"batch_size": null}', "must be an integer"),
         ('{"pin_memory": 1}', "must be true or false"),
         ('{"amp_bf16": "yes"}', "must be true or false"),
+        ('{"amp_bf16": null}', "must be true or false"),
+        ('{"tf32": 1}', "must be true, false or null"),
     ],
 )
 def test_bad_types_and_ranges_are_refused(text: str, expected: str) -> None:

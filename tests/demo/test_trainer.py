@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
 from demo.augment import augment_batch  # noqa: E402
+from demo.cli import main  # noqa: E402
 from demo.data import NUM_CLASSES, SyntheticImages  # noqa: E402
 from demo.knobs import KNOBS_ENV  # noqa: E402
 from demo.trainer import DemoError, TrainConfig, run  # noqa: E402
@@ -120,12 +121,12 @@ def test_asking_for_cuda_without_cuda_is_a_clear_error() -> None:
         run(TrainConfig(device="cuda", steps=1))
 
 
-def test_flags_override_gpumon_knobs() -> None:
-    process = start_demo("--steps", "1", "--batch-size", "4", "--no-pin-memory", knobs='{"batch_size": 16, "pin_memory": true}')
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
-    knobs = json.loads(stdout)["knobs"]
-    assert knobs["batch_size"] == 4 and knobs["pin_memory"] is False
+def test_flags_override_gpumon_knobs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(KNOBS_ENV, '{"batch_size": 16, "pin_memory": true, "log_every": 3}')
+    argv = ["--device", "cpu", "--steps", "1", "--dataset-size", "64", "--progress-interval", "0", "--json"]
+    assert main([*argv, "--batch-size", "4", "--no-pin-memory"]) == 0
+    knobs = json.loads(capsys.readouterr().out)["knobs"]
+    assert (knobs["batch_size"], knobs["pin_memory"], knobs["log_every"]) == (4, False, 3)
 
 
 def wait_for_workers(process: subprocess.Popen[str], count: int, timeout: float = 60.0) -> list[psutil.Process]:
