@@ -57,9 +57,9 @@ class GpumonApp(App[None]):
     ]
 
     paused: reactive[bool] = reactive(False)
-    """Mirrors the source's paused state; shown as PAUSED in the header."""
+    """Mirrors the source's paused state; shown as PAUSED in the title bar."""
     stale: reactive[bool] = reactive(False)
-    """A live source stopped delivering (shown in the header)."""
+    """A live source stopped delivering (STALE in the title bar)."""
 
     def __init__(self, source: SnapshotSource, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__()
@@ -72,13 +72,18 @@ class GpumonApp(App[None]):
         self._delivery_lock = threading.Lock()
 
     def compose(self) -> ComposeResult:
-        yield TitleBar()
+        self._title_bar = TitleBar()
+        self._gpu_pane = GpuPane(id="gpu")
+        self._cpu_pane = CpuPane(id="cpu")
+        self._disk_pane = DiskPane(id="disk")
+        self._process_table = ProcessTable(id="processes")
+        yield self._title_bar
         with Container(id="top"):
-            yield GpuPane(id="gpu")
+            yield self._gpu_pane
             with Vertical(id="side"):
-                yield CpuPane(id="cpu")
-                yield DiskPane(id="disk")
-        yield ProcessTable(id="processes")
+                yield self._cpu_pane
+                yield self._disk_pane
+        yield self._process_table
         yield Footer()
 
     def on_mount(self) -> None:
@@ -86,7 +91,7 @@ class GpumonApp(App[None]):
         self._update_titles()
         self.source.start(self._receive)
         if self.source.live:
-            self.set_interval(1.0, self._check_stale)
+            self.set_interval(1.0, self.check_stale)
 
     def on_unmount(self) -> None:
         self.source.stop()
@@ -113,14 +118,14 @@ class GpumonApp(App[None]):
         self.snapshot = snapshot
         self.stale = False
         history = self.source.history
-        self.query_one(GpuPane).show(snapshot, history)
-        self.query_one(CpuPane).show(snapshot.cpu, history)
-        self.query_one(DiskPane).show(snapshot, history)
-        self.query_one(ProcessTable).show(snapshot.processes)
+        self._gpu_pane.show(snapshot, history)
+        self._cpu_pane.show(snapshot.cpu, history)
+        self._disk_pane.show(snapshot, history)
+        self._process_table.show(snapshot.processes)
         self._update_titles()
 
     def on_resize(self, event: events.Resize) -> None:
-        # Runs before App._on_resize records the new size, so take it from the event.
+        # Runs before App._on_resize records the new size, so take the size from the event.
         self._size_panes(event.size)
         if self.snapshot is not None:
             self.show_snapshot(self.snapshot)
@@ -129,8 +134,8 @@ class GpumonApp(App[None]):
         """Give the GPU pane and the core grid more lines on tall and wide terminals."""
         width, height = size
         wide = width >= WIDE
-        self.query_one(GpuPane).max_lines = max(4, int((height - 2) * (0.6 if wide else 0.3)))
-        self.query_one(CpuPane).max_core_rows = max(1, (height - 2) // 8) if wide else 1
+        self._gpu_pane.max_lines = max(4, int((height - 2) * (0.6 if wide else 0.3)))
+        self._cpu_pane.max_core_rows = max(1, (height - 2) // 8) if wide else 1
 
     def _update_titles(self) -> None:
         """Title: host, the snapshot's own time (never the wall clock) and PAUSED; subtitle: source and interval.
@@ -150,7 +155,7 @@ class GpumonApp(App[None]):
         sub_title = f"{self.source.description} · every {self.source.interval:.3g}s"
         if self.title != app_title:
             self.title = app_title
-        self.query_one(TitleBar).show(" · ".join(title_parts), sub_title)
+        self._title_bar.show(" · ".join(title_parts), sub_title)
 
     def watch_paused(self) -> None:
         self._update_titles()
@@ -158,7 +163,8 @@ class GpumonApp(App[None]):
     def watch_stale(self) -> None:
         self._update_titles()
 
-    def _check_stale(self) -> None:
+    def check_stale(self) -> None:
+        """Flag a live source that stopped delivering (judged by the injected clock, once a second)."""
         if self.snapshot is None or self.paused:
             return
         silence = self.clock() - self.snapshot.timestamp
@@ -180,13 +186,14 @@ class GpumonApp(App[None]):
         self._update_titles()
 
     def action_cycle_sort(self) -> None:
-        self.query_one(ProcessTable).cycle_sort()
+        self._process_table.cycle_sort()
 
     def action_reverse_sort(self) -> None:
-        self.query_one(ProcessTable).reverse_sort()
+        self._process_table.reverse_sort()
 
     def sort_processes_by(self, column: str) -> None:
-        self.query_one(ProcessTable).sort_by(column)
+        """Sort the process table by a SORT_COLUMNS key (the command palette's 'Sort processes by ...')."""
+        self._process_table.sort_by(column)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -85,22 +85,26 @@ def vitals_text(gpu: GpuSample) -> Text:
 
 
 def transfer_text(gpu: GpuSample) -> Text:
-    """Memory used/total, PCIe rx/tx and the throttle state."""
-    memory = f"mem {format_bytes(gpu.memory_used)}/{format_bytes(gpu.memory_total)}"
-    text = Text(no_wrap=True, end="")
-    text.append(memory)
-    text.append(f"  PCIe ↓{format_rate(gpu.pcie_rx).rjust(8)} ↑{format_rate(gpu.pcie_tx).rjust(8)}  ")
-    text.append_text(throttle_text(gpu))
-    return text
+    """Memory used/total and PCIe rx/tx."""
+    memory = f"mem {format_bytes(gpu.memory_used).rjust(5)}/{format_bytes(gpu.memory_total)}"
+    return Text(f"{memory}  PCIe ↓{format_rate(gpu.pcie_rx).rjust(8)} ↑{format_rate(gpu.pcie_tx).rjust(8)}", end="")
+
+
+THROTTLE_ROOM = 24
+"""Cells kept for the throttle state when deciding whether a GPU's header fits one line."""
 
 
 def header_lines(gpu: GpuSample, width: int) -> list[Text]:
-    """'GPU0 H100 80GB HBM3' with vitals and transfers, on one line where it fits, else two."""
+    """'GPU0 H100 80GB HBM3' with vitals, transfers and throttling, on one line where it fits, else two.
+
+    The choice ignores how long the throttle reasons happen to be, so the pane does not change height when they do.
+    """
     name = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}", style="bold", no_wrap=True, end="")
     vitals = vitals_text(gpu)
-    transfers = transfer_text(gpu)
+    transfers = Text.assemble(transfer_text(gpu), "  ", throttle_text(gpu))
     gap = "  "
-    if name.cell_len + len(gap) + vitals.cell_len + len(gap) + transfers.cell_len <= width:
+    one_line_width = name.cell_len + len(gap) + vitals.cell_len + len(gap) + transfer_text(gpu).cell_len + 2
+    if one_line_width + THROTTLE_ROOM <= width:
         return [Text.assemble(name, gap, vitals, gap, transfers)]
     first = Text.assemble(name, gap)
     first.append(" " * max(0, width - first.cell_len - vitals.cell_len))

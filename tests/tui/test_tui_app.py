@@ -212,6 +212,25 @@ async def test_throttling_is_highlighted_but_idle_is_not() -> None:
         assert "throttle: sw_power_cap" in widget_text(app.query_one(GpuPane))
 
 
+async def test_stale_live_source_is_flagged_from_the_injected_clock() -> None:
+    now = [1_795_000_000.0]
+    source = FakeSource(live=True)
+    app = GpumonApp(source, clock=lambda: now[0])
+    async with app.run_test(size=(80, 24)) as pilot:
+        source.push(snapshot(timestamp=now[0]))
+        await pilot.pause()
+        now[0] += 2.0
+        app.check_stale()
+        assert "STALE" not in app.query_one(TitleBar).title
+        now[0] += 30.0
+        app.check_stale()
+        await pilot.pause()
+        assert "STALE" in app.query_one(TitleBar).title
+        source.push(snapshot(timestamp=now[0]))
+        await pilot.pause()
+        assert "STALE" not in app.query_one(TitleBar).title
+
+
 async def test_command_palette_offers_the_actions() -> None:
     source = FakeSource()
     app = GpumonApp(source)
@@ -219,7 +238,7 @@ async def test_command_palette_offers_the_actions() -> None:
         source.push(two_jobs())
         await pilot.pause()
         await pilot.press("ctrl+p")
-        await pilot.press(*"sort processes by pid")
+        await pilot.press(*"by pid")
         await pilot.pause(0.3)
         await pilot.press("enter")
         await pilot.pause()
