@@ -95,12 +95,18 @@ def test_cli_refuses_bad_knobs_with_one_line_and_exit_2(
 
 
 def test_module_exits_2_on_bad_knobs_before_importing_torch() -> None:
+    script = """
+import json, runpy, sys
+sys.argv = ["demo"]
+try:
+    runpy.run_module("demo", run_name="__main__")
+except SystemExit as exit_:
+    print(json.dumps([exit_.code, "torch" in sys.modules]))
+"""
     env = os.environ | {KNOBS_ENV: '{"num_workers": "many"}'}
-    code = "import runpy, sys; sys.argv = ['demo']\ntry:\n    runpy.run_module('demo', run_name='__main__')\nexcept SystemExit as e:\n    print(json.dumps([e.code, 'torch' in sys.modules]))"
     result = subprocess.run(
-        [sys.executable, "-c", "import json\n" + code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert json.loads(result.stdout) == [2, False]
     assert result.stderr.count("\n") == 1 and "knob 'num_workers' must be an integer" in result.stderr
 
