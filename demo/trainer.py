@@ -318,6 +318,11 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
             raise
         stopped_by = stopper.signal_name
     finally:
+        if steady_start is not None and steady_end is None and steps > steady_start[2]:
+            # Stopped by a signal (or an error): the steady window ends here.
+            with contextlib.suppress(Exception):
+                _synchronize(device)
+            steady_end = (time.perf_counter(), time.process_time(), steps, samples)
         _shutdown_workers(iterator)
         _shutdown_workers(getattr(loader, "_iterator", None))
         iterator = None

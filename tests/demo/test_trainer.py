@@ -141,6 +141,18 @@ def wait_for_workers(process: subprocess.Popen[str], count: int, timeout: float 
     raise AssertionError(f"no {count} DataLoader workers after {timeout} s")
 
 
+def wait_for_steps(process: subprocess.Popen[str], count: int) -> str:
+    """Reads progress lines ('gpumon-demo: step N ...') from stderr until N >= count; returns what it read."""
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        words = line.split()
+        if len(words) > 2 and words[1] == "step" and int(words[2]) >= count:
+            return "".join(lines)
+    raise AssertionError(f"the demo ended before reaching step {count}: " + "".join(lines))
+
+
 @pytest.mark.parametrize(
     ("signum", "whole_group", "knobs", "exit_code"),
     [
@@ -152,10 +164,12 @@ def wait_for_workers(process: subprocess.Popen[str], count: int, timeout: float 
 def test_a_signal_stops_the_run_and_leaves_no_worker_behind(
     signum: signal.Signals, whole_group: bool, knobs: str, exit_code: int
 ) -> None:
-    process = start_demo("--steps", "1000000", knobs=knobs, start_new_session=True)
+    process = start_demo(
+        "--steps", "1000000", "--warmup-steps", "1", "--progress-interval", "0.2", knobs=knobs, start_new_session=True
+    )  # fmt: skip
     try:
         workers = wait_for_workers(process, 2)
-        time.sleep(0.5)  # let a few steps run
+        early_stderr = wait_for_steps(process, 3)
         if whole_group:
             os.killpg(process.pid, signum)
         else:
@@ -165,9 +179,11 @@ def test_a_signal_stops_the_run_and_leaves_no_worker_behind(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    stderr = early_stderr + stderr
     assert process.returncode == exit_code, stderr
     summary = json.loads(stdout)
     assert summary["stopped_by"] == signal.Signals(signum).name
+    assert summary["steps"] >= 3 and summary["samples_per_s"] > 0, "the steady window ends at the signal"
     assert "Traceback" not in stderr
     alive = [worker.pid for worker in workers if worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE]
     assert alive == []
