@@ -13,7 +13,7 @@ from gpumon.sampling.recording import read_recording
 from gpumon.sampling.snapshot import Snapshot
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-RECORDING = REPOSITORY / "tests" / "fixtures" / "dev-recording.jsonl"
+RECORDING = REPOSITORY / "assets" / "recordings" / "h100-training.jsonl"
 """The recording the snapshot tests replay. Switch to REPOSITORY / "assets/recordings/h100-training.jsonl" once it
 exists, then regenerate the screenshots: python -m pytest tests/tui --snapshot-update"""
 
