@@ -155,10 +155,12 @@ def interval_seconds(text: str) -> float:
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
+    """The dashboard; when this user's hooked jobs run, it first offers them in a picker (escape: plain)."""
+    from gpumon.attach.discovery import scan
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.app import GpumonApp
 
-    app = GpumonApp(Sampler(interval=args.interval))
+    app = GpumonApp(Sampler(interval=args.interval), jobs=scan().groups)
     app.run()
     return app.return_code or 0
 

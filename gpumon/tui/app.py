@@ -1,10 +1,11 @@
-"""The gpumon Textual app: thin views over snapshots that a SnapshotSource posts from its own thread."""
+"""The gpumon Textual app: thin views over snapshots that a SnapshotSource posts from its own thread, and over the
+attached training job (if any), whose client posts from its own thread too."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from textual import events, on
 from textual.app import App, ComposeResult
@@ -15,6 +16,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Footer
 
+from gpumon.attach.discovery import AttachError, JobGroup, scan
+from gpumon.attach.session import AttachedJob, JobSource
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.commands import GpumonCommands
@@ -22,11 +25,15 @@ from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.help_screen import HelpScreen
+from gpumon.tui.job_pane import JobPane
+from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.title_bar import TitleBar
 
 WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
+JOB_TALL = 45
+"""With a job attached on a narrow terminal, from this many lines the CPU and disk panes are shown too."""
 STALE_AFTER_INTERVALS = 5
 """A live source that has not delivered for this many intervals (and at least 3 s) is marked stale."""
 
@@ -39,8 +46,22 @@ class SnapshotArrived(Message):
         self.snapshot = snapshot
 
 
+class JobUpdated(Message):
+    """The attached job sent something new (posted from its client's thread; the app reads job.view())."""
+
+
+JobOpener = Callable[[JobGroup], JobSource]
+"""Connects to a picked job group (may block up to about a second; the app calls it on a worker thread)."""
+JOB_REDRAW_S = 0.25
+"""The job pane is redrawn at most this often (steps arrive every 0.2 s)."""
+
+
 class GpumonApp(App[None]):
-    """The dashboard: GPU, CPU, disk panes and the process table, fed by a SnapshotSource."""
+    """The dashboard: GPU, CPU, disk panes and the process table, fed by a SnapshotSource; with a job (hooked, or
+    sampled by py-spy) a job pane too, its processes highlighted and its GPU marked.
+
+    job: the job to follow from the start. jobs: hooked jobs to offer in a picker at start (plain `gpumon`).
+    """
 
     CSS_PATH = "gpumon.tcss"
     TITLE = "gpumon"
@@ -54,6 +75,7 @@ class GpumonApp(App[None]):
         Binding("s", "cycle_sort", "Sort", id="sort", tooltip="Sort processes by the next column"),
         Binding("S", "reverse_sort", "Reverse", id="reverse-sort", show=False, tooltip="Reverse the process order"),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
+        Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
     ]
 
     paused: reactive[bool] = reactive(False)
@@ -61,7 +83,8 @@ class GpumonApp(App[None]):
     stale: reactive[bool] = reactive(False)
     """A live source stopped delivering (STALE in the title bar)."""
 
-    def __init__(self, source: SnapshotSource, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, source: SnapshotSource, *, clock: Callable[[], float] = time.time, job: JobSource | None = None,
+                 jobs: Sequence[JobGroup] = (), open_job: JobOpener = AttachedJob.for_group) -> None:
         super().__init__()
         self.source = source
         self.clock = clock
@@ -70,6 +93,14 @@ class GpumonApp(App[None]):
         self._latest: Snapshot | None = None
         self._delivery_pending = False
         self._delivery_lock = threading.Lock()
+        self.job: JobSource | None = job
+        """The job the job pane follows (None: the plain dashboard)."""
+        self.offered_jobs = list(jobs)
+        self._open_job = open_job
+        self._job_pane: JobPane | None = None
+        self._job_pending = False
+        self._job_lock = threading.Lock()
+        self._job_shown_at = 0.0
 
     def compose(self) -> ComposeResult:
         self._title_bar = TitleBar()
@@ -83,6 +114,9 @@ class GpumonApp(App[None]):
             with Vertical(id="side"):
                 yield self._cpu_pane
                 yield self._disk_pane
+        if self.job is not None:
+            self._job_pane = JobPane(id="job")
+            yield self._job_pane
         yield self._process_table
         yield Footer()
 
@@ -92,9 +126,15 @@ class GpumonApp(App[None]):
         self.source.start(self._receive)
         if self.source.live:
             self.set_interval(1.0, self.check_stale)
+        if self.job is not None:
+            self._follow(self.job)
+        elif self.offered_jobs:
+            self.push_screen(JobPicker(self.offered_jobs), self._picked)
 
     def on_unmount(self) -> None:
         self.source.stop()
+        if self.job is not None:
+            self.job.stop()
 
     def _receive(self, snapshot: Snapshot) -> None:
         """Called on the source's thread: keep the newest snapshot and wake the UI once, never more."""
@@ -123,6 +163,8 @@ class GpumonApp(App[None]):
         self._disk_pane.show(snapshot, history)
         self._process_table.show(snapshot.processes)
         self._update_titles()
+        if self.job is not None:
+            self._show_job()
 
     def on_resize(self, event: events.Resize) -> None:
         # Runs before App._on_resize records the new size, so take the size from the event.
@@ -134,8 +176,15 @@ class GpumonApp(App[None]):
         """Give the GPU pane and the core grid more lines on tall and wide terminals."""
         width, height = size
         wide = width >= WIDE
-        self._gpu_pane.max_lines = max(4, int((height - 2) * (0.6 if wide else 0.3)))
-        self._cpu_pane.max_core_rows = max(1, (height - 2) // 8) if wide else 1
+        if self._job_pane is None:
+            self._gpu_pane.max_lines = max(4, int((height - 2) * (0.6 if wide else 0.3)))
+            self._cpu_pane.max_core_rows = max(1, (height - 2) // 8) if wide else 1
+            return
+        # With a job the job pane takes the room: the GPU pane gets less and, when short, the CPU and disk panes go.
+        self._gpu_pane.max_lines = max(2, int((height - 2) * (0.3 if wide else 0.15)))
+        self._cpu_pane.max_core_rows = 1
+        self._job_pane.max_lines = max(4, min(14, int((height - 2) * 0.4)))
+        self.screen.set_class(not wide and height < JOB_TALL, "-job-short")
 
     def _update_titles(self) -> None:
         """Title: host, the snapshot's own time (never the wall clock) and PAUSED; subtitle: source and interval.
@@ -197,4 +246,90 @@ class GpumonApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs)))
+
+    # -- the attached job ----------------------------------------------------------------------
+
+    def _follow(self, job: JobSource) -> None:
+        """Show `job` in the job pane (mounted now if the app started without one) and start its client."""
+        self.job = job
+        if self._job_pane is None:
+            self._job_pane = JobPane(id="job")
+            self.mount(self._job_pane, before=self._process_table)
+        self._size_panes(self.size)
+        job.start(self._job_signal)
+        self._show_job()
+
+    def _job_signal(self, _what: str) -> None:
+        """Called on the job client's thread: wake the UI once, however many messages arrive meanwhile."""
+        with self._job_lock:
+            if self._job_pending:
+                return
+            self._job_pending = True
+        self.post_message(JobUpdated())
+
+    @on(JobUpdated)
+    def _job_updated(self) -> None:
+        wait = JOB_REDRAW_S - (time.monotonic() - self._job_shown_at)
+        if wait > 0:
+            self.set_timer(wait, self._job_updated_now)
+        else:
+            self._job_updated_now()
+
+    def _job_updated_now(self) -> None:
+        with self._job_lock:
+            self._job_pending = False
+        self._show_job()
+
+    def _show_job(self) -> None:
+        """Redraw the job pane from a copy of the job's state; highlight its processes and mark its GPU."""
+        job, pane = self.job, self._job_pane
+        if job is None or pane is None or self.paused:
+            return
+        self._job_shown_at = time.monotonic()
+        view = job.view()
+        pane.show(view)
+        worker_pids = getattr(view, "worker_pids", [])
+        self._process_table.highlight_job(view.pids, worker_pids)
+        self._gpu_pane.mark_job(getattr(view, "device_uuids", []))
+        track = getattr(self.source, "track_pids", None)
+        if track is not None:
+            track(view.pids)
+
+    def _picked(self, group: JobGroup | None) -> None:
+        if group is None:
+            return
+        self.notify(f"attaching to {group.label}", timeout=3)
+        self.run_worker(lambda: self._connect(group), thread=True, exclusive=True, group="attach")
+
+    def _connect(self, group: JobGroup) -> None:
+        """On a worker thread: connect to the picked job, then follow it on the UI thread."""
+        try:
+            job = self._open_job(group)
+        except (AttachError, OSError) as error:
+            self.call_from_thread(self.notify, f"cannot attach: {error}", severity="error", timeout=8)
+            return
+        self.call_from_thread(self._switch_to, job)
+
+    def _switch_to(self, job: JobSource) -> None:
+        previous = self.job
+        if previous is not None:
+            previous.stop()
+        self._follow(job)
+
+    def action_pick_job(self) -> None:
+        """Look for hooked jobs (on a worker thread) and offer them."""
+        self.run_worker(self._scan_jobs, thread=True, exclusive=True, group="scan")
+
+    def _scan_jobs(self) -> None:
+        groups = scan().groups
+        self.call_from_thread(self._offer, groups)
+
+    def _offer(self, groups: list[JobGroup]) -> None:
+        if not groups:
+            self.notify("no hooked jobs found (add `import gpumon.hook`, or start one with `gpumon run -- ...`)",
+                        timeout=6)
+            return
+        self.offered_jobs = groups
+        if not isinstance(self.screen, JobPicker):
+            self.push_screen(JobPicker(groups), self._picked)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -94,12 +95,18 @@ THROTTLE_ROOM = 24
 """Cells kept for the throttle state when deciding whether a GPU's header fits one line."""
 
 
-def header_lines(gpu: GpuSample, width: int) -> list[Text]:
+JOB_MARK_STYLE = "bold black on magenta"
+"""The name of the GPU the attached job computes on."""
+
+
+def header_lines(gpu: GpuSample, width: int, job: bool = False) -> list[Text]:
     """'GPU0 H100 80GB HBM3' with vitals, transfers and throttling, on one line where it fits, else two.
 
     The choice ignores how long the throttle reasons happen to be, so the pane does not change height when they do.
+    job: the attached job runs on this GPU (its name is highlighted).
     """
-    name = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}", style="bold", no_wrap=True, end="")
+    name = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}", style=JOB_MARK_STYLE if job else "bold", no_wrap=True,
+                end="")
     vitals = vitals_text(gpu)
     transfers = Text.assemble(transfer_text(gpu), "  ", throttle_text(gpu))
     gap = "  "
@@ -124,12 +131,13 @@ def gauge_text(gauge: Gauge, history: History, width: int) -> Text:
     return text
 
 
-def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra: bool = False) -> list[Text]:
+def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra: bool = False,
+              job: bool = False) -> list[Text]:
     """The lines of one GPU at a density ('full', 'pair' or 'line'), with the extra gauges if asked and wide."""
     rows = gauges(gpu, wide=extra and width >= WIDE_GAUGES)
     if density == "line":
-        return [one_line(gpu, rows, width)]
-    lines = header_lines(gpu, width)
+        return [one_line(gpu, rows, width, job)]
+    lines = header_lines(gpu, width, job)
     if density == "full":
         lines.extend(gauge_text(gauge, history, width) for gauge in rows)
         return lines
@@ -143,14 +151,14 @@ def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra:
     return lines
 
 
-def one_line(gpu: GpuSample, rows: list[Gauge], width: int) -> Text:
+def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -> Text:
     """'0 H100 80GB HBM3  U ████ 97%  M ██ 71%  SM 62%  T 40%  52°C 312W' for many GPUs in little room.
 
     The mini bars are dropped where they would not fit the width.
     """
     for bar_width in (5, 0):
-        text = Text(f"{gpu.index} ", style="bold", no_wrap=True, end="")
-        text.append(short_gpu_name(gpu.name)[:14].ljust(14))
+        text = Text(f"{gpu.index} ", style=JOB_MARK_STYLE if job else "bold", no_wrap=True, end="")
+        text.append(short_gpu_name(gpu.name)[:14].ljust(14), style=JOB_MARK_STYLE if job else "")
         for gauge in rows:
             text.append(f" {gauge.short_label}")
             if bar_width:
@@ -165,8 +173,12 @@ def one_line(gpu: GpuSample, rows: list[Gauge], width: int) -> Text:
     return text
 
 
-def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int) -> list[Text]:
-    """The pane's lines: the error line, or every GPU at the most detailed density that fits max_lines."""
+def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int,
+              job_uuids: frozenset[str] = frozenset()) -> list[Text]:
+    """The pane's lines: the error line, or every GPU at the most detailed density that fits max_lines.
+
+    job_uuids: the GPUs the attached job computes on, marked.
+    """
     if snapshot.gpu_error:
         message = snapshot.gpu_error
         if not message.lower().startswith("gpu"):
@@ -176,7 +188,8 @@ def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int) 
         return [Text("GPU: no NVIDIA GPU found", style="bold yellow")]
     lines: list[Text] = []
     for density, extra in _DENSITIES:
-        lines = [line for gpu in snapshot.gpus for line in gpu_block(gpu, history, width, density, extra)]
+        lines = [line for gpu in snapshot.gpus
+                 for line in gpu_block(gpu, history, width, density, extra, gpu.uuid in job_uuids)]
         if len(lines) <= max_lines:
             break
     return lines
@@ -190,10 +203,27 @@ class GpuPane(Pane):
         self.max_lines = 6
         """Most lines the pane may take; the app sets it from the terminal height."""
         self.border_title = "GPU"
+        self.job_uuids: frozenset[str] = frozenset()
+        """UUIDs of the GPUs the attached job computes on (their names are highlighted)."""
+        self._shown: tuple[Snapshot, History] | None = None
 
     def show(self, snapshot: Snapshot, history: History) -> None:
+        self._shown = (snapshot, history)
         max_lines = self.max_lines
+        job_uuids = self.job_uuids
         title = f"GPU · driver {snapshot.driver_version}" if snapshot.driver_version else "GPU"
+        marked = [gpu.index for gpu in snapshot.gpus if gpu.uuid in job_uuids]
+        if marked:
+            title += " · job on " + ", ".join(f"GPU{index}" for index in marked)
         if self.border_title != title:
             self.border_title = title
-        self.show_lines(lambda width: gpu_lines(snapshot, history, width, max_lines))
+        self.show_lines(lambda width: gpu_lines(snapshot, history, width, max_lines, job_uuids))
+
+    def mark_job(self, uuids: Iterable[str]) -> None:
+        """Highlight the GPUs with these UUIDs (the attached job's); redraws at once when that changes."""
+        marked = frozenset(uuids)
+        if marked == self.job_uuids:
+            return
+        self.job_uuids = marked
+        if self._shown is not None:
+            self.show(*self._shown)

@@ -44,6 +44,26 @@ FIELDS = (
 )
 
 
+JOB_KEYS = (("j", "look for hooked training jobs and pick one to watch"),)
+
+JOB_FIELDS = (
+    ("Job", "the attached training job: pid, command, how its steps are detected; ENDED once it is gone (the "
+            "history stays)."),
+    ("Step", "the last 5 s of steps: time waiting for the DataLoader (data), GPU busy time that does not overlap "
+             "the wait (GPU), and the rest: host time with the GPU idle (Python, launches, syncs). Without CUDA "
+             "timing: data and other."),
+    ("Data GPU Rest", "each share of the step time per second, on a fixed 0-100% scale."),
+    ("Rate", "steps/s and samples/s over the last 5 s; the sparkline is samples/s (or steps/s) per second."),
+    ("Memory", "torch.cuda allocated / reserved / peak, allocator retries (memory pressure) and OOMs."),
+    ("Loader", "the DataLoader's batch size, workers, prefetch, pin_memory, persistent_workers; its workers are "
+               "magenta in the process table, the job bold magenta, its GPU's name highlighted."),
+    ("Math", "autocast (AMP) dtype, TF32 for matmul and cuDNN, cudnn.benchmark."),
+    ("Ranks", "per-rank mean step time of a distributed job; the rank holding the others back is the straggler."),
+    ("estimate", "a job without the hook is sampled with py-spy: shares of the main thread's samples in each "
+                 "phase. An estimate, not a measurement."),
+)
+
+
 def help_table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold", show_header=False, box=None, expand=True)
     table.add_column(style="bold cyan", no_wrap=True)
@@ -75,13 +95,19 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,question_mark", "close", "Close help", id="help.close", tooltip="Back to the dashboard"),
     ]
 
+    def __init__(self, job: bool = False) -> None:
+        super().__init__()
+        self.job = job
+        """Also explain the job pane and its key (when a job is attached or offered)."""
+
     def compose(self) -> ComposeResult:
+        keys, fields = (KEYS + JOB_KEYS, FIELDS + JOB_FIELDS) if self.job else (KEYS, FIELDS)
         with VerticalScroll() as scroll:
             scroll.border_title = "gpumon help"
             scroll.border_subtitle = "escape closes"
-            yield Static(help_table("Keys", KEYS), id="help-keys")
+            yield Static(help_table("Keys", keys), id="help-keys")
             yield Static(Text(""))
-            yield Static(help_table("Fields", FIELDS), id="help-fields")
+            yield Static(help_table("Fields", fields), id="help-fields")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,11 +72,15 @@ SORT_COLUMNS: dict[str, SortColumn] = {
 """The columns `s` cycles through, in order."""
 
 
+JOB_STYLES = {"job": "bold magenta", "worker": "magenta"}
+"""Row styles of the attached job's processes (its ranks) and of its DataLoader workers."""
+
+
 class PidCell(Text):
     """The PID cell (with its tree branch); carries the pid so the table can be sorted by a computed rank."""
 
-    def __init__(self, pid: int, branch: str) -> None:
-        super().__init__(no_wrap=True, overflow="ellipsis", end="")
+    def __init__(self, pid: int, branch: str, role: str = "") -> None:
+        super().__init__(no_wrap=True, overflow="ellipsis", end="", style=JOB_STYLES.get(role, ""))
         self.pid = pid
         if branch:
             self.append(branch, style="bright_black")
@@ -122,14 +126,14 @@ def _percent(value: float | None, is_worker: bool) -> str:
     return f"{value:.0f}"
 
 
-def row_cells(process: ProcessSample, branch: str) -> dict[str, Text]:
-    """Every column's cell for one process, keyed by column key."""
+def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, Text]:
+    """Every column's cell for one process, keyed by column key. role: 'job' or 'worker' of the attached job."""
     is_worker = bool(branch)
     state = format_state(process.state)
     state_style = {"disk": "bold yellow", "zomb": "bold red"}.get(state, "")
     gpu_memory = "" if is_worker and process.gpu_memory is None else format_bytes(process.gpu_memory)
     return {
-        "pid": PidCell(process.pid, branch),
+        "pid": PidCell(process.pid, branch, role),
         "user": _cell(process.user or "?", right=False),
         "gpu": _cell(",".join(str(index) for index in process.gpu_indices)),
         "gpu_memory": _cell(gpu_memory),
@@ -139,7 +143,8 @@ def row_cells(process: ProcessSample, branch: str) -> dict[str, Text]:
         "state": _cell(state, right=False, style=state_style),
         "read": _cell(format_rate(process.read_bytes_per_s)),
         "write": _cell(format_rate(process.write_bytes_per_s)),
-        "command": _cell(process.command, right=False, style="bright_black" if is_worker else ""),
+        "command": _cell(process.command, right=False,
+                         style=JOB_STYLES.get(role) or ("bright_black" if is_worker else "")),
     }
 
 
@@ -175,6 +180,8 @@ class ProcessTable(DataTable[Text]):
         self._layout: tuple[tuple[Column, ...], int] | None = None
         self._cells: dict[int, dict[str, tuple[str, str]]] = {}
         self._order: list[int] = []
+        self._job_pids: frozenset[int] = frozenset()
+        self._worker_pids: frozenset[int] = frozenset()
 
     @property
     def cursor_pid(self) -> int | None:
@@ -195,6 +202,18 @@ class ProcessTable(DataTable[Text]):
             return
         self._processes = processes
         self._sync()
+
+    def highlight_job(self, job_pids: Iterable[int], worker_pids: Iterable[int] = ()) -> None:
+        """Highlight the attached job's processes and its DataLoader workers (empty: no highlight)."""
+        jobs, workers = frozenset(job_pids), frozenset(worker_pids)
+        if (jobs, workers) == (self._job_pids, self._worker_pids):
+            return
+        self._job_pids, self._worker_pids = jobs, workers
+        self._sync()
+
+    def role(self, pid: int) -> str:
+        """'job', 'worker' or '' for a pid, as highlighted."""
+        return "job" if pid in self._job_pids else "worker" if pid in self._worker_pids else ""
 
     def cycle_sort(self) -> None:
         """Sort by the next column in SORT_COLUMNS, in its natural direction."""
@@ -252,7 +271,7 @@ class ProcessTable(DataTable[Text]):
         table_order = [pid for pid in self._order if pid in wanted]
 
         for process, branch in rows:
-            cells = row_cells(process, branch)
+            cells = row_cells(process, branch, self.role(process.pid))
             signatures = {key: _signature(cells[key]) for key in column_keys}
             previous = self._cells.get(process.pid)
             if previous is None:
