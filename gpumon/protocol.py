@@ -219,6 +219,7 @@ class KnobState(TypedDict, total=False):
     applied: dict[str, Any]  # knobs in effect, by name
     pending: dict[str, Any]  # accepted, not yet applied (waiting for a step boundary)
     errors: list[str]  # e.g. a bad GPUMON_KNOBS
+    ignored: list[str]  # GPUMON_KNOBS names the hook does not know, left to the script (e.g. amp_bf16)
 
 
 class DiagnosisState(TypedDict, total=False):

@@ -225,7 +225,7 @@ def state(runtime: HookRuntime, *, clients: int, installed_at: float) -> protoco
         dataloaders=dataloader_infos(runtime), memory=memory_info(runtime, cuda.get("devices", [])),
         precision=precision_info(runtime), cuda=cuda,
         knobs=protocol.KnobState(applied=dict(runtime.knobs_applied), pending=pending,
-                                 errors=list(runtime.knob_errors)),
+                                 errors=list(runtime.knob_errors), ignored=list(runtime.knobs_ignored)),
         diagnosis=protocol.DiagnosisState(active=bool(counter is not None and counter.active),
                                           steps_left=runtime.diagnosis_left),
         hook=protocol.HookInfo(errors=runtime.errors, last_error=runtime.last_error, clients=clients,

@@ -107,6 +107,8 @@ class HookRuntime:
         # Knobs.
         self.knobs_applied: dict[str, Any] = {}
         self.knob_errors: list[str] = []
+        self.knobs_ignored: list[str] = []
+        """GPUMON_KNOBS names the hook does not know (left to a script that reads GPUMON_KNOBS itself)."""
         self.dataloader_knobs: dict[str, Any] = {}
         self._reapply_env_knobs: dict[str, Any] = {}
         # Diagnosis window.
@@ -354,9 +356,30 @@ class HookRuntime:
         import json
 
         try:
-            knobs = protocol.validate_knobs(json.loads(raw), live=False)
-        except (ValueError, protocol.ProtocolError) as exc:
+            requested = json.loads(raw)
+        except ValueError as exc:
             self.knob_errors.append(f"GPUMON_KNOBS: {exc}"[:300])
+            return
+        if not isinstance(requested, dict):
+            self.knob_errors.append("GPUMON_KNOBS: must be a JSON object")
+            return
+        # A trial run's knobs may include some the script reads itself (e.g. amp_bf16): those are left to
+        # it and reported as ignored; a bad value of one of ours is an error; the others still apply.
+        knobs: dict[str, Any] = {}
+        for name, value in requested.items():
+            if name not in protocol.KNOBS:
+                if str(name) not in self.knobs_ignored:
+                    self.knobs_ignored.append(str(name)[:100])
+                    del self.knobs_ignored[:-32]
+                self.knob_errors.append(f"GPUMON_KNOBS: {name!r} is not a hook knob (left to the script)"[:300])
+                del self.knob_errors[:-10]
+                continue
+            try:
+                knobs.update(protocol.validate_knobs({name: value}, live=False))
+            except protocol.ProtocolError as exc:
+                self.knob_errors.append(f"GPUMON_KNOBS: {exc}"[:300])
+                del self.knob_errors[:-10]
+        if not knobs:
             return
         self.apply_knobs(knobs)
         self._reapply_env_knobs = {k: v for k, v in knobs.items() if protocol.KNOBS[k]["applies"] ==

@@ -199,6 +199,19 @@ def test_env_knobs_are_reapplied_at_the_first_step(clock: Clock) -> None:
     assert len(rt.knob_errors) == 2 and "warp_speed" in rt.knob_errors[1]
 
 
+def test_env_knobs_the_hook_does_not_know_are_reported_and_the_rest_still_apply(clock: Clock) -> None:
+    """A trial run passes the hook's knobs and the script's own (amp_bf16) in one GPUMON_KNOBS."""
+    fake = fake_torch()
+    rt = HookRuntime(fake, clock=clock)
+    rt.set_env_knobs('{"amp_bf16": true, "num_workers": 2, "cudnn_benchmark": true, "pin_memory": "yes"}')
+    assert rt.knobs_applied == {"num_workers": 2, "cudnn_benchmark": True}
+    assert fake.backends.cudnn.benchmark is True
+    assert rt.knobs_ignored == ["amp_bf16"]
+    assert any("amp_bf16" in e and "left to the script" in e for e in rt.knob_errors)
+    assert any("pin_memory" in e for e in rt.knob_errors)
+    assert info.state(rt, clients=0, installed_at=0.0)["knobs"]["ignored"] == ["amp_bf16"]
+
+
 # -- GPU timing on a fake GPU -------------------------------------------------------------------
 
 
