@@ -32,7 +32,6 @@ LADDERS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "gpu": [
         ("baseline", {}),
         ("num_workers 0 -> 14", {"num_workers": 14}),
-        ("augment_in_workers", {"augment_in_workers": True}),
         ("pin_memory", {"pin_memory": True}),
         ("persistent_workers", {"persistent_workers": True}),
         ("amp_bf16", {"amp_bf16": True}),
@@ -43,7 +42,7 @@ LADDERS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     "cpu": [
         ("baseline", {}),
-        ("num_workers 0 -> 2, augment_in_workers", {"num_workers": 2, "augment_in_workers": True}),
+        ("num_workers 0 -> 2", {"num_workers": 2}),
     ],
 }
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from .knobs import KNOBS_ENV, KNOWN_KNOBS, Knob, KnobError, format_knobs, parse_knobs
+from .knobs import KNOBS_ACK_ENV, KNOBS_ENV, KNOWN_KNOBS, Knob, KnobError, format_knobs, parse_knobs
 
-__all__ = ["KNOBS_ENV", "KNOWN_KNOBS", "Knob", "KnobError", "command", "format_knobs", "parse_knobs"]
+__all__ = ["KNOBS_ACK_ENV", "KNOBS_ENV", "KNOWN_KNOBS", "Knob", "KnobError", "command", "format_knobs", "parse_knobs"]
 
 
 def command(*args: str) -> list[str]:

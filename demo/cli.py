@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .knobs import KNOBS_ENV, KNOWN_KNOBS, Knob, KnobError, parse_knobs
+from .knobs import KNOBS_ENV, KNOWN_KNOBS, Knob, KnobError, acknowledge_knobs, parse_knobs
 
 PROG = "gpumon-demo"
 EXIT_BAD_INPUT = 2
@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "A deliberately slow PyTorch trainer (synthetic images, CPU augmentation in the training "
-            "loop, pageable copies, fp32, batch 32) for learning gpumon on. "
+            "A deliberately slow PyTorch trainer (synthetic images, CPU augmentation in the main "
+            "process with no DataLoader workers, pageable copies, fp32, batch 32) for learning gpumon on. "
             f"Knobs come from {KNOBS_ENV} (a JSON object) and the flags below, flags winning."
         ),
     )
@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         knobs = parse_knobs(os.environ.get(KNOBS_ENV))
     except KnobError as error:
         return _fail(str(error))
+    acknowledge_knobs(list(knobs), os.environ)
     knobs |= {name: getattr(args, name) for name in KNOWN_KNOBS if getattr(args, name) is not None}
     for name, minimum in (("steps", 1), ("warmup_steps", 0), ("dataset_size", 1), ("duration", 0)):
         value = getattr(args, name)

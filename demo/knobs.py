@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 KNOBS_ENV = "GPUMON_KNOBS"
+KNOBS_ACK_ENV = "GPUMON_KNOBS_ACK"
+"""A file path: a script that reads GPUMON_KNOBS itself writes there the JSON list of the knob names it
+applies, so gpumon's trial runs can tell a knob the script used from one nobody applied."""
 
 
 class KnobError(ValueError):
@@ -92,8 +95,9 @@ KNOWN_KNOBS: dict[str, Knob] = {
             code="model.to(memory_format=torch.channels_last); x.to(device, memory_format=torch.channels_last)",
         ),
         Knob(
-            "augment_in_workers", bool, False,
-            "run the CPU augmentation in Dataset.__getitem__ (in the workers) instead of the training loop",
+            "augment_in_workers", bool, True,
+            "run the CPU augmentation in Dataset.__getitem__, so in the DataLoader workers when there are any "
+            "(false: in the training loop, always in the main process)",
             code="move the transforms into Dataset.__getitem__",
         ),
         Knob(
@@ -131,6 +135,18 @@ def parse_knobs(text: str | None) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise KnobError(f"{KNOBS_ENV} must be a JSON object like {{\"num_workers\": 4}}, got {text.strip()[:60]}")
     return validate_knobs(values)
+
+
+def acknowledge_knobs(names: list[str], environ: Mapping[str, str]) -> None:
+    """Writes `names` (the GPUMON_KNOBS knobs this run applies) to the file GPUMON_KNOBS_ACK names, if set."""
+    path = environ.get(KNOBS_ACK_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as stream:
+            json.dump(sorted(names), stream)
+    except OSError:
+        pass  # gpumon then reports the knobs as unconfirmed; the run itself goes on
 
 
 def format_knobs(values: Mapping[str, Any]) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from demo.cli import main
-from demo.knobs import KNOBS_ENV, KNOWN_KNOBS, KnobError, default_knobs, format_knobs, parse_knobs
+from demo.knobs import (KNOBS_ACK_ENV, KNOBS_ENV, KNOWN_KNOBS, KnobError, acknowledge_knobs, default_knobs, format_knobs,
+                        parse_knobs)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,3 +117,11 @@ def test_cli_refuses_nonsense_flags_for_knobs(capsys: pytest.CaptureFixture[str]
         main(["--num-workers", "-3"])
     assert exit_info.value.code == 2
     assert "must be >= 0" in capsys.readouterr().err
+
+
+def test_the_knobs_read_from_the_environment_are_acknowledged_in_the_ack_file(tmp_path: Path) -> None:
+    ack = tmp_path / "ack.json"
+    acknowledge_knobs(["num_workers", "amp_bf16"], {KNOBS_ACK_ENV: str(ack)})
+    assert json.loads(ack.read_text()) == ["amp_bf16", "num_workers"]
+    acknowledge_knobs(["num_workers"], {})  # no ack file asked for: nothing written, nothing raised
+    acknowledge_knobs(["num_workers"], {KNOBS_ACK_ENV: str(tmp_path / "missing-dir" / "ack.json")})

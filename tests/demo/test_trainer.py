@@ -64,7 +64,8 @@ def test_default_run_loads_and_augments_in_the_main_process() -> None:
 
 @pytest.mark.filterwarnings("ignore:.pin_memory. argument is set as true:UserWarning")
 def test_dataloader_knobs_take_effect() -> None:
-    knobs = {"num_workers": 2, "pin_memory": True, "batch_size": 8, "prefetch_factor": 3, "persistent_workers": True}
+    knobs = {"num_workers": 2, "pin_memory": True, "batch_size": 8, "prefetch_factor": 3, "persistent_workers": True,
+             "augment_in_workers": False}
     summary = run_small(steps=5, knobs=knobs)
     loader = summary["dataloader"]
     assert (loader["num_workers"], loader["batch_size"], loader["prefetch_factor"]) == (2, 8, 3)
@@ -72,12 +73,12 @@ def test_dataloader_knobs_take_effect() -> None:
     assert summary["samples"] == 5 * 8
     workers = summary["fetch_pids"]
     assert len(workers) == 2 and os.getpid() not in workers
-    assert summary["augment_pids"] == [os.getpid()], "augmentation stays in the training loop by default"
+    assert summary["augment_pids"] == [os.getpid()], "augment_in_workers false keeps it in the training loop"
     assert not [pid for pid in workers if psutil.pid_exists(pid)], "workers are shut down when run() returns"
 
 
-def test_augment_in_workers_moves_the_augmentation_into_the_workers() -> None:
-    summary = run_small(steps=4, knobs={"num_workers": 2, "augment_in_workers": True})
+def test_augmentation_runs_in_the_workers_by_default() -> None:
+    summary = run_small(steps=4, knobs={"num_workers": 2})
     assert len(summary["augment_pids"]) == 2
     assert summary["augment_pids"] == summary["fetch_pids"]
     assert os.getpid() not in summary["augment_pids"]
