@@ -234,6 +234,8 @@ def run_replay(args: argparse.Namespace) -> int:
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 STOP_GRACE_S = 10.0
 """After the dashboard quits, how long the job gets to stop after SIGINT before SIGTERM, then SIGKILL."""
+EXITING_GRACE_S = 5.0
+"""How long a job that already said goodbye gets to exit by itself before it is signalled."""
 
 
 def exit_status(returncode: int) -> int:
@@ -307,8 +309,16 @@ def wait_forwarding_signals(child: subprocess.Popen[bytes]) -> int:
     return exit_status(returncode)
 
 
-def stop_job(child: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> int:
-    """Stop a job still running: SIGINT (its Ctrl+C), then SIGTERM, then SIGKILL; its exit status."""
+def stop_job(child: subprocess.Popen[bytes], grace: float = STOP_GRACE_S, exiting: bool = False) -> int:
+    """Stop a job still running: SIGINT (its Ctrl+C), then SIGTERM, then SIGKILL; its exit status.
+
+    exiting: the job said goodbye already (it is on its way out): give it a few seconds to finish first.
+    """
+    if exiting:
+        try:
+            child.wait(EXITING_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
     for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         if child.poll() is not None:
             break
@@ -349,10 +359,14 @@ def run_launch(args: argparse.Namespace) -> int:
         sampler = Sampler(interval=args.interval)
         sampler.track_pids([child.pid])
         app = GpumonApp(sampler, job=job)
+        # A closed terminal or a kill of gpumon must not leave the job running: quit, then stop it below.
+        previous = {signum: signal.signal(signum, lambda *_: app.exit()) for signum in (signal.SIGTERM, signal.SIGHUP)}
         try:
             app.run()
         finally:
-            status = stop_job(child)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            status = stop_job(child, exiting=job.ended)
     print(f"gpumon: the job exited with status {status}; its output: {log_path}", file=sys.stderr)
     return status
 

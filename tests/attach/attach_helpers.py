@@ -89,3 +89,62 @@ def wait_until(predicate: Any, timeout: float, step: float = 0.02) -> bool:
             return True
         time.sleep(step)
     return bool(predicate())
+
+
+class PtyProgram:
+    """A program run in a pseudo-terminal (like a user's terminal), for the dashboard's end-to-end tests."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path = REPO_ROOT, size: tuple[int, int] = (120, 40)):
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        self.master, slave = pty.openpty()
+        columns, lines = size
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+        env = dict(env, TERM="xterm-256color", COLUMNS=str(columns), LINES=str(lines))
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
+                                     start_new_session=True)
+        os.close(slave)
+        self.output = b""
+
+    def read_until(self, marker: bytes, timeout: float = 30.0) -> bool:
+        """Read the screen output until `marker` shows up (True) or the time is up / the program ended (False)."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        start = len(self.output)
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.master], [], [], 0.05)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            self.output += chunk
+            if marker in self.output[max(0, start - len(marker)):]:
+                return True
+        return False
+
+    def press(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """The exit code, reading (and so not blocking) the terminal meanwhile."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self.read_until(b"\0never\0", timeout=0.1)
+        return self.proc.wait(max(0.1, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        os.close(self.master)

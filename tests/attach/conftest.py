@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from attach_helpers import HOOKED_JOB, Job
+from attach_helpers import HOOKED_JOB, SPY_TARGET, Job
 
 from gpumon import protocol
 
@@ -39,3 +39,44 @@ def start_job(sock_dir: str) -> Iterator[Any]:
     yield start
     for job in jobs:
         job.kill()
+
+
+def _private_dir() -> str:
+    base = tempfile.mkdtemp(prefix="gpumon-attach-shared-", dir="/tmp")
+    directory = os.path.join(base, "s")
+    os.mkdir(directory, 0o700)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def shared_hooked_job() -> Iterator[Job]:
+    """One hooked job, training for the whole session in its own socket directory, for tests that only watch it
+    (starting torch costs seconds on a small box). Use with `watch_shared`."""
+    directory = _private_dir()
+    job = Job(HOOKED_JOB, ["--seconds", "600"], directory)
+    try:
+        job.event("ready")
+        yield job
+    finally:
+        job.kill()
+        shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shared_spy_job() -> Iterator[Job]:
+    """One job WITHOUT the hook that waits on its DataLoader all session (for the py-spy tests)."""
+    directory = _private_dir()
+    job = Job(SPY_TARGET, ["--mode", "data", "--seconds", "600"], directory)
+    try:
+        job.event("ready")
+        yield job
+    finally:
+        job.kill()
+        shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+
+
+@pytest.fixture
+def watch_shared(shared_hooked_job: Job, monkeypatch: pytest.MonkeyPatch) -> Job:
+    """The shared hooked job, with this process looking for sockets where it has its own."""
+    monkeypatch.setenv(protocol.SOCKET_DIR_ENV, shared_hooked_job.sock_dir)
+    return shared_hooked_job

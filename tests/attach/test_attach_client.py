@@ -22,7 +22,7 @@ from gpumon.attach.jobstate import END_CLOSED
 
 
 def test_client_receives_hello_and_steps_then_the_end_and_keeps_the_history(start_job: Any) -> None:
-    job = start_job("--steps", "150", "--item-sleep-ms", "2")
+    job = start_job("--steps", "100", "--item-sleep-ms", "1")
     client = JobClient(job.pid, wait_for_socket=True)
     seen: list[str] = []
     client.start(seen.append)
@@ -36,15 +36,15 @@ def test_client_receives_hello_and_steps_then_the_end_and_keeps_the_history(star
     assert view.info is not None and view.info.pid == job.pid
     assert view.ended and view.end_reason == "exit"  # the hook's bye
     assert seen[0] == protocol.HELLO and "steps" in seen and seen[-1] == "ended"
-    assert view.last_seq == done["steps"] == 150
-    assert [step.seq for step in view.steps] == list(range(1, 151))  # nothing lost, history kept after the end
+    assert view.last_seq == done["steps"] == 100
+    assert [step.seq for step in view.steps] == list(range(1, 101))  # nothing lost, history kept after the end
     assert all(step.samples == 8 for step in view.steps)
     assert view.state is not None and view.dataloaders[0]["batch_size"] == 8
     assert view.step_source == protocol.SOURCE_OPTIMIZER
-    # 8 items x 2 ms each per batch with no workers: most of each step waits for data.
+    # 8 items x 1 ms each per batch with no workers: most of each step waits for data.
     assert view.stats.breakdown.data is not None and view.stats.breakdown.data > 0.5
     assert view.stats.breakdown.gpu is None  # CPU torch: no GPU timing
-    assert sum(point.steps for point in view.timeline) == 150
+    assert sum(point.steps for point in view.timeline) == 100
 
 
 def test_a_killed_job_ends_the_client_with_its_history(start_job: Any) -> None:
@@ -64,9 +64,8 @@ def test_a_killed_job_ends_the_client_with_its_history(start_job: Any) -> None:
     assert len(view.steps) >= 5 and view.info is not None
 
 
-def test_requests_get_their_replies(start_job: Any) -> None:
-    job = start_job("--seconds", "30")
-    job.wait_socket()
+def test_requests_get_their_replies(watch_shared: Any) -> None:
+    job = watch_shared
     client = JobClient(job.pid)
     client.connect()
     client.start()
@@ -86,9 +85,8 @@ def test_requests_get_their_replies(start_job: Any) -> None:
         client.stop()
 
 
-def test_attach_latency_first_step_sample_within_bounds(start_job: Any) -> None:
-    job = start_job("--seconds", "30")
-    job.event("ready")  # the job is training
+def test_attach_latency_first_step_sample_within_bounds(watch_shared: Any) -> None:
+    job = watch_shared  # training already
     first = threading.Event()
     started = time.monotonic()
     client = JobClient(job.pid)
