@@ -275,15 +275,16 @@ def _probe(pid: int, path: str, timeout: float) -> tuple[str, Any]:
     return ("job", JobInfo(pid=pid, socket_path=path, hello=hello))
 
 
-def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, clean: bool = True) -> Discovery:
-    """Find this user's hooked jobs. Sockets of dead pids are removed (when `clean`); each live one is asked for its
-    hello, in parallel, for at most `timeout` seconds. `pids`: only look at these.
+def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, clean: bool = True,
+         uid: int | None = None) -> Discovery:
+    """Find this user's hooked jobs (or, for root, those of `uid`). Sockets of dead pids are removed (when `clean`);
+    each live one is asked for its hello, in parallel, for at most `timeout` seconds. `pids`: only look at these.
 
-    Only directories that are ours with mode 0700 are read (protocol.list_sockets refuses the others), and only
+    Only directories owned by the uid with mode 0700 are read (protocol.list_sockets refuses the others), and only
     socket files we own are removed.
     """
     wanted = None if pids is None else set(pids)
-    sockets = [(pid, path) for pid, path in protocol.list_sockets() if wanted is None or pid in wanted]
+    sockets = [(pid, path) for pid, path in protocol.list_sockets(uid) if wanted is None or pid in wanted]
     if not sockets:
         return Discovery(jobs=())
     if len(sockets) == 1:
@@ -308,6 +309,14 @@ def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, c
 def list_jobs(timeout: float = HELLO_TIMEOUT) -> list[JobInfo]:
     """The hooked jobs of this user that answer (stale sockets removed on the way)."""
     return list(scan(timeout).jobs)
+
+
+def process_uid(pid: int) -> int | None:
+    """The real uid a process runs as (None when it is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def process_command(pid: int) -> str:

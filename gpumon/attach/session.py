@@ -7,6 +7,7 @@ else the py-spy sampler once py-spy has proved it can read the pid; one-line Att
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -15,7 +16,7 @@ from typing import Union
 from gpumon import protocol
 from gpumon.attach.client import ENDED, JobClient, Listener
 from gpumon.attach.discovery import (HELLO_TIMEOUT, AttachError, JobGroup, JobInfo, jobs_launched_by,
-                                     process_command, scan)
+                                     process_command, process_uid, scan)
 from gpumon.attach.jobstate import JobView, group_view
 from gpumon.attach.pyspy import PySpySampler
 
@@ -48,7 +49,11 @@ class AttachedJob:
 
         Raises AttachError when the socket exists but cannot be used (another protocol version, no answer).
         """
-        found = scan(timeout)
+        owner = process_uid(pid)
+        if owner is not None and owner != os.getuid() and os.geteuid() == 0:
+            found = scan(timeout, uid=owner, clean=False)  # root watching another user's job: read, touch nothing
+        else:
+            found = scan(timeout)
         group = found.group_of(pid)
         if group is None:
             for unreachable_pid, reason in found.unreachable:
