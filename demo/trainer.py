@@ -2,10 +2,12 @@
 
 Every slow choice is a knob (see knobs.py), so gpumon's experiments can fix them one by one.
 
-Shutdown: SIGINT and SIGTERM raise `StopTraining` in the training loop (once; later signals
-during cleanup are only recorded). The `finally` block shuts the DataLoader's worker processes
-down explicitly (`_shutdown_workers`, the same call the iterator's destructor makes, which joins
-them and terminates stragglers) before `run` returns, so no worker outlives the trainer. Workers
+Shutdown: the first SIGINT or SIGTERM makes the loop stop at the next step boundary (so the main
+process is never interrupted half-way through receiving a batch from a worker); a second one
+raises `StopTraining` at once; signals during cleanup are only recorded. The `finally` block
+shuts the DataLoader's worker processes down explicitly (`_shutdown_workers`, the same call the
+iterator's destructor makes, which joins them and terminates stragglers) before `run` returns,
+so no worker outlives the trainer. Workers
 reset both signals to their defaults on start and ask Linux to SIGTERM them if the trainer dies
 without cleaning up (PR_SET_PDEATHSIG, e.g. after SIGKILL).
 """
@@ -94,15 +96,20 @@ class TrainConfig:
 
 
 class _SignalStopper:
-    """Turns the first SIGINT/SIGTERM into StopTraining; remembers which signal came."""
+    """Records the first SIGINT/SIGTERM for the loop to stop on; a second one raises StopTraining."""
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
+        self.cleaning_up = False
+        """Set once the run is shutting down: from then on signals are only recorded."""
+        self._raised = False
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signal_name is None:
             self.signal_name = signal.Signals(signum).name
+        elif not self.cleaning_up and not self._raised:
+            self._raised = True
             raise StopTraining(self.signal_name)
 
     def install(self) -> None:
@@ -264,6 +271,9 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
         loss: torch.Tensor | None = None
         iterator = iter(loader)
         while True:
+            if stopper.signal_name is not None:
+                stopped_by = stopper.signal_name
+                break
             if config.steps is not None and steps >= config.steps:
                 stopped_by = "steps"
                 break
@@ -311,13 +321,14 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
             steady_end = (time.perf_counter(), time.process_time(), steps, samples)
     except StopTraining:
         stopped_by = stopper.signal_name or "SIGINT"
-    except RuntimeError:
-        # A worker killed by the same signal (sent to the whole process group) surfaces as a
-        # RuntimeError from the DataLoader; that is a stop, not a crash.
+    except Exception:
+        # Workers ended by the same signal (Ctrl+C reaches the whole process group) surface as an
+        # error from the DataLoader; after a signal that is a stop, not a crash.
         if stopper.signal_name is None:
             raise
         stopped_by = stopper.signal_name
     finally:
+        stopper.cleaning_up = True
         if steady_start is not None and steady_end is None and steps > steady_start[2]:
             # Stopped by a signal (or an error): the steady window ends here.
             with contextlib.suppress(Exception):
