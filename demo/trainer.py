@@ -7,9 +7,8 @@ process is never interrupted half-way through receiving a batch from a worker); 
 raises `StopTraining` at once; signals during cleanup are only recorded. The `finally` block
 shuts the DataLoader's worker processes down explicitly (`_shutdown_workers`, the same call the
 iterator's destructor makes, which joins them and terminates stragglers) before `run` returns,
-so no worker outlives the trainer. Workers
-reset both signals to their defaults on start and ask Linux to SIGTERM them if the trainer dies
-without cleaning up (PR_SET_PDEATHSIG, e.g. after SIGKILL).
+so no worker outlives the trainer. Workers reset both signals to their defaults on start and ask
+Linux to SIGTERM them if the trainer dies without cleaning up (PR_SET_PDEATHSIG, e.g. SIGKILL).
 """
 
 from __future__ import annotations
