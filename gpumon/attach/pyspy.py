@@ -333,10 +333,8 @@ def probe(pid: int, pyspy: str | None = None, timeout: float = PROBE_TIMEOUT) ->
 
 
 def _quiet_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("RUST_BACKTRACE", None)
-    env["RUST_BACKTRACE"] = "0"
-    return env
+    """py-spy's environment without Rust backtraces in its error messages."""
+    return {**os.environ, "RUST_BACKTRACE": "0"}
 
 
 # ---------------------------------------------------------------------------------------------
