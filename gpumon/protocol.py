@@ -36,6 +36,9 @@ INJECTED_ENV = "GPUMON_HOOK_INJECTED"
 """Set by `gpumon run`: the hook then starts its server only at the first sign of training."""
 KNOBS_ENV = "GPUMON_KNOBS"
 """A JSON object of knobs (KNOBS below) the hook applies at install: how trial runs change a knob."""
+GPU_TIMING_ENV = "GPUMON_HOOK_GPU_TIMING"
+"""N: time every Nth step with CUDA events (and every step slower than 20 ms); 0: no GPU timing.
+Default 8."""
 INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook", "inject")
 """Holds the sitecustomize.py that `gpumon run` puts first on PYTHONPATH."""
 

@@ -12,20 +12,29 @@ _POOL_MAX = 32
 
 
 class GpuStepTimer:
-    """Records a start and an end event per step on the job's current stream and reads them later.
+    """Times chosen steps with a start and an end event on the job's current stream, read later.
 
     Only `event.record()` and `event.query()` are called on the training thread; `elapsed_time` is
-    read only once the end event's `query()` is True, so nothing here synchronizes. A step with no
-    start mark of its own (no DataLoader fetch) starts at the previous step's end event.
+    read only once both events' `query()` is True, so nothing here synchronizes. A timed step starts
+    at its first DataLoader batch (`mark_start`) or else at the boundary that opened it; untimed
+    steps record no event at all. No event is recorded while a CUDA graph is being captured.
+    Records leave in step order, each once its events completed (or it was not timed).
     """
 
     def __init__(self, torch: Any, device: int) -> None:
         self._torch = torch
         self.device = device
+        self._capturing = torch.cuda.is_current_stream_capturing
+        # The current stream, re-read as a cheap tuple each time; the Stream object only rebuilt on change.
+        self._get_stream_key = getattr(getattr(torch, "_C", None), "_cuda_getCurrentStream", None)
+        self._stream_key: Any = None
+        self._stream: Any = None
         self._pool: list[Any] = []
+        self._timed = False
         self._start: Any = None
-        self._prev_end: Any = None
-        # FIFO of (record, start_event, end_event)
+        self._boundary_start: Any = None
+        self._last_end: Any = None
+        # FIFO of (record, start_event, end_event); events None for an untimed step
         self._pending: deque[tuple[list[Any], Any, Any]] = deque()
 
     def _event(self) -> Any:
@@ -37,29 +46,47 @@ class GpuStepTimer:
         if len(self._pool) < _POOL_MAX:
             self._pool.append(event)
 
+    def _current_stream(self) -> Any:
+        if self._get_stream_key is None:
+            return self._torch.cuda.current_stream(self.device)
+        key = self._get_stream_key(self.device)
+        if key != self._stream_key:
+            self._stream = self._torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+            self._stream_key = key
+        return self._stream
+
     def _record(self) -> Any:
+        """A fresh event recorded now on the current stream, or None during a graph capture."""
+        if self._capturing():
+            return None
         event = self._event()
-        event.record(self._torch.cuda.current_stream(self.device))
+        event.record(self._current_stream())
         return event
 
+    def begin_step(self, timed: bool, start_at_boundary: bool) -> None:
+        """A step opens. `start_at_boundary`: mark its start now (no DataLoader batch will mark it)."""
+        self._timed = timed
+        self._start = None
+        self._boundary_start = None
+        if timed and start_at_boundary:
+            # The step that just ended left its end event: the same instant, no new event needed.
+            self._boundary_start = self._last_end if self._last_end is not None else self._record()
+        self._last_end = None
+
     def mark_start(self) -> None:
-        """The step's GPU work begins here (after its first batch arrived). Later calls in the step are ignored."""
-        if self._start is None:
+        """The step's GPU work begins here (its first batch arrived). Later calls in the step are ignored."""
+        if self._timed and self._start is None:
             self._start = self._record()
 
     def end_step(self, record: list[Any]) -> None:
-        """Close the step: record its end event and queue `record` until its GPU time can be read."""
-        start = self._start if self._start is not None else self._prev_end
-        end = self._record()
-        self._start = None
-        self._prev_end = end
+        """Close the step: record its end event if timed, and queue `record` until it can leave."""
+        if not self._timed:
+            self._pending.append((record, None, None))
+            return
+        start = self._start if self._start is not None else self._boundary_start
+        end = self._record() if start is not None else None
+        self._last_end = end
         self._pending.append((record, start, end))
-
-    def end_unmeasured(self, record: list[Any]) -> None:
-        """Close a step without events (a CUDA graph capture is running): it keeps its place in line."""
-        self._start = None
-        self._prev_end = None
-        self._pending.append((record, None, None))
 
     def resolve(self, done: list[list[Any]], gpu_index: int) -> None:
         """Move records whose events completed (oldest first) to `done`, with their GPU time filled in."""
@@ -68,15 +95,16 @@ class GpuStepTimer:
             if not pending:
                 return
             record, start, end = pending[0]
-            complete = end is None or (end.query() and (start is None or start.query()))
+            timed = start is not None and end is not None
+            complete = not timed or (end.query() and start.query())
             if not complete and len(pending) <= MAX_PENDING:
                 return
             pending.popleft()
-            if complete and start is not None and end is not None:
+            if timed and complete:
                 record[gpu_index] = start.elapsed_time(end)
                 self._release(start)
-                # An end event may still be the next step's start; only then is it kept.
-                if end is not self._prev_end and not (pending and pending[0][1] is end):
+                # An end event may be the next step's start (open, or queued); only then is it kept.
+                if end is not self._boundary_start and not (pending and pending[0][1] is end):
                     self._release(end)
             done.append(record)
 

@@ -7,6 +7,7 @@ calls back in here except through the `control` queue, which is drained at step 
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from typing import Any, Callable
@@ -23,6 +24,10 @@ CUDA_PROBE_EVERY = 8
 """Steps between checks of torch.cuda.is_initialized() while the job has not touched CUDA."""
 LEAD_SWITCH_AFTER = 64
 """Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
+GPU_TIMING_EVERY = 8
+"""Default: CUDA events time one step in this many (events cost the job time on fast steps)..."""
+GPU_TIMING_SLOW_STEP_S = 0.020
+"""...and every step after one that took at least this long (there the cost is negligible)."""
 
 # Layout of a step record (a list, so the GPU time can be filled in after the fact).
 R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE = range(8)
@@ -91,6 +96,7 @@ class HookRuntime:
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
         # GPU timing.
+        self.gpu_every = _gpu_timing_every()
         self.gpu: GpuStepTimer | None = None
         self._cuda_probe = 0
         self._resolved: list[list[Any]] = []
@@ -182,7 +188,7 @@ class HookRuntime:
             entry.batches += 1
             entry.wait_s += waited
             entry.last_used = now
-        if self.gpu is not None and not self.torch.cuda.is_current_stream_capturing():
+        if self.gpu is not None:
             self.gpu.mark_start()
         if self.on_first_activity is not None:
             self._activity()
@@ -278,14 +284,12 @@ class HookRuntime:
         if gpu is None:
             self.records.append(record)
             self._cuda_probe += 1
-            if self._cuda_probe >= CUDA_PROBE_EVERY:
+            if self._cuda_probe >= CUDA_PROBE_EVERY and self.gpu_every > 0:
                 self._cuda_probe = 0
-                self._maybe_start_gpu_timing()
+                self._maybe_start_gpu_timing(record[R_WALL])
         else:
-            if self.torch.cuda.is_current_stream_capturing():
-                gpu.end_unmeasured(record)
-            else:
-                gpu.end_step(record)
+            gpu.end_step(record)
+            gpu.begin_step(self._time_next_step(record[R_WALL]), start_at_boundary=not self._dataloader_ever)
             resolved = self._resolved
             gpu.resolve(resolved, R_GPU)
             if resolved:
@@ -296,7 +300,10 @@ class HookRuntime:
         if self.control or self._reapply_env_knobs:
             self._drain_control()
 
-    def _maybe_start_gpu_timing(self) -> None:
+    def _time_next_step(self, last_wall: float) -> bool:
+        return (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
+
+    def _maybe_start_gpu_timing(self, last_wall: float) -> None:
         cuda = self.torch.cuda
         if not cuda.is_initialized():
             return
@@ -304,6 +311,7 @@ class HookRuntime:
         if device is None:
             device = cuda.current_device()
         self.gpu = GpuStepTimer(self.torch, device)
+        self.gpu.begin_step(self._time_next_step(last_wall), start_at_boundary=not self._dataloader_ever)
 
     @property
     def cuda_device(self) -> int | None:
@@ -427,6 +435,11 @@ class HookRuntime:
     def diagnosing(self) -> bool:
         counter = self.sync_counter
         return (counter is not None and counter.active) or any(item[0] == "diagnose" for item in list(self.control))
+
+
+def _gpu_timing_every() -> int:
+    value = os.environ.get(protocol.GPU_TIMING_ENV, "").strip()
+    return max(0, int(value)) if value.isdigit() else GPU_TIMING_EVERY
 
 
 def _cuda_index_of(optimizer: Any) -> int | None:

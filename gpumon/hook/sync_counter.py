@@ -65,7 +65,9 @@ class SyncCounter:
         finally:
             if self._filter is not None and self._filter in warnings.filters:
                 warnings.filters.remove(self._filter)
-                warnings._filters_mutated()  # type: ignore[attr-defined]
+                mutated = getattr(warnings, "_filters_mutated", None)  # resets the once-per-line caches
+                if mutated is not None:
+                    mutated()
             self._filter = None
             # Someone may have replaced showwarning meanwhile; then our wrapper, now inactive, passes through.
             if warnings.showwarning is self._installed_showwarning and self._original_showwarning is not None:

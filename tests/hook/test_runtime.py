@@ -218,10 +218,12 @@ def test_env_knobs_the_hook_does_not_know_are_reported_and_the_rest_still_apply(
 OPT = Opt()
 
 
-def gpu_runtime(clock: Clock) -> tuple[HookRuntime, FakeCuda]:
-    """A runtime whose GPU timing has just started (after CUDA_PROBE_EVERY steps), its records cleared."""
+def gpu_runtime(clock: Clock, every: int = 1) -> tuple[HookRuntime, FakeCuda]:
+    """A runtime whose GPU timing has just started (after CUDA_PROBE_EVERY steps), its records cleared;
+    it times one step in `every` (every step by default)."""
     fake = fake_torch()
     rt = HookRuntime(fake, clock=clock)
+    rt.gpu_every = every
     for _ in range(CUDA_PROBE_EVERY):
         rt.on_optimizer_step(OPT)
     assert rt.gpu is not None, "GPU timing starts once CUDA is initialized"
@@ -272,7 +274,34 @@ def test_steps_without_a_fetch_start_at_the_previous_end(clock: Clock) -> None:
         rt.on_manual_step(None)
         cuda.complete_all()
     rt.on_manual_step(None)
-    assert [r[R_GPU] for r in rt.records] == [None, 3.0, 7.0, 1.0]
+    # The first step starts at the boundary where timing began (GPU clock 0 there).
+    assert [r[R_GPU] for r in rt.records] == [5.0, 3.0, 7.0, 1.0]
+    assert cuda.recorded == 1 + 5  # one event where timing began, then one end event per step
+
+
+def test_fast_steps_are_sampled_slow_ones_all_timed(clock: Clock) -> None:
+    rt, cuda = gpu_runtime(clock, every=4)
+    for i in range(16):  # fast steps 9..24: steps 12, 16, 20, 24 are timed, with two events each
+        train_step(rt, cuda, i * 10.0, i * 10.0 + 2.0, OPT)
+        cuda.complete_all()
+    assert [r[R_GPU] is not None for r in rt.records] == [False, False, False, True] * 3 + [False] * 3
+    assert cuda.recorded == 8
+    rt.records.clear()
+    for i in range(8):  # slow steps 25..32 (50 ms): each step after a slow one is timed
+        clock.advance(0.05)
+        train_step(rt, cuda, 500.0 + i * 10.0, 503.0 + i * 10.0, OPT)
+        cuda.complete_all()
+    # step 24 (timed, fast) leaves now; 25 followed a fast step; 26..31 are timed; 32 still queued
+    assert [r[R_GPU] for r in rt.records] == [2.0, None] + [3.0] * 6
+
+
+def test_gpu_timing_can_be_turned_off(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(protocol.GPU_TIMING_ENV, "0")
+    fake = fake_torch()
+    rt = HookRuntime(fake, clock=clock)
+    for _ in range(3 * CUDA_PROBE_EVERY):
+        rt.on_optimizer_step(OPT)
+    assert rt.gpu is None and fake.cuda.recorded == 0 and len(rt.records) == 3 * CUDA_PROBE_EVERY
 
 
 def test_graph_capture_steps_are_left_unmeasured_in_order(clock: Clock) -> None:

@@ -1,0 +1,320 @@
+"""Steps/s of a launch-bound training loop with and without gpumon's hook, alternated in one run.
+
+Usage (from the project root; on CUDA when available, else CPU):
+
+    python benchmarks/hook_overhead.py --rounds 10 --json out.json
+    python benchmarks/hook_overhead.py --device cpu --loops tensor --steps 1500
+
+The loop is the most sensitive case for a per-step cost: 40 Linear(64, 64) layers, batch 4, SGD,
+so a step is short and made of many small launches. Two loops: `tensor` (one batch reused) and
+`dataloader` (batches from a DataLoader, so every hook wrapper runs). Each round starts one fresh
+worker process per variant, warms them all up, then runs one timed window of `--steps` steps in each,
+back to back, in alternating order (the idle workers wait on stdin):
+
+    off      no `import gpumon.hook`
+    off2     the same again, in another process: its "overhead" is the noise floor of the run (A/A)
+    hook     `import gpumon.hook` (patches on, server listening, nobody attached)
+    client   as `hook`, with this process attached as a client reading the stream all the time
+    hook_every_step  (not by default) as `hook`, timing every step with CUDA events
+                     (GPUMON_HOOK_GPU_TIMING=1) instead of one fast step in 8
+
+Reported per loop and variant: median steps/s over the rounds, spread ((max - min) / median), and the
+overhead against `off` as the median of the per-round ratios (paired, so slow drifts cancel).
+Target: at most 1% slower. `--micro` instead times the hook's own work per step in-process (what
+the four per-step signals cost, with CUDA events on CUDA), which noise does not blur.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("off", "off2", "hook", "client")
+EXTRA_VARIANTS = ("hook_every_step",)
+LOOPS = ("tensor", "dataloader")
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One variant in its own process: warms up, then runs `--steps` timed steps each time the parent
+    writes a line on stdin, printing {"event": "result", "steps_per_s": ...} after each."""
+    if args.variant in ("hook", "client", "hook_every_step"):
+        import gpumon.hook  # noqa: F401 - the line a user adds
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(40)]).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    inputs = torch.randn(4, 64, device=device)
+    loader = DataLoader(TensorDataset(torch.randn(max(args.steps, args.warmup) * 4, 64)), batch_size=4)
+
+    def run(steps: int) -> None:
+        if args.loop == "tensor":
+            batches: Any = (inputs for _ in range(steps))
+        else:
+            batches = (x.to(device, non_blocking=True) for (x,), _ in zip(loader, range(steps)))
+        for x in batches:
+            loss = model(x).square().mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    run(args.warmup)
+    print(json.dumps({"event": "ready", "pid": os.getpid()}), flush=True)
+    for _line in sys.stdin:
+        started = time.perf_counter()
+        run(args.steps)
+        elapsed = time.perf_counter() - started
+        print(json.dumps({"event": "result", "steps_per_s": args.steps / elapsed}), flush=True)
+
+
+def micro(args: argparse.Namespace) -> dict[str, float]:
+    """The hook's own work per training step, timed directly: what the four signals of one step cost
+    (DataLoader fetch begin/end, backward, optimizer step with CUDA events on CUDA), no training."""
+    import torch
+
+    from gpumon.hook.runtime import GPU_TIMING_EVERY, HookRuntime
+
+    device = torch.device(args.device)
+    weight = torch.zeros(4, device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # CUDA initialized, as in a job, so the event path runs
+
+    class Optimizer:
+        param_groups = [{"params": [weight]}]
+
+    optimizer, batch, iterator = Optimizer(), (torch.zeros(4, 64), torch.zeros(4)), object()
+    out = {}
+    for every in (GPU_TIMING_EVERY, 1):
+        for name, with_fetch in (("optimizer_step_only", False), ("fetch_backward_optimizer", True)):
+            runtime = HookRuntime(torch)
+            runtime.gpu_every = every
+            for _ in range(2):  # the first pass warms up (and starts GPU timing after a few steps)
+                started = time.perf_counter()
+                for _ in range(args.micro_steps):
+                    if with_fetch:
+                        runtime.on_fetch_end(iterator, batch, runtime.on_fetch_begin())
+                        runtime.on_backward()
+                    runtime.on_optimizer_step(optimizer)
+                per_step = (time.perf_counter() - started) / args.micro_steps * 1e6
+            suffix = "" if device.type != "cuda" else f"_gpu_timing_every_{every}"
+            out[f"{name}{suffix}_us"] = round(per_step, 3)
+            if runtime.errors:
+                raise RuntimeError(f"hook errors during the micro benchmark: {runtime.last_error}")
+        if device.type != "cuda":
+            break
+    return out
+
+
+def _drain(path: str, stop: threading.Event, counts: dict[str, int]) -> None:
+    from gpumon import protocol
+
+    try:
+        with protocol.HookConnection(path, timeout=5) as conn:
+            counts["hello"] = 1
+            conn.send({"type": "subscribe", "steps_interval": 0.2, "state_interval": 1.0})
+            while not stop.is_set():
+                msg = conn.recv(0.2)
+                if msg is not None:
+                    counts[msg["type"]] = counts.get(msg["type"], 0) + 1
+    except (OSError, EOFError):
+        pass
+
+
+class Worker:
+    """A long-lived worker process of one variant; `measure()` runs one timed window in it."""
+
+    def __init__(self, loop: str, variant: str, args: argparse.Namespace, sock_dir: str) -> None:
+        env = {**os.environ, "GPUMON_SOCKET_DIR": sock_dir,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        if variant == "hook_every_step":
+            env["GPUMON_HOOK_GPU_TIMING"] = "1"
+        command = [sys.executable, __file__, "--worker", "--loop", loop, "--variant", variant, "--device",
+                   args.device, "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
+                   str(args.threads)]
+        self.variant = variant
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        self.stop = threading.Event()
+        self.counts: dict[str, int] = {}
+        self.reader: threading.Thread | None = None
+        self.sock_dir = sock_dir
+
+    def wait_ready(self) -> None:
+        """Wait for the warm-up to end; attach the client to the `client` variant."""
+        ready = _event(self.proc, "ready")
+        if self.variant == "client":
+            path = os.path.join(self.sock_dir, f"{ready['pid']}.sock")
+            self.reader = threading.Thread(target=_drain, args=(path, self.stop, self.counts), daemon=True)
+            self.reader.start()
+            deadline = time.monotonic() + 5
+            while not self.counts.get("hello") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not self.counts.get("hello"):
+                raise RuntimeError("the client could not attach to the hooked worker")
+
+    def measure(self) -> float:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return float(_event(self.proc, "result")["steps_per_s"])
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.reader is not None:
+            self.reader.join(2)
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _event(proc: subprocess.Popen, name: str) -> dict[str, Any]:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == name:
+                return event
+    raise RuntimeError(f"worker ended before {name!r}: {proc.stderr.read() if proc.stderr else ''}")
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(0))"],
+                               capture_output=True, text=True)
+        return probe.stdout.strip() or "cuda"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+def _torch_version() -> str:
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                           text=True)
+    return probe.stdout.strip()
+
+
+def summarize(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    base = rates["off"]
+    for variant, values in rates.items():
+        median = statistics.median(values)
+        summary = {"median_steps_per_s": median, "spread_pct": (max(values) - min(values)) / median * 100,
+                   "rounds": len(values)}
+        if variant != "off":
+            ratios = [on / off for on, off in zip(values, base)]
+            summary["overhead_pct"] = (1 - statistics.median(ratios)) * 100
+            summary["overhead_of_medians_pct"] = (1 - median / statistics.median(base)) * 100
+        out[variant] = summary
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS + EXTRA_VARIANTS)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per window (default: 1500 CPU, "
+                                                               "3000 CUDA)")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in the worker (0: default)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here ('-' for stdout)")
+    parser.add_argument("--micro", action="store_true", help="only time the hook's own per-step work, in-process")
+    parser.add_argument("--micro-steps", type=int, default=20000)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--loop", default="tensor", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="off", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    if "off" not in args.variants:
+        parser.error("--variants must include off (the baseline)")
+    if args.device == "auto":
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                               capture_output=True, text=True)
+        args.device = "cuda" if probe.stdout.strip() == "True" else "cpu"
+    if not args.steps:
+        args.steps = 3000 if args.device == "cuda" else 1500
+    if args.micro:
+        result = {"benchmark": "hook_overhead --micro", "device": device_name(args.device),
+                  "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **micro(args)}
+        print(json.dumps(result, indent=2))
+        if args.json and args.json != "-":
+            Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        return
+
+    results: dict[str, Any] = {
+        "benchmark": "hook_overhead", "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "device": device_name(args.device), "device_type": args.device, "python": platform.python_version(),
+        "torch": _torch_version(), "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "threads": args.threads, "loops": {},
+    }
+    sock_dir = tempfile.mkdtemp(prefix="gpumon-bench-", dir="/tmp") + "/s"
+    for loop in args.loops:
+        rates: dict[str, list[float]] = {variant: [] for variant in args.variants}
+        client_messages: dict[str, int] = {}
+        for round_index in range(args.rounds):
+            # Fresh processes every round: a process's own bias (memory layout, core, GPU context) then
+            # varies from round to round instead of siding with one variant for the whole run.
+            workers = {}
+            try:
+                for variant in args.variants:
+                    workers[variant] = Worker(loop, variant, args, sock_dir)
+                for worker_process in workers.values():
+                    worker_process.wait_ready()
+                order = args.variants if round_index % 2 == 0 else list(reversed(args.variants))
+                for variant in order:
+                    rates[variant].append(workers[variant].measure())
+            finally:
+                for w in workers.values():
+                    w.close()
+            for kind, count in workers["client"].counts.items() if "client" in workers else ():
+                client_messages[kind] = client_messages.get(kind, 0) + count
+            print(f"  {loop} round {round_index + 1}/{args.rounds}: "
+                  + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in args.variants), file=sys.stderr, flush=True)
+        results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates,
+                                  "client_messages": client_messages}
+
+    print(f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, torch {results['torch']}")
+    print(f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up), alternated, threads={args.threads}")
+    print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}")
+    for loop, data in results["loops"].items():
+        for variant, summary in data["summary"].items():
+            overhead = f"{summary['overhead_pct']:+.2f}%" if "overhead_pct" in summary else "-"
+            print(f"{loop:<11} {variant:<16} {summary['median_steps_per_s']:>15.1f} "
+                  f"{summary['spread_pct']:>7.1f}% {overhead:>9}")
+    if args.json:
+        text = json.dumps(results, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
