@@ -59,8 +59,11 @@ def sock_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def start(sock_dir: str, hook: str, sync: str) -> subprocess.Popen[str]:
+    """The job runs from a file, as users' scripts do: py-spy's source-line rule reads the `.item()` line there."""
+    script = Path(sock_dir).parent / "cuda_job.py"
+    script.write_text(CUDA_JOB)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), **{protocol.SOCKET_DIR_ENV: sock_dir})
-    proc = subprocess.Popen([sys.executable, "-c", CUDA_JOB, hook, sync], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, str(script), hook, sync], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     assert json.loads(proc.stdout.readline())["event"] == "ready"
     return proc
