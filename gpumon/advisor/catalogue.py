@@ -1,0 +1,267 @@
+"""The experiment catalogue: which knobs may fix each finding, with which value, and the code change to show.
+
+Knobs the hook applies by itself (gpumon.protocol.KNOBS) work on any PyTorch script; the others (amp_bf16,
+batch_size, channels_last, augment_in_workers, log_every) work only in a command that reads GPUMON_KNOBS itself,
+as the demo trainer does; for any other script their trial run is reported as needing a code change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon import protocol
+from gpumon.advisor.rules import (HEALTHY, HOST_SYNC, INPUT_BOUND, IO_BOUND, LAUNCH_BOUND, LOW_PRECISION,
+                                  MEMORY_IMBALANCE, TRANSFER_BOUND, Finding, gpu_busy)
+from gpumon.advisor.signals import Signals
+
+BATCH_FLAG = "changes the optimisation: retune the learning rate"
+NUMERICS_FLAG = "changes numerics: check the loss curve"
+CONV_FLAG = "helps convolutional models only"
+
+LOADER_KNOBS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+
+
+@dataclass(frozen=True, slots=True)
+class KnobInfo:
+    """What the advisor knows about one knob."""
+
+    name: str
+    hook: bool
+    """The hook applies it from GPUMON_KNOBS to any script."""
+    live: bool
+    """It can be changed on a running job (set_knob) without changing the math."""
+    code: str
+    """The code change, with {value} for the value (DataLoader knobs are merged into one DataLoader(...) line)."""
+    flag: str = ""
+    """A warning shown with the result (e.g. batch size changes the optimisation)."""
+
+
+def _hook(name: str) -> bool:
+    return name in protocol.KNOBS
+
+
+def _live(name: str) -> bool:
+    return name in protocol.KNOBS and protocol.KNOBS[name]["live"]
+
+
+KNOBS: dict[str, KnobInfo] = {info.name: info for info in (
+    KnobInfo("num_workers", _hook("num_workers"), _live("num_workers"), "DataLoader(..., num_workers={value})"),
+    KnobInfo("pin_memory", _hook("pin_memory"), _live("pin_memory"),
+             "DataLoader(..., pin_memory={value}); x = x.to(device, non_blocking=True)"),
+    KnobInfo("prefetch_factor", _hook("prefetch_factor"), _live("prefetch_factor"),
+             "DataLoader(..., prefetch_factor={value})"),
+    KnobInfo("persistent_workers", _hook("persistent_workers"), _live("persistent_workers"),
+             "DataLoader(..., persistent_workers={value})"),
+    KnobInfo("cudnn_benchmark", _hook("cudnn_benchmark"), _live("cudnn_benchmark"),
+             "torch.backends.cudnn.benchmark = {value}"),
+    KnobInfo("tf32", _hook("tf32"), False,
+             "torch.backends.cuda.matmul.allow_tf32 = {value}; torch.backends.cudnn.allow_tf32 = {value}",
+             NUMERICS_FLAG),
+    KnobInfo("amp_bf16", False, False,
+             "with torch.autocast(device_type='cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)",
+             NUMERICS_FLAG),
+    KnobInfo("channels_last", False, False,
+             "model = model.to(memory_format=torch.channels_last); "
+             "x = x.to(device, memory_format=torch.channels_last)", CONV_FLAG),
+    KnobInfo("batch_size", False, False, "DataLoader(..., batch_size={value})", BATCH_FLAG),
+    KnobInfo("augment_in_workers", False, False, "move the CPU transforms into Dataset.__getitem__"),
+    KnobInfo("log_every", False, False, "if step % {value} == 0: print(loss.item())  # not every step"),
+)}
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """One variant to measure: knob changes on top of the current settings."""
+
+    knobs: Mapping[str, Any]
+    previous: Mapping[str, Any] = field(default_factory=dict)
+    """The values the knobs had before (None where unknown), for the label and for rolling back."""
+    reason: str = ""
+    """Why it is in the list (the finding it addresses)."""
+
+    @property
+    def key(self) -> str:
+        return ",".join(sorted(self.knobs))
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{name} {_show(self.previous.get(name))} -> {_show(value)}"
+                         for name, value in self.knobs.items())
+
+    @property
+    def live(self) -> bool:
+        """Every knob can be changed on the running job without a restart and without changing the math."""
+        return all(KNOBS[name].live if name in KNOBS else False for name in self.knobs)
+
+    @property
+    def hook_only(self) -> bool:
+        """Every knob is applied by the hook itself (works on any script)."""
+        return all(KNOBS[name].hook if name in KNOBS else False for name in self.knobs)
+
+    @property
+    def flags(self) -> list[str]:
+        return [KNOBS[name].flag for name in self.knobs if name in KNOBS and KNOBS[name].flag]
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def worker_target(signals: Signals, cores: int | None) -> int | None:
+    """How many DataLoader workers to try: most free cores (two left for the main process and the rest)."""
+    cores = signals.cores or cores
+    current = signals.num_workers or 0
+    if not cores:
+        return None
+    ceiling = max(2, min(16, cores - 2))
+    target = ceiling if current == 0 else min(ceiling, 2 * current)
+    return target if target > current else None
+
+
+def batch_target(signals: Signals) -> int | None:
+    current = signals.batch_size
+    if not current:
+        return None
+    return max(2 * current, min(8 * current, 256))
+
+
+def _candidates_for(category: str, signals: Signals, cores: int | None) -> list[tuple[str, Any]]:
+    cuda = signals.has_gpu
+    workers = signals.num_workers or 0
+    pairs: list[tuple[str, Any]] = []
+
+    def add_workers() -> None:
+        target = worker_target(signals, cores)
+        if target is not None:
+            pairs.append(("num_workers", target))
+
+    def add_pin() -> None:
+        if cuda and signals.pin_memory is not True:
+            pairs.append(("pin_memory", True))
+
+    def add_prefetch() -> None:
+        if workers > 0 and (signals.prefetch_factor or 2) < 4:
+            pairs.append(("prefetch_factor", 4))
+
+    def add_persistent() -> None:
+        if workers > 0 and signals.persistent_workers is not True:
+            pairs.append(("persistent_workers", True))
+
+    if category == INPUT_BOUND:
+        for add in (add_workers, add_pin, add_prefetch, add_persistent):
+            add()
+    elif category == IO_BOUND:
+        for add in (add_workers, add_prefetch, add_persistent, add_pin):
+            add()
+    elif category == TRANSFER_BOUND:
+        add_pin()
+        if workers == 0:
+            add_workers()
+        add_prefetch()
+    elif category == HOST_SYNC:
+        pairs.append(("log_every", 50))
+    elif category == LAUNCH_BOUND:
+        target = batch_target(signals)
+        if target:
+            pairs.append(("batch_size", target))
+        if cuda and not signals.cudnn_benchmark:
+            pairs.append(("cudnn_benchmark", True))
+    elif category in (LOW_PRECISION, HEALTHY) and cuda:
+        if not signals.autocast:
+            pairs.append(("amp_bf16", True))
+        if not signals.tf32_matmul and not signals.autocast:
+            pairs.append(("tf32", True))
+        pairs.append(("channels_last", True))
+        if not signals.cudnn_benchmark:
+            pairs.append(("cudnn_benchmark", True))
+        target = batch_target(signals)
+        if target and category == HEALTHY:
+            pairs.append(("batch_size", target))
+    return pairs
+
+
+CODE_ONLY = {
+    MEMORY_IMBALANCE: "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])  "
+                      "# one process per GPU (torchrun), instead of nn.DataParallel",
+    HOST_SYNC: "keep per-step metrics on the GPU and call .item() every N steps",
+}
+"""Findings no knob fixes, and the code change to show instead."""
+
+
+def experiments_for(finding: Finding, signals: Signals, *, cores: int | None = None,
+                    current: Mapping[str, Any] | None = None) -> list[Experiment]:
+    """The experiments worth trying for `finding` (its category first, then its secondary findings), best first.
+
+    A busy GPU also gets the precision and throughput knobs (bf16, TF32, channels_last, cuDNN autotuning,
+    a larger batch): nothing is wrong with it, but it may do the same work faster.
+    current: knob values already set by earlier experiments (so labels say where they come from).
+    """
+    current = dict(current or {})
+    categories = [finding.category, *(f.category for f in finding.secondary)]
+    if signals.has_gpu and gpu_busy(signals) and HEALTHY not in categories:
+        categories.append(HEALTHY)
+    seen: set[str] = set()
+    experiments: list[Experiment] = []
+    for category in categories:
+        for name, value in _candidates_for(category, signals, cores):
+            if name in seen or current.get(name) == value:
+                continue
+            seen.add(name)
+            previous = current.get(name, _observed(name, signals))
+            experiments.append(Experiment(knobs={name: value}, previous={name: previous}, reason=category))
+    return experiments
+
+
+def _observed(name: str, signals: Signals) -> Any:
+    """The knob's value as the job runs now, where the signals show it."""
+    return {
+        "num_workers": signals.num_workers, "pin_memory": signals.pin_memory,
+        "prefetch_factor": signals.prefetch_factor if signals.num_workers else None,
+        "persistent_workers": signals.persistent_workers, "batch_size": signals.batch_size,
+        "cudnn_benchmark": signals.cudnn_benchmark, "tf32": signals.tf32_matmul,
+        "amp_bf16": signals.autocast,
+    }.get(name)
+
+
+def code_change(knobs: Mapping[str, Any]) -> list[str]:
+    """The lines of code that make `knobs` permanent: DataLoader arguments merged into one call."""
+    lines: list[str] = []
+    loader_args = [f"{name}={value!r}" for name in LOADER_KNOBS if name in knobs for value in [knobs[name]]]
+    if loader_args:
+        lines.append(f"DataLoader(..., {', '.join(loader_args)})")
+        if knobs.get("pin_memory"):
+            lines.append("x = x.to(device, non_blocking=True)")
+    for name, value in knobs.items():
+        if name in LOADER_KNOBS:
+            continue
+        info = KNOBS.get(name)
+        if info is None:
+            lines.append(f"{name} = {value!r}")
+        elif isinstance(value, bool) and not value and name in ("amp_bf16", "channels_last"):
+            continue
+        else:
+            lines.append(info.code.format(value=value))
+    return lines
+
+
+def needs_code_change(category: str) -> str | None:
+    return CODE_ONLY.get(category)
+
+
+def split_knobs(knobs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(knobs the hook applies, knobs left to the script), the first checked with protocol.validate_knobs."""
+    hook = {name: value for name, value in knobs.items() if name in protocol.KNOBS}
+    script = {name: value for name, value in knobs.items() if name not in protocol.KNOBS}
+    if hook:
+        hook = protocol.validate_knobs(hook, live=False)
+    return hook, script
+
+
+def describe(experiments: Sequence[Experiment]) -> list[str]:
+    return [experiment.label for experiment in experiments]

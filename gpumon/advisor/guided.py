@@ -1,0 +1,186 @@
+"""The guided run: measure the baseline, diagnose, try the catalogue's experiments one by one, keep what wins beyond
+the noise, re-diagnose from the winner, and stop when a whole list of candidates brings no win."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from gpumon.advisor.catalogue import Experiment, code_change, experiments_for, needs_code_change
+from gpumon.advisor.measure import MIN_GAIN, beats
+from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
+from gpumon.advisor.rules import Finding, diagnose
+from gpumon.advisor.signals import Signals
+
+MAX_VARIANTS = 12
+
+
+class Runner(Protocol):
+    """Runs variants: TrialRunner (separate runs of a command) or LiveRunner (the attached job)."""
+
+    kind: str
+
+    def supports(self, experiment: Experiment) -> str | None: ...
+
+    def baseline(self) -> VariantResult: ...
+
+    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult: ...
+
+    def keep(self, experiment: Experiment) -> None: ...
+
+    def discard(self, experiment: Experiment) -> None: ...
+
+    def finish(self, kept: Mapping[str, Any]) -> None: ...
+
+
+Planner = Callable[[Finding, Signals, Mapping[str, Any]], list[Experiment]]
+"""The experiments to try next: (finding, signals of the best variant, knobs kept so far) -> candidates."""
+Listener = Callable[[str, Any], None]
+"""Told about the run's events: ("baseline", VariantResult), ("finding", Finding), ("plan", [Experiment]),
+("start", Experiment), ("result", VariantResult), ("done", GuidedReport)."""
+
+
+def default_planner(cores: int | None = None) -> Planner:
+    def plan(finding: Finding, signals: Signals, kept: Mapping[str, Any]) -> list[Experiment]:
+        return experiments_for(finding, signals, cores=cores or os.cpu_count(), current=kept)
+
+    return plan
+
+
+def describe_machine(signals: Signals | None) -> str:
+    if signals is not None and signals.gpus:
+        names = sorted({gpu.name for gpu in signals.gpus if gpu.name})
+        return ", ".join(names) + f" x{len(signals.gpus)}" if len(signals.gpus) > 1 else ", ".join(names)
+    return f"CPU only ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+class GuidedRun:
+    """Chains experiments on `runner`. `cancel` stops it between (and, through the runner, inside) variants."""
+
+    def __init__(self, runner: Runner, *, planner: Planner | None = None, max_variants: int = MAX_VARIANTS,
+                 min_gain: float = MIN_GAIN, cancel: threading.Event | None = None,
+                 listener: Listener | None = None, meta: Mapping[str, Any] | None = None,
+                 only: Sequence[Experiment] | None = None) -> None:
+        self.runner = runner
+        self.planner = planner or default_planner()
+        self.max_variants = max_variants
+        self.min_gain = min_gain
+        self.cancel = cancel if cancel is not None else threading.Event()
+        self.listener = listener
+        self.meta = dict(meta or {})
+        self.only = list(only) if only is not None else None
+        """A fixed list of experiments to run in order (no diagnosis-driven plan), each kept if it wins."""
+
+    def _tell(self, event: str, payload: Any) -> None:
+        if self.listener is not None:
+            try:
+                self.listener(event, payload)
+            except Exception:  # noqa: BLE001 - a broken view must not stop the run
+                pass
+
+    def run(self) -> GuidedReport:
+        variants: list[VariantResult] = []
+        skipped: list[str] = []
+        kept: dict[str, Any] = {}
+        advice: list[str] = []
+        finding = final = None
+        stopped = ""
+        baseline = self.runner.baseline()
+        self._tell("baseline", baseline)
+        best = baseline
+        try:
+            if not baseline.ok:
+                stopped = f"the baseline could not be measured: {baseline.reason or baseline.status}"
+                return self._report(baseline, variants, kept, finding, final, advice, skipped, stopped)
+            if baseline.signals is not None:
+                finding = final = diagnose(baseline.signals)
+                self._tell("finding", finding)
+                advice = self._advice(finding)
+            tried: set[str] = set()
+            while len(variants) < self.max_variants:
+                candidates = self._candidates(final, best, kept, tried, skipped)
+                self._tell("plan", candidates)
+                if not candidates:
+                    stopped = stopped or "no experiment left to try"
+                    break
+                won = False
+                for experiment in candidates:
+                    if self.cancel.is_set() or len(variants) >= self.max_variants:
+                        break
+                    tried.add(experiment.key)
+                    self._tell("start", experiment)
+                    result = self.runner.run(experiment, kept)
+                    assert best.measurement is not None
+                    wins = result.ok and result.measurement is not None and beats(
+                        result.measurement, best.measurement, self.min_gain)
+                    result = result.with_kept(wins)
+                    variants.append(result)
+                    self._tell("result", result)
+                    if result.status == CANCELLED:
+                        break
+                    if wins:
+                        self.runner.keep(experiment)
+                        kept.update(experiment.knobs)
+                        best = result
+                        if result.signals is not None:
+                            final = diagnose(result.signals)
+                            self._tell("finding", final)
+                        won = True
+                        break  # re-plan from the winner's diagnosis
+                    self.runner.discard(experiment)
+                if self.cancel.is_set() or (variants and variants[-1].status == CANCELLED):
+                    stopped = "cancelled"
+                    break
+                if not won:
+                    stopped = "nothing else won beyond the noise"
+                    break
+            else:
+                stopped = f"stopped after {self.max_variants} variants"
+        finally:
+            self.runner.finish(kept)
+        return self._report(baseline, variants, kept, finding, final, advice, skipped, stopped)
+
+    def _candidates(self, finding: Finding | None, best: VariantResult, kept: Mapping[str, Any], tried: set[str],
+                    skipped: list[str]) -> list[Experiment]:
+        if self.only is not None:
+            planned = list(self.only)
+        elif finding is None or best.signals is None:
+            return []
+        else:
+            planned = self.planner(finding, best.signals, kept)
+        runnable = []
+        for experiment in planned:
+            if experiment.key in tried:
+                continue
+            why_not = self.runner.supports(experiment)
+            if why_not is not None:
+                tried.add(experiment.key)
+                skipped.append(f"{experiment.label}: {why_not}")
+                continue
+            runnable.append(experiment)
+        return runnable
+
+    @staticmethod
+    def _advice(finding: Finding) -> list[str]:
+        lines = []
+        for item in (finding, *finding.secondary):
+            code = needs_code_change(item.category)
+            if code:
+                lines.append(f"{item.category}: {code}")
+        return lines
+
+    def _report(self, baseline: VariantResult, variants: list[VariantResult], kept: dict[str, Any],
+                finding: Finding | None, final: Finding | None, advice: list[str], skipped: list[str],
+                stopped: str) -> GuidedReport:
+        meta = {"date": datetime.date.today().isoformat(), "runner": self.runner.kind,
+                "device": describe_machine(baseline.signals), **self.meta}
+        report = GuidedReport(baseline=baseline, variants=tuple(variants), kept=dict(kept), finding=finding,
+                              final_finding=final, code=tuple(code_change(kept)), advice=tuple(advice),
+                              skipped=tuple(skipped), stopped=stopped, meta=meta)
+        self._tell("done", report)
+        return report
+

@@ -1,0 +1,186 @@
+"""Live experiments: change a math-neutral knob on the attached job through its hook, measure, roll back if slower.
+
+Only knobs the protocol marks live (DataLoader workers, prefetching, pinning, persistent workers, cuDNN
+autotuning) are changed; the others need a trial run. DataLoader knobs take effect at the job's next
+iter(DataLoader) (its next epoch): a change that has not taken effect within `apply_timeout_s` is rolled back.
+Every change is undone when it loses, fails, or the run is cancelled, so the job ends as it started unless a
+change won.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.measure import (Cancelled, Progress, SnapshotLog, StepLog, measure_windows, measurement_from,
+                                    sleep_checked)
+from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK, VariantResult
+from gpumon.advisor.signals import build_signals
+from gpumon.attach.client import JobClient, JobRequestError
+from gpumon.attach.jobstate import JobView
+
+LOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+APPLY_TIMEOUT_S = 90.0
+WARMUP_S = 3.0
+WINDOW_S = 4.0
+REPEATS = 3
+DIAGNOSIS_STEPS = 20
+
+
+def current_value(view: JobView, name: str) -> Any:
+    """The value a live knob has in the job now, as its hook's state shows it (None when not shown)."""
+    if name in LOADER_KNOBS:
+        loaders = view.dataloaders
+        return loaders[0].get(name) if loaders else None
+    if name == "cudnn_benchmark":
+        return view.precision.get("cudnn_benchmark")
+    return None
+
+
+def in_effect(view: JobView, knobs: Mapping[str, Any]) -> bool:
+    for name, value in knobs.items():
+        if name == "prefetch_factor" and not current_value(view, "num_workers"):
+            continue  # without workers there is nothing to prefetch: the loader shows None
+        if current_value(view, name) != value:
+            return False
+    return True
+
+
+class LiveRunner:
+    """Experiments on a running hooked job (its primary rank's client)."""
+
+    kind = KIND_LIVE
+
+    def __init__(self, client: JobClient, *, log: SnapshotLog, warmup_s: float = WARMUP_S,
+                 window_s: float = WINDOW_S, repeats: int = REPEATS, apply_timeout_s: float = APPLY_TIMEOUT_S,
+                 cancel: threading.Event | None = None, progress: Progress | None = None,
+                 sync_diagnosis: bool = True) -> None:
+        self.client = client
+        self.log = log
+        self.warmup_s = warmup_s
+        self.window_s = window_s
+        self.repeats = repeats
+        self.apply_timeout_s = apply_timeout_s
+        self.cancel = cancel if cancel is not None else threading.Event()
+        self.progress = progress
+        self.sync_diagnosis = sync_diagnosis
+        self.steps = StepLog()
+        client.add_message_listener(self.steps)
+        self.original: dict[str, Any] = {}
+        """Each changed knob's value before the first change: what a rollback restores."""
+        self.changed: set[str] = set()
+        """Knobs currently changed and not (yet) kept."""
+
+    def _say(self, message: str, fraction: float) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(message, max(0.0, min(1.0, fraction)))
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _alive(self) -> str | None:
+        return f"the job ended ({self.client.state.end_reason})" if self.client.ended else None
+
+    def supports(self, experiment: Experiment) -> str | None:
+        if experiment.live:
+            return None
+        return "needs a trial run: it changes numerics or needs a restart (gpumon experiment -- CMD)"
+
+    def _measure(self, label: str, change: dict[str, Any], knobs: dict[str, Any], *,
+                 diagnose_syncs: bool = False, flags: tuple[str, ...] = ()) -> VariantResult:
+        result = dict(label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags, pid=self.client.pid)
+        self._say(f"{label}: warming up", 0.2)
+        sleep_checked(self.warmup_s, self.cancel, self._alive)
+        start = time.time()
+        windows = measure_windows(self.steps, window_s=self.window_s, repeats=self.repeats, cancel=self.cancel,
+                                  alive=self._alive, progress=self._say, label=label, done_before=0.3, share=0.6)
+        end = time.time()
+        view = self.client.view()
+        diagnosis = None
+        if diagnose_syncs and view.cuda.get("initialized"):
+            self._say(f"{label}: counting host syncs", 0.92)
+            try:
+                diagnosis = self.client.diagnose(DIAGNOSIS_STEPS, timeout=max(10.0, self.window_s * 3))
+            except JobRequestError:
+                diagnosis = None
+        signals = build_signals(self.log.between(start, end), view, start=start, end=end, diagnosis=diagnosis)
+        memory = view.memory
+        measurement = measurement_from(windows, gpu_util=signals.gpu_util, sm_activity=signals.sm_activity,
+                                       tensor_activity=signals.tensor_activity,
+                                       peak_memory=memory.get("max_allocated") if memory else None)
+        return VariantResult(**result, status=OK, measurement=measurement, signals=signals)
+
+    def baseline(self) -> VariantResult:
+        try:
+            self._say("baseline: waiting for steps", 0.05)
+            deadline = time.monotonic() + self.apply_timeout_s
+            while self.steps.steps == 0:
+                if time.monotonic() > deadline:
+                    return VariantResult(label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=FAILED,
+                                         reason=f"no step from the job within {self.apply_timeout_s:g} s")
+                sleep_checked(0.2, self.cancel, self._alive)
+            return self._measure("baseline", {}, {}, diagnose_syncs=self.sync_diagnosis)
+        except Cancelled:
+            return VariantResult(label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=CANCELLED,
+                                 reason="cancelled")
+        except RuntimeError as error:
+            return VariantResult(label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=FAILED,
+                                 reason=str(error))
+
+    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+        change = dict(experiment.knobs)
+        label = experiment.label
+        base = dict(label=label, change=change, knobs={**kept, **change}, kind=KIND_LIVE,
+                    flags=tuple(experiment.flags), pid=self.client.pid)
+        view = self.client.view()
+        for name in change:
+            self.original.setdefault(name, current_value(view, name))
+        try:
+            self._say(f"{label}: setting it on pid {self.client.pid}", 0.05)
+            self.client.set_knobs(change)
+            self.changed.update(change)
+            deadline = time.monotonic() + self.apply_timeout_s
+            while not in_effect(self.client.view(), change):
+                if time.monotonic() > deadline:
+                    self.discard(experiment)
+                    return VariantResult(**base, status=NOT_APPLIED, reason=(
+                        f"not in effect within {self.apply_timeout_s:g} s (DataLoader settings apply at the next "
+                        "epoch): rolled back; a trial run can measure it"))
+                self._say(f"{label}: waiting for it to take effect (next epoch)", 0.1)
+                sleep_checked(0.25, self.cancel, self._alive)
+            measured = self._measure(label, change, {**kept, **change}, flags=tuple(experiment.flags))
+            return VariantResult(**{**base, "status": measured.status}, measurement=measured.measurement,
+                                 signals=measured.signals, applied={name: "hook" for name in change})
+        except Cancelled:
+            self.discard(experiment)
+            return VariantResult(**base, status=CANCELLED, reason="cancelled (rolled back)")
+        except JobRequestError as error:
+            self.discard(experiment)
+            return VariantResult(**base, status=FAILED, reason=f"the job refused it: {error}")
+        except RuntimeError as error:
+            return VariantResult(**base, status=FAILED, reason=str(error))
+
+    def keep(self, experiment: Experiment) -> None:
+        self.changed.difference_update(experiment.knobs)
+
+    def discard(self, experiment: Experiment) -> None:
+        """Put the experiment's knobs back to their values before the first change."""
+        restore = {name: self.original.get(name) for name in experiment.knobs if name in self.changed}
+        restore = {name: value for name, value in restore.items()
+                   if value is not None or name == "prefetch_factor"}
+        self.changed.difference_update(experiment.knobs)
+        if not restore or self.client.ended:
+            return
+        try:
+            self.client.set_knobs(restore)
+        except JobRequestError:
+            pass  # the job went away; nothing left to restore
+
+    def finish(self, kept: Mapping[str, Any]) -> None:
+        """Roll back anything still changed and not kept (a run cut short)."""
+        pending = {name for name in self.changed if name not in kept}
+        if pending:
+            self.discard(Experiment(knobs={name: None for name in pending}))

@@ -1,0 +1,267 @@
+"""Measuring a job over windows: the snapshots and step records the advisor keeps, and a variant's Measurement.
+
+SnapshotLog keeps the sampler's snapshots (it is the sampler's callback, or fed by the app); StepLog keeps every
+step record a job's hook streams (a JobClient message listener), so a window's samples/s counts every step, not
+only the latest few the JobView holds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon import protocol
+from gpumon.sampling.snapshot import Snapshot
+
+SNAPSHOTS_KEPT = 7200
+STEPS_KEPT = 500_000
+MIN_GAIN = 0.03
+MIN_WINDOW_STEPS = 3
+"""A measurement window is stretched (up to 3x) until this many steps ended in it."""
+"""A variant must beat the best so far by at least this share (and by more than the noise) to win."""
+
+
+class SnapshotLog:
+    """Thread-safe bounded list of snapshots; `__call__` makes it a Sampler callback."""
+
+    def __init__(self, maxlen: int = SNAPSHOTS_KEPT) -> None:
+        self._snapshots: deque[Snapshot] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        self.add(snapshot)
+
+    def add(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._snapshots.append(snapshot)
+
+    def between(self, start: float | None = None, end: float | None = None) -> list[Snapshot]:
+        with self._lock:
+            return [s for s in self._snapshots
+                    if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)]
+
+    def latest(self) -> Snapshot | None:
+        with self._lock:
+            return self._snapshots[-1] if self._snapshots else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._snapshots)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    t: float
+    samples: int | None
+    wall_ms: float
+    data_ms: float
+
+
+class StepLog:
+    """Every step record of one job (a JobClient message listener); counts steps and samples over windows."""
+
+    def __init__(self, maxlen: int = STEPS_KEPT) -> None:
+        self._records: deque[StepRecord] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self._last_seq = 0
+        self.first_step_at: float | None = None
+        """Monotonic time the first record arrived."""
+
+    def __call__(self, message: Mapping[str, Any]) -> None:
+        if message.get("type") != protocol.STEPS:
+            return
+        records = message.get("records")
+        if not isinstance(records, list):
+            return
+        with self._lock:
+            for record in records:
+                try:
+                    seq = int(record["seq"])
+                    if seq <= self._last_seq:
+                        continue
+                    self._last_seq = seq
+                    samples = record.get("samples")
+                    self._records.append(StepRecord(t=float(record["t"]),
+                                                    samples=None if samples is None else int(samples),
+                                                    wall_ms=float(record.get("wall_ms") or 0.0),
+                                                    data_ms=float(record.get("data_ms") or 0.0)))
+                except (KeyError, TypeError, ValueError):
+                    continue
+            if self._records and self.first_step_at is None:
+                self.first_step_at = time.monotonic()
+
+    @property
+    def steps(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def window(self, start: float, end: float) -> list[StepRecord]:
+        with self._lock:
+            return [r for r in self._records if start <= r.t <= end]
+
+    def last_t(self) -> float | None:
+        with self._lock:
+            return self._records[-1].t if self._records else None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRate:
+    start: float
+    end: float
+    steps: int
+    samples: int | None
+
+    @property
+    def seconds(self) -> float:
+        return max(1e-9, self.end - self.start)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return None if self.samples is None else self.samples / self.seconds
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.seconds
+
+
+def window_rate(log: StepLog, start: float, end: float) -> WindowRate:
+    """The steps that ended within [start, end], timed from the boundary before the first of them to the end of
+    the last, so a window holding few long steps is not off by a fraction of a step."""
+    records = log.window(start, end)
+    counts = [r.samples for r in records if r.samples is not None]
+    samples = sum(counts) if counts and len(counts) == len(records) else None
+    if records:
+        start, end = records[0].t - records[0].wall_ms / 1e3, records[-1].t
+    return WindowRate(start=start, end=end, steps=len(records), samples=samples)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """A variant's steady state over `windows` measured windows (warm-up excluded)."""
+
+    rates: tuple[float, ...]
+    """samples/s of each window (steps/s where the batch size is unknown: see `unit`)."""
+    unit: str = "samples/s"
+    gpu_util: float | None = None
+    sm_activity: float | None = None
+    tensor_activity: float | None = None
+    peak_memory: int | None = None
+    steps: int = 0
+    seconds: float = 0.0
+    windows: tuple[WindowRate, ...] = field(default=(), repr=False)
+
+    @property
+    def rate(self) -> float:
+        return statistics.fmean(self.rates) if self.rates else 0.0
+
+    @property
+    def spread(self) -> float:
+        """Half the range of the window rates: the noise of this measurement."""
+        return (max(self.rates) - min(self.rates)) / 2 if len(self.rates) > 1 else 0.0
+
+    @property
+    def noise(self) -> float:
+        """The spread as a share of the rate."""
+        return self.spread / self.rate if self.rate > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate": round(self.rate, 2), "unit": self.unit, "spread": round(self.spread, 2),
+            "noise": round(self.noise, 4), "rates": [round(r, 2) for r in self.rates],
+            "gpu_util": _r(self.gpu_util), "sm_activity": _r(self.sm_activity),
+            "tensor_activity": _r(self.tensor_activity), "peak_memory": self.peak_memory, "steps": self.steps,
+            "seconds": round(self.seconds, 2),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
+        return cls(rates=tuple(float(r) for r in data.get("rates") or ()), unit=str(data.get("unit", "samples/s")),
+                   gpu_util=data.get("gpu_util"), sm_activity=data.get("sm_activity"),
+                   tensor_activity=data.get("tensor_activity"), peak_memory=data.get("peak_memory"),
+                   steps=int(data.get("steps") or 0), seconds=float(data.get("seconds") or 0.0))
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def beats(candidate: Measurement, best: Measurement, min_gain: float = MIN_GAIN) -> bool:
+    """True when `candidate` is faster than `best` beyond the noise of both and by at least `min_gain`."""
+    if candidate.unit != best.unit or best.rate <= 0:
+        return candidate.rate > 0 and best.rate <= 0
+    margin = max(min_gain * best.rate, candidate.spread + best.spread)
+    return candidate.rate - best.rate > margin
+
+
+def speedup(measurement: Measurement | None, baseline: Measurement | None) -> float | None:
+    if measurement is None or baseline is None or baseline.rate <= 0 or measurement.unit != baseline.unit:
+        return None
+    return measurement.rate / baseline.rate
+
+
+class Cancelled(Exception):
+    """The experiment was cancelled (the user quit or pressed the key again)."""
+
+
+Progress = Callable[[str, float], None]
+"""Called with a message and the fraction (0-1) of the current variant done."""
+
+
+def sleep_checked(seconds: float, cancel: threading.Event | None, alive: Callable[[], str | None] | None = None,
+                  tick: float = 0.1) -> None:
+    """Sleep `seconds`, raising Cancelled when `cancel` is set and RuntimeError(reason) when `alive()` returns
+    a reason (the job died)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("cancelled")
+        if alive is not None:
+            reason = alive()
+            if reason is not None:
+                raise RuntimeError(reason)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(tick, left))
+
+
+def measure_windows(log: StepLog, *, window_s: float, repeats: int, cancel: threading.Event | None = None,
+                    alive: Callable[[], str | None] | None = None, progress: Progress | None = None,
+                    label: str = "", clock: Callable[[], float] = time.time,
+                    done_before: float = 0.0, share: float = 1.0) -> list[WindowRate]:
+    """Measure `repeats` consecutive windows of `window_s` seconds of the job's steps (wall-clock unix time)."""
+    windows: list[WindowRate] = []
+    for index in range(repeats):
+        if progress is not None:
+            progress(f"{label}: measuring window {index + 1}/{repeats}", done_before + share * index / repeats)
+        start = clock()
+        sleep_checked(window_s, cancel, alive)
+        # Slow steps: stretch the window (up to 3x) until it holds a few of them.
+        stretch_until = start + 3 * window_s
+        while len(log.window(start, clock())) < MIN_WINDOW_STEPS and clock() < stretch_until:
+            sleep_checked(0.1, cancel, alive)
+        end = clock()
+        # Records of steps that ended by `end` may still be in flight (the hook sends every 0.2 s).
+        sleep_checked(0.4, cancel, None)
+        windows.append(window_rate(log, start, end))
+    return windows
+
+
+def measurement_from(windows: Sequence[WindowRate], *, gpu_util: float | None, sm_activity: float | None,
+                     tensor_activity: float | None, peak_memory: int | None) -> Measurement:
+    per_window = [w.samples_per_s for w in windows]
+    if per_window and all(rate is not None for rate in per_window):
+        rates = tuple(float(rate) for rate in per_window if rate is not None)
+        unit = "samples/s"
+    else:
+        rates = tuple(w.steps_per_s for w in windows)
+        unit = "steps/s"
+    return Measurement(rates=rates, unit=unit, gpu_util=gpu_util, sm_activity=sm_activity,
+                       tensor_activity=tensor_activity, peak_memory=peak_memory,
+                       steps=sum(w.steps for w in windows), seconds=sum(w.seconds for w in windows),
+                       windows=tuple(windows))

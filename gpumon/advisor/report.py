@@ -1,0 +1,158 @@
+"""Printing results: the experiment table as in DESIGN.md (text), the same as Markdown, and a finding as text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpumon.advisor.measure import Measurement, speedup
+from gpumon.advisor.results import (CANCELLED, FAILED, NOT_APPLIED, OK, OOM, SKIPPED, TIMEOUT, GuidedReport,
+                                    VariantResult)
+from gpumon.advisor.rules import Finding
+
+HEADERS = ("step", "GPU-Util", "SM active", "samples/s", "speed-up", "noise", "peak mem", "result")
+WIDTHS = (26, 10, 11, 11, 10, 8, 10)
+"""Column widths of the text table (the first five as in DESIGN.md); the last column takes the rest."""
+
+
+def format_rate(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
+
+
+def format_percent(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}%" if 0 < value < 10 else f"{value:.0f}%"
+
+
+def format_bytes(value: int | float | None) -> str:
+    if value is None:
+        return "-"
+    gib = value / (1 << 30)
+    return f"{gib:.1f} GiB" if gib >= 0.1 else f"{value / (1 << 20):.0f} MiB"
+
+
+def result_text(result: VariantResult, is_baseline: bool = False) -> str:
+    if result.status == OK:
+        text = "" if is_baseline else ("kept" if result.kept else "not kept: no win beyond the noise")
+        if result.flags and result.kept:
+            text += f" ({'; '.join(result.flags)})"
+        if result.kind == "live" and not is_baseline and not result.kept:
+            text += ", rolled back"
+        return text
+    names = {FAILED: "failed", OOM: "out of memory", TIMEOUT: "timed out", NOT_APPLIED: "not applied",
+             SKIPPED: "skipped", CANCELLED: "cancelled"}
+    return f"{names.get(result.status, result.status)}: {result.reason}" if result.reason else names.get(
+        result.status, result.status)
+
+
+def _cells(result: VariantResult, baseline: Measurement | None, is_baseline: bool) -> list[str]:
+    m = result.measurement
+    gain = speedup(m, baseline)
+    shown = m is not None and bool(m.rates)
+    return [
+        result.label,
+        format_percent(m.gpu_util) if shown and m else "-",
+        format_percent(m.sm_activity) if shown and m else "-",
+        format_rate(m.rate) if shown and m else "-",
+        f"{gain:.1f}x" if gain is not None and shown else "-",
+        f"±{m.noise * 100:.1f}%" if shown and m else "-",
+        format_bytes(m.peak_memory) if shown and m else "-",
+        result_text(result, is_baseline),
+    ]
+
+
+def _unit(rows: Sequence[VariantResult]) -> str:
+    units = {r.measurement.unit for r in rows if r.measurement is not None and r.measurement.rates}
+    return units.pop() if len(units) == 1 else "samples/s"
+
+
+def table(rows: Sequence[VariantResult]) -> str:
+    """The results as DESIGN.md's text table (step, GPU-Util, SM active, samples/s, speed-up), then the noise
+    (half the range of the measured windows), the peak memory and what happened to the variant."""
+    if not rows:
+        return ""
+    baseline = rows[0].measurement
+    headers = list(HEADERS)
+    headers[3] = _unit(rows)
+    body = [_cells(row, baseline, index == 0) for index, row in enumerate(rows)]
+    widths = list(WIDTHS)
+    widths[0] = max(widths[0], max(len(cells[0]) for cells in body) + 2)
+    lines = []
+    for cells in [headers, *body]:
+        line = "".join(cell.ljust(width) for cell, width in zip(cells, widths)) + cells[-1]
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def markdown_table(rows: Sequence[VariantResult]) -> str:
+    if not rows:
+        return ""
+    baseline = rows[0].measurement
+    headers = list(HEADERS)
+    headers[3] = _unit(rows)
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(["---"] + ["---:"] * 6 + ["---"]) + " |"]
+    for index, row in enumerate(rows):
+        cells = [cell.replace("|", "\\|") for cell in _cells(row, baseline, index == 0)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def finding_text(finding: Finding) -> str:
+    lines = [f"{finding.headline} (confidence {finding.confidence:.0%}, {finding.source or 'no job data'})",
+             f"  evidence: {finding.evidence}", f"  what to do: {finding.advice}"]
+    for other in finding.secondary:
+        lines.append(f"  also: {other.category}: {other.evidence} (confidence {other.confidence:.0%})")
+    return "\n".join(lines)
+
+
+def report_text(report: GuidedReport) -> str:
+    parts = []
+    if report.finding is not None:
+        parts.append(finding_text(report.finding))
+    parts.append(table(report.rows))
+    best = report.best
+    gain = speedup(best.measurement, report.baseline.measurement)
+    if report.kept:
+        parts.append(f"kept: {', '.join(f'{k}={v!r}' for k, v in report.kept.items())}"
+                     + (f" ({gain:.1f}x)" if gain else ""))
+        parts.append("code change:\n" + "\n".join(f"    {line}" for line in report.code))
+    else:
+        parts.append("nothing won beyond the noise: no change to make")
+    for line in report.advice:
+        parts.append(f"also needs a code change: {line}")
+    for line in report.skipped:
+        parts.append(f"not tried: {line}")
+    if report.stopped:
+        parts.append(f"stopped: {report.stopped}")
+    return "\n\n".join(parts)
+
+
+def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> str:
+    meta = report.meta
+    lines = [f"# {title}", ""]
+    described = [f"{key}: {meta[key]}" for key in ("device", "date", "command", "runner") if meta.get(key)]
+    if described:
+        lines += ["; ".join(described), ""]
+    if report.finding is not None:
+        f = report.finding
+        lines += [f"**Diagnosis**: `{f.category}` ({f.confidence:.0%}): {f.evidence}", ""]
+    lines += [markdown_table(report.rows), ""]
+    if report.kept:
+        gain = speedup(report.best.measurement, report.baseline.measurement)
+        lines += [f"**Kept** ({gain:.1f}x):" if gain else "**Kept**:", "", "```python", *report.code, "```", ""]
+    else:
+        lines += ["Nothing won beyond the noise: no change to make.", ""]
+    for line in report.advice:
+        lines += [f"- also needs a code change: `{line}`"]
+    for line in report.skipped:
+        lines += [f"- not tried: {line}"]
+    flagged = sorted({flag for row in report.variants if row.kept for flag in row.flags})
+    for flag in flagged:
+        lines += [f"- note: {flag}"]
+    if report.stopped:
+        lines += [f"- stopped: {report.stopped}"]
+    lines += ["", "samples/s: mean of the measured windows (warm-up excluded); noise: half their range; "
+              "speed-up against the baseline; peak mem: torch.cuda.max_memory_allocated."]
+    return "\n".join(lines).rstrip() + "\n"

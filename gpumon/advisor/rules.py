@@ -1,0 +1,455 @@
+"""The diagnosis: rules that name the dominant bottleneck of a job from its Signals, with evidence and a confidence.
+
+Each rule looks for one category of DESIGN.md's vocabulary and, when its evidence is there, proposes a Candidate
+with a severity (about the share of the job's time the problem costs, 0-1). The most severe, weighted by
+confidence, is the finding; the others are its secondary findings. `healthy` is said only when no rule fires;
+when the GPU is under-used yet no rule fires, the finding is still `healthy` but with a low confidence and
+evidence that says nothing stood out: the advisor never invents a problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, Signals
+
+INPUT_BOUND = "input_bound"
+HOST_SYNC = "host_sync"
+LAUNCH_BOUND = "launch_bound"
+TRANSFER_BOUND = "transfer_bound"
+LOW_PRECISION = "low_precision"
+MEMORY_IMBALANCE = "memory_imbalance"
+IO_BOUND = "io_bound"
+HEALTHY = "healthy"
+CATEGORIES = (INPUT_BOUND, HOST_SYNC, LAUNCH_BOUND, TRANSFER_BOUND, LOW_PRECISION, MEMORY_IMBALANCE, IO_BOUND,
+              HEALTHY)
+
+HEADLINES = {
+    INPUT_BOUND: "Input-bound: the training loop waits for its data",
+    IO_BOUND: "I/O-bound: data loading waits on storage",
+    HOST_SYNC: "Host syncs: the CPU waits for the GPU every step",
+    LAUNCH_BOUND: "Launch-bound: kernels too small to keep the GPU busy",
+    TRANSFER_BOUND: "Transfer-bound: host-to-device copies hold the GPU back",
+    LOW_PRECISION: "Low precision math: fp32 where tensor cores could run bf16/TF32",
+    MEMORY_IMBALANCE: "Memory imbalance: one GPU carries more than the others",
+    HEALTHY: "Healthy: nothing big to fix",
+}
+
+ADVICE = {
+    INPUT_BOUND: "Load batches in parallel: more DataLoader workers, pinned memory, prefetching; move CPU "
+                 "preprocessing into Dataset.__getitem__ so the workers do it.",
+    IO_BOUND: "Reads are the limit: more workers and prefetching to overlap them, persistent workers, faster or "
+              "local storage, fewer and larger files, or caching the data set in memory.",
+    HOST_SYNC: "Remove per-step host syncs (.item(), .cpu(), print of a tensor, torch.cuda.synchronize) from the "
+               "hot loop: log every N steps, keep metrics on the GPU.",
+    LAUNCH_BOUND: "Give the GPU bigger pieces of work: a larger batch, fused layers, torch.compile or CUDA graphs.",
+    TRANSFER_BOUND: "Pin host memory (pin_memory=True) and copy with non_blocking=True; move less data (uint8 "
+                    "images, crop before the copy) or keep it on the GPU.",
+    LOW_PRECISION: "Use tensor cores: torch.autocast with bfloat16, or at least TF32 for fp32 matmuls; "
+                   "channels_last for convolutions.",
+    MEMORY_IMBALANCE: "Replace nn.DataParallel with DistributedDataParallel (one process per GPU), so no GPU "
+                      "gathers the others' outputs.",
+    HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
+}
+
+# Thresholds (percent figures are 0-100 as NVML gives them; shares are 0-1).
+DATA_SHARE_INPUT = 0.20
+"""Waiting for data this share of each step (or more) makes the job input-bound."""
+PYSPY_DATA_SHARE = 0.20
+IOWAIT_IO = 10.0
+DISK_WAIT_IO = 0.30
+READ_IO = 20e6
+"""Bytes/s the job reads from storage beyond which loaders that are not CPU-bound are waiting on I/O."""
+LOADER_CPU_IO = 60.0
+SYNCS_PER_STEP = 1.0
+MANY_SYNCS = 3.0
+PYSPY_SYNC_SHARE = 0.15
+UNEXPLAINED_IDLE = 0.15
+LAUNCH_SM = 20.0
+LAUNCH_SM_TO_UTIL = 0.35
+LAUNCH_STEPS_PER_S = 100.0
+PCIE_TRANSFER = 3e9
+"""Bytes/s host<->device beyond which copies are a likely bottleneck of an under-used GPU (an H100 training job
+with 4 pinned workers moved 1.1 GB/s at 43% GPU-Util without being copy-bound)."""
+PCIE_TRANSFER_PAGEABLE = 1e9
+"""The same when the hook shows pageable copies (pin_memory off), which run at a fraction of the link's speed."""
+TRANSFER_UTIL = 70.0
+BUSY_UTIL = 80.0
+BUSY_SM = 40.0
+TENSOR_LOW = 10.0
+IMBALANCE_RATIO = 1.3
+IMBALANCE_BYTES = 1 << 30
+MIN_SEVERITY = 0.15
+"""A candidate costing less than this share of the time is not worth naming."""
+PYSPY_CONFIDENCE = 0.7
+"""Confidence factor for figures estimated from py-spy samples rather than measured by the hook."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One diagnosis: a category of the vocabulary, its evidence in one line, the numbers behind it."""
+
+    category: str
+    evidence: str
+    confidence: float
+    severity: float = 0.0
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+    secondary: tuple[Finding, ...] = ()
+    source: str = ""
+
+    @property
+    def headline(self) -> str:
+        return HEADLINES[self.category]
+
+    @property
+    def advice(self) -> str:
+        return ADVICE[self.category]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category, "headline": self.headline, "evidence": self.evidence,
+            "confidence": round(self.confidence, 2), "severity": round(self.severity, 3),
+            "numbers": dict(self.numbers), "advice": self.advice, "source": self.source,
+            "secondary": [finding.to_dict() for finding in self.secondary],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        return cls(category=str(data["category"]), evidence=str(data.get("evidence", "")),
+                   confidence=float(data.get("confidence", 0.0)), severity=float(data.get("severity", 0.0)),
+                   numbers=dict(data.get("numbers") or {}), source=str(data.get("source", "")),
+                   secondary=tuple(cls.from_dict(d) for d in data.get("secondary") or ()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting evidence.
+
+
+def pct(share: float | None) -> str:
+    """A 0-1 share as a whole percent."""
+    return "?" if share is None else f"{share * 100:.0f}%"
+
+
+def pct100(value: float | None) -> str:
+    """A 0-100 figure as a percent (one decimal under 10)."""
+    if value is None:
+        return "?"
+    return f"{value:.1f}%" if 0 < value < 10 else f"{value:.0f}%"
+
+
+def rate(bytes_per_s: float | None) -> str:
+    if bytes_per_s is None:
+        return "?"
+    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bytes_per_s >= size:
+            return f"{bytes_per_s / size:.1f} {unit}"
+    return f"{bytes_per_s:.0f} B/s"
+
+
+def gib(value: float | None) -> str:
+    return "?" if value is None else f"{value / (1 << 30):.1f} GiB"
+
+
+def _join(*parts: str | None) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def _round(value: Any, digits: int = 3) -> Any:
+    return round(value, digits) if isinstance(value, float) else value
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules.
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    category: str
+    severity: float
+    confidence: float
+    evidence: str
+    numbers: Mapping[str, Any]
+
+
+def _source_factor(signals: Signals) -> float:
+    return PYSPY_CONFIDENCE if signals.source == SOURCE_PYSPY else 1.0
+
+
+def _gpu_part(signals: Signals) -> str | None:
+    if signals.gpu_util is None:
+        return None
+    text = f"GPU-Util {pct100(signals.gpu_util)}"
+    if signals.sm_activity is not None:
+        text += f", SM activity {pct100(signals.sm_activity)}"
+    return text
+
+
+def _cores_part(signals: Signals) -> str | None:
+    if signals.idle_cores is None or signals.cores is None:
+        return None
+    return f"{signals.idle_cores} of {signals.cores} cores idle"
+
+
+def _loader_cpu(signals: Signals) -> tuple[float | None, str | None]:
+    """The CPU of whatever loads the data (the workers, else the main process) and how to say it."""
+    workers = signals.worker_cpu
+    if signals.num_workers == 0 or (signals.num_workers is None and not workers):
+        if signals.main_cpu is None:
+            return None, "no DataLoader workers" if signals.num_workers == 0 else None
+        return signals.main_cpu, f"no DataLoader workers: the main process loads at {pct100(signals.main_cpu)} CPU"
+    if not workers:
+        count = signals.num_workers
+        return None, f"{count} DataLoader worker{'s' if count != 1 else ''}" if count else None
+    mean = sum(workers) / len(workers)
+    count = len(workers)
+    return mean, f"{count} worker{'s' if count != 1 else ''} at {pct100(mean)} CPU{' each' if count > 1 else ''}"
+
+
+def rule_data(signals: Signals) -> Candidate | None:
+    """input_bound, or io_bound when the loaders wait on storage rather than compute."""
+    if signals.source == SOURCE_PYSPY:
+        data = signals.pyspy.get("data_wait")
+        if data is None or data < PYSPY_DATA_SHARE:
+            return None
+        wait_text = f"main thread waits on the DataLoader in {pct(data)} of py-spy samples"
+    else:
+        data = signals.data_share
+        if data is None or data < DATA_SHARE_INPUT:
+            return None
+        wait_text = f"waits for data {pct(data)} of each step"
+    loader_cpu, loader_text = _loader_cpu(signals)
+    reads = signals.job_read_bytes_per_s
+    io_signs = [
+        signals.iowait is not None and signals.iowait >= IOWAIT_IO,
+        signals.workers_in_disk_wait is not None and signals.workers_in_disk_wait >= DISK_WAIT_IO,
+        reads is not None and reads >= READ_IO,
+    ]
+    loaders_not_busy = loader_cpu is not None and loader_cpu < LOADER_CPU_IO
+    numbers = {"data_share": _round(data), "loader_cpu": _round(loader_cpu), "num_workers": signals.num_workers,
+               "idle_cores": signals.idle_cores, "cores": signals.cores, "gpu_util": _round(signals.gpu_util)}
+    confidence = (0.9 if data >= 0.4 else 0.75) * _source_factor(signals)
+    if any(io_signs) and (loaders_not_busy or loader_cpu is None):
+        io_parts = []
+        if reads is not None and reads > 0:
+            io_parts.append(f"reads {rate(reads)} from disk")
+        if signals.iowait is not None and signals.iowait >= 1:
+            io_parts.append(f"iowait {pct100(signals.iowait)}")
+        if signals.workers_in_disk_wait:
+            io_parts.append(f"loaders in disk wait {pct(signals.workers_in_disk_wait)} of the time")
+        numbers.update(iowait=_round(signals.iowait), job_read_bytes_per_s=_round(reads, 0),
+                       workers_in_disk_wait=_round(signals.workers_in_disk_wait))
+        evidence = _join(wait_text, ", ".join(io_parts), loader_text)
+        return Candidate(IO_BOUND, data, confidence * (1.0 if sum(io_signs) >= 2 else 0.8), evidence, numbers)
+    evidence = _join(wait_text, loader_text, _cores_part(signals), _gpu_part(signals))
+    return Candidate(INPUT_BOUND, data, confidence, evidence, numbers)
+
+
+def _idle_share(signals: Signals) -> float | None:
+    """Share of the time the GPU does nothing, from NVML (GPU-Util)."""
+    if signals.gpu_util is None:
+        return None
+    return max(0.0, 1.0 - signals.gpu_util / 100.0)
+
+
+def rule_host_sync(signals: Signals) -> Candidate | None:
+    if not signals.has_gpu:
+        return None
+    idle = _idle_share(signals)
+    data = signals.data_share or 0.0
+    if signals.source == SOURCE_PYSPY:
+        share = signals.pyspy.get("cuda_sync")
+        if share is None or share < PYSPY_SYNC_SHARE:
+            return None
+        evidence = _join(f"main thread in a CUDA sync in {pct(share)} of py-spy samples", _gpu_part(signals))
+        return Candidate(HOST_SYNC, share, 0.6 * PYSPY_CONFIDENCE, evidence,
+                         {"pyspy_cuda_sync": _round(share), "gpu_util": _round(signals.gpu_util)})
+    syncs = signals.syncs_per_step
+    if syncs is None or syncs < SYNCS_PER_STEP or idle is None:
+        return None
+    unexplained = max(0.0, idle - data)
+    if unexplained < UNEXPLAINED_IDLE:
+        return None
+    severity = unexplained * (1.0 if syncs >= MANY_SYNCS else 0.6)
+    site = f" (most at {signals.sync_sites[0]})" if signals.sync_sites else ""
+    evidence = _join(f"{syncs:.0f} host-device sync{'s' if round(syncs) != 1 else ''} per step{site}",
+                     f"GPU idle {pct(idle)} of the time", _gpu_part(signals))
+    numbers = {"syncs_per_step": _round(syncs), "gpu_idle": _round(idle), "data_share": _round(data),
+               "sync_sites": list(signals.sync_sites[:3])}
+    return Candidate(HOST_SYNC, severity, 0.8 if syncs >= MANY_SYNCS else 0.6, evidence, numbers)
+
+
+def rule_launch(signals: Signals) -> Candidate | None:
+    if not signals.has_gpu or signals.gpu_util is None:
+        return None
+    if (signals.data_share or 0.0) >= DATA_SHARE_INPUT or (signals.syncs_per_step or 0.0) >= MANY_SYNCS:
+        return None
+    if (signals.pcie_rx or 0.0) + (signals.pcie_tx or 0.0) >= PCIE_TRANSFER:
+        return None  # the GPU waits on copies (transfer_bound), not on kernel launches
+    util, sm = signals.gpu_util, signals.sm_activity
+    steps = signals.steps_per_s
+    per_step = signals.samples_per_step
+    step_text = None
+    if steps is not None:
+        step_text = f"{steps:.0f} steps/s" + (f" of {per_step:.0f} samples" if per_step else "")
+    main_text = f"main process at {pct100(signals.main_cpu)} CPU" if signals.main_cpu is not None else None
+    numbers = {"gpu_util": _round(util), "sm_activity": _round(sm), "steps_per_s": _round(steps),
+               "samples_per_step": _round(per_step), "main_cpu": _round(signals.main_cpu)}
+    if sm is not None:
+        if util < 10 or sm >= LAUNCH_SM or sm / util > LAUNCH_SM_TO_UTIL:
+            return None
+        evidence = _join(f"GPU-Util {pct100(util)} but SM activity {pct100(sm)}: the kernels are tiny",
+                         step_text, main_text)
+        confidence = 0.8 if signals.main_cpu is None or signals.main_cpu >= SATURATED_CPU else 0.65
+        return Candidate(LAUNCH_BOUND, 1.0 - sm / 100.0, confidence * _source_factor(signals), evidence, numbers)
+    # Without GPM: many small steps, a GPU far from busy and a CPU-bound main process.
+    if steps is None or steps < LAUNCH_STEPS_PER_S or util >= 60:
+        return None
+    if signals.main_cpu is not None and signals.main_cpu < SATURATED_CPU:
+        return None
+    evidence = _join(f"{step_text} with GPU-Util {pct100(util)} (no SM activity figures on this GPU)", main_text)
+    return Candidate(LAUNCH_BOUND, (1.0 - util / 100.0) * 0.8, 0.4 * _source_factor(signals), evidence, numbers)
+
+
+def rule_transfer(signals: Signals) -> Candidate | None:
+    if not signals.has_gpu or signals.gpu_util is None:
+        return None
+    traffic = (signals.pcie_rx or 0.0) + (signals.pcie_tx or 0.0)
+    if signals.pcie_rx is None and signals.pcie_tx is None:
+        return None
+    threshold = PCIE_TRANSFER_PAGEABLE if signals.pin_memory is False else PCIE_TRANSFER
+    if traffic < threshold or signals.gpu_util >= TRANSFER_UTIL:
+        return None
+    if (signals.data_share or 0.0) >= 0.5:
+        return None  # the data wait explains the idle GPU better
+    direction = "host->device" if (signals.pcie_rx or 0.0) >= (signals.pcie_tx or 0.0) else "device->host"
+    pinned = None
+    if signals.pin_memory is False:
+        pinned = "pin_memory off (pageable copies)"
+    evidence = _join(f"PCIe {direction} {rate(traffic)} while GPU-Util is {pct100(signals.gpu_util)}", pinned,
+                     f"SM activity {pct100(signals.sm_activity)}" if signals.sm_activity is not None else None)
+    numbers = {"pcie_rx": _round(signals.pcie_rx, 0), "pcie_tx": _round(signals.pcie_tx, 0),
+               "gpu_util": _round(signals.gpu_util), "pin_memory": signals.pin_memory}
+    confidence = (0.8 if signals.pin_memory is False else 0.65) * _source_factor(signals)
+    return Candidate(TRANSFER_BOUND, (1.0 - signals.gpu_util / 100.0) * 0.9, confidence, evidence, numbers)
+
+
+def _reduced_precision(signals: Signals) -> bool | None:
+    """True when the job uses bf16/fp16 autocast or TF32 matmuls; None when nothing says."""
+    if signals.autocast:
+        return True
+    if signals.tf32_matmul or signals.float32_matmul_precision in ("high", "medium"):
+        return True
+    if signals.autocast is None and signals.tf32_matmul is None:
+        return None
+    return False
+
+
+def gpu_busy(signals: Signals) -> bool:
+    util, sm = signals.gpu_util, signals.sm_activity
+    return util is not None and util >= BUSY_UTIL and (sm is None or sm >= BUSY_SM)
+
+
+def rule_precision(signals: Signals) -> Candidate | None:
+    if not signals.has_gpu or not gpu_busy(signals):
+        return None
+    reduced = _reduced_precision(signals)
+    tensor = signals.tensor_activity
+    if tensor is not None:
+        if tensor >= TENSOR_LOW or reduced is True:
+            return None
+        flags = "fp32 math (no autocast, TF32 off)" if reduced is False else "no reduced-precision math seen"
+        evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} but tensor-core activity {pct100(tensor)}", flags)
+        confidence = (0.85 if reduced is False else 0.6) * _source_factor(signals)
+        severity = 0.5
+    else:
+        if reduced is not False:
+            return None
+        evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} with fp32 math (no autocast, TF32 off)",
+                         "no tensor-core figures on this GPU")
+        confidence = 0.45
+        severity = 0.35
+    numbers = {"gpu_util": _round(signals.gpu_util), "sm_activity": _round(signals.sm_activity),
+               "tensor_activity": _round(tensor), "autocast": signals.autocast, "tf32_matmul": signals.tf32_matmul}
+    return Candidate(LOW_PRECISION, severity, confidence, evidence, numbers)
+
+
+def rule_memory_imbalance(signals: Signals) -> Candidate | None:
+    gpus = [g for g in signals.gpus if g.memory_used is not None]
+    if len(gpus) < 2:
+        return None
+    heaviest = max(gpus, key=lambda g: g.memory_used or 0.0)
+    others = [g for g in gpus if g is not heaviest]
+    lightest = min(others, key=lambda g: g.memory_used or 0.0)
+    top, low = heaviest.memory_used or 0.0, lightest.memory_used or 0.0
+    if top - low < IMBALANCE_BYTES or (low > 0 and top / low < IMBALANCE_RATIO):
+        return None
+    mean_others = sum(g.memory_used or 0.0 for g in others) / len(others)
+    util_text = None
+    if heaviest.utilization is not None and lightest.utilization is not None:
+        util_text = f"GPU-Util {pct100(heaviest.utilization)} vs {pct100(lightest.utilization)}"
+    ratio = top / low if low > 0 else None
+    evidence = _join(
+        f"GPU {heaviest.index} holds {gib(top)}, the other {len(others)} GPU{'s' if len(others) > 1 else ''} "
+        f"{gib(mean_others)} on average" + (f" ({ratio:.1f}x)" if ratio else ""),
+        util_text, "nn.DataParallel gathers on one GPU" if len(gpus) >= 2 else None)
+    numbers = {"memory_used": {str(g.index): _round(g.memory_used, 0) for g in gpus},
+               "gpu_util": {str(g.index): _round(g.utilization) for g in gpus}}
+    severity = max(0.2, (top - low) / top)
+    confidence = (0.8 if signals.source == SOURCE_HOOK else 0.6)
+    return Candidate(MEMORY_IMBALANCE, severity, confidence, evidence, numbers)
+
+
+RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
+    rule_data, rule_host_sync, rule_launch, rule_transfer, rule_precision, rule_memory_imbalance)
+
+
+def _finding(candidate: Candidate, source: str) -> Finding:
+    return Finding(category=candidate.category, evidence=candidate.evidence,
+                   confidence=round(min(1.0, candidate.confidence), 2), severity=round(candidate.severity, 3),
+                   numbers=candidate.numbers, source=source)
+
+
+def _healthy(signals: Signals) -> Finding:
+    numbers = {"gpu_util": _round(signals.gpu_util), "sm_activity": _round(signals.sm_activity),
+               "tensor_activity": _round(signals.tensor_activity), "data_share": _round(signals.data_share),
+               "samples_per_s": _round(signals.samples_per_s)}
+    parts = [_gpu_part(signals)]
+    if signals.tensor_activity is not None:
+        parts.append(f"tensor activity {pct100(signals.tensor_activity)}")
+    if signals.data_share is not None:
+        parts.append(f"waits for data {pct(signals.data_share)} of each step")
+    factor = _source_factor(signals)
+    if signals.has_gpu and signals.gpu_util is not None:
+        if gpu_busy(signals):
+            confidence = (0.85 if signals.has_gpm else 0.65) * factor
+            evidence = _join("the GPU is busy", *parts)
+        else:
+            confidence = 0.2 * factor
+            evidence = _join("no bottleneck stands out", *parts, "watch longer, or attach the hook for step data"
+                             if signals.source != SOURCE_HOOK else None)
+    elif signals.device == "cpu":
+        confidence = 0.6 * factor
+        evidence = _join("computes on the CPU (no GPU in use) and is not waiting for data", *parts)
+    elif signals.source == SOURCE_HOOK and signals.steps:
+        confidence = 0.3
+        evidence = _join("no GPU figures (NVML unavailable) and no data wait", *parts)
+    else:
+        confidence = 0.0
+        evidence = "not enough data to judge (no steps and no GPU figures in the window)"
+    return Finding(category=HEALTHY, evidence=evidence, confidence=round(confidence, 2), severity=0.0,
+                   numbers=numbers, source=signals.source)
+
+
+def diagnose(signals: Signals) -> Finding:
+    """The dominant bottleneck of the job (or `healthy`), with the other problems found as secondary findings."""
+    candidates = [c for rule in RULES if (c := rule(signals)) is not None and c.severity >= MIN_SEVERITY]
+    if not candidates:
+        return _healthy(signals)
+    candidates.sort(key=lambda c: c.severity * c.confidence, reverse=True)
+    primary, *others = candidates
+    secondary = tuple(_finding(c, signals.source) for c in others)
+    finding = _finding(primary, signals.source)
+    return Finding(category=finding.category, evidence=finding.evidence, confidence=finding.confidence,
+                   severity=finding.severity, numbers=finding.numbers, secondary=secondary, source=signals.source)

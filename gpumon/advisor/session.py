@@ -1,0 +1,172 @@
+"""Headless advisor sessions: diagnose a command or a running pid, run experiments; what the CLI calls.
+
+Each session samples the machine with its own Sampler (into a SnapshotLog) for as long as it runs and stops it at
+the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.guided import GuidedRun, Listener
+from gpumon.advisor.live import LiveRunner
+from gpumon.advisor.measure import Progress, SnapshotLog, StepLog, sleep_checked
+from gpumon.advisor.results import GuidedReport
+from gpumon.advisor.rules import Finding, diagnose
+from gpumon.advisor.signals import Signals, build_signals
+from gpumon.advisor.trial import TrialRunner
+from gpumon.attach.client import JobRequestError
+from gpumon.attach.discovery import AttachError
+from gpumon.attach.pyspy import PySpySampler
+from gpumon.attach.session import AttachedJob, open_job
+
+SAMPLE_INTERVAL = 0.5
+DIAGNOSIS_STEPS = 20
+
+
+class AdvisorError(Exception):
+    """A session that cannot be done (bad pid, a command that never trains...): one line for the user."""
+
+
+@contextlib.contextmanager
+def sampling(interval: float = SAMPLE_INTERVAL, pids: Sequence[int] = ()) -> Iterator[tuple[Any, SnapshotLog]]:
+    """A started Sampler feeding a SnapshotLog; stopped (NVML released) on the way out."""
+    from gpumon.sampling.sampler import Sampler
+
+    log = SnapshotLog()
+    sampler = Sampler(interval=interval, extra_pids=pids)
+    sampler.start(log)
+    try:
+        yield sampler, log
+    finally:
+        sampler.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    finding: Finding
+    signals: Signals
+    pid: int | None = None
+    command: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"finding": self.finding.to_dict(), "signals": self.signals.to_dict(), "pid": self.pid,
+                "command": self.command}
+
+
+def windows_for(duration: float, warmup_s: float) -> tuple[float, int]:
+    """(window length, repeats) that fill `duration` seconds after the warm-up, in 3 windows when there is room."""
+    measured = max(1.0, duration - warmup_s)
+    repeats = 3 if measured >= 3 else 1
+    return measured / repeats, repeats
+
+
+def diagnose_command(command: Sequence[str], *, duration: float = 20.0, warmup_s: float = 5.0,
+                     cwd: str | None = None, env: Mapping[str, str] | None = None,
+                     startup_timeout_s: float = 180.0, progress: Progress | None = None,
+                     cancel: threading.Event | None = None) -> Diagnosis:
+    """Run `command` hooked, measure it for `duration` seconds after its first step (warm-up included), stop it
+    and diagnose it. Raises AdvisorError when it could not be measured."""
+    window_s, repeats = windows_for(duration, warmup_s)
+    with sampling() as (sampler, log):
+        runner = TrialRunner(command, log=log, track=sampler.track_pids, cwd=cwd, base_env=env,
+                             warmup_s=min(warmup_s, duration / 2), window_s=window_s, repeats=repeats,
+                             startup_timeout_s=startup_timeout_s, cancel=cancel, progress=progress)
+        result = runner.baseline()
+    if not result.ok or result.signals is None:
+        logs = f" (its output: {runner.logs[-1]})" if runner.logs else ""
+        raise AdvisorError(f"could not measure `{' '.join(command)}`: {result.reason or result.status}{logs}")
+    return Diagnosis(diagnose(result.signals), result.signals, pid=result.pid, command=" ".join(command))
+
+
+def diagnose_pid(pid: int, *, duration: float = 20.0, progress: Progress | None = None,
+                 cancel: threading.Event | None = None, opener: Callable[[int], Any] = open_job) -> Diagnosis:
+    """Watch a running job for `duration` seconds (its hook, else py-spy) and diagnose it."""
+    try:
+        job = opener(pid)
+    except AttachError as error:
+        raise AdvisorError(str(error)) from None
+    cancel = cancel if cancel is not None else threading.Event()
+    with sampling(pids=[pid]) as (_sampler, log):
+        steps = StepLog()
+        if isinstance(job, AttachedJob):
+            for client in job.clients:
+                client.add_message_listener(steps)
+        job.start()
+        start = time.time()
+        try:
+            deadline = time.monotonic() + duration
+            while (left := deadline - time.monotonic()) > 0:
+                if progress is not None:
+                    progress(f"watching pid {pid}", 1.0 - left / duration)
+                sleep_checked(min(0.5, left), cancel, None)
+                if job.ended:
+                    break
+            end = time.time()
+            diagnosis = None
+            view: Any
+            if isinstance(job, PySpySampler):
+                view = job.view()
+            else:
+                client = job.primary
+                view = job.view()
+                if client is not None and view.cuda.get("initialized") and not job.ended:
+                    if progress is not None:
+                        progress(f"counting host syncs of pid {pid}", 0.95)
+                    try:
+                        diagnosis = client.diagnose(DIAGNOSIS_STEPS, timeout=20.0)
+                    except JobRequestError:
+                        diagnosis = None
+        finally:
+            job.stop()
+        signals = build_signals(log.between(start, end), view, pid=pid, start=start, end=end, diagnosis=diagnosis)
+    return Diagnosis(diagnose(signals), signals, pid=pid, command=signals.command)
+
+
+def experiment_command(command: Sequence[str], *, window_s: float = 4.0, repeats: int = 3, warmup_s: float = 5.0,
+                       cwd: str | None = None, env: Mapping[str, str] | None = None,
+                       only: Sequence[Experiment] | None = None, startup_timeout_s: float = 180.0,
+                       progress: Progress | None = None, listener: Listener | None = None,
+                       cancel: threading.Event | None = None, max_variants: int = 12,
+                       on_job: Any = None) -> GuidedReport:
+    """The guided run over trial runs of `command` (or the `only` experiments, in order)."""
+    cancel = cancel if cancel is not None else threading.Event()
+    with sampling() as (sampler, log):
+        runner = TrialRunner(command, log=log, track=sampler.track_pids, cwd=cwd, base_env=env, warmup_s=warmup_s,
+                             window_s=window_s, repeats=repeats, startup_timeout_s=startup_timeout_s,
+                             cancel=cancel, progress=progress, on_job=on_job)
+        guided = GuidedRun(runner, cancel=cancel, listener=listener, only=only, max_variants=max_variants,
+                           meta={"command": " ".join(command)})
+        return guided.run()
+
+
+def experiment_pid(pid: int, *, window_s: float = 4.0, repeats: int = 3, warmup_s: float = 3.0,
+                   only: Sequence[Experiment] | None = None, progress: Progress | None = None,
+                   listener: Listener | None = None, cancel: threading.Event | None = None,
+                   max_variants: int = 12) -> GuidedReport:
+    """The guided run as live experiments on a running hooked job (math-neutral knobs only, rolled back unless they
+    win)."""
+    try:
+        job = AttachedJob.for_pid(pid)
+    except AttachError as error:
+        raise AdvisorError(str(error)) from None
+    if job is None or job.primary is None:
+        raise AdvisorError(f"pid {pid} has no gpumon hook: live experiments need it (`import gpumon.hook`, or "
+                           "`gpumon experiment -- CMD` for trial runs)")
+    cancel = cancel if cancel is not None else threading.Event()
+    with sampling(pids=[pid]) as (_sampler, log):
+        runner = LiveRunner(job.primary, log=log, warmup_s=warmup_s, window_s=window_s, repeats=repeats,
+                            cancel=cancel, progress=progress)
+        job.start()
+        try:
+            guided = GuidedRun(runner, cancel=cancel, listener=listener, only=only, max_variants=max_variants,
+                               meta={"command": job.view().command, "pid": pid})
+            return guided.run()
+        finally:
+            job.stop()

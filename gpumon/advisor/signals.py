@@ -1,0 +1,381 @@
+"""Signals: what the advisor's rules read, assembled from a window of snapshots and the job's hook view or py-spy estimate.
+
+Every figure is None where nothing measured it (no NVML, no GPM, no hook, a CPU job...). The rules must treat
+None as "unknown", never as zero. Signals round-trip through JSON (`to_dict` / `from_dict`) so a diagnosis can be
+printed, recorded and replayed in tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from gpumon.attach.jobstate import Breakdown, JobView, StepPoint
+from gpumon.attach.pyspy import EstimateView
+from gpumon.sampling.snapshot import ProcessSample, Snapshot
+
+SOURCE_HOOK = "hook"
+SOURCE_PYSPY = "py-spy"
+SOURCE_NONE = "none"
+
+IDLE_CORE_BUSY = 25.0
+"""A core busy less than this percent on average over the window counts as idle."""
+SATURATED_CPU = 85.0
+"""A process (one thread's worth) at or above this percent of a core is CPU-bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSignals:
+    """One GPU the job uses, averaged over the window."""
+
+    index: int
+    name: str = ""
+    utilization: float | None = None
+    sm_activity: float | None = None
+    tensor_activity: float | None = None
+    dram_bandwidth: float | None = None
+    memory_used: float | None = None
+    """Bytes (every process on the GPU, as NVML counts it)."""
+    memory_total: float | None = None
+    pcie_rx: float | None = None
+    """Bytes/s host to device."""
+    pcie_tx: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """Everything the rules look at, for one job over one window."""
+
+    source: str = SOURCE_NONE
+    """Where the job-side figures come from: "hook", "py-spy" (an estimate) or "none"."""
+    window_s: float | None = None
+    pid: int | None = None
+    command: str = ""
+    device: str | None = None
+    """"cuda" or "cpu": what the job computes on; None when unknown."""
+    gpu_error: str | None = None
+    """Why there are no GPU figures (no NVML...), from the sampler."""
+    # -- the job's GPUs (means over the window, over the GPUs the job uses)
+    gpus: tuple[GpuSignals, ...] = ()
+    gpu_util: float | None = None
+    sm_activity: float | None = None
+    tensor_activity: float | None = None
+    dram_bandwidth: float | None = None
+    pcie_rx: float | None = None
+    pcie_tx: float | None = None
+    # -- steps (hook)
+    steps: int | None = None
+    step_ms: float | None = None
+    data_share: float | None = None
+    """Share of each step's wall time spent blocked on the next batch."""
+    gpu_share: float | None = None
+    """Share of each step covered by GPU work (CUDA events); None when not measured."""
+    rest_share: float | None = None
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    samples_per_step: float | None = None
+    syncs_per_step: float | None = None
+    """Host-device synchronizations per step, from a diagnosis window; None when not counted."""
+    sync_sites: tuple[str, ...] = ()
+    """"file:line (count)" of the most frequent sync sites."""
+    # -- the DataLoader (hook)
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+    persistent_workers: bool | None = None
+    batch_size: int | None = None
+    # -- processes and host (sampler)
+    main_cpu: float | None = None
+    """The job's main process, percent of one core."""
+    worker_cpu: tuple[float, ...] = ()
+    """Each DataLoader worker (or child process), percent of one core."""
+    workers_in_disk_wait: float | None = None
+    """Share of worker samples in uninterruptible (disk) sleep."""
+    job_read_bytes_per_s: float | None = None
+    """Reads of the job and its children from storage."""
+    cores: int | None = None
+    idle_cores: int | None = None
+    cpu_total: float | None = None
+    iowait: float | None = None
+    disk_read_bytes_per_s: float | None = None
+    # -- precision (hook)
+    autocast: bool | None = None
+    """An enabled autocast context was seen; None when the hook cannot say."""
+    autocast_dtype: str | None = None
+    tf32_matmul: bool | None = None
+    tf32_cudnn: bool | None = None
+    float32_matmul_precision: str | None = None
+    cudnn_benchmark: bool | None = None
+    # -- memory (hook, CUDA)
+    peak_memory: int | None = None
+    """torch.cuda.max_memory_allocated, bytes."""
+    reserved_memory: int | None = None
+    alloc_retries: int | None = None
+    ooms: int | None = None
+    # -- py-spy estimate
+    pyspy: Mapping[str, float] = field(default_factory=dict)
+    """Share of main-thread samples per py-spy category (data_wait, cuda_sync, forward, ...)."""
+    pyspy_samples: int | None = None
+
+    @property
+    def has_gpm(self) -> bool:
+        return self.sm_activity is not None
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus) or self.device == "cuda"
+
+    @property
+    def workers(self) -> int:
+        return len(self.worker_cpu)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pyspy"] = dict(self.pyspy)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Signals:
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {key: value for key, value in data.items() if key in known}
+        values["gpus"] = tuple(GpuSignals(**{k: v for k, v in gpu.items() if k in _GPU_FIELDS})
+                               for gpu in data.get("gpus") or ())
+        for name in ("worker_cpu", "sync_sites"):
+            values[name] = tuple(data.get(name) or ())
+        values["pyspy"] = dict(data.get("pyspy") or {})
+        return cls(**values)
+
+
+_GPU_FIELDS = {f.name for f in fields(GpuSignals)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Assembling signals.
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    clean = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(clean) / len(clean) if clean else None
+
+
+def _find_process(processes: Sequence[ProcessSample], pid: int) -> ProcessSample | None:
+    for process in processes:
+        if process.pid == pid:
+            return process
+        for child in process.children:
+            if child.pid == pid:
+                return child
+    return None
+
+
+def in_window(snapshots: Sequence[Snapshot], start: float | None = None, end: float | None = None) -> list[Snapshot]:
+    """The snapshots taken within [start, end] (either bound may be open)."""
+    return [s for s in snapshots if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)]
+
+
+def steps_in_window(steps: Sequence[StepPoint], start: float | None, end: float | None) -> list[StepPoint]:
+    """Steps that ended within [start, end]."""
+    return [s for s in steps if (start is None or s.t >= start) and (end is None or s.t <= end)]
+
+
+def job_gpu_indices(snapshots: Sequence[Snapshot], pids: Sequence[int], uuids: Sequence[str] = ()) -> list[int]:
+    """The GPUs the job uses: those its processes hold a context on (all of them: DataParallel uses several), else
+    those the hook names, else the only GPU there is."""
+    indices: set[int] = set()
+    for snapshot in snapshots:
+        for pid in pids:
+            process = _find_process(snapshot.processes, pid)
+            if process is not None:
+                indices.update(process.gpu_indices)
+    if not indices and uuids:
+        for snapshot in snapshots:
+            indices.update(gpu.index for gpu in snapshot.gpus if gpu.uuid in uuids)
+    if not indices:
+        every = {gpu.index for snapshot in snapshots for gpu in snapshot.gpus}
+        if len(every) == 1:
+            indices = every
+    return sorted(indices)
+
+
+def gpu_signals(snapshots: Sequence[Snapshot], index: int) -> GpuSignals:
+    samples = [gpu for snapshot in snapshots for gpu in snapshot.gpus if gpu.index == index]
+    return GpuSignals(
+        index=index,
+        name=samples[-1].name if samples else "",
+        utilization=_mean(g.utilization_gpu for g in samples),
+        sm_activity=_mean(g.sm_activity for g in samples),
+        tensor_activity=_mean(g.tensor_activity for g in samples),
+        dram_bandwidth=_mean(g.dram_bandwidth for g in samples),
+        memory_used=_mean(g.memory_used for g in samples),
+        memory_total=_mean(g.memory_total for g in samples),
+        pcie_rx=_mean(g.pcie_rx for g in samples),
+        pcie_tx=_mean(g.pcie_tx for g in samples),
+    )
+
+
+def _host_values(snapshots: Sequence[Snapshot]) -> dict[str, Any]:
+    # The first snapshot of a sampler has zero rates (its counters were just primed): skip all-zero CPU readings.
+    cpu_samples = [s.cpu for s in snapshots if s.cpu.per_core and any(s.cpu.per_core)]
+    values: dict[str, Any] = {"cores": None, "idle_cores": None, "cpu_total": None, "iowait": None,
+                              "disk_read_bytes_per_s": None}
+    if cpu_samples:
+        cores = max(len(c.per_core) for c in cpu_samples)
+        per_core = [_mean(c.per_core[i] for c in cpu_samples if i < len(c.per_core)) or 0.0 for i in range(cores)]
+        values["cores"] = cores
+        values["idle_cores"] = sum(1 for busy in per_core if busy < IDLE_CORE_BUSY)
+        values["cpu_total"] = _mean(c.total for c in cpu_samples)
+        values["iowait"] = _mean(c.iowait for c in cpu_samples)
+    if snapshots:
+        values["disk_read_bytes_per_s"] = _mean(sum(d.read_bytes_per_s for d in s.disks) for s in snapshots)
+    return values
+
+
+def _process_values(snapshots: Sequence[Snapshot], pid: int | None, worker_pids: Sequence[int]) -> dict[str, Any]:
+    values: dict[str, Any] = {"main_cpu": None, "worker_cpu": (), "workers_in_disk_wait": None,
+                              "job_read_bytes_per_s": None}
+    if pid is None:
+        return values
+    main: list[ProcessSample] = []
+    children: dict[int, list[ProcessSample]] = {}
+    reads: list[float] = []
+    for snapshot in snapshots:
+        process = _find_process(snapshot.processes, pid)
+        if process is None:
+            continue
+        main.append(process)
+        total_read: float | None = process.read_bytes_per_s
+        for child in process.children:
+            if worker_pids and child.pid not in worker_pids:
+                continue
+            children.setdefault(child.pid, []).append(child)
+            if child.read_bytes_per_s is not None:
+                total_read = (total_read or 0.0) + child.read_bytes_per_s
+        if total_read is not None:
+            reads.append(total_read)
+    values["main_cpu"] = _mean(p.cpu_percent for p in main)
+    worker_cpu = [_mean(p.cpu_percent for p in samples) for samples in children.values()]
+    values["worker_cpu"] = tuple(round(c, 1) for c in worker_cpu if c is not None)
+    states = [p.state for samples in children.values() for p in samples if p.state is not None]
+    if states:
+        values["workers_in_disk_wait"] = sum(1 for s in states if s == "disk-sleep") / len(states)
+    values["job_read_bytes_per_s"] = _mean(reads)
+    return values
+
+
+def _hook_values(view: JobView, start: float | None, end: float | None,
+                 diagnosis: Mapping[str, Any] | None) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    window = steps_in_window(view.steps, start, end)
+    if len(window) >= 2:
+        span = window[-1].t - window[0].t + window[0].wall_ms / 1e3
+        breakdown = Breakdown.of(window)
+        samples = [s.samples for s in window if s.samples is not None]
+        values.update(
+            steps=len(window), step_ms=sum(s.wall_ms for s in window) / len(window),
+            data_share=breakdown.data, gpu_share=breakdown.gpu, rest_share=breakdown.rest,
+            steps_per_s=len(window) / span if span > 0 else None,
+            samples_per_s=sum(samples) / span if samples and span > 0 else None,
+            samples_per_step=sum(samples) / len(samples) if samples else None,
+        )
+    else:
+        stats = view.stats
+        values.update(
+            steps=stats.steps or None, step_ms=stats.wall_ms, data_share=stats.breakdown.data,
+            gpu_share=stats.breakdown.gpu, rest_share=stats.breakdown.rest, steps_per_s=stats.steps_per_s,
+            samples_per_s=stats.samples_per_s,
+            samples_per_step=(stats.samples_per_s / stats.steps_per_s
+                              if stats.samples_per_s and stats.steps_per_s else None),
+        )
+    diagnosis = diagnosis if diagnosis is not None else view.diagnosis
+    if diagnosis and diagnosis.get("available") and diagnosis.get("steps"):
+        values["syncs_per_step"] = float(diagnosis.get("syncs_total", 0)) / float(diagnosis["steps"])
+        values["sync_sites"] = tuple(
+            f"{site.get('file')}:{site.get('line')} ({site.get('count')})"
+            for site in (diagnosis.get("sites") or [])[:5] if isinstance(site, Mapping))
+    loaders = view.dataloaders
+    if loaders:
+        loader = loaders[0]
+        values.update(num_workers=loader.get("num_workers"), pin_memory=loader.get("pin_memory"),
+                      prefetch_factor=loader.get("prefetch_factor"),
+                      persistent_workers=loader.get("persistent_workers"), batch_size=loader.get("batch_size"))
+    precision = view.precision
+    if precision:
+        autocast = precision.get("autocast")
+        if isinstance(autocast, Mapping):
+            values["autocast"] = bool(autocast.get("enabled"))
+            values["autocast_dtype"] = str(autocast.get("dtype") or "") or None
+        elif view.state is not None:
+            values["autocast"] = False  # the hook sees every autocast entry: none means none
+        values.update(tf32_matmul=precision.get("tf32_matmul"), tf32_cudnn=precision.get("tf32_cudnn"),
+                      float32_matmul_precision=precision.get("float32_matmul_precision"),
+                      cudnn_benchmark=precision.get("cudnn_benchmark"))
+    memory = view.memory
+    if memory:
+        values.update(peak_memory=memory.get("max_allocated"), reserved_memory=memory.get("reserved"),
+                      alloc_retries=memory.get("alloc_retries"), ooms=memory.get("ooms"))
+    cuda = view.cuda
+    timed = any(s.gpu_ms is not None for s in view.steps)
+    if cuda.get("initialized") and (cuda.get("device") is not None or timed):
+        values["device"] = "cuda"
+    elif view.steps:
+        values["device"] = "cpu"
+    return values
+
+
+def build_signals(snapshots: Sequence[Snapshot], job: JobView | EstimateView | None = None, *,
+                  pid: int | None = None, start: float | None = None, end: float | None = None,
+                  diagnosis: Mapping[str, Any] | None = None) -> Signals:
+    """Signals of one job over [start, end] (unix times; open bounds take everything given).
+
+    snapshots: the sampler's snapshots (the job's pid must have been tracked so its processes are in them).
+    job: the hook's JobView, or the py-spy EstimateView, or None (GPU and host figures only).
+    diagnosis: a `diagnosis` message (sync counts) to use instead of the view's latest.
+    """
+    window = in_window(snapshots, start, end)
+    values: dict[str, Any] = {}
+    source = SOURCE_NONE
+    worker_pids: list[int] = []
+    uuids: list[str] = []
+    command = ""
+    if isinstance(job, JobView):
+        source = SOURCE_HOOK
+        pid = job.pid if pid is None else pid
+        worker_pids = job.worker_pids
+        uuids = job.device_uuids
+        command = job.command
+        values.update(_hook_values(job, start, end, diagnosis))
+    elif isinstance(job, EstimateView):
+        source = SOURCE_PYSPY
+        pid = job.pid if pid is None else pid
+        command = job.command
+        fractions = job.recent_fractions if job.recent_samples else job.fractions
+        values["pyspy"] = {k: round(v, 4) for k, v in fractions.items()}
+        values["pyspy_samples"] = job.recent_samples or job.samples
+    pids = [pid] if pid is not None else []
+    # A hooked job whose CUDA is not initialized computes on the CPU: the machine's GPUs are not its GPUs.
+    indices = [] if values.get("device") == "cpu" else job_gpu_indices(window, pids, uuids)
+    gpus = tuple(gpu_signals(window, index) for index in indices)
+    if gpus:
+        values.update(
+            gpu_util=_mean(g.utilization for g in gpus), sm_activity=_mean(g.sm_activity for g in gpus),
+            tensor_activity=_mean(g.tensor_activity for g in gpus),
+            dram_bandwidth=_mean(g.dram_bandwidth for g in gpus),
+            pcie_rx=_sum_or_none(g.pcie_rx for g in gpus), pcie_tx=_sum_or_none(g.pcie_tx for g in gpus),
+        )
+        values.setdefault("device", "cuda")
+    values.update(_host_values(window))
+    values.update(_process_values(window, pid, worker_pids))
+    if window:
+        span = window[-1].timestamp - window[0].timestamp
+        values["window_s"] = round(span, 2) if span > 0 else None
+        values["gpu_error"] = window[-1].gpu_error
+    elif start is not None and end is not None:
+        values["window_s"] = round(end - start, 2)
+    return Signals(source=source, pid=pid, command=command, gpus=gpus, **values)
+
+
+def _sum_or_none(values: Iterable[float | None]) -> float | None:
+    clean = [v for v in values if v is not None]
+    return sum(clean) if clean else None

@@ -1,0 +1,349 @@
+"""Trial runs: short separate runs of the user's command with knobs injected (GPUMON_KNOBS) and the hook, measured.
+
+Each trial is its own process group (start_new_session), so it is stopped as a whole, SIGINT first (the job's own
+Ctrl+C), then SIGTERM, then SIGKILL; it never shares anything with a job the user is running. A knob the hook
+does not apply (amp_bf16, batch_size, ...) counts only when the command confirms it: it acknowledges it in the
+GPUMON_KNOBS_ACK file, or the hook's state shows it (an enabled bf16 autocast, the DataLoader's batch size).
+Otherwise the variant is recorded as not applied: it needs a code change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpumon import protocol
+from gpumon.advisor.catalogue import Experiment, split_knobs
+from gpumon.advisor.measure import (Cancelled, Progress, SnapshotLog, StepLog, measure_windows, measurement_from,
+                                    sleep_checked)
+from gpumon.advisor.results import (CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantResult)
+from gpumon.advisor.signals import build_signals
+from gpumon.attach.jobstate import JobView
+from gpumon.attach.session import AttachedJob
+
+KNOBS_ACK_ENV = "GPUMON_KNOBS_ACK"
+"""A file path given to a trial: a command that reads GPUMON_KNOBS itself writes there the JSON list of the knob
+names it applied (the demo trainer does)."""
+STARTUP_TIMEOUT_S = 180.0
+WARMUP_S = 5.0
+WARMUP_STEPS = 3
+WINDOW_S = 4.0
+REPEATS = 3
+STOP_GRACE_S = 10.0
+DIAGNOSIS_STEPS = 20
+OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
+
+JobCallback = Callable[[AttachedJob | None, str], None]
+"""Told about each trial's job as it starts (the job, its label) and None when it stopped (the TUI follows it)."""
+
+
+def stop_group(process: subprocess.Popen[Any], grace: float = STOP_GRACE_S) -> int:
+    """Stop a process started in its own session and everything in its group: SIGINT, SIGTERM, SIGKILL."""
+    for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        if process.poll() is not None:
+            break
+        try:
+            os.killpg(process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    returncode = process.wait()
+    _reap_group(process.pid)
+    return returncode
+
+
+def _reap_group(pgid: int, grace: float = 2.0) -> None:
+    """Whatever is left in the group once its leader exited (e.g. DataLoader workers): TERM, then KILL."""
+    for signum, wait in ((0, 0.5), (signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if signum:
+            try:
+                os.killpg(pgid, signum)
+            except (ProcessLookupError, PermissionError):
+                return
+
+
+def log_tail(path: Path, lines: int = 20) -> list[str]:
+    try:
+        with path.open("rb") as stream:
+            stream.seek(0, os.SEEK_END)
+            size = stream.tell()
+            stream.seek(max(0, size - 16384))
+            text = stream.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def failure_reason(returncode: int | None, tail: Sequence[str]) -> tuple[str, str]:
+    """(status, one-line reason) for a trial whose process ended early."""
+    text = "\n".join(tail).lower()
+    if any(marker in text for marker in OOM_MARKERS):
+        line = next((l for l in reversed(tail) if "memory" in l.lower()), tail[-1] if tail else "")
+        return OOM, f"out of memory: {line.strip()[:200]}"
+    code = f"exit status {returncode}" if returncode is not None and returncode >= 0 else (
+        f"killed by signal {-returncode}" if returncode is not None else "ended")
+    last = next((l for l in reversed(tail) if l.strip()), "")
+    return FAILED, f"{code}: {last.strip()[:200]}" if last else code
+
+
+def confirm_knobs(change: Mapping[str, Any], view: JobView | None, acknowledged: Sequence[str]) -> tuple[
+        dict[str, str], list[str]]:
+    """How each knob of `change` is known to be in effect ("hook", "script", "observed"), and the ones that are not
+    (with why)."""
+    state = (view.state or {}) if view is not None else {}
+    knob_state = state.get("knobs") if isinstance(state.get("knobs"), Mapping) else {}
+    applied_by_hook = knob_state.get("applied") if isinstance(knob_state.get("applied"), Mapping) else {}
+    loaders = view.dataloaders if view is not None else []
+    precision = view.precision if view is not None else {}
+    confirmed: dict[str, str] = {}
+    missing: list[str] = []
+    for name, value in change.items():
+        if name in acknowledged:
+            confirmed[name] = "script"
+            continue
+        if name in protocol.KNOBS:
+            if applied_by_hook.get(name) != value:
+                missing.append(f"{name}: the hook did not apply it ({'; '.join(knob_state.get('errors') or []) or 'no state'})")
+                continue
+            if name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"):
+                if not loaders:
+                    missing.append(f"{name}: the job uses no DataLoader")
+                    continue
+                if loaders[0].get(name) != value:
+                    missing.append(f"{name}: the DataLoader still shows {loaders[0].get(name)!r}")
+                    continue
+            confirmed[name] = "hook"
+            continue
+        observed = _observed(name, value, loaders, precision)
+        if observed:
+            confirmed[name] = "observed"
+        else:
+            missing.append(f"{name}: needs a code change (the command does not read it from {protocol.KNOBS_ENV})")
+    return confirmed, missing
+
+
+def _observed(name: str, value: Any, loaders: Sequence[Mapping[str, Any]], precision: Mapping[str, Any]) -> bool:
+    if name == "amp_bf16" and value:
+        autocast = precision.get("autocast")
+        return isinstance(autocast, Mapping) and bool(autocast.get("enabled")) and "bfloat16" in str(
+            autocast.get("dtype", ""))
+    if name == "batch_size":
+        return bool(loaders) and loaders[0].get("batch_size") == value
+    return False
+
+
+class TrialRunner:
+    """Runs the command once per variant, measures it, stops it.
+
+    log: the sampler's SnapshotLog (GPU-Util, SM activity, process CPU); track: the sampler's track_pids, so each
+    trial's processes are sampled. cancel: set it to stop the current trial at once (cleanly).
+    """
+
+    kind = KIND_TRIAL
+
+    def __init__(self, command: Sequence[str], *, log: SnapshotLog, track: Callable[[list[int]], None] | None = None,
+                 cwd: str | None = None, base_env: Mapping[str, str] | None = None, warmup_s: float = WARMUP_S,
+                 window_s: float = WINDOW_S, repeats: int = REPEATS, startup_timeout_s: float = STARTUP_TIMEOUT_S,
+                 stop_grace_s: float = STOP_GRACE_S, cancel: threading.Event | None = None,
+                 progress: Progress | None = None, on_job: JobCallback | None = None,
+                 log_dir: str | None = None, sync_diagnosis: bool = True) -> None:
+        if not command:
+            raise ValueError("a trial run needs a command")
+        self.command = list(command)
+        self.log = log
+        self.track = track
+        self.cwd = cwd
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.warmup_s = warmup_s
+        self.window_s = window_s
+        self.repeats = repeats
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.cancel = cancel if cancel is not None else threading.Event()
+        self.progress = progress
+        self.on_job = on_job
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gpumon-trials-"))
+        self.sync_diagnosis = sync_diagnosis
+        self.runs = 0
+        self.logs: list[Path] = []
+
+    # -- the runner interface of the guided run -------------------------------------------------
+
+    def supports(self, experiment: Experiment) -> str | None:
+        return None
+
+    def baseline(self) -> VariantResult:
+        return self._trial("baseline", {}, {}, diagnose_syncs=self.sync_diagnosis)
+
+    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+        return self._trial(experiment.label, dict(experiment.knobs), {**kept, **experiment.knobs},
+                           flags=tuple(experiment.flags))
+
+    def keep(self, experiment: Experiment) -> None:
+        pass
+
+    def discard(self, experiment: Experiment) -> None:
+        pass
+
+    def finish(self, kept: Mapping[str, Any]) -> None:
+        pass
+
+    # -- one trial ------------------------------------------------------------------------------
+
+    def environment(self, knobs: Mapping[str, Any], ack_path: Path) -> dict[str, str]:
+        hook_knobs, script_knobs = split_knobs(knobs)
+        env = protocol.injection_env(self.base_env)
+        if knobs:
+            env[protocol.KNOBS_ENV] = json.dumps({**hook_knobs, **script_knobs}, separators=(",", ":"))
+        env[KNOBS_ACK_ENV] = str(ack_path)
+        return env
+
+    def _say(self, message: str, fraction: float) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(message, max(0.0, min(1.0, fraction)))
+            except Exception:  # noqa: BLE001 - a broken progress view must not stop the run
+                pass
+
+    def _trial(self, label: str, change: dict[str, Any], knobs: dict[str, Any], *, flags: tuple[str, ...] = (),
+               diagnose_syncs: bool = False) -> VariantResult:
+        self.runs += 1
+        stem = f"trial-{self.runs:02d}"
+        out_path = self.log_dir / f"{stem}.log"
+        ack_path = self.log_dir / f"{stem}.ack.json"
+        self.logs.append(out_path)
+        result = dict(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
+        try:
+            env = self.environment(knobs, ack_path)
+        except protocol.ProtocolError as error:
+            return VariantResult(**result, status=FAILED, reason=f"bad knob: {error}")
+        if self.cancel.is_set():
+            return VariantResult(**result, status=CANCELLED, reason="cancelled")
+        self._say(f"{label}: starting", 0.0)
+        with out_path.open("wb") as output:
+            try:
+                process = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
+                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as error:
+                return VariantResult(**result, status=FAILED,
+                                     reason=f"cannot run {self.command[0]}: {error.strerror or error}")
+        job = AttachedJob.launched(process.pid, exit_status=process.poll)
+        steps = StepLog()
+        listening: set[int] = set()
+
+        def attach_listener(_what: str = "") -> None:
+            for client in job.clients:
+                if client.pid not in listening:
+                    listening.add(client.pid)
+                    client.add_message_listener(steps)
+
+        job.start(attach_listener)
+        if self.track is not None:
+            self.track([process.pid])
+        if self.on_job is not None:
+            self.on_job(job, label)
+        try:
+            return self._measure(process, job, steps, attach_listener, out_path, ack_path, result, diagnose_syncs)
+        finally:
+            self._say(f"{label}: stopping", 1.0)
+            stop_group(process, self.stop_grace_s)
+            job.stop()
+            if self.on_job is not None:
+                self.on_job(None, label)
+
+    def _measure(self, process: subprocess.Popen[bytes], job: AttachedJob, steps: StepLog,
+                 attach_listener: Callable[[], None], out_path: Path, ack_path: Path, result: dict[str, Any],
+                 diagnose_syncs: bool) -> VariantResult:
+        label = result["label"]
+
+        def alive() -> str | None:
+            attach_listener()
+            return "ended" if process.poll() is not None else None
+
+        def ended_early(stage: str) -> VariantResult:
+            process.wait()
+            status, reason = failure_reason(process.returncode, log_tail(out_path))
+            view = job.view() if job.clients else None
+            if view is not None and view.memory and (view.memory.get("ooms") or 0) > 0:
+                status = OOM
+            return VariantResult(**result, status=status, reason=f"{reason} ({stage})", pid=process.pid)
+
+        # Progress fractions of one variant: start-up to 0.15, warm-up to 0.3, the windows to 0.9.
+        try:
+            started = time.monotonic()
+            while steps.steps == 0:
+                self._say(f"{label}: waiting for the first step", 0.05)
+                if time.monotonic() - started > self.startup_timeout_s:
+                    return VariantResult(**result, status=TIMEOUT, pid=process.pid,
+                                         reason=f"no training step within {self.startup_timeout_s:g} s")
+                try:
+                    sleep_checked(0.2, self.cancel, alive)
+                except RuntimeError:
+                    return ended_early("before its first step")
+            first = steps.steps
+            self._say(f"{label}: warming up", 0.15)
+            sleep_checked(self.warmup_s, self.cancel, alive)
+            deadline = time.monotonic() + max(30.0, self.startup_timeout_s)
+            while steps.steps - first < WARMUP_STEPS and time.monotonic() < deadline:
+                sleep_checked(0.2, self.cancel, alive)
+            measure_start = time.time()
+            windows = measure_windows(steps, window_s=self.window_s, repeats=self.repeats, cancel=self.cancel,
+                                      alive=alive, progress=self._say, label=label, done_before=0.3, share=0.6)
+            measure_end = time.time()
+            client = job.primary
+            view = client.view() if client is not None else None
+            diagnosis = None
+            if diagnose_syncs and client is not None and view is not None and view.cuda.get("initialized"):
+                self._say(f"{label}: counting host syncs", 0.92)
+                try:
+                    diagnosis = client.diagnose(DIAGNOSIS_STEPS, timeout=max(10.0, self.window_s * 3))
+                except Exception:  # noqa: BLE001 - the sync count is optional evidence
+                    diagnosis = None
+        except Cancelled:
+            return VariantResult(**result, status=CANCELLED, reason="cancelled", pid=process.pid)
+        except RuntimeError:
+            return ended_early("while it was measured")
+        acknowledged = _read_ack(ack_path)
+        confirmed, missing = confirm_knobs(result["change"], view, acknowledged)
+        snapshots = self.log.between(measure_start, measure_end)
+        signals = build_signals(snapshots, view, pid=view.pid if view is not None else process.pid,
+                                start=measure_start, end=measure_end, diagnosis=diagnosis)
+        memory = view.memory if view is not None else None
+        measurement = measurement_from(windows, gpu_util=signals.gpu_util, sm_activity=signals.sm_activity,
+                                       tensor_activity=signals.tensor_activity,
+                                       peak_memory=memory.get("max_allocated") if memory else None)
+        status, reason = OK, ""
+        if missing:
+            status, reason = NOT_APPLIED, "; ".join(missing)
+        if memory and (memory.get("ooms") or 0) > 0:
+            status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"
+        return VariantResult(**result, status=status, reason=reason, measurement=measurement, signals=signals,
+                             applied=confirmed, pid=view.pid if view is not None else process.pid)
+
+
+def _read_ack(path: Path) -> list[str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(name) for name in data] if isinstance(data, list) else []

@@ -1,0 +1,95 @@
+"""The rules on signals recorded from real runs (tests/fixtures/advisor, see its README), and on the H100
+recordings of assets/recordings (GPU figures only, no job data)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from advisor_support import REPO, case_files, load_case
+
+from gpumon.advisor.rules import CATEGORIES, HEALTHY, INPUT_BOUND, IO_BOUND, diagnose
+from gpumon.advisor.signals import SOURCE_HOOK, SOURCE_PYSPY, Signals, build_signals
+from gpumon.sampling.recording import read_recording
+
+CASES = case_files()
+
+
+def test_there_are_recorded_cases() -> None:
+    names = {path.name for path in CASES}
+    assert {"demo-cpu.json", "demo_pyspy-cpu.json", "io_bound-cpu.json", "cpu_compute-cpu.json"} <= names
+
+
+@pytest.mark.parametrize("path", CASES, ids=[path.stem for path in CASES])
+def test_each_recorded_case_gets_its_category(path: Path) -> None:
+    meta, signals = load_case(path)
+    finding = diagnose(signals)
+    assert finding.category == meta["expected"], f"{finding.category}: {finding.evidence}"
+    assert finding.category in CATEGORIES
+    assert 0.0 < finding.confidence <= 1.0
+    assert finding.evidence and any(ch.isdigit() for ch in finding.evidence), "evidence carries numbers"
+
+
+def test_input_bound_evidence_names_the_wait_the_loader_and_the_cores(demo_signals: Signals) -> None:
+    finding = diagnose(demo_signals)
+    assert finding.category == INPUT_BOUND and finding.source == SOURCE_HOOK
+    share = round(demo_signals.data_share * 100)
+    assert f"waits for data {share}% of each step" in finding.evidence
+    assert "no DataLoader workers" in finding.evidence
+    assert "cores idle" in finding.evidence
+    assert finding.numbers["data_share"] == pytest.approx(demo_signals.data_share, abs=1e-3)
+
+
+def test_the_py_spy_estimate_gives_the_same_finding_with_less_confidence(demo_signals: Signals) -> None:
+    _, spied = load_case(REPO / "tests/fixtures/advisor/demo_pyspy-cpu.json")
+    assert spied.source == SOURCE_PYSPY and spied.data_share is None
+    hooked, estimated = diagnose(demo_signals), diagnose(spied)
+    assert estimated.category == hooked.category == INPUT_BOUND
+    assert estimated.confidence < hooked.confidence
+    assert "py-spy samples" in estimated.evidence
+
+
+def test_io_bound_is_told_from_input_bound_by_the_disk() -> None:
+    meta, signals = load_case(REPO / "tests/fixtures/advisor/io_bound-cpu.json")
+    finding = diagnose(signals)
+    assert finding.category == IO_BOUND
+    assert "from disk" in finding.evidence
+    # The same data wait without the reads and the waiting is plain input-bound.
+    quiet = replace(signals, job_read_bytes_per_s=0.0, iowait=0.0, workers_in_disk_wait=0.0)
+    assert diagnose(quiet).category == INPUT_BOUND
+
+
+def test_a_job_computing_on_the_cpu_is_not_given_a_problem() -> None:
+    _, signals = load_case(REPO / "tests/fixtures/advisor/cpu_compute-cpu.json")
+    finding = diagnose(signals)
+    assert finding.category == HEALTHY and signals.device == "cpu"
+    assert signals.gpus == ()
+
+
+@pytest.mark.parametrize("name", ["h100-demo-slow.jsonl", "h100-training.jsonl"])
+def test_gpu_figures_alone_do_not_make_up_a_bottleneck(name: str) -> None:
+    """Real H100 recordings with GPU-Util 13-49% but no job data: nothing stands out, so healthy at low
+    confidence, and the evidence says so."""
+    snapshots = read_recording(REPO / "assets" / "recordings" / name)
+    signals = build_signals(snapshots, None)
+    assert signals.gpu_util is not None and signals.gpu_util < 60 and signals.has_gpm
+    finding = diagnose(signals)
+    assert finding.category == HEALTHY
+    assert finding.confidence <= 0.3
+    assert "no bottleneck stands out" in finding.evidence
+
+
+def test_no_data_at_all_is_healthy_with_no_confidence() -> None:
+    finding = diagnose(Signals())
+    assert finding.category == HEALTHY and finding.confidence == 0.0
+    assert "not enough data" in finding.evidence
+
+
+def test_findings_round_trip_through_json(demo_signals: Signals) -> None:
+    from gpumon.advisor.rules import Finding
+
+    finding = diagnose(demo_signals)
+    again = Finding.from_dict(finding.to_dict())
+    assert again.category == finding.category and again.evidence == finding.evidence
+    assert Signals.from_dict(demo_signals.to_dict()) == demo_signals
