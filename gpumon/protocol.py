@@ -599,7 +599,9 @@ def injection_env(base_env: Mapping[str, str], knobs: Mapping[str, Any] | None =
     """The environment for `gpumon run -- CMD`: every Python process started with it installs the hook
     (through INJECT_DIR/sitecustomize.py, which then runs any other sitecustomize), lazily.
 
-    knobs: for a trial run, checked with validate_knobs(live=False) and passed as GPUMON_KNOBS.
+    knobs: for a trial run, passed as GPUMON_KNOBS. The hook's knobs (KNOBS) are checked with
+    validate_knobs(live=False); other names pass through for a script that reads GPUMON_KNOBS itself
+    (the hook reports them in state.knobs.ignored).
     Lives here, not in gpumon.hook, because importing gpumon.hook installs the hook in the importer.
     """
     env = dict(base_env)
@@ -608,7 +610,9 @@ def injection_env(base_env: Mapping[str, str], knobs: Mapping[str, Any] | None =
     env[HOOK_ENV] = "1"
     env[INJECTED_ENV] = "1"
     if knobs:
-        env[KNOBS_ENV] = json.dumps(validate_knobs(knobs, live=False), separators=(",", ":"))
+        ours = {name: value for name, value in knobs.items() if name in KNOBS}
+        checked = {**dict(knobs), **(validate_knobs(ours, live=False) if ours else {})}
+        env[KNOBS_ENV] = json.dumps(checked, separators=(",", ":"))
     else:
         env.pop(KNOBS_ENV, None)
     return env

@@ -143,8 +143,8 @@ def test_injection_env() -> None:
     assert env[protocol.HOOK_ENV] == "1" and env[protocol.INJECTED_ENV] == "1"
     assert protocol.KNOBS_ENV not in env
     assert os.path.isfile(os.path.join(env["PYTHONPATH"].split(os.pathsep)[0], "sitecustomize.py"))
-    env = protocol.injection_env({}, knobs={"num_workers": 8})
-    assert json.loads(env[protocol.KNOBS_ENV]) == {"num_workers": 8}
+    env = protocol.injection_env({}, knobs={"num_workers": 8, "amp_bf16": True})  # amp_bf16: the script's own
+    assert json.loads(env[protocol.KNOBS_ENV]) == {"num_workers": 8, "amp_bf16": True}
     with pytest.raises(protocol.ProtocolError):
         protocol.injection_env({}, knobs={"num_workers": "many"})
 
