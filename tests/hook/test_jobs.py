@@ -77,7 +77,7 @@ def test_steps_are_detected_without_an_optimizer(start_job: Any, mode: str, sour
 
 
 def test_forked_workers_get_no_socket_and_are_reported(start_job: Any, sock_dir: str) -> None:
-    job = start_job("--mode", "optimizer", "--steps", "12", "--workers", "2", "--start-method", "fork",
+    job = start_job("--mode", "inference", "--steps", "12", "--workers", "2", "--start-method", "fork",
                     "--persistent", "--item-sleep-ms", "0.5")
     with protocol.HookConnection(job.wait_socket()) as conn:
         done = job.event("done")
@@ -95,7 +95,7 @@ def test_forked_workers_get_no_socket_and_are_reported(start_job: Any, sock_dir:
 
 def test_spawned_workers_reimporting_the_script_stay_silent(start_job: Any, sock_dir: str) -> None:
     # A spawn worker re-imports __main__, which runs `import gpumon.hook` again in the worker.
-    job = start_job("--mode", "optimizer", "--steps", "4", "--workers", "1", "--start-method", "spawn",
+    job = start_job("--mode", "inference", "--steps", "4", "--workers", "1", "--start-method", "spawn",
                     "--persistent", "--item-sleep-ms", "0")
     job.wait_socket()
     done = job.event("done")
@@ -144,11 +144,11 @@ def _connect(path: str) -> socket.socket:
 
 
 def test_fuzzing_the_socket_while_training(start_job: Any, sock_dir: str) -> None:
-    job = start_job("--mode", "optimizer", "--steps", "20", "--item-sleep-ms", "0.3", "--seconds", "5")
+    job = start_job("--mode", "optimizer", "--steps", "20", "--item-sleep-ms", "0.3", "--seconds", "4")
     path = job.wait_socket()
     rng = random.Random(1234)
     with protocol.HookConnection(path) as monitor:
-        job.event("ready")  # the loop starts now and runs for 5 s; the fuzz below takes about 2 s
+        job.event("ready")  # the loop starts now and runs for 4 s; the fuzz below takes about 2 s
         before = get_state(monitor)["last_seq"]
 
         never_reads = _connect(path)
@@ -217,7 +217,7 @@ def test_injected_by_environment_and_chains_sitecustomize(start_job: Any, tmp_pa
     (other / "sitecustomize.py").write_text("MARKER = 'the job own sitecustomize ran'\n")
     env = protocol.injection_env({**os.environ, "PYTHONPATH": str(other)})
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [protocol.INJECT_DIR, str(other)]
-    job = start_job("--no-import", "--mode", "optimizer", "--steps", "10", "--item-sleep-ms", "0.2", env=env)
+    job = start_job("--no-import", "--mode", "inference", "--steps", "10", "--item-sleep-ms", "0.2", env=env)
     with protocol.HookConnection(job.wait_socket()) as conn:
         assert conn.hello["injected"] is True
         done = job.event("done")
@@ -228,7 +228,7 @@ def test_injected_by_environment_and_chains_sitecustomize(start_job: Any, tmp_pa
 
 
 def test_gpumon_hook_0_disables_it(start_job: Any, sock_dir: str) -> None:
-    job = start_job("--mode", "optimizer", "--steps", "5", "--item-sleep-ms", "0",
+    job = start_job("--mode", "inference", "--steps", "5", "--item-sleep-ms", "0",
                     env={**os.environ, "GPUMON_HOOK": "0"})
     done = job.event("done")
     assert done["hook_installed"] is False
@@ -238,7 +238,7 @@ def test_gpumon_hook_0_disables_it(start_job: Any, sock_dir: str) -> None:
 
 def test_knobs_from_the_environment_for_trial_runs(start_job: Any) -> None:
     env = protocol.injection_env(os.environ, knobs={"num_workers": 2, "cudnn_benchmark": True})
-    job = start_job("--no-import", "--mode", "optimizer", "--steps", "6", "--item-sleep-ms", "0", env=env)
+    job = start_job("--no-import", "--mode", "inference", "--steps", "6", "--item-sleep-ms", "0", env=env)
     with protocol.HookConnection(job.wait_socket()) as conn:
         done = job.event("done")
         state = get_state(conn)
@@ -250,7 +250,7 @@ def test_knobs_from_the_environment_for_trial_runs(start_job: Any) -> None:
 
 
 def test_live_set_knob_and_diagnose_requests(start_job: Any) -> None:
-    job = start_job("--mode", "optimizer", "--steps", "8", "--epochs", "2", "--item-sleep-ms", "0", go=True)
+    job = start_job("--mode", "inference", "--steps", "8", "--epochs", "2", "--item-sleep-ms", "0", go=True)
     with protocol.HookConnection(job.wait_socket()) as conn:
         job.event("ready")
         ack = conn.request({"type": "set_knob", "id": 1, "knobs": {"num_workers": 2}}, ("knob_ack",))
