@@ -272,7 +272,8 @@ def main() -> None:
     results: dict[str, Any] = {
         "benchmark": "hook_overhead", "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "device": device_name(args.device), "device_type": args.device, "python": platform.python_version(),
-        "torch": _torch_version(), "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "threads": args.threads, "loops": {},
+        "torch": _torch_version(), "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
+        "threads": args.threads, "loops": {},
     }
     sock_dir = tempfile.mkdtemp(prefix="gpumon-bench-", dir="/tmp") + "/s"
     for loop in args.loops:
@@ -300,8 +301,10 @@ def main() -> None:
         results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates,
                                   "client_messages": client_messages}
 
-    print(f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, torch {results['torch']}")
-    print(f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up), alternated, threads={args.threads}")
+    print(f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, "
+          f"torch {results['torch']}")
+    print(f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up), alternated, "
+          f"threads={args.threads}")
     print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}")
     for loop, data in results["loops"].items():
         for variant, summary in data["summary"].items():

@@ -15,7 +15,8 @@ from typing import Any
 
 from gpumon import __version__ as HOOK_VERSION
 from gpumon import protocol
-from gpumon.hook.runtime import (R_DATA, R_END, R_GPU, R_SAMPLES, R_SEQ, R_SOURCE, R_SYNCS, R_WALL, HookRuntime)
+from gpumon.hook.runtime import (R_DATA, R_END, R_GPU, R_SAMPLES, R_SEQ, R_SOURCE, R_SYNCS, R_WALL, HookRuntime,
+                                 copy_while_mutated)
 
 STATS_WINDOW_S = 5.0
 _MAX_ARG_CHARS = 1000
@@ -193,18 +194,8 @@ def precision_info(runtime: HookRuntime) -> protocol.PrecisionInfo:
     )
 
 
-def _values(table: dict[Any, Any]) -> list[Any]:
-    """A copy of a dict's values that the training thread may be changing meanwhile."""
-    for _ in range(5):
-        try:
-            return list(table.values())
-        except RuntimeError:  # changed size during iteration
-            continue
-    return []
-
-
 def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
-    entries = sorted(_values(runtime.loaders), key=lambda e: e.last_used, reverse=True)
+    entries = sorted(copy_while_mutated(runtime.loaders.values()), key=lambda e: e.last_used, reverse=True)
     return [protocol.DataLoaderInfo(
         id=e.id, dataset=e.dataset, batch_size=e.batch_size, num_workers=e.num_workers, pin_memory=e.pin_memory,
         prefetch_factor=e.prefetch_factor, persistent_workers=e.persistent_workers, drop_last=e.drop_last,
@@ -216,7 +207,7 @@ def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
 def state(runtime: HookRuntime, *, clients: int, installed_at: float) -> protocol.State:
     cuda = cuda_info(runtime)
     pending: dict[str, Any] = {}
-    for kind, payload, _id in list(runtime.control):
+    for kind, payload, _id in copy_while_mutated(runtime.control):
         if kind == "knobs":
             pending.update(payload)
     counter = runtime.sync_counter

@@ -136,12 +136,7 @@ class HookRuntime:
 
     def snapshot_records(self) -> list[list[Any]]:
         """A copy of the completed records, safe against the training thread appending meanwhile."""
-        for _ in range(5):
-            try:
-                return list(self.records)
-            except RuntimeError:  # deque mutated during iteration
-                continue
-        return []
+        return copy_while_mutated(self.records)
 
     def _begin(self) -> None:
         """The first step starts at the job's first fetch or backward, not at install (model setup)."""
@@ -434,7 +429,20 @@ class HookRuntime:
     @property
     def diagnosing(self) -> bool:
         counter = self.sync_counter
-        return (counter is not None and counter.active) or any(item[0] == "diagnose" for item in list(self.control))
+        if counter is not None and counter.active:
+            return True
+        return any(item[0] == "diagnose" for item in copy_while_mutated(self.control))
+
+
+def copy_while_mutated(items: Any) -> list[Any]:
+    """list(items) for a deque or dict view another thread may change meanwhile (retried; [] if never
+    stable: the copy runs under the GIL, but a garbage collection inside it can let the other thread in)."""
+    for _ in range(5):
+        try:
+            return list(items)
+        except RuntimeError:  # mutated during iteration
+            continue
+    return []
 
 
 def _gpu_timing_every() -> int:

@@ -341,12 +341,10 @@ class HookServer:
         buf = client.inbuf
         while not client.closed:
             newline = buf.find(b"\n")
-            if newline < 0:
-                if len(buf) >= protocol.MAX_LINE:
-                    self._refuse(client, protocol.E_LINE_TOO_LONG, f"a request line is at most {protocol.MAX_LINE} bytes")
-                return
-            if newline + 1 > protocol.MAX_LINE:
+            if (newline < 0 and len(buf) >= protocol.MAX_LINE) or newline + 1 > protocol.MAX_LINE:
                 self._refuse(client, protocol.E_LINE_TOO_LONG, f"a request line is at most {protocol.MAX_LINE} bytes")
+                return
+            if newline < 0:
                 return
             line = bytes(buf[: newline + 1])
             del buf[: newline + 1]
