@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +125,12 @@ def run_diagnose(args: argparse.Namespace) -> int:
     command = _target(args, "diagnose")
     progress = StderrProgress()
     try:
-        if args.pid is not None:
-            result = diagnose_pid(args.pid, duration=args.duration, progress=progress)
-        else:
-            result = diagnose_command(command, duration=args.duration, warmup_s=min(args.warmup, args.duration / 2),
-                                      progress=progress)
+        with signals_as_interrupt():
+            if args.pid is not None:
+                result = diagnose_pid(args.pid, duration=args.duration, progress=progress)
+            else:
+                result = diagnose_command(command, duration=args.duration,
+                                          warmup_s=min(args.warmup, args.duration / 2), progress=progress)
     except AdvisorError as error:
         raise CliError(str(error)) from None
     if args.json:
@@ -185,6 +188,21 @@ def _print_report(report: Any, as_json: bool) -> None:
         print(report_text(report))
 
 
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end a headless run as Ctrl+C does (KeyboardInterrupt), so its trial is stopped."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run_experiment(args: argparse.Namespace) -> int:
     from gpumon.advisor.session import AdvisorError, experiment_command, experiment_pid
 
@@ -193,12 +211,14 @@ def run_experiment(args: argparse.Namespace) -> int:
     only = parse_tries(args.tries) if args.tries else None
     progress = StderrProgress()
     try:
-        if args.pid is not None:
-            report = experiment_pid(args.pid, window_s=args.window, repeats=args.repeats, warmup_s=args.warmup,
-                                    only=only, progress=progress, max_variants=args.max_variants)
-        else:
-            report = experiment_command(command, window_s=args.window, repeats=args.repeats, warmup_s=args.warmup,
+        with signals_as_interrupt():
+            if args.pid is not None:
+                report = experiment_pid(args.pid, window_s=args.window, repeats=args.repeats, warmup_s=args.warmup,
                                         only=only, progress=progress, max_variants=args.max_variants)
+            else:
+                report = experiment_command(command, window_s=args.window, repeats=args.repeats,
+                                            warmup_s=args.warmup, only=only, progress=progress,
+                                            max_variants=args.max_variants)
     except AdvisorError as error:
         raise CliError(str(error)) from None
     _write_markdown(args.markdown, report, "gpumon experiment")
@@ -240,11 +260,11 @@ def _demo_device(requested: str) -> tuple[str, bool]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if not args.guided and (args.json or args.markdown):
+        raise CliError("--json and --markdown go with --guided")
     device, _gpu = _demo_device(args.device)
     if args.guided:
         return run_demo_guided(args, device)
-    if args.json or args.markdown:
-        raise CliError("--json and --markdown go with --guided")
     return run_demo_dashboard(args, device)
 
 
@@ -254,8 +274,9 @@ def run_demo_guided(args: argparse.Namespace, device: str) -> int:
     measured = args.duration if args.duration is not None else 12.0
     window_s, repeats = windows_for(measured + args.warmup, args.warmup)
     command = demo_command(device, DEMO_RUN_S)
-    report = experiment_command(command, window_s=window_s, repeats=repeats, warmup_s=args.warmup,
-                                progress=StderrProgress(), max_variants=12)
+    with signals_as_interrupt():
+        report = experiment_command(command, window_s=window_s, repeats=repeats, warmup_s=args.warmup,
+                                    progress=StderrProgress(), max_variants=12)
     _write_markdown(args.markdown, report, "gpumon demo --guided")
     _print_report(report, args.json)
     return 0 if report.baseline.ok else 1
@@ -285,9 +306,14 @@ def run_demo_dashboard(args: argparse.Namespace, device: str) -> int:
         sampler.track_pids([child.pid])
         owner = DemoOwner(command=demo_command(device, DEMO_RUN_S), process=child)
         app = AdvisorApp(sampler, job=job, owner=owner)
+        # A closed terminal or a kill of gpumon must not leave the demo running: quit, then stop it below.
+        previous = {signum: signal.signal(signum, lambda *_: app.exit())
+                    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
         try:
             app.run()
         finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             owner.stop_all(stop_group)
     print(f"gpumon: the demo stopped; its output: {log_path}", file=sys.stderr)
     return app.return_code or 0

@@ -213,12 +213,12 @@ def experiments_for(finding: Finding, signals: Signals, *, cores: int | None = N
             if name in seen or current.get(name) == value:
                 continue
             seen.add(name)
-            previous = current.get(name, _observed(name, signals))
+            previous = current.get(name, observed_value(name, signals))
             experiments.append(Experiment(knobs={name: value}, previous={name: previous}, reason=category))
     return experiments
 
 
-def _observed(name: str, signals: Signals) -> Any:
+def observed_value(name: str, signals: Signals) -> Any:
     """The knob's value as the job runs now, where the signals show it."""
     return {
         "num_workers": signals.num_workers, "pin_memory": signals.pin_memory,

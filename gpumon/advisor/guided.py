@@ -8,9 +8,10 @@ import os
 import platform
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
-from gpumon.advisor.catalogue import Experiment, code_change, experiments_for, needs_code_change
+from gpumon.advisor.catalogue import Experiment, code_change, experiments_for, needs_code_change, observed_value
 from gpumon.advisor.measure import MIN_GAIN, beats
 from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
 from gpumon.advisor.rules import Finding, diagnose
@@ -156,6 +157,7 @@ class GuidedRun:
         for experiment in planned:
             if experiment.key in tried:
                 continue
+            experiment = with_previous(experiment, kept, best.signals)
             why_not = self.runner.supports(experiment)
             if why_not is not None:
                 tried.add(experiment.key)
@@ -184,3 +186,14 @@ class GuidedRun:
         self._tell("done", report)
         return report
 
+
+def with_previous(experiment: Experiment, kept: Mapping[str, Any], signals: Signals | None) -> Experiment:
+    """The experiment with the values its knobs had before filled in where it did not say (labels, rollback)."""
+    missing = [name for name in experiment.knobs if experiment.previous.get(name) is None]
+    if not missing:
+        return experiment
+    previous = dict(experiment.previous)
+    for name in missing:
+        previous[name] = kept[name] if name in kept else (
+            observed_value(name, signals) if signals is not None else None)
+    return replace(experiment, previous=previous)

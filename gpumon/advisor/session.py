@@ -40,7 +40,7 @@ def sampling(interval: float = SAMPLE_INTERVAL, pids: Sequence[int] = ()) -> Ite
     from gpumon.sampling.sampler import Sampler
 
     log = SnapshotLog()
-    sampler = Sampler(interval=interval, extra_pids=pids)
+    sampler = Sampler(interval=interval, slow_interval=max(1.0, interval), extra_pids=pids)
     sampler.start(log)
     try:
         yield sampler, log

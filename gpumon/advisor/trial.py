@@ -46,7 +46,21 @@ JobCallback = Callable[[AttachedJob | None, str], None]
 
 
 def stop_group(process: subprocess.Popen[Any], grace: float = STOP_GRACE_S) -> int:
-    """Stop a process started in its own session and everything in its group: SIGINT, SIGTERM, SIGKILL."""
+    """Stop a process started in its own session and everything in its group: SIGINT, SIGTERM, SIGKILL.
+
+    A second Ctrl+C while it waits must not leave the group running: on the main thread SIGINT is ignored until
+    the group is gone (the group has its own session, so it is not affected)."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return _stop_group(process, grace)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _stop_group(process: subprocess.Popen[Any], grace: float) -> int:
     for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         if process.poll() is not None:
             break

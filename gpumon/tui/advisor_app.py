@@ -1,0 +1,343 @@
+"""The dashboard with the advisor side panel: a periodic diagnosis of the attached job, and the guided run.
+
+AdvisorApp is GpumonApp plus the panel (`a` shows or hides it, `g` starts or stops a guided run). Every piece of
+advisor work runs on a background thread and reaches the UI as a message: the diagnosis every few seconds (one
+at a time, the next scheduled after the last one finished) and the guided run's events and progress.
+
+The guided run measures the job it can: the demo's command in trial runs when the app owns it (`gpumon demo`:
+the demo is stopped, each variant runs and is followed in the job pane, then the demo restarts with the knobs
+that won), else live experiments on the attached hooked job (math-neutral knobs, rolled back unless they win).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual import on
+from textual.binding import Binding
+from textual.message import Message
+
+from gpumon import protocol
+from gpumon.advisor.catalogue import experiments_for
+from gpumon.advisor.guided import GuidedRun, Runner
+from gpumon.advisor.live import LiveRunner
+from gpumon.advisor.measure import SnapshotLog
+from gpumon.advisor.results import GuidedReport
+from gpumon.advisor.rules import Finding, diagnose
+from gpumon.advisor.signals import Signals, build_signals
+from gpumon.advisor.trial import TrialRunner
+from gpumon.attach.session import AttachedJob, JobSource
+from gpumon.sampling.source import SnapshotSource
+from gpumon.tui.advisor_panel import AdvisorPanel
+from gpumon.tui.app import GpumonApp
+
+DIAGNOSE_EVERY_S = 5.0
+DIAGNOSIS_WINDOW_S = 10.0
+FIRST_DIAGNOSIS_S = 3.0
+GUIDED_JOIN_S = 20.0
+"""On quit, how long the app waits for a running guided run to stop its trial process."""
+
+
+class LoggingSource:
+    """A SnapshotSource that forwards everything to `inner` and also keeps every snapshot in `log`."""
+
+    def __init__(self, inner: SnapshotSource, log: SnapshotLog) -> None:
+        self.inner = inner
+        self.log = log
+
+    def start(self, on_snapshot: Callable[[Any], None]) -> None:
+        def deliver(snapshot: Any) -> None:
+            self.log.add(snapshot)
+            on_snapshot(snapshot)
+
+        self.inner.start(deliver)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass
+class DemoOwner:
+    """The demo trainer the app started (`gpumon demo`): what trial runs run, and the processes to stop at the end."""
+
+    command: list[str]
+    process: subprocess.Popen[Any] | None = None
+    env: Mapping[str, str] | None = None
+    started: list[subprocess.Popen[Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.process is not None:
+            self.started.append(self.process)
+
+    def stop_current(self, stop: Callable[[subprocess.Popen[Any]], Any]) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                stop(process)
+
+    def restart(self, knobs: Mapping[str, Any]) -> subprocess.Popen[Any]:
+        """Start the demo again with `knobs` (what the guided run kept), hooked."""
+        env = protocol.injection_env(dict(self.env if self.env is not None else os.environ))
+        if knobs:
+            import json
+
+            env[protocol.KNOBS_ENV] = json.dumps(dict(knobs), separators=(",", ":"))
+        process = subprocess.Popen(self.command, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = process
+        self.started.append(process)
+        return process
+
+    def stop_all(self, stop: Callable[[subprocess.Popen[Any]], Any]) -> None:
+        self.stop_current(stop)
+
+
+class AdvisorFinding(Message):
+    """A diagnosis of the attached job (posted from the diagnosis thread)."""
+
+    def __init__(self, finding: Finding | None, signals: Signals | None) -> None:
+        super().__init__()
+        self.finding = finding
+        self.signals = signals
+
+
+class GuidedEvent(Message):
+    """An event of the guided run (see gpumon.advisor.guided.Listener), posted from its thread."""
+
+    def __init__(self, event: str, payload: Any) -> None:
+        super().__init__()
+        self.event = event
+        self.payload = payload
+
+
+class GuidedProgress(Message):
+    def __init__(self, message: str, fraction: float | None) -> None:
+        super().__init__()
+        self.message = message
+        self.fraction = fraction
+
+
+class GuidedFinished(Message):
+    def __init__(self, error: str | None = None) -> None:
+        super().__init__()
+        self.error = error
+
+
+RunnerFactory = Callable[["AdvisorApp", threading.Event], Runner | None]
+"""Makes the runner of a guided run (tests inject a fake one); None when this job cannot be experimented on."""
+
+
+class AdvisorApp(GpumonApp):
+    """GpumonApp with the advisor side panel.
+
+    owner: the demo the app started (trial runs then run its command); show_advisor: the panel visible at start;
+    runner_factory: overrides how the guided run's runner is made.
+    """
+
+    BINDINGS = [
+        *GpumonApp.BINDINGS,
+        Binding("a", "toggle_advisor", "Advisor", id="advisor", tooltip="Show or hide the advisor panel"),
+        Binding("g", "guided", "Guided run", id="guided",
+                tooltip="Run the guided experiments on the job (g again stops them)"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="interrupt",
+                tooltip="Quit (a demo or trial run started here is stopped)"),
+    ]
+
+    def __init__(self, source: SnapshotSource, *, job: JobSource | None = None, owner: DemoOwner | None = None,
+                 show_advisor: bool = True, runner_factory: RunnerFactory | None = None,
+                 diagnose_every: float = DIAGNOSE_EVERY_S, clock: Callable[[], float] = time.time,
+                 **kwargs: Any) -> None:
+        self.advisor_log = SnapshotLog()
+        super().__init__(LoggingSource(source, self.advisor_log), clock=clock, job=job, **kwargs)  # type: ignore[arg-type]
+        self.owner = owner
+        self.show_advisor = show_advisor
+        self.runner_factory = runner_factory or default_runner_factory
+        self.diagnose_every = diagnose_every
+        self.advisor_panel: AdvisorPanel | None = None
+        self.latest_finding: Finding | None = None
+        self.latest_signals: Signals | None = None
+        self._guided_thread: threading.Thread | None = None
+        self._guided_cancel = threading.Event()
+        self._diagnosing = False
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield from super().compose()
+        self.advisor_panel = AdvisorPanel(id="advisor", classes="" if self.show_advisor else "-hidden")
+        yield self.advisor_panel
+
+    def on_mount(self) -> None:
+        self.set_timer(FIRST_DIAGNOSIS_S, self._diagnose_tick)
+
+    def on_unmount(self) -> None:
+        self._guided_cancel.set()
+        thread = self._guided_thread
+        if thread is not None and thread.is_alive():
+            thread.join(GUIDED_JOIN_S)
+
+    @property
+    def guided_running(self) -> bool:
+        return self._guided_thread is not None and self._guided_thread.is_alive()
+
+    # -- the panel -------------------------------------------------------------------------------
+
+    def action_toggle_advisor(self) -> None:
+        panel = self.advisor_panel
+        if panel is not None:
+            panel.set_class(not panel.has_class("-hidden"), "-hidden")
+
+    # -- periodic diagnosis ----------------------------------------------------------------------
+
+    def _diagnose_tick(self) -> None:
+        if self._diagnosing or self.guided_running or self.job is None:
+            self.set_timer(self.diagnose_every, self._diagnose_tick)
+            return
+        self._diagnosing = True
+        self.run_worker(self._diagnose_now, thread=True, exclusive=True, group="advisor-diagnosis")
+
+    def _diagnose_now(self) -> None:
+        """On a worker thread: the job's signals over the last seconds, diagnosed."""
+        try:
+            job = self.job
+            if job is None:
+                self.post_message(AdvisorFinding(None, None))
+                return
+            end = time.time()
+            start = end - DIAGNOSIS_WINDOW_S
+            view = job.view()
+            signals = build_signals(self.advisor_log.between(start, end), view, start=start, end=end)
+            self.post_message(AdvisorFinding(diagnose(signals), signals))
+        except Exception:  # noqa: BLE001 - a failed diagnosis is retried at the next tick
+            self.post_message(AdvisorFinding(None, None))
+
+    @on(AdvisorFinding)
+    def _show_finding(self, message: AdvisorFinding) -> None:
+        self._diagnosing = False
+        if message.finding is not None and message.signals is not None and not self.guided_running:
+            self.latest_finding, self.latest_signals = message.finding, message.signals
+            panel = self.advisor_panel
+            if panel is not None:
+                panel.show_finding(message.finding)
+                panel.show_plan(experiments_for(message.finding, message.signals, cores=os.cpu_count()))
+        self.set_timer(self.diagnose_every, self._diagnose_tick)
+
+    # -- the guided run --------------------------------------------------------------------------
+
+    def action_guided(self) -> None:
+        panel = self.advisor_panel
+        if self.guided_running:
+            self._guided_cancel.set()
+            if panel is not None:
+                panel.show_progress("stopping the guided run…", None)
+            return
+        self._guided_cancel = threading.Event()
+        runner = self.runner_factory(self, self._guided_cancel)
+        if runner is None:
+            self.notify("guided runs need a job with the gpumon hook (import gpumon.hook, gpumon run) or gpumon demo",
+                        severity="warning", timeout=6)
+            return
+        if panel is not None:
+            panel.set_class(False, "-hidden")
+            panel.start_run()
+        self._guided_thread = threading.Thread(target=self._guided_main, args=(runner,), name="gpumon-guided",
+                                               daemon=True)
+        self._guided_thread.start()
+
+    def _guided_main(self, runner: Runner) -> None:
+        error = None
+        try:
+            if self.owner is not None:
+                from gpumon.advisor.trial import stop_group
+
+                self.post_message(GuidedProgress("stopping the demo to run the trials…", 0.0))
+                self.owner.stop_current(stop_group)
+            run = GuidedRun(runner, cancel=self._guided_cancel, listener=self._guided_listener,
+                            meta={"command": " ".join(self.owner.command) if self.owner else ""})
+            report = run.run()
+            if self.owner is not None and not self._guided_cancel.is_set():
+                self._restart_demo(report)
+        except Exception as exc:  # noqa: BLE001 - shown in the panel, never raised into the UI
+            error = f"{type(exc).__name__}: {exc}"
+        self.post_message(GuidedFinished(error))
+
+    def _guided_listener(self, event: str, payload: Any) -> None:
+        self.post_message(GuidedEvent(event, payload))
+
+    def guided_progress(self, message: str, fraction: float) -> None:
+        """The runner's progress callback (any thread)."""
+        self.post_message(GuidedProgress(message, fraction))
+
+    def _restart_demo(self, report: GuidedReport) -> None:
+        owner = self.owner
+        assert owner is not None
+        process = owner.restart(report.kept)
+        job = AttachedJob.launched(process.pid, exit_status=process.poll)
+        self.follow_job(job, [process.pid])
+
+    def follow_job(self, job: AttachedJob | None, pids: Sequence[int] = ()) -> None:
+        """From any thread: show `job` in the job pane (a trial run, or the restarted demo)."""
+        if job is None or self._guided_cancel.is_set():
+            return  # while quitting the UI loop may be waiting for this thread: do not wait for it
+        try:
+            self.call_from_thread(self._follow_now, job, list(pids))
+        except RuntimeError:
+            pass  # the app is shutting down
+
+    def _follow_now(self, job: AttachedJob, pids: list[int]) -> None:
+        track = getattr(self.source, "track_pids", None)
+        if track is not None and pids:
+            track(pids)
+        self._switch_to(job)
+
+    @on(GuidedEvent)
+    def _guided_event(self, message: GuidedEvent) -> None:
+        panel = self.advisor_panel
+        if panel is None:
+            return
+        event, payload = message.event, message.payload
+        if event in ("baseline", "result"):
+            panel.add_result(payload)
+        elif event == "finding":
+            self.latest_finding = payload
+            panel.show_finding(payload)
+        elif event == "plan":
+            panel.show_plan(payload)
+        elif event == "start":
+            panel.show_progress(f"running: {payload.label}", 0.0)
+        elif event == "done":
+            panel.show_report(payload)
+
+    @on(GuidedProgress)
+    def _guided_progress(self, message: GuidedProgress) -> None:
+        if self.advisor_panel is not None and self.guided_running:
+            self.advisor_panel.show_progress(message.message, message.fraction)
+
+    @on(GuidedFinished)
+    def _guided_finished(self, message: GuidedFinished) -> None:
+        panel = self.advisor_panel
+        if panel is not None:
+            panel.end_run()
+            if message.error:
+                panel.show_progress(f"the guided run failed: {message.error}", None)
+        if message.error:
+            self.notify(f"guided run failed: {message.error}", severity="error", timeout=8)
+
+
+def default_runner_factory(app: AdvisorApp, cancel: threading.Event) -> Runner | None:
+    """Trial runs of the demo's command when the app owns it; live experiments on a hooked attached job."""
+    if app.owner is not None:
+        def on_job(job: AttachedJob | None, _label: str) -> None:
+            if job is not None:
+                app.follow_job(job, [job.launched_pid] if job.launched_pid else [])
+
+        track = getattr(app.source, "track_pids", None)
+        return TrialRunner(app.owner.command, log=app.advisor_log, track=track, cancel=cancel,
+                           progress=app.guided_progress, on_job=on_job, warmup_s=8.0)
+    job = app.job
+    if isinstance(job, AttachedJob) and job.primary is not None:
+        return LiveRunner(job.primary, log=app.advisor_log, cancel=cancel, progress=app.guided_progress)
+    return None

@@ -1,0 +1,167 @@
+"""`gpumon diagnose`, `gpumon experiment` and `gpumon demo` (through gpumon.cli_advisor.main): one-line errors,
+real headless runs on CPU, and no process left behind when the demo is interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from advisor_support import REPO
+
+from gpumon import protocol
+from gpumon.advisor.rules import CATEGORIES
+from gpumon.cli_advisor import main
+
+PLAIN = [sys.executable, str(Path(__file__).parent / "jobs" / "plain_train.py"), "--seconds", "120"]
+
+
+@pytest.fixture
+def sock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    directory = str(tmp_path / "sockets")
+    monkeypatch.setenv(protocol.SOCKET_DIR_ENV, directory)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv(protocol.KNOBS_ENV, raising=False)
+    return directory
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["diagnose"], "gpumon diagnose needs a command"),
+    (["experiment", "--pid", "1", "--", "python", "x.py"], "either --pid or a command, not both"),
+    (["experiment", "--try", "warp=9", "--", "python", "x.py"], "unknown knob 'warp'"),
+    (["experiment", "--try", "num_workers", "--", "python", "x.py"], "expected KNOB=VALUE"),
+    (["experiment", "--repeats", "0", "--", "python", "x.py"], "--repeats must be at least 1"),
+    (["demo", "--json"], "--json and --markdown go with --guided"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpumon: error: ") and message in err[0]
+
+
+def test_diagnosing_a_pid_that_does_not_exist_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--pid", "999999", "--duration", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("gpumon: error: ") and "999999" in err[-1]
+
+
+def test_diagnose_runs_the_command_hooked_and_prints_the_finding(sock_dir: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--json", "--duration", "3", "--warmup", "0.5", "--", *PLAIN]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["finding"]["category"] in CATEGORIES
+    assert result["signals"]["source"] == "hook" and result["signals"]["num_workers"] == 0
+    assert result["signals"]["device"] == "cpu" and result["signals"]["steps"] > 0
+
+
+def test_experiment_reports_hook_knobs_applied_and_script_knobs_needing_a_code_change(
+        sock_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    markdown = tmp_path / "results.md"
+    argv = ["experiment", "--json", "--markdown", str(markdown), "--window", "1", "--repeats", "2", "--warmup", "0.5",
+            "--try", "num_workers=1", "--try", "amp_bf16=true", "--", *PLAIN]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["baseline"]["status"] == "ok"
+    workers, amp = report["variants"]
+    assert workers["label"] == "num_workers 0 -> 1" and workers["status"] == "ok"
+    assert workers["applied"] == {"num_workers": "hook"}, "plain_train.py ignores GPUMON_KNOBS: the hook applied it"
+    assert amp["status"] == "not_applied" and "needs a code change" in amp["reason"] and not amp["kept"]
+    text = markdown.read_text()
+    assert "| step | GPU-Util | SM active | samples/s | speed-up |" in text
+    assert "| num_workers 0 -> 1 |" in text and "not applied: amp_bf16: needs a code change" in text
+
+
+def leftovers(marker: Path) -> list[psutil.Process]:
+    """Processes started for this test (their TMPDIR is the test's own directory)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("TMPDIR") == str(marker) and process.pid != os.getpid():
+                found.append(process)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def wait_gone(marker: Path, timeout: float = 30.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while (left := leftovers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def test_interrupting_the_guided_demo_leaves_no_process_behind(sock_dir: str, tmp_path: Path) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon.cli_advisor", "demo", "--guided", "--device", "cpu"],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert gpumon.stderr is not None
+        deadline = time.monotonic() + 120
+        seen = ""
+        while "warming up" not in seen and time.monotonic() < deadline and gpumon.poll() is None:
+            seen += gpumon.stderr.readline()
+        assert "the demo runs on the CPU" in seen and "warming up" in seen, seen
+        trial = [p for p in leftovers(tmp_path) if "gpumon_demo" in " ".join(p.cmdline())]
+        assert trial, "a demo trial is running"
+        gpumon.send_signal(signal.SIGINT)  # Ctrl+C
+        gpumon.wait(90)
+        left = wait_gone(tmp_path)
+        assert not left, f"left behind: {[p.cmdline() for p in left]}"
+    finally:
+        if gpumon.poll() is None:
+            os.killpg(gpumon.pid, signal.SIGKILL)
+        for process in leftovers(tmp_path):
+            process.kill()
+
+
+def test_ctrl_c_in_the_demo_dashboard_leaves_no_process_behind(sock_dir: str, tmp_path: Path) -> None:
+    import pty
+
+    env = dict(os.environ, TMPDIR=str(tmp_path), TERM="xterm-256color", COLUMNS="120", LINES="40")
+    master, slave = pty.openpty()
+    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon.cli_advisor", "demo", "--device", "cpu"], cwd=REPO,
+                              env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    output = b""
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    output += os.read(master, 65536)
+                except OSError:
+                    break
+            demo = [p for p in leftovers(tmp_path) if "gpumon_demo" in " ".join(p.cmdline())]
+            if b"Advisor" in output and demo:
+                break
+        assert b"Advisor" in output, output[-500:]
+        time.sleep(1.0)  # let the app settle before the key
+        assert b"the demo runs on the CPU" in output
+        os.write(master, b"\x03")  # Ctrl+C as a terminal sends it
+        deadline = time.monotonic() + 90
+        while gpumon.poll() is None and time.monotonic() < deadline:  # keep reading: a full pty blocks the app
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    output += os.read(master, 65536)
+                except OSError:
+                    time.sleep(0.1)
+        gpumon.wait(5)
+        left = wait_gone(tmp_path)
+        assert not left, f"left behind: {[p.cmdline() for p in left]}; screen: {output[-300:]!r}"
+    finally:
+        if gpumon.poll() is None:
+            os.killpg(gpumon.pid, signal.SIGKILL)
+        for process in leftovers(tmp_path):
+            process.kill()
+        os.close(master)

@@ -1,0 +1,126 @@
+"""The trial and live runners on real CPU processes: a demo trial run (num_workers 0 -> 2), failures (crash, OOM,
+timeout), and a live change rolled back. (Knobs the hook applies to any script vs knobs that need a code change:
+test_cli_advisor.py, through `gpumon experiment`.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from advisor_support import REPO
+
+from gpumon import protocol
+from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.live import LiveRunner, current_value, in_effect
+from gpumon.advisor.measure import SnapshotLog
+from gpumon.advisor.results import FAILED, NOT_APPLIED, OK, OOM, TIMEOUT
+from gpumon.advisor.trial import TrialRunner
+from gpumon.attach.client import JobClient
+from gpumon.sampling.sampler import Sampler
+
+PLAIN = [sys.executable, str(Path(__file__).parent / "jobs" / "plain_train.py"), "--seconds", "120"]
+
+
+@pytest.fixture
+def sock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    directory = str(tmp_path / "sockets")
+    monkeypatch.setenv(protocol.SOCKET_DIR_ENV, directory)
+    return directory
+
+
+@pytest.fixture
+def sampled() -> Iterator[tuple[Sampler, SnapshotLog]]:
+    log = SnapshotLog()
+    sampler = Sampler(interval=0.25, slow_interval=0.5)
+    sampler.start(log)
+    yield sampler, log
+    sampler.stop()
+
+
+def base_env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.pop(protocol.KNOBS_ENV, None)
+    return env
+
+
+def runner(command: list[str], sampled: tuple[Sampler, SnapshotLog], **options: object) -> TrialRunner:
+    sampler, log = sampled
+    settings = dict(warmup_s=0.5, window_s=1.5, repeats=2, startup_timeout_s=90.0, stop_grace_s=5.0)
+    settings.update(options)
+    return TrialRunner(command, log=log, track=sampler.track_pids, cwd=str(REPO), base_env=base_env(),
+                       **settings)  # type: ignore[arg-type]
+
+
+def group_gone(pid: int | None) -> bool:
+    assert pid is not None
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_demo_trial_run_measures_the_baseline_and_more_workers(sock_dir: str, sampled) -> None:  # type: ignore[no-untyped-def]
+    demo = [sys.executable, "-m", "gpumon_demo", "--duration", "300", "--device", "cpu", "--progress-interval", "0",
+            "--dataset-size", "20000", "--batch-size", "8"]
+    trials = runner(demo, sampled)
+    baseline = trials.baseline()
+    assert baseline.status == OK, baseline.reason
+    assert baseline.measurement is not None and baseline.measurement.unit == "samples/s"
+    assert len(baseline.measurement.rates) == 2 and all(rate > 0 for rate in baseline.measurement.rates)
+    assert baseline.signals is not None and baseline.signals.num_workers == 0 and baseline.signals.device == "cpu"
+    assert baseline.signals.batch_size == 8
+    workers = trials.run(Experiment({"num_workers": 2}, previous={"num_workers": 0}), {})
+    assert workers.status == OK, workers.reason
+    assert workers.applied == {"num_workers": "script"}, "the demo acknowledges the knobs it reads"
+    assert workers.signals is not None and workers.signals.num_workers == 2
+    assert len(workers.signals.worker_cpu) == 2, "both workers seen in the job's process tree"
+    assert group_gone(baseline.pid) and group_gone(workers.pid), "each trial's process group is gone"
+
+
+def test_a_crash_an_oom_and_a_timeout_are_recorded_with_their_reason(sock_dir: str, sampled) -> None:  # type: ignore[no-untyped-def]
+    crash = runner([sys.executable, "-c", "raise SystemExit('boom: bad config')"], sampled).baseline()
+    assert crash.status == FAILED and "exit status 1" in crash.reason and "boom: bad config" in crash.reason
+    oom = runner([sys.executable, "-c", "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                  "allocate 20.00 GiB'); sys.exit(1)"], sampled).baseline()
+    assert oom.status == OOM and "Tried to allocate 20.00 GiB" in oom.reason
+    started = time.monotonic()
+    stuck = runner([sys.executable, "-c", "import time; time.sleep(120)"], sampled, startup_timeout_s=1.0).baseline()
+    assert stuck.status == TIMEOUT and "no training step within 1 s" in stuck.reason
+    assert time.monotonic() - started < 30
+    assert group_gone(stuck.pid), "the stuck trial was stopped"
+
+
+def test_a_live_change_is_measured_and_rolled_back(sock_dir: str, sampled) -> None:  # type: ignore[no-untyped-def]
+    _sampler, log = sampled
+    env = protocol.injection_env(base_env())
+    job = subprocess.Popen(PLAIN, env=env, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    client = JobClient(job.pid, wait_for_socket=True)
+    try:
+        live = LiveRunner(client, log=log, warmup_s=0.3, window_s=1.0, repeats=2, apply_timeout_s=30.0,
+                          sync_diagnosis=False)
+        client.start()
+        baseline = live.baseline()
+        assert baseline.status == OK, baseline.reason
+        experiment = Experiment({"num_workers": 1}, previous={"num_workers": 0})
+        assert live.supports(experiment) is None
+        assert live.supports(Experiment({"tf32": True})) is not None
+        result = live.run(experiment, {})
+        assert result.status == OK and result.kind == "live", result.reason
+        assert current_value(client.view(), "num_workers") == 1
+        live.discard(experiment)
+        deadline = time.monotonic() + 30
+        while not in_effect(client.view(), {"num_workers": 0}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert current_value(client.view(), "num_workers") == 0, "rolled back to the job's own setting"
+    finally:
+        client.stop()
+        job.kill()
+        job.wait()
