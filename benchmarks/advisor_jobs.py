@@ -3,10 +3,11 @@ run them under `gpumon diagnose -- python benchmarks/advisor_jobs.py CASE` (benc
 runs them all). Usage: python benchmarks/advisor_jobs.py CASE [--duration S] [--device auto|cpu|cuda]
 
     input_bound       a CPU-heavy Dataset.__getitem__ (real per-sample work), no DataLoader workers
-    host_sync         a mid-size MLP whose forward checks every layer's output on the host (.item()) and
-                      synchronizes at each step end
+    host_sync         an MLP whose forward checks every layer's output on the host (two .item() per layer)
+                      and synchronizes at each step end
     launch_bound      batch 4 through 40 tiny layers: thousands of microsecond kernels per step
-    transfer_bound    a 256 MiB pageable host tensor copied to the GPU every step, almost no compute
+    transfer_bound    a DataLoader of ready 256 MiB pageable batches (pin_memory off), each copied to the GPU,
+                      almost no compute
     low_precision     large fp32 matmuls (no autocast, TF32 off): a busy GPU with idle tensor cores
     memory_imbalance  nn.DataParallel over 2 GPUs with big outputs: GPU 0 holds the parameters, gradients,
                       optimizer state and the gathered outputs (needs 2 GPUs: exits 3 with fewer)
@@ -85,20 +86,20 @@ def input_bound(device: torch.device, duration: float) -> None:
 
 
 def host_sync(device: torch.device, duration: float) -> None:
-    width, depth = 2048, 12
+    width, depth = 1024, 16
     layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth)).to(device)
     optimizer = torch.optim.SGD(layers.parameters(), lr=1e-4)
     x = torch.randn(256, width, device=device)
     target = torch.randn(256, width, device=device)
-    stats: list[float] = []
+    stats: list[tuple[float, float]] = []
     for _ in running(duration):
         h = x
         for layer in layers:
             h = torch.relu(layer(h))
-            # A per-layer health check on the host: each .item() waits for the GPU to finish.
-            stats.append(float(h.abs().mean().item()))
+            # A per-layer health check on the host: each .item() waits for the GPU to finish its queue.
+            stats.append((h.abs().mean().item(), h.max().item()))
             if len(stats) > 1000:
-                stats = [sum(stats) / len(stats)]
+                stats = stats[-10:]
         loss = nn.functional.mse_loss(h, target)
         optimizer.zero_grad()
         loss.backward()
@@ -119,12 +120,25 @@ def launch_bound(device: torch.device, duration: float) -> None:
         optimizer.step()
 
 
+class BigBatches(Dataset):
+    """Batches already made: each item is a 256 MiB pageable float32 tensor (no collate, no CPU work)."""
+
+    def __init__(self) -> None:
+        self.batch = torch.randn(64, 1024, 1024)
+
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.batch
+
+
 def transfer_bound(device: torch.device, duration: float) -> None:
-    host = torch.randn(64, 1024, 1024)  # 256 MiB, pageable
     model = nn.Linear(1024, 1).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    for _ in running(duration):
-        batch = host.to(device)  # a pageable copy: the host waits for it, the GPU computes nothing meanwhile
+    loader = DataLoader(BigBatches(), batch_size=None, num_workers=0, pin_memory=False)
+    for _, batch in zip(running(duration), loader):
+        batch = batch.to(device)  # a pageable copy: the host waits for it, the GPU computes nothing meanwhile
         loss = model(batch[:, :8].mean(dim=1)).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()

@@ -208,13 +208,17 @@ def experiments_for(finding: Finding, signals: Signals, *, cores: int | None = N
         categories.append(HEALTHY)
     seen: set[str] = set()
     experiments: list[Experiment] = []
-    for category in categories:
-        for name, value in _candidates_for(category, signals, cores):
-            if name in seen or current.get(name) == value:
-                continue
-            seen.add(name)
-            previous = current.get(name, observed_value(name, signals))
-            experiments.append(Experiment(knobs={name: value}, previous={name: previous}, reason=category))
+    pairs = [(category, pair) for category in categories for pair in _candidates_for(category, signals, cores)]
+    if signals.has_gpu and signals.num_workers is not None:
+        # A GPU job with a DataLoader: its loader refinements are worth a try once the bigger fixes are in.
+        pairs += [(INPUT_BOUND, pair) for pair in _candidates_for(INPUT_BOUND, signals, cores)
+                  if pair[0] != "num_workers"]
+    for category, (name, value) in pairs:
+        if name in seen or current.get(name) == value:
+            continue
+        seen.add(name)
+        previous = current.get(name, observed_value(name, signals))
+        experiments.append(Experiment(knobs={name: value}, previous={name: previous}, reason=category))
     return experiments
 
 

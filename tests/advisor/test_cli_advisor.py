@@ -165,3 +165,20 @@ def test_ctrl_c_in_the_demo_dashboard_leaves_no_process_behind(sock_dir: str, tm
         for process in leftovers(tmp_path):
             process.kill()
         os.close(master)
+
+
+def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    job = subprocess.Popen([*PLAIN, "--item-sleep-ms", "20"], cwd=REPO, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True,
+                           env=dict(os.environ, GPUMON_HOOK="0"))
+    try:
+        time.sleep(3.0)  # past torch's import: py-spy then sees the training loop
+        assert main(["diagnose", "--json", "--pid", str(job.pid), "--duration", "4"]) == 0
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    result = json.loads(capsys.readouterr().out)
+    assert result["signals"]["source"] == "py-spy" and result["pid"] == job.pid
+    assert result["signals"]["pyspy"]["data_wait"] > 0.5, "the loop sleeps in its Dataset: py-spy sees the wait"
+    assert result["finding"]["category"] == "input_bound"
+    assert result["finding"]["confidence"] < 0.9 and result["finding"]["source"] == "py-spy"
