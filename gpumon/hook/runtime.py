@@ -98,6 +98,7 @@ class HookRuntime:
         # GPU timing.
         self.gpu_every = _gpu_timing_every()
         self.gpu: GpuStepTimer | None = None
+        self._cuda_device: int | None = None
         self._cuda_probe = 0
         self._resolved: list[list[Any]] = []
         # DataLoaders.
@@ -279,9 +280,9 @@ class HookRuntime:
         if gpu is None:
             self.records.append(record)
             self._cuda_probe += 1
-            if self._cuda_probe >= CUDA_PROBE_EVERY and self.gpu_every > 0:
+            if self._cuda_probe >= CUDA_PROBE_EVERY and self._cuda_device is None:
                 self._cuda_probe = 0
-                self._maybe_start_gpu_timing(record[R_WALL])
+                self._probe_cuda(record[R_WALL])
         else:
             gpu.end_step(record)
             gpu.begin_step(self._time_next_step(record[R_WALL]), start_at_boundary=not self._dataloader_ever)
@@ -298,19 +299,22 @@ class HookRuntime:
     def _time_next_step(self, last_wall: float) -> bool:
         return (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
 
-    def _maybe_start_gpu_timing(self, last_wall: float) -> None:
+    def _probe_cuda(self, last_wall: float) -> None:
+        """Once the job has initialized CUDA: note its device, and start GPU timing (unless turned off)."""
         cuda = self.torch.cuda
         if not cuda.is_initialized():
             return
         device = self._lead_device
         if device is None:
             device = cuda.current_device()
-        self.gpu = GpuStepTimer(self.torch, device)
-        self.gpu.begin_step(self._time_next_step(last_wall), start_at_boundary=not self._dataloader_ever)
+        self._cuda_device = device
+        if self.gpu_every > 0:
+            self.gpu = GpuStepTimer(self.torch, device)
+            self.gpu.begin_step(self._time_next_step(last_wall), start_at_boundary=not self._dataloader_ever)
 
     @property
     def cuda_device(self) -> int | None:
-        return self.gpu.device if self.gpu is not None else self._lead_device
+        return self._cuda_device if self._cuda_device is not None else self._lead_device
 
     def flush(self) -> None:
         """At exit: hand pending records over, GPU time only where already measured; end a diagnosis."""

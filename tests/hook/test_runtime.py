@@ -302,6 +302,7 @@ def test_gpu_timing_can_be_turned_off(clock: Clock, monkeypatch: pytest.MonkeyPa
     for _ in range(3 * CUDA_PROBE_EVERY):
         rt.on_optimizer_step(OPT)
     assert rt.gpu is None and fake.cuda.recorded == 0 and len(rt.records) == 3 * CUDA_PROBE_EVERY
+    assert rt.cuda_device == 0  # still known, for the memory readings
 
 
 def test_graph_capture_steps_are_left_unmeasured_in_order(clock: Clock) -> None:
