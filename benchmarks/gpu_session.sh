@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
+# Run on the GPU machine from the project root, with .whl carried (see ../shared/device/README.md):
+#   bash benchmarks/gpu_session.sh PART      # PART: sampling | overhead | hook | advisor | ladder
+# Results land in $OUT (or ./gpu-results) with the device and date in each file.
+set -uo pipefail
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|advisor|ladder}
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+date -u +%F >> "$out/device.txt"
+case "$part" in
+  sampling)  # sampler vs nvidia-smi/NVML, hook adds no sync, attach on a CUDA job (about 2 min)
+    timeout 400 python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log" ;;
+  overhead)  # gpumon vs nvitop CPU cost at 1 s and 0.25 s (about 6 min)
+    python3 benchmarks/monitor_overhead.py --rounds 3 --window 20 --warmup 5 --json "$out/monitor_overhead.json" 2>&1 \
+      | tee "$out/monitor_overhead.log" ;;
+  hook)      # hook overhead A/B on CUDA, then attach latency (about 6 min)
+    timeout 420 python3 benchmarks/hook_overhead.py --rounds 10 --json "$out/hook_overhead.json" 2>&1 | tee "$out/hook_overhead.log"
+    timeout 120 python3 benchmarks/attach_latency.py --runs 5 2>&1 | tee "$out/attach_latency.log" ;;
+  advisor)   # one job per bottleneck category under `gpumon diagnose` (about 8 min)
+    timeout 560 python3 benchmarks/advisor_categories.py --out "$out" 2>&1 | tee "$out/advisor_categories.log" ;;
+  ladder)    # the demo's guided ladder (gpumon demo --guided's chain)
+    timeout 560 python3 benchmarks/advisor_categories.py --ladder --out "$out" 2>&1 | tee "$out/ladder.log" ;;
+  *) echo "unknown part: $part" >&2; exit 2 ;;
+esac
