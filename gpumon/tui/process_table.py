@@ -11,6 +11,7 @@ from rich.text import Text
 from textual import events
 from textual.reactive import reactive
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from gpumon.sampling.snapshot import ProcessSample
 from gpumon.tui.format import MISSING, format_bytes, format_rate, format_state
@@ -152,6 +153,12 @@ def _signature(cell: Text) -> tuple[str, str]:
     return cell.plain, str(cell.style)
 
 
+def _discard(cache: Any, doomed: Callable[[Any], bool]) -> None:
+    """Drop the entries of a Textual LRUCache whose key matches."""
+    for key in [key for key in cache.keys() if doomed(key)]:
+        cache.discard(key)
+
+
 def column_layout(width: int) -> tuple[tuple[Column, ...], int]:
     """The columns that fit a table `width` cells wide, and the command column's width (the rest)."""
     columns = tuple(column for column in COLUMNS if width >= WIDE_TABLE or not column.wide_only)
@@ -270,6 +277,7 @@ class ProcessTable(DataTable[Text]):
             del self._cells[pid]
         table_order = [pid for pid in self._order if pid in wanted]
 
+        changed: dict[int, dict[str, Text]] = {}
         for process, branch in rows:
             cells = row_cells(process, branch, self.role(process.pid))
             signatures = {key: _signature(cells[key]) for key in column_keys}
@@ -278,10 +286,11 @@ class ProcessTable(DataTable[Text]):
                 self.add_row(*(cells[key] for key in column_keys), key=str(process.pid))
                 table_order.append(process.pid)
             else:
-                for key in column_keys:
-                    if previous[key] != signatures[key]:
-                        self.update_cell(str(process.pid), key, cells[key])
+                changes = {key: cells[key] for key in column_keys if previous[key] != signatures[key]}
+                if changes:
+                    changed[process.pid] = changes
             self._cells[process.pid] = signatures
+        self._replace_cells(changed)
 
         order = [process.pid for process, _ in rows]
         if order != table_order:
@@ -291,6 +300,40 @@ class ProcessTable(DataTable[Text]):
         if cursor_pid in wanted and order.index(cursor_pid) != self.cursor_row:
             self.move_cursor(row=order.index(cursor_pid), animate=False)
         self._update_title()
+
+    def _replace_cells(self, changed: dict[int, dict[str, Text]]) -> None:
+        """Put new values in existing cells and repaint only their rows.
+
+        DataTable.update_cell invalidates every cached cell, row and line and repaints the whole table, so one
+        changed CPU% re-renders every cell; here only the changed cells' cache entries are dropped. This reaches
+        into DataTable's caches (textual is pinned); without them it falls back to update_cell.
+        """
+        if not changed:
+            return
+        caches = ("_cell_render_cache", "_row_render_cache", "_row_renderable_cache", "_line_cache")
+        if not all(hasattr(self, name) for name in caches):
+            for pid, changes in changed.items():
+                for key, cell in changes.items():
+                    self.update_cell(str(pid), key, cell)
+            return
+        changed_cells: set[tuple[RowKey, ColumnKey]] = set()
+        row_keys: set[RowKey] = set()
+        for pid, changes in changed.items():
+            row_key = RowKey(str(pid))
+            row_keys.add(row_key)
+            for key, cell in changes.items():
+                column_key = ColumnKey(key)
+                self._data[row_key][column_key] = cell
+                changed_cells.add((row_key, column_key))
+        _discard(self._cell_render_cache, lambda key: (key[0], key[1]) in changed_cells)
+        _discard(self._row_render_cache, lambda key: key[0] in row_keys)
+        row_indexes = [self._row_locations.get(row_key) for row_key in row_keys]
+        regions = [self._get_row_region(index) for index in row_indexes]
+        lines = {y for region in regions for y in range(region.y, region.bottom)}
+        _discard(self._row_renderable_cache, lambda key: key[1] in row_indexes)
+        _discard(self._line_cache, lambda key: key[0] in lines)
+        for index in row_indexes:
+            self.refresh_row(index)
 
     def _update_title(self) -> None:
         arrow = "▼" if self.sort_descending else "▲"

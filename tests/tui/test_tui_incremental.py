@@ -1,0 +1,63 @@
+"""Incremental redraws draw what a full redraw would: panes and process table updated snapshot by snapshot end on
+the same screen as a fresh app that shows only the last snapshot (catches stale line and cell caches)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpumon.sampling.snapshot import ProcessSample, Snapshot
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.process_table import ProcessTable
+from tui_support import FakeSource, frozen_clock, process, snapshot
+
+
+async def screen_after(snapshots: list[Snapshot], size: tuple[int, int], *, one_by_one: bool,
+                       cursor_row: int = 0) -> str:
+    """The screenshot (SVG) after showing `snapshots`, one redraw each or a single redraw of the last."""
+    source = FakeSource(description="replay of test", interval=0.5)
+    app = GpumonApp(source, clock=frozen_clock(snapshots))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        if one_by_one:
+            source.push(snapshots[0])
+            await pilot.pause()
+            app.query_one(ProcessTable).move_cursor(row=cursor_row, animate=False)
+            for shown in snapshots[1:]:
+                source.push(shown)
+                await pilot.pause()
+        else:
+            source.push(*snapshots)
+            await pilot.pause()
+            app.query_one(ProcessTable).move_cursor(row=cursor_row, animate=False)
+            await pilot.pause()
+        return app.export_screenshot()
+
+
+@pytest.mark.parametrize("size", [(160, 50), (80, 24)])
+async def test_recording_shown_one_by_one_ends_like_a_single_redraw(recording, size) -> None:  # noqa: ANN001
+    snapshots = recording[:30]
+    assert any(a.processes != b.processes for a, b in zip(snapshots, snapshots[1:])), "the table must change"
+    incremental = await screen_after(snapshots, size, one_by_one=True)
+    assert incremental == await screen_after(snapshots, size, one_by_one=False)
+
+
+def _job(cpu: float, rss: float, worker_cpus: tuple[float, ...], state: str = "running") -> ProcessSample:
+    workers = tuple(process(200 + index, cpu_percent=value, state=state) for index, value in enumerate(worker_cpus))
+    return process(100, gpu_indices=(0,), gpu_memory=10 * 1024**3, cpu_percent=cpu, rss=rss, children=workers)
+
+
+async def test_changed_cells_under_the_cursor_and_added_rows_redraw_like_a_fresh_table() -> None:
+    gib = 1024**3
+    steps = [
+        (_job(90.0, 2 * gib, (10.0, 20.0)),),
+        (_job(91.0, 2 * gib, (10.0, 35.0)),),  # the cursor row's CPU% changes
+        (_job(91.0, 3 * gib, (12.0, 35.0), state="disk-sleep"),),  # RSS, CPU% and a styled state cell
+        (_job(95.0, 3 * gib, (12.0, 35.0, 5.0)),),  # a worker appears
+        (_job(95.0, 3 * gib, (12.0, 36.0, 5.0)),),
+    ]
+    snapshots = [replace(snapshot(timestamp=1_795_000_000.0 + index), processes=processes)
+                 for index, processes in enumerate(steps)]
+    incremental = await screen_after(snapshots, (120, 30), one_by_one=True, cursor_row=2)
+    assert incremental == await screen_after(snapshots, (120, 30), one_by_one=False, cursor_row=2)
