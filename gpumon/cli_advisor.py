@@ -246,6 +246,9 @@ def has_cuda_gpu() -> bool:
         return False
 
 
+CPU_NOTICE = "no NVIDIA GPU here: the demo runs on the CPU (small model), so the numbers say little about a GPU"
+
+
 def _demo_device(requested: str) -> tuple[str, bool]:
     if requested not in ("auto", "cuda", "cpu") and not requested.startswith("cuda:"):
         raise CliError(f"--device {requested!r}: use auto, cuda, cuda:N or cpu")
@@ -253,8 +256,7 @@ def _demo_device(requested: str) -> tuple[str, bool]:
     if requested.startswith("cuda") and not gpu:
         raise CliError("--device cuda asked for, but no NVIDIA GPU is visible here")
     if not gpu:
-        why = "no NVIDIA GPU here" if requested == "auto" else "--device cpu"
-        print(f"gpumon: {why}: the demo runs on the CPU (small model), so the numbers say little about a GPU",
+        print(f"gpumon: {CPU_NOTICE if requested == 'auto' else '--device cpu: the demo runs on the CPU'}",
               file=sys.stderr)
     return requested, gpu
 
@@ -262,10 +264,10 @@ def _demo_device(requested: str) -> tuple[str, bool]:
 def run_demo(args: argparse.Namespace) -> int:
     if not args.guided and (args.json or args.markdown):
         raise CliError("--json and --markdown go with --guided")
-    device, _gpu = _demo_device(args.device)
+    device, gpu = _demo_device(args.device)
     if args.guided:
         return run_demo_guided(args, device)
-    return run_demo_dashboard(args, device)
+    return run_demo_dashboard(args, device, None if gpu else CPU_NOTICE)
 
 
 def run_demo_guided(args: argparse.Namespace, device: str) -> int:
@@ -282,7 +284,7 @@ def run_demo_guided(args: argparse.Namespace, device: str) -> int:
     return 0 if report.baseline.ok else 1
 
 
-def run_demo_dashboard(args: argparse.Namespace, device: str) -> int:
+def run_demo_dashboard(args: argparse.Namespace, device: str, notice: str | None = None) -> int:
     """The demo under the hook, the dashboard attached with the advisor panel; the demo stops with the app."""
     import tempfile
 
@@ -305,7 +307,7 @@ def run_demo_dashboard(args: argparse.Namespace, device: str) -> int:
         sampler = Sampler(interval=args.interval)
         sampler.track_pids([child.pid])
         owner = DemoOwner(command=demo_command(device, DEMO_RUN_S), process=child)
-        app = AdvisorApp(sampler, job=job, owner=owner)
+        app = AdvisorApp(sampler, job=job, owner=owner, notice=notice)
         # A closed terminal or a kill of gpumon must not leave the demo running: quit, then stop it below.
         previous = {signum: signal.signal(signum, lambda *_: app.exit())
                     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}

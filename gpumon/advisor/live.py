@@ -111,6 +111,9 @@ class LiveRunner:
         measurement = measurement_from(windows, gpu_util=signals.gpu_util, sm_activity=signals.sm_activity,
                                        tensor_activity=signals.tensor_activity,
                                        peak_memory=memory.get("max_allocated") if memory else None)
+        if not measurement.steps:
+            return VariantResult(**result, status=FAILED, measurement=measurement, signals=signals,
+                                 reason=f"no step during the {measurement.seconds:.0f} s measured (the job stalled)")
         return VariantResult(**result, status=OK, measurement=measurement, signals=signals)
 
     def baseline(self) -> VariantResult:
@@ -152,8 +155,9 @@ class LiveRunner:
                 self._say(f"{label}: waiting for it to take effect (next epoch)", 0.1)
                 sleep_checked(0.25, self.cancel, self._alive)
             measured = self._measure(label, change, {**kept, **change}, flags=tuple(experiment.flags))
-            return VariantResult(**{**base, "status": measured.status}, measurement=measured.measurement,
-                                 signals=measured.signals, applied={name: "hook" for name in change})
+            return VariantResult(**{**base, "status": measured.status, "reason": measured.reason},
+                                 measurement=measured.measurement, signals=measured.signals,
+                                 applied={name: "hook" for name in change})
         except Cancelled:
             self.discard(experiment)
             return VariantResult(**base, status=CANCELLED, reason="cancelled (rolled back)")

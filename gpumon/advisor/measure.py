@@ -134,7 +134,7 @@ def window_rate(log: StepLog, start: float, end: float) -> WindowRate:
     the last, so a window holding few long steps is not off by a fraction of a step."""
     records = log.window(start, end)
     counts = [r.samples for r in records if r.samples is not None]
-    samples = sum(counts) if counts and len(counts) == len(records) else None
+    samples = sum(counts) if len(counts) == len(records) else None  # no step at all: 0 samples (a stall)
     if records:
         start, end = records[0].t - records[0].wall_ms / 1e3, records[-1].t
     return WindowRate(start=start, end=end, steps=len(records), samples=samples)

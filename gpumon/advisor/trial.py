@@ -271,12 +271,12 @@ class TrialRunner:
                     listening.add(client.pid)
                     client.add_message_listener(steps)
 
-        job.start(attach_listener)
-        if self.track is not None:
-            self.track([process.pid])
-        if self.on_job is not None:
-            self.on_job(job, label)
-        try:
+        try:  # from here on, whatever happens (Ctrl+C included), the trial's process group is stopped
+            job.start(attach_listener)
+            if self.track is not None:
+                self.track([process.pid])
+            if self.on_job is not None:
+                self.on_job(job, label)
             return self._measure(process, job, steps, attach_listener, out_path, ack_path, result, diagnose_syncs)
         finally:
             self._say(f"{label}: stopping", 1.0)
@@ -347,7 +347,9 @@ class TrialRunner:
                                        tensor_activity=signals.tensor_activity,
                                        peak_memory=memory.get("max_allocated") if memory else None)
         status, reason = OK, ""
-        if missing:
+        if not measurement.steps:
+            status, reason = TIMEOUT, f"no step during the {measurement.seconds:.0f} s measured (the job stalled)"
+        elif missing:
             status, reason = NOT_APPLIED, "; ".join(missing)
         if memory and (memory.get("ooms") or 0) > 0:
             status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"

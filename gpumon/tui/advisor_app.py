@@ -151,7 +151,7 @@ class AdvisorApp(GpumonApp):
     def __init__(self, source: SnapshotSource, *, job: JobSource | None = None, owner: DemoOwner | None = None,
                  show_advisor: bool = True, runner_factory: RunnerFactory | None = None,
                  diagnose_every: float = DIAGNOSE_EVERY_S, clock: Callable[[], float] = time.time,
-                 **kwargs: Any) -> None:
+                 notice: str | None = None, **kwargs: Any) -> None:
         self.advisor_log = SnapshotLog()
         super().__init__(LoggingSource(source, self.advisor_log), clock=clock, job=job, **kwargs)  # type: ignore[arg-type]
         self.owner = owner
@@ -164,6 +164,8 @@ class AdvisorApp(GpumonApp):
         self._guided_thread: threading.Thread | None = None
         self._guided_cancel = threading.Event()
         self._diagnosing = False
+        self.notice = notice
+        """Said once at start (e.g. that the demo runs on the CPU)."""
 
     def compose(self):  # type: ignore[no-untyped-def]
         yield from super().compose()
@@ -172,6 +174,8 @@ class AdvisorApp(GpumonApp):
 
     def on_mount(self) -> None:
         self.set_timer(FIRST_DIAGNOSIS_S, self._diagnose_tick)
+        if self.notice:
+            self.notify(self.notice, timeout=10)
 
     def on_unmount(self) -> None:
         self._guided_cancel.set()
