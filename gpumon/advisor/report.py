@@ -126,6 +126,8 @@ def report_text(report: GuidedReport) -> str:
         parts.append(f"not tried: {line}")
     if report.stopped:
         parts.append(f"stopped: {report.stopped}")
+    if report.meta.get("logs"):
+        parts.append(f"each trial's output: {report.meta['logs']}")
     return "\n\n".join(parts)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.guided import GuidedRun, Listener
 from gpumon.advisor.live import LiveRunner
-from gpumon.advisor.measure import Progress, SnapshotLog, StepLog, sleep_checked
+from gpumon.advisor.measure import Progress, SnapshotLog, sleep_checked
 from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
@@ -94,10 +94,6 @@ def diagnose_pid(pid: int, *, duration: float = 20.0, progress: Progress | None 
         raise AdvisorError(str(error)) from None
     cancel = cancel if cancel is not None else threading.Event()
     with sampling(pids=[pid]) as (_sampler, log):
-        steps = StepLog()
-        if isinstance(job, AttachedJob):
-            for client in job.clients:
-                client.add_message_listener(steps)
         job.start()
         start = time.time()
         try:
@@ -142,7 +138,7 @@ def experiment_command(command: Sequence[str], *, window_s: float = 4.0, repeats
                              window_s=window_s, repeats=repeats, startup_timeout_s=startup_timeout_s,
                              cancel=cancel, progress=progress, on_job=on_job)
         guided = GuidedRun(runner, cancel=cancel, listener=listener, only=only, max_variants=max_variants,
-                           meta={"command": " ".join(command)})
+                           meta={"command": " ".join(command), "logs": str(runner.log_dir)})
         return guided.run()
 
 

@@ -18,7 +18,7 @@ from gpumon import protocol
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.live import LiveRunner, current_value, in_effect
 from gpumon.advisor.measure import SnapshotLog
-from gpumon.advisor.results import FAILED, NOT_APPLIED, OK, OOM, TIMEOUT
+from gpumon.advisor.results import FAILED, OK, OOM, TIMEOUT
 from gpumon.advisor.trial import TrialRunner
 from gpumon.attach.client import JobClient
 from gpumon.sampling.sampler import Sampler
