@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("--json", action="store_true", help="print JSON (one object per job group)")
     jobs.set_defaults(handler=run_jobs)
+    from gpumon.cli_advisor import register  # imports CliError from here: kept local to avoid a cycle
+
+    register(commands)
     return parser
 
 
