@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpumon import __version__
+from gpumon.attach.process_group import reap_group, signal_group, stop_group
 from gpumon.sampling.source import MAX_INTERVAL, MIN_INTERVAL
 
 EXIT_USAGE = 2
@@ -266,33 +267,6 @@ def launch(command: list[str], *, stdout: TextIO | None = None) -> subprocess.Po
         raise CliError(f"cannot run {command[0]}: {error.strerror or error}") from None
 
 
-def signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
-    """Send `signum` to the job's process group (the job and e.g. its DataLoader workers), as a terminal would."""
-    try:
-        os.killpg(child.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def reap_group(pgid: int, grace: float = 2.0) -> None:
-    """After the job exited on a signal: end what is left of its process group (TERM, then KILL)."""
-    for signum, wait in ((0, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                os.killpg(pgid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        if signum:
-            try:
-                os.killpg(pgid, signum)
-            except (ProcessLookupError, PermissionError):
-                return
-
-
 def wait_forwarding_signals(child: subprocess.Popen[bytes]) -> int:
     """Wait for the job, forwarding Ctrl+C (and TERM, HUP, QUIT) to it; its exit status."""
     forwarded: list[int] = []
@@ -322,16 +296,7 @@ def stop_job(child: subprocess.Popen[bytes], grace: float = STOP_GRACE_S, exitin
             child.wait(EXITING_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
-    for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        if child.poll() is not None:
-            break
-        signal_group(child, signum)
-        try:
-            child.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-    returncode = child.wait()
-    reap_group(child.pid, grace=1.0)
+    returncode = stop_group(child, grace, reap_grace=1.0)
     return exit_status(returncode)
 
 

@@ -27,6 +27,7 @@ from gpumon.advisor.measure import (Cancelled, Progress, SnapshotLog, StepLog, m
 from gpumon.advisor.results import (CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantResult)
 from gpumon.advisor.signals import build_signals
 from gpumon.attach.jobstate import JobView
+from gpumon.attach.process_group import stop_group as stop_process_group
 from gpumon.attach.session import AttachedJob
 
 KNOBS_ACK_ENV = "GPUMON_KNOBS_ACK"
@@ -54,46 +55,10 @@ def stop_group(process: subprocess.Popen[Any], grace: float = STOP_GRACE_S) -> i
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return _stop_group(process, grace)
+        return stop_process_group(process, grace, reap_settle=0.5)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-
-
-def _stop_group(process: subprocess.Popen[Any], grace: float) -> int:
-    for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        if process.poll() is not None:
-            break
-        try:
-            os.killpg(process.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            process.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-    returncode = process.wait()
-    _reap_group(process.pid)
-    return returncode
-
-
-def _reap_group(pgid: int, grace: float = 2.0) -> None:
-    """Whatever is left in the group once its leader exited (e.g. DataLoader workers): TERM, then KILL."""
-    for signum, wait in ((0, 0.5), (signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                os.killpg(pgid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        if signum:
-            try:
-                os.killpg(pgid, signum)
-            except (ProcessLookupError, PermissionError):
-                return
 
 
 def log_tail(path: Path, lines: int = 20) -> list[str]:

@@ -185,15 +185,13 @@ def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsy
 
 
 def test_the_commands_register_into_gpumons_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
-    """What the lead's one line in gpumon.cli.build_parser does: register(commands)."""
+    """gpumon.cli.build_parser registers the advisor's commands beside its own."""
     import argparse
 
     from gpumon import cli
-    from gpumon.cli_advisor import register
 
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    register(commands)
     args = parser.parse_args(["experiment", "--try", "num_workers=4", "--window", "2", "--", "python", "train.py"])
     assert args.tries == ["num_workers=4"] and args.window == 2.0 and args.command[-2:] == ["python", "train.py"]
     with pytest.raises(cli.CliError, match="needs a command"):
