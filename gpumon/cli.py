@@ -309,7 +309,7 @@ def run_launch(args: argparse.Namespace) -> int:
 
     from gpumon.attach.session import AttachedJob
     from gpumon.sampling.sampler import Sampler
-    from gpumon.tui.app import GpumonApp
+    from gpumon.tui.advisor_app import AdvisorApp
 
     log_path = args.log
     if log_path is None:
@@ -326,7 +326,7 @@ def run_launch(args: argparse.Namespace) -> int:
         job = AttachedJob.launched(child.pid, exit_status=child.poll)
         sampler = Sampler(interval=args.interval)
         sampler.track_pids([child.pid])
-        app = GpumonApp(sampler, job=job)
+        app = AdvisorApp(sampler, job=job, show_advisor=False)
         # A closed terminal or a kill of gpumon must not leave the job running: quit, then stop it below.
         previous = {signum: signal.signal(signum, lambda *_: app.exit()) for signum in (signal.SIGTERM, signal.SIGHUP)}
         try:
@@ -354,11 +354,11 @@ def run_attach(args: argparse.Namespace) -> int:
     if args.json:
         return stream_json(job, args.duration)
     from gpumon.sampling.sampler import Sampler
-    from gpumon.tui.app import GpumonApp
+    from gpumon.tui.advisor_app import AdvisorApp
 
     sampler = Sampler(interval=args.interval)
     sampler.track_pids(job.view().pids)
-    app = GpumonApp(sampler, job=job)
+    app = AdvisorApp(sampler, job=job, show_advisor=False)
     app.run()
     return app.return_code or 0
 
