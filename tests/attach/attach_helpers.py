@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon import protocol
+from tests.job_process import JobOutput
 
 JOBS = Path(__file__).parent / "jobs"
 HOOKED_JOB = JOBS / "hooked_train.py"
@@ -29,7 +29,7 @@ def job_env(sock_dir: str, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
-class Job:
+class Job(JobOutput):
     """One training subprocess; killed (with its process group) by the fixture that made it."""
 
     def __init__(self, script: Path, args: list[str], sock_dir: str, env: dict[str, str] | None = None) -> None:
@@ -39,36 +39,6 @@ class Job:
                                      start_new_session=True)
         self.pid = self.proc.pid
         self.socket_path = os.path.join(sock_dir, f"{self.pid}.sock")
-
-    def event(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"job exited before {name!r}: rc={self.proc.wait()} stderr={self.stderr()}")
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name:
-                return event
-        raise AssertionError(f"no {name!r} event within {timeout} s")
-
-    def wait_socket(self, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if os.path.exists(self.socket_path):
-                return self.socket_path
-            if self.proc.poll() is not None:
-                raise AssertionError(f"job exited (rc={self.proc.returncode}) without a socket: {self.stderr()}")
-            time.sleep(0.02)
-        raise AssertionError(f"no socket at {self.socket_path} within {timeout} s")
-
-    def stderr(self) -> str:
-        if self.proc.poll() is None or self.proc.stderr is None:
-            return ""
-        return self.proc.stderr.read()
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -13,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from gpumon import protocol
+from tests.job_process import JobOutput
 
 JOB_SCRIPT = Path(__file__).parent / "jobs" / "train.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class Job:
+class Job(JobOutput):
     """One run of tests/hook/jobs/train.py; the test releases it when done querying the hook."""
 
     def __init__(self, args: list[str], sock_dir: str, env: dict[str, str] | None = None, go: bool = False) -> None:
@@ -38,33 +38,6 @@ class Job:
         self.pid = self.proc.pid
         self.socket_path = os.path.join(sock_dir, f"{self.pid}.sock")
 
-    def event(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"job exited before {name!r}: rc={self.proc.wait()} "
-                                     f"stderr={self.proc.stderr.read() if self.proc.stderr else ''}")
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name:
-                return event
-        raise AssertionError(f"no {name!r} event within {timeout} s")
-
-    def wait_socket(self, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if os.path.exists(self.socket_path):
-                return self.socket_path
-            if self.proc.poll() is not None:
-                raise AssertionError(f"job exited (rc={self.proc.returncode}) without a socket: "
-                                     f"{self.proc.stderr.read() if self.proc.stderr else ''}")
-            time.sleep(0.02)
-        raise AssertionError(f"no socket at {self.socket_path} within {timeout} s")
-
     def go(self) -> None:
         Path(self.go_path).touch()
 
@@ -74,9 +47,6 @@ class Job:
             return self.proc.wait(timeout)
         finally:
             self.kill()
-
-    def stderr(self) -> str:
-        return self.proc.stderr.read() if self.proc.stderr and self.proc.poll() is not None else ""
 
     def kill(self) -> None:
         if self.proc.poll() is None:
