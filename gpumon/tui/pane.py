@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style, StyleType
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
@@ -32,6 +36,7 @@ class Pane(Widget):
         self._lines: tuple[int, list[Text]] | None = None
         self._strips: tuple[int, list[Strip | None]] | None = None
         self._line_count = -1
+        self._combined_styles: dict[tuple[Style, tuple[StyleType, ...]], Style | None] = {}
 
     def show_lines(self, build: LineBuilder) -> None:
         """Redraw from a new builder: a layout pass if the line count changed, else only the lines that changed."""
@@ -78,9 +83,60 @@ class Pane(Widget):
         strip = strips[y]
         if strip is None:
             line = lines[y]
-            strip = Strip(line.render(self.app.console, end=""), line.cell_len)
-            strip = strips[y] = strip.adjust_cell_length(width).apply_style(self.visual_style.rich_style)
+            base = self.visual_style.rich_style
+            if line.cell_len <= width:
+                strip = Strip(self._line_segments(line, width, base), width)
+            else:
+                strip = Strip(line.render(self.app.console, end=""), line.cell_len)
+                strip = strip.adjust_cell_length(width).apply_style(base)
+            strips[y] = strip
         return strip
+
+    def _line_segments(self, line: Text, width: int, base: Style) -> list[Segment]:
+        """What `Strip(line.render(console)).adjust_cell_length(width).apply_style(base)` gives, built in one pass.
+
+        The same span walk as Text.render, with the combined styles cached across redraws (a pane uses a few dozen).
+        Like Text.render, a line without spans is drawn without its own style.
+        """
+        plain = line.plain
+        spans = line.spans
+        add_base = base.__add__ if base else _unchanged
+        if not spans:
+            segments = [Segment(plain, add_base(None))]
+        else:
+            values: list[StyleType] = [line.style, *(span.style for span in spans)]
+            edges = [
+                (0, False, 0),
+                *((span.start, False, index) for index, span in enumerate(spans, 1)),
+                *((span.end, True, index) for index, span in enumerate(spans, 1)),
+                (len(plain), True, 0),
+            ]
+            edges.sort(key=itemgetter(0, 1))
+            stack: list[int] = []
+            segments = []
+            styles = self._combined_styles
+            for (offset, leaving, index), (next_offset, _, _) in zip(edges, edges[1:]):
+                if leaving:
+                    stack.remove(index)
+                else:
+                    stack.append(index)
+                if next_offset > offset:
+                    key = (base, tuple(values[active] for active in sorted(stack)))
+                    style = styles.get(key)
+                    if style is None:
+                        style = styles[key] = add_base(_combine(self.app.console, key[1]))
+                    segments.append(Segment(plain[offset:next_offset], style))
+        if line.cell_len < width:
+            segments.append(Segment(" " * (width - line.cell_len), add_base(None)))
+        return segments
+
+
+def _unchanged(style: Style | None) -> Style | None:
+    return style
+
+
+def _combine(console: Console, values: tuple[StyleType, ...]) -> Style:
+    return Style.combine(console.get_style(value, default=Style.null()) for value in values)
 
 
 def _same(old: Text, new: Text) -> bool:
