@@ -1,4 +1,5 @@
-"""Base class of the dashboard panes: a Line API widget whose lines are built for whatever width it gets."""
+"""Base classes of the dashboard panes and the title bar: Line API widgets whose lines are built for whatever width
+they get."""
 
 from __future__ import annotations
 
@@ -17,17 +18,11 @@ LineBuilder = Callable[[int], list[Text]]
 """Builds a pane's lines for a content width in cells."""
 
 
-class Pane(Widget):
-    """A pane redrawn with `show_lines`; it asks for a layout pass only when its number of lines changes.
+class LinesWidget(Widget):
+    """A widget redrawn with `show_lines`; it asks for a layout pass only when its number of lines changes.
 
     Lines are turned into Strips directly (Textual's Line API) rather than through a Rich renderable, which
     costs several times less CPU per redraw. A resize rebuilds them at the new width, so sparklines follow it.
-    """
-
-    DEFAULT_CSS = """
-    Pane {
-        height: auto;
-    }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
@@ -129,6 +124,16 @@ class Pane(Widget):
         if line.cell_len < width:
             segments.append(Segment(" " * (width - line.cell_len), add_base(None)))
         return segments
+
+
+class Pane(LinesWidget):
+    """A dashboard pane (the app's stylesheet gives every Pane its top border and title)."""
+
+    DEFAULT_CSS = """
+    Pane {
+        height: auto;
+    }
+    """
 
 
 def _unchanged(style: Style | None) -> Style | None:

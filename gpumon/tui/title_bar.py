@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+
+from gpumon.tui.pane import LinesWidget
 
 
 def title_line(title: str, sub_title: str, width: int) -> Text:
-    """Title left, subtitle right-aligned; the subtitle is cut first when the width is short."""
-    text = Text(title, style="bold", no_wrap=True, overflow="ellipsis", end="")
+    """Title left, subtitle right-aligned, all bold; the subtitle is cut first when the width is short."""
+    text = Text(title, no_wrap=True, overflow="ellipsis", end="")
     room = width - text.cell_len - 2
     if room > 3:
         right = Text(sub_title, no_wrap=True, overflow="ellipsis", end="")
         right.truncate(room, overflow="ellipsis")
         text.append(" " * (width - text.cell_len - right.cell_len))
         text.append_text(right)
+    text.stylize("bold")  # a span, not the base style, which the Line API does not draw
     return text
 
 
-class TitleBar(Static):
-    """Replaces Textual's Header, whose every title change costs a layout pass of the whole screen."""
+class TitleBar(LinesWidget):
+    """Replaces Textual's Header, whose every title change costs a layout pass of the whole screen.
+
+    A Pane (Line API) rather than a Static, which would re-parse its text into Textual Content on every change.
+    """
 
     DEFAULT_CSS = """
     TitleBar {
@@ -32,7 +37,7 @@ class TitleBar(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id)
+        super().__init__(id=id)
         self._title = ""
         self._sub_title = ""
 
@@ -50,10 +55,4 @@ class TitleBar(Static):
         if (title, sub_title) == (self._title, self._sub_title):
             return
         self._title, self._sub_title = title, sub_title
-        self.update(self._line(), layout=False)
-
-    def on_resize(self) -> None:
-        self.update(self._line(), layout=False)
-
-    def _line(self) -> Text:
-        return title_line(self._title, self._sub_title, self.size.width)
+        self.show_lines(lambda width: [title_line(title, sub_title, width)])
