@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from rich.style import StyleType
-from rich.text import Text
+from rich.text import Span, Text
 
 _PARTIAL = " ▏▎▍▌▋▊▉"
 _FULL = "█"
@@ -30,10 +30,9 @@ def bar_string(percent: float | None, width: int) -> str:
 def bar(percent: float | None, width: int, style: StyleType = "") -> Text:
     """The bar as Text: filled part in `style`, empty part dim."""
     cells = bar_string(percent, width)
-    filled = cells.rstrip(EMPTY + " ")
-    text = Text(filled, style=style, no_wrap=True, end="")
-    text.append(cells[len(filled) :], style="bright_black")
-    return text
+    filled = len(cells.rstrip(EMPTY + " "))
+    spans = [Span(filled, len(cells), "bright_black")] if filled < len(cells) else []
+    return Text(cells, style=style, no_wrap=True, end="", spans=spans)
 
 
 def level_style(percent: float | None) -> str:

@@ -26,15 +26,18 @@ def spark_string(values: Sequence[float | None], width: int, maximum: float = 10
         return ""
     recent = list(values)[-width:]
     span = maximum - minimum
-    top = len(BLOCKS) - 1
-    characters = []
-    for value in recent:
-        if value is None or math.isnan(value):
-            characters.append(BLANK)
-            continue
-        fraction = (value - minimum) / span if span > 0 else 0.0
-        level = int(min(1.0, max(0.0, fraction)) * top + 0.5)
-        characters.append(BLOCKS[level])
+    lowest, highest, top = BLOCKS[0], BLOCKS[-1], len(BLOCKS) - 1
+    if span <= 0:
+        characters = [BLANK if value is None or value != value else lowest for value in recent]
+    else:
+        # Clamp to the scale, then round to the nearest of the eight levels (one expression: this runs per cell).
+        characters = [
+            BLANK if value is None or value != value
+            else lowest if (fraction := (value - minimum) / span) <= 0.0
+            else highest if fraction >= 1.0
+            else BLOCKS[int(fraction * top + 0.5)]
+            for value in recent
+        ]
     return BLANK * (width - len(recent)) + "".join(characters)
 
 
