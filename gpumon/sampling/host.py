@@ -52,8 +52,7 @@ class HostCollector:
             per_core = tuple(cores)
             total = round(100.0 * busy_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0
             iowait = (round(100.0 * iowait_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0) if hasattr(times[0], "iowait") else None
-        memory = psutil.virtual_memory()
-        swap = psutil.swap_memory()
+        memory_total, memory_available, swap_total, swap_used = memory_and_swap()
         try:
             load = os.getloadavg()
         except OSError:
@@ -64,10 +63,10 @@ class HostCollector:
             load=(float(load[0]), float(load[1]), float(load[2])),
             iowait=iowait,
             # "used" as free(1) and htop show it: everything not available to new allocations.
-            memory_used=int(memory.total - memory.available),
-            memory_total=int(memory.total),
-            swap_used=int(swap.used),
-            swap_total=int(swap.total),
+            memory_used=memory_total - memory_available,
+            memory_total=memory_total,
+            swap_used=swap_used,
+            swap_total=swap_total,
         )
 
     # ---- disks ---------------------------------------------------------------------------------
@@ -148,3 +147,40 @@ def _whole_disks(names: frozenset[str]) -> list[str]:
             continue
         kept.append(name)
     return kept
+
+
+# ---- memory ------------------------------------------------------------------------------------
+
+_MEMINFO = "/proc/meminfo"
+_MEMINFO_KEYS = {b"MemTotal:", b"MemFree:", b"MemAvailable:", b"SwapTotal:", b"SwapFree:"}
+
+
+def memory_and_swap() -> tuple[int, int, int, int]:
+    """(memory total, memory available, swap total, swap used) in bytes, as psutil reports them.
+
+    On Linux one read of /proc/meminfo: psutil's virtual_memory and swap_memory read it twice and
+    swap_memory also scans /proc/vmstat for swap-in/out counts gpumon does not show (together about
+    four times the cost). psutil is used wherever /proc/meminfo lacks a field or cannot be read.
+    """
+    fields: dict[bytes, int] = {}
+    try:
+        with open(_MEMINFO, "rb") as meminfo:
+            for line in meminfo:
+                key = line[: line.find(b":") + 1]
+                if key in _MEMINFO_KEYS:
+                    fields[key] = int(line.split()[1]) * 1024
+                    if len(fields) == len(_MEMINFO_KEYS):
+                        break
+    except (OSError, ValueError, IndexError):
+        fields = {}
+    total, available = fields.get(b"MemTotal:"), fields.get(b"MemAvailable:")
+    if total is None or not available or b"MemFree:" not in fields:
+        memory = psutil.virtual_memory()  # no MemAvailable (or 0): psutil estimates it as free(1) does
+        total, available = int(memory.total), int(memory.available)
+    elif available > total:
+        available = fields[b"MemFree:"]  # distorted inside some containers; psutil and free(1) do the same
+    swap_total, swap_free = fields.get(b"SwapTotal:"), fields.get(b"SwapFree:")
+    if swap_total is None or swap_free is None:
+        swap = psutil.swap_memory()
+        swap_total, swap_free = int(swap.total), int(swap.free)
+    return total, available, swap_total, swap_total - swap_free
