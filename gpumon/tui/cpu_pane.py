@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rich.text import Text
+from rich.text import Span, Text
 
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import CpuSample
-from gpumon.tui.bar import bar, level_style
+from gpumon.tui.bar import bar, bar_spans, level_style
 from gpumon.tui.format import format_bytes, format_percent
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import BLOCKS, spark_string
@@ -30,19 +30,29 @@ def total_line(cpu: CpuSample, history: History, width: int) -> Text:
 
 def labelled_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
     """Cores as ' 7 ██▌·' cells, as many per line as fit."""
-    digits = len(str(len(per_core) - 1))
-    cell_width = digits + 1 + CORE_BAR_WIDTH + 1
-    per_line = max(1, width // cell_width)
+    digits, per_line = _labelled_layout(len(per_core), width)
     lines = []
     for start in range(0, len(per_core), per_line):
-        line = Text(no_wrap=True, end="")
+        parts: list[str] = []
+        spans: list[Span] = []
+        offset = 0
         for index in range(start, min(start + per_line, len(per_core))):
             percent = per_core[index]
-            line.append(f"{index:>{digits}} ", style="bright_black")
-            line.append_text(bar(percent, CORE_BAR_WIDTH, level_style(percent)))
-            line.append(" ")
-        lines.append(line)
+            label = f"{index:>{digits}} "
+            spans.append(Span(offset, offset + len(label), "bright_black"))
+            offset += len(label)
+            cells, cell_spans = bar_spans(percent, CORE_BAR_WIDTH, level_style(percent), offset)
+            spans.extend(cell_spans)
+            offset += len(cells) + 1
+            parts += (label, cells, " ")
+        lines.append(Text("".join(parts), no_wrap=True, end="", spans=spans))
     return lines
+
+
+def _labelled_layout(cores: int, width: int) -> tuple[int, int]:
+    """(digits of the largest core index, labelled cells per line)."""
+    digits = len(str(cores - 1))
+    return digits, max(1, width // (digits + 1 + CORE_BAR_WIDTH + 1))
 
 
 def block_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
@@ -53,13 +63,18 @@ def block_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
     per_line = groups_per_line * _GROUP if room >= _GROUP else room
     lines = []
     for start in range(0, len(per_core), per_line):
-        line = Text(prefix if start == 0 else " " * len(prefix), style="bright_black", no_wrap=True, end="")
-        for offset, index in enumerate(range(start, min(start + per_line, len(per_core)))):
-            if offset and offset % _GROUP == 0 and room >= _GROUP:
-                line.append(" ")
+        characters = [prefix if start == 0 else " " * len(prefix)]
+        spans: list[Span] = []
+        offset = len(prefix)
+        for position, index in enumerate(range(start, min(start + per_line, len(per_core)))):
+            if position and position % _GROUP == 0 and room >= _GROUP:
+                characters.append(" ")
+                offset += 1
             percent = per_core[index]
-            line.append(spark_string([percent], 1), style=level_style(percent))
-        lines.append(line)
+            characters.append(spark_string((percent,), 1))
+            spans.append(Span(offset, offset + 1, level_style(percent)))
+            offset += 1
+        lines.append(Text("".join(characters), style="bright_black", no_wrap=True, end="", spans=spans))
     return lines
 
 
@@ -67,9 +82,9 @@ def core_lines(per_core: tuple[float, ...], width: int, max_rows: int) -> list[T
     """Labelled bars when they fit in max_rows lines, else one block per core (64 cores fit one 80-column line)."""
     if not per_core:
         return []
-    labelled = labelled_core_lines(per_core, width)
-    if len(labelled) <= max_rows:
-        return labelled
+    _, per_line = _labelled_layout(len(per_core), width)
+    if -(-len(per_core) // per_line) <= max_rows:
+        return labelled_core_lines(per_core, width)
     return block_core_lines(per_core, width)
 
 
