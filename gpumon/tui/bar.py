@@ -7,6 +7,8 @@ import math
 from rich.style import StyleType
 from rich.text import Span, Text
 
+from gpumon.tui.format import format_percent
+
 _PARTIAL = " ▏▎▍▌▋▊▉"
 _FULL = "█"
 EMPTY = "·"
@@ -39,7 +41,7 @@ def bar_spans(percent: float | None, width: int, style: StyleType, offset: int) 
     For lines of many bars (a core grid), where building a Text per bar and appending it costs several times more.
     """
     cells = bar_string(percent, width)
-    spans = [Span(offset, offset + len(cells), style)] if style and cells else []
+    spans = [Span(offset, offset + len(cells), style)] if style else []
     return cells, spans + _empty_part(cells, offset)
 
 
@@ -57,3 +59,15 @@ def level_style(percent: float | None) -> str:
     if percent < 85:
         return "yellow"
     return "red"
+
+
+def gauge_line(label: str, percent: float | None, bar_width: int, percent_width: int, spark: str, style: str) -> Text:
+    """'Util   ████▌··· 97% ▁▂▃▅▇█': the label, a bar, the percentage and a sparkline, bar and sparkline in `style`.
+
+    The same Text as appending bar(), the percentage and the sparkline to Text(label), built in one go.
+    """
+    cells, spans = bar_spans(percent, bar_width, style, len(label))
+    plain = f"{label}{cells} {format_percent(percent).rjust(percent_width)} "
+    if spark and style:
+        spans.append(Span(len(plain), len(plain) + len(spark), style))
+    return Text(plain + spark, no_wrap=True, end="", spans=spans)

@@ -6,7 +6,7 @@ from rich.text import Span, Text
 
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import CpuSample
-from gpumon.tui.bar import bar, bar_spans, level_style
+from gpumon.tui.bar import bar, bar_spans, gauge_line, level_style
 from gpumon.tui.format import format_bytes, format_percent
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import BLOCKS, spark_string
@@ -21,11 +21,8 @@ _GROUP = 8
 def total_line(cpu: CpuSample, history: History, width: int) -> Text:
     bar_width = max(6, min(25, width // 4))
     spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
-    text = Text("CPU".ljust(LABEL_WIDTH), no_wrap=True, end="")
-    text.append_text(bar(cpu.total, bar_width, "green"))
-    text.append(" " + format_percent(cpu.total).rjust(PERCENT_WIDTH) + " ")
-    text.append(spark_string(history.last("cpu.total", spark_width), spark_width), style="green")
-    return text
+    spark = spark_string(history.last("cpu.total", spark_width), spark_width)
+    return gauge_line("CPU".ljust(LABEL_WIDTH), cpu.total, bar_width, PERCENT_WIDTH, spark, "green")
 
 
 def labelled_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:

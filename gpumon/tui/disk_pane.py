@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.text import Text
+from rich.text import Span, Text
 
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import DiskSample, Snapshot
@@ -27,15 +27,21 @@ def disk_line(disk: DiskSample, history: History, width: int, name_width: int) -
     """'nvme0n1  R  512M/s ▁▂▅▇  W   30M/s ▁▁▂  1.2k IOPS'."""
     fixed = name_width + 2 * (3 + RATE_WIDTH + 1) + 1 + IOPS_WIDTH + 5
     spark_width = max(0, (width - fixed) // 2)
-    text = Text(disk.name[:name_width].ljust(name_width), style="bold", no_wrap=True, end="")
+    parts = [disk.name[:name_width].ljust(name_width)]
+    spans = []
+    offset = len(parts[0])
     for label, rate, key, style in (
         ("R", disk.read_bytes_per_s, f"disk.{disk.name}.read", "cyan"),
         ("W", disk.write_bytes_per_s, f"disk.{disk.name}.write", "magenta"),
     ):
-        text.append(f" {label} " + format_rate(rate).rjust(RATE_WIDTH) + " ")
-        text.append(rate_sparkline(history, key, spark_width), style=style)
-    text.append(" " + format_count(disk.read_iops + disk.write_iops).rjust(IOPS_WIDTH) + " IOPS")
-    return text
+        rate_text = f" {label} " + format_rate(rate).rjust(RATE_WIDTH) + " "
+        spark = rate_sparkline(history, key, spark_width)
+        if spark:
+            spans.append(Span(offset + len(rate_text), offset + len(rate_text) + len(spark), style))
+        parts += (rate_text, spark)
+        offset += len(rate_text) + len(spark)
+    parts.append(" " + format_count(disk.read_iops + disk.write_iops).rjust(IOPS_WIDTH) + " IOPS")
+    return Text("".join(parts), style="bold", no_wrap=True, end="", spans=spans)
 
 
 def disk_lines(snapshot: Snapshot, history: History, width: int) -> list[Text]:

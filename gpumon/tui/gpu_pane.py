@@ -9,7 +9,7 @@ from rich.text import Text
 
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import GpuSample, Snapshot
-from gpumon.tui.bar import bar
+from gpumon.tui.bar import bar, gauge_line
 from gpumon.tui.format import MISSING, format_bytes, format_percent, format_rate, short_gpu_name
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string
@@ -108,9 +108,10 @@ def header_lines(gpu: GpuSample, width: int, job: bool = False) -> list[Text]:
     name = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}", style=JOB_MARK_STYLE if job else "bold", no_wrap=True,
                 end="")
     vitals = vitals_text(gpu)
-    transfers = Text.assemble(transfer_text(gpu), "  ", throttle_text(gpu))
+    transfer = transfer_text(gpu)
     gap = "  "
-    one_line_width = name.cell_len + len(gap) + vitals.cell_len + len(gap) + transfer_text(gpu).cell_len + 2
+    one_line_width = name.cell_len + len(gap) + vitals.cell_len + len(gap) + transfer.cell_len + 2
+    transfers = Text.assemble(transfer, "  ", throttle_text(gpu))
     if one_line_width + THROTTLE_ROOM <= width:
         return [Text.assemble(name, gap, vitals, gap, transfers)]
     first = Text.assemble(name, gap)
@@ -123,12 +124,8 @@ def gauge_text(gauge: Gauge, history: History, width: int) -> Text:
     """'Util   ████▌··· 97% ▁▂▃▅▇█': label, bar, percent and a 0-100% sparkline filling the width."""
     bar_width = max(6, min(25, width // 4))
     spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
-    text = Text(gauge.label.ljust(LABEL_WIDTH), no_wrap=True, end="")
-    text.append_text(bar(gauge.value, bar_width, gauge.style))
-    text.append(" " + format_percent(gauge.value).rjust(PERCENT_WIDTH) + " ")
-    if spark_width:
-        text.append(spark_string(history.last(gauge.history_key, spark_width), spark_width), style=gauge.style)
-    return text
+    spark = spark_string(history.last(gauge.history_key, spark_width), spark_width) if spark_width else ""
+    return gauge_line(gauge.label.ljust(LABEL_WIDTH), gauge.value, bar_width, PERCENT_WIDTH, spark, gauge.style)
 
 
 def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra: bool = False,
