@@ -326,14 +326,13 @@ class ProcessTable(DataTable[Text]):
                 self._data[row_key][column_key] = cell
                 changed_cells.add((row_key, column_key))
         _discard(self._cell_render_cache, lambda key: (key[0], key[1]) in changed_cells)
-        _discard(self._row_render_cache, lambda key: key[0] in row_keys)
-        row_indexes = [self._row_locations.get(row_key) for row_key in row_keys]
-        regions = [self._get_row_region(index) for index in row_indexes]
-        lines = {y for region in regions for y in range(region.y, region.bottom)}
-        _discard(self._row_renderable_cache, lambda key: key[1] in row_indexes)
-        _discard(self._line_cache, lambda key: key[0] in lines)
-        for index in row_indexes:
-            self.refresh_row(index)
+        # Rows and lines are cheap to re-assemble from the cells, and only the refreshed rows are re-rendered
+        # (the other lines come from the widget's own line cache), so these caches are simply emptied.
+        self._row_render_cache.clear()
+        self._row_renderable_cache.clear()
+        self._line_cache.clear()
+        for row_key in row_keys:
+            self.refresh_row(self._row_locations.get(row_key))
 
     def _update_title(self) -> None:
         arrow = "▼" if self.sort_descending else "▲"
