@@ -25,20 +25,36 @@ def spark_string(values: Sequence[float | None], width: int, maximum: float = 10
     if width <= 0:
         return ""
     recent = list(values)[-width:]
+    if len(recent) < width or width == 1:
+        return BLANK * (width - len(recent)) + _cells(recent, maximum, minimum)
+    # A full window one sample newer than a sparkline drawn before: reuse that one's cells, shifted by one.
+    head = _SHIFTED.pop((width, maximum, minimum, *recent[:-1]), None)
+    line = head + _cells(recent[-1:], maximum, minimum) if head is not None else _cells(recent, maximum, minimum)
+    if len(_SHIFTED) >= _SHIFTED_MAX:
+        _SHIFTED.clear()
+    _SHIFTED[(width, maximum, minimum, *recent[1:])] = line[1:]
+    return line
+
+
+_SHIFTED: dict[tuple[float | None, ...], str] = {}
+"""(width, maximum, minimum, the newest width-1 values of a sparkline drawn) -> their cells, for its successor."""
+_SHIFTED_MAX = 256
+
+
+def _cells(values: list[float | None], maximum: float, minimum: float) -> str:
+    """One block character per value on the fixed scale (a blank for None or NaN)."""
     span = maximum - minimum
     lowest, highest, top = BLOCKS[0], BLOCKS[-1], len(BLOCKS) - 1
     if span <= 0:
-        characters = [BLANK if value is None or value != value else lowest for value in recent]
-    else:
-        # Clamp to the scale, then round to the nearest of the eight levels (one expression: this runs per cell).
-        characters = [
-            BLANK if value is None or value != value
-            else lowest if (fraction := (value - minimum) / span) <= 0.0
-            else highest if fraction >= 1.0
-            else BLOCKS[int(fraction * top + 0.5)]
-            for value in recent
-        ]
-    return BLANK * (width - len(recent)) + "".join(characters)
+        return "".join([BLANK if value is None or value != value else lowest for value in values])
+    # Clamp to the scale, then round to the nearest of the eight levels (one expression: this runs per cell).
+    return "".join([
+        BLANK if value is None or value != value
+        else lowest if (fraction := (value - minimum) / span) <= 0.0
+        else highest if fraction >= 1.0
+        else BLOCKS[int(fraction * top + 0.5)]
+        for value in values
+    ])
 
 
 def window_maximum(values: Sequence[float | None]) -> float:

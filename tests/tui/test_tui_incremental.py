@@ -10,6 +10,7 @@ import pytest
 from gpumon.sampling.snapshot import ProcessSample, Snapshot
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.process_table import ProcessTable
+from gpumon.tui.sparkline import BLOCKS, spark_string
 from tui_support import FakeSource, frozen_clock, process, snapshot
 
 
@@ -61,3 +62,19 @@ async def test_changed_cells_under_the_cursor_and_added_rows_redraw_like_a_fresh
                  for index, processes in enumerate(steps)]
     incremental = await screen_after(snapshots, (120, 30), one_by_one=True, cursor_row=2)
     assert incremental == await screen_after(snapshots, (120, 30), one_by_one=False, cursor_row=2)
+
+
+def test_sparklines_of_a_series_advancing_one_sample_at_a_time_match_a_fresh_drawing() -> None:
+    # spark_string reuses the previous sparkline's cells when the window moved by one sample; check every step
+    # against the scale computed here, including gaps (None), values off the scale and a window that jumps back.
+    def expected(window: list[float | None], width: int, maximum: float) -> str:
+        cells = [" " if value is None else BLOCKS[int(min(1.0, max(0.0, value / maximum)) * 7 + 0.5)]
+                 for value in window[-width:]]
+        return " " * (width - len(cells)) + "".join(cells)
+
+    series: list[float | None] = [float((index * 37) % 113) - 5.0 for index in range(150)]
+    series[40:43] = [None, None, None]
+    for maximum in (100.0, 50.0):
+        for end in [*range(1, 150), *range(60, 90)]:
+            window = series[:end]
+            assert spark_string(window, 30, maximum=maximum) == expected(window, 30, maximum), (maximum, end)
