@@ -17,12 +17,19 @@ case "$part" in
   overhead)  # gpumon vs nvitop CPU cost at 1 s and 0.25 s (about 6 min)
     python3 benchmarks/monitor_overhead.py --rounds 3 --window 20 --warmup 5 --json "$out/monitor_overhead.json" 2>&1 \
       | tee "$out/monitor_overhead.log" ;;
-  hook)      # hook overhead A/B on CUDA, then attach latency (about 6 min)
-    timeout 420 python3 benchmarks/hook_overhead.py --rounds 10 --json "$out/hook_overhead.json" 2>&1 | tee "$out/hook_overhead.log"
-    timeout 120 python3 benchmarks/attach_latency.py --runs 5 2>&1 | tee "$out/attach_latency.log" ;;
-  advisor)   # one job per bottleneck category under `gpumon diagnose` (about 8 min)
-    timeout 560 python3 benchmarks/advisor_categories.py --out "$out" 2>&1 | tee "$out/advisor_categories.log" ;;
-  ladder)    # the demo's guided ladder (gpumon demo --guided's chain)
-    timeout 560 python3 benchmarks/advisor_categories.py --ladder --out "$out" 2>&1 | tee "$out/ladder.log" ;;
+  hook)      # hook overhead A/B on CUDA, attach latency, py-spy on a CUDA job, sampler tick cost (about 9 min)
+    timeout 100 python3 -m pytest tests/gpu/test_attach_gpu.py -q -p no:cacheprovider 2>&1 | tee "$out/attach-tests.log"
+    timeout 60 python3 benchmarks/sampler_tick_cost.py --load 2>&1 | tee "$out/sampler_tick_cost.log"
+    timeout 20 python3 benchmarks/hook_overhead.py --micro 2>&1 | tee "$out/hook_micro.log"
+    timeout 300 python3 benchmarks/hook_overhead.py --rounds 8 --json "$out/hook_overhead.json" 2>&1 | tee "$out/hook_overhead.log"
+    timeout 60 python3 benchmarks/attach_latency.py --runs 5 2>&1 | tee "$out/attach_latency.log" ;;
+  advisor)   # one job per bottleneck category under `gpumon diagnose`, then the hook's overhead A/B (about 9 min)
+    timeout 230 python3 benchmarks/advisor_categories.py --duration 15 --warmup 5 --out "$out" 2>&1 \
+      | tee "$out/advisor_categories.log"
+    timeout 300 python3 benchmarks/hook_overhead.py --rounds 8 --steps 700 --json "$out/hook_overhead.json" 2>&1 \
+      | tee "$out/hook_overhead.log" ;;
+  ladder)    # the demo's guided ladder (gpumon demo --guided's chain, about 5-8 min)
+    timeout 560 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 6 --ladder-warmup 5 --out "$out" \
+      2>&1 | tee "$out/ladder.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac

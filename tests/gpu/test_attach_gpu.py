@@ -34,7 +34,7 @@ import torch
 torch.cuda.set_device(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).cuda()
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-x = torch.randn(512, 2048, device="cuda")
+x = torch.randn(4096, 2048, device="cuda")
 print(json.dumps({"event": "ready", "pid": os.getpid()}), flush=True)
 end = time.monotonic() + 60
 while time.monotonic() < end:
