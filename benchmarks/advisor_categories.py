@@ -141,7 +141,10 @@ def main() -> int:
             print(f"{case}: skipped: needs {needed} GPUs, {len(names)} here (run it on nvidia-h200-x2)", flush=True)
             continue
         print(f"{case}: diagnosing ...", flush=True)
-        rows.append(run_case(case, args.duration, args.warmup))
+        row = run_case(case, args.duration, args.warmup)
+        rows.append(row)
+        print(f"{case}: named {row.get('named') or 'ERROR ' + str(row.get('error'))} in {row['seconds']:g} s: "
+              f"{row.get('evidence', '')}", flush=True)
     text = print_table(rows)
     mismatches = [row["case"] for row in rows if not row.get("ok")]
     print(f"{len(rows) - len(mismatches)}/{len(rows)} named as expected" + (f"; mismatches: {mismatches}"
