@@ -242,7 +242,9 @@ class TrialRunner:
                 self.track([process.pid])
             if self.on_job is not None:
                 self.on_job(job, label)
-            return self._measure(process, job, steps, attach_listener, out_path, ack_path, result, diagnose_syncs)
+            variant = self._measure(process, job, steps, attach_listener, out_path, ack_path, result, diagnose_syncs)
+            self._say(outcome_line(variant), 0.95)
+            return variant
         finally:
             self._say(f"{label}: stopping", 1.0)
             stop_group(process, self.stop_grace_s)
@@ -320,6 +322,19 @@ class TrialRunner:
             status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"
         return VariantResult(**result, status=status, reason=reason, measurement=measurement, signals=signals,
                              applied=confirmed, pid=view.pid if view is not None else process.pid)
+
+
+def outcome_line(variant: VariantResult) -> str:
+    """One line of what a variant measured, said as soon as it is known (a cut-short run still shows it)."""
+    measurement = variant.measurement
+    if variant.status != OK or measurement is None:
+        return f"{variant.label}: {variant.status}{': ' + variant.reason if variant.reason else ''}"
+    parts = [f"{measurement.rate:,.1f} {measurement.unit} ±{measurement.noise:.1%}"]
+    if measurement.gpu_util is not None:
+        parts.append(f"GPU-Util {measurement.gpu_util:.0f}%")
+    if measurement.sm_activity is not None:
+        parts.append(f"SM activity {measurement.sm_activity:.0f}%")
+    return f"{variant.label}: measured {', '.join(parts)}"
 
 
 def _read_ack(path: Path) -> list[str]:
