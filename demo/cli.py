@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="model and image sizes: full on CUDA, small (fast on a CPU) otherwise")
     parser.add_argument("--warmup-steps", type=int, default=10, metavar="N",
                         help="steps left out of the steady-state samples/s (default 10)")
-    parser.add_argument("--dataset-size", type=int, default=50_000, metavar="N", help="samples per epoch")
+    parser.add_argument("--dataset-size", type=int, default=1_281_167, metavar="N",
+                        help="samples per epoch (default: ImageNet-1k's training set, so a short run meets no epoch end)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
                         help="seconds between progress lines on stderr; 0 for none (default 5)")

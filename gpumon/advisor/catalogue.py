@@ -87,7 +87,8 @@ class Experiment:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{name} {_show(self.previous.get(name))} -> {_show(value)}"
+        return ", ".join(f"{name} -> {_show(value)}" if self.previous.get(name) is None
+                         else f"{name} {_show(self.previous[name])} -> {_show(value)}"
                          for name, value in self.knobs.items())
 
     @property

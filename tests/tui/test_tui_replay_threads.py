@@ -16,7 +16,7 @@ GENEROUS_WAIT = 10.0
 
 
 async def test_app_over_a_replayer_thread_shows_data_and_controls_it(recording) -> None:  # noqa: ANN001
-    replayer = Replayer(recording, speed=1.0, name="dev-recording.jsonl")
+    replayer = Replayer(recording, speed=1.0, name="h100-training.jsonl")
     app = GpumonApp(replayer)
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(ProcessTable)
@@ -26,7 +26,7 @@ async def test_app_over_a_replayer_thread_shows_data_and_controls_it(recording) 
             await pilot.pause(0.05)
         assert table.pids[0] == recording[0].processes[0].pid
         assert "Util" in widget_text(app.query_one(GpuPane))
-        assert app.query_one(TitleBar).sub_title.startswith("replay of dev-recording.jsonl")
+        assert app.query_one(TitleBar).sub_title.startswith("replay of h100-training.jsonl")
         await pilot.press("plus")
         assert replayer.speed == 2.0
         await pilot.press("p")
