@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see ../shared/device/README.md):
-#   bash benchmarks/gpu_session.sh PART      # PART: sampling | overhead | hook | advisor | ladder
+#   bash benchmarks/gpu_session.sh PART      # PART: sampling | overhead | hook | advisor | ladder | x2
 # Results land in $OUT (or ./gpu-results) with the device and date in each file.
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|advisor|ladder}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|advisor|ladder|x2}
 out=${OUT:-gpu-results}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -32,5 +32,9 @@ case "$part" in
   ladder)    # the demo's guided ladder (gpumon demo --guided's chain, about 5-8 min)
     timeout 560 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 6 --ladder-warmup 5 --out "$out" \
       2>&1 | tee "$out/ladder.log" ;;
+  x2)        # on nvidia-h200-x2: torchrun NCCL ranks grouped with the straggler named, and nn.DataParallel's imbalance
+    timeout 200 python3 -m pytest tests/attach/test_ddp_torchrun.py -v -p no:cacheprovider 2>&1 | tee "$out/ddp-tests.log"
+    timeout 150 python3 benchmarks/advisor_categories.py --case memory_imbalance --duration 15 --warmup 5 --out "$out" \
+      2>&1 | tee "$out/advisor_memory_imbalance.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
