@@ -20,6 +20,8 @@ from gpumon.attach.discovery import scan
 from gpumon.attach.session import AttachedJob
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER_GRACE_S = 60
+"""How long Ctrl+C may take to stop the job: longer than torchrun's own 30 s before it SIGKILLs its ranks."""
 
 DDP_JOB = r"""
 import os, sys, time
@@ -124,8 +126,21 @@ def test_torchrun_ranks_are_grouped_and_the_slow_rank_is_the_straggler(sock_dir:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGINT)
             try:
-                launcher.wait(30)
+                launcher.wait(LAUNCHER_GRACE_S)
             except subprocess.TimeoutExpired:
                 os.killpg(launcher.pid, signal.SIGKILL)
                 launcher.wait()
-    assert not [info for info in scan().jobs if info.pid in rank_pids.values()], "a rank outlived the launcher"
+    # torchrun starts each rank in a session of its own and stops them itself (SIGTERM, then SIGKILL after 30 s).
+    deadline = time.monotonic() + 15
+    while [pid for pid in rank_pids.values() if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in rank_pids.values() if alive(pid)], "a rank outlived the launcher"
+
+
+def alive(pid: int) -> bool:
+    """Running (not a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
