@@ -49,6 +49,8 @@ LOOPS = ("tensor", "dataloader")
 def worker(args: argparse.Namespace) -> None:
     """One variant in its own process: warms up, then runs `--steps` timed steps each time the parent
     writes a line on stdin, printing {"event": "result", "steps_per_s": ...} after each."""
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})  # every variant on the same core: no core-to-core differences
     if args.variant in ("hook", "client", "hook_every_step"):
         import gpumon.hook  # noqa: F401 - the line a user adds
     import torch
@@ -148,7 +150,7 @@ class Worker:
             env["GPUMON_HOOK_GPU_TIMING"] = "1"
         command = [sys.executable, __file__, "--worker", "--loop", loop, "--variant", variant, "--device",
                    args.device, "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
-                   str(args.threads)]
+                   str(args.threads), *(["--cpu", str(args.cpu)] if args.cpu is not None else [])]
         self.variant = variant
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -243,6 +245,7 @@ def main() -> None:
                                                                "3000 CUDA)")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in the worker (0: default)")
+    parser.add_argument("--cpu", type=int, default=None, help="pin every worker to this CPU core (less noise)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here ('-' for stdout)")
     parser.add_argument("--micro", action="store_true", help="only time the hook's own per-step work, in-process")
     parser.add_argument("--micro-steps", type=int, default=20000)
@@ -273,7 +276,7 @@ def main() -> None:
         "benchmark": "hook_overhead", "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "device": device_name(args.device), "device_type": args.device, "python": platform.python_version(),
         "torch": _torch_version(), "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
-        "threads": args.threads, "loops": {},
+        "threads": args.threads, "cpu": args.cpu, "loops": {},
     }
     sock_dir = tempfile.mkdtemp(prefix="gpumon-bench-", dir="/tmp") + "/s"
     for loop in args.loops:
@@ -304,7 +307,7 @@ def main() -> None:
     print(f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, "
           f"torch {results['torch']}")
     print(f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up), alternated, "
-          f"threads={args.threads}")
+          f"threads={args.threads}" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else ""))
     print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}")
     for loop, data in results["loops"].items():
         for variant, summary in data["summary"].items():
