@@ -17,6 +17,8 @@ back to back, in alternating order (the idle workers wait on stdin):
     client   as `hook`, with this process attached as a client reading the stream all the time
     hook_every_step  (not by default) as `hook`, timing every step with CUDA events
                      (GPUMON_HOOK_GPU_TIMING=1) instead of one fast step in 8
+    imports_only     (not by default) the hook's modules imported with GPUMON_HOOK=0: nothing patched,
+                     no server; what merely loading them costs
 
 Reported per loop and variant: median steps/s over the rounds, spread ((max - min) / median), and the
 overhead against `off` as the median of the per-round ratios (paired, so slow drifts cancel).
@@ -42,7 +44,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("off", "off2", "hook", "client")
-EXTRA_VARIANTS = ("hook_every_step",)
+EXTRA_VARIANTS = ("hook_every_step", "imports_only")
 LOOPS = ("tensor", "dataloader")
 
 
@@ -53,6 +55,11 @@ def worker(args: argparse.Namespace) -> None:
         os.sched_setaffinity(0, {args.cpu})  # every variant on the same core: no core-to-core differences
     if args.variant in ("hook", "client", "hook_every_step"):
         import gpumon.hook  # noqa: F401 - the line a user adds
+    elif args.variant == "imports_only":  # the hook's modules loaded, nothing installed (GPUMON_HOOK=0)
+        import gpumon.hook  # noqa: F401
+        import gpumon.hook.patches  # noqa: F401
+        import gpumon.hook.runtime  # noqa: F401
+        import gpumon.hook.server  # noqa: F401
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -148,6 +155,8 @@ class Worker:
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         if variant == "hook_every_step":
             env["GPUMON_HOOK_GPU_TIMING"] = "1"
+        if variant == "imports_only":
+            env["GPUMON_HOOK"] = "0"
         command = [sys.executable, __file__, "--worker", "--loop", loop, "--variant", variant, "--device",
                    args.device, "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
                    str(args.threads), *(["--cpu", str(args.cpu)] if args.cpu is not None else [])]
