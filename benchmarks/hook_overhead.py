@@ -4,6 +4,7 @@ Usage (from the project root; on CUDA when available, else CPU):
 
     python benchmarks/hook_overhead.py --rounds 10 --json out.json
     python benchmarks/hook_overhead.py --device cpu --loops tensor --steps 1500
+    python benchmarks/hook_overhead.py --in-process --rounds 16     # off/on alternated inside one process
 
 The loop is the most sensitive case for a per-step cost: 40 Linear(64, 64) layers, batch 4, SGD,
 so a step is short and made of many small launches. Two loops: `tensor` (one batch reused) and
@@ -22,7 +23,8 @@ back to back, in alternating order (the idle workers wait on stdin):
 
 Reported per loop and variant: median steps/s over the rounds, spread ((max - min) / median), and the
 overhead against `off` as the median of the per-round ratios (paired, so slow drifts cancel).
-Target: at most 1% slower. `--micro` instead times the hook's own work per step in-process (what
+Target: at most 1% slower. `--in-process` alternates hook off and on inside one process (uninstall/install)
+instead, so the process itself cannot side with a variant. `--micro` instead times the hook's own work per step in-process (what
 the four per-step signals cost, with CUDA events on CUDA), which noise does not blur.
 """
 
@@ -39,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +51,8 @@ EXTRA_VARIANTS = ("hook_every_step", "imports_only")
 LOOPS = ("tensor", "dataloader")
 
 
-def worker(args: argparse.Namespace) -> None:
-    """One variant in its own process: warms up, then runs `--steps` timed steps each time the parent
-    writes a line on stdin, printing {"event": "result", "steps_per_s": ...} after each."""
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})  # every variant on the same core: no core-to-core differences
-    if args.variant in ("hook", "client", "hook_every_step"):
-        import gpumon.hook  # noqa: F401 - the line a user adds
-    elif args.variant == "imports_only":  # the hook's modules loaded, nothing installed (GPUMON_HOOK=0)
-        import gpumon.hook  # noqa: F401
-        import gpumon.hook.patches  # noqa: F401
-        import gpumon.hook.runtime  # noqa: F401
-        import gpumon.hook.server  # noqa: F401
+def training_loop(args: argparse.Namespace) -> Callable[[int], None]:
+    """The benchmark's launch-bound loop (`args.loop`) on `args.device`: run(steps) trains that many steps."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -85,6 +78,22 @@ def worker(args: argparse.Namespace) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    return run
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One variant in its own process: warms up, then runs `--steps` timed steps each time the parent
+    writes a line on stdin, printing {"event": "result", "steps_per_s": ...} after each."""
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})  # every variant on the same core: no core-to-core differences
+    if args.variant in ("hook", "client", "hook_every_step"):
+        import gpumon.hook  # noqa: F401 - the line a user adds
+    elif args.variant == "imports_only":  # the hook's modules loaded, nothing installed (GPUMON_HOOK=0)
+        import gpumon.hook  # noqa: F401
+        import gpumon.hook.patches  # noqa: F401
+        import gpumon.hook.runtime  # noqa: F401
+        import gpumon.hook.server  # noqa: F401
+    run = training_loop(args)
     run(args.warmup)
     print(json.dumps({"event": "ready", "pid": os.getpid()}), flush=True)
     for _line in sys.stdin:
@@ -92,6 +101,35 @@ def worker(args: argparse.Namespace) -> None:
         run(args.steps)
         elapsed = time.perf_counter() - started
         print(json.dumps({"event": "result", "steps_per_s": args.steps / elapsed}), flush=True)
+
+
+def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
+    """Steps/s of `loop` in this one process, the hook uninstalled ("off") and installed ("hook") in turn.
+
+    The same process, memory and core for both: what differs between windows is only the hook (its patches,
+    its runtime and its idle server thread), not the process it runs in.
+    """
+    import gpumon.hook
+
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    run = training_loop(argparse.Namespace(**{**vars(args), "loop": loop}))
+    rates: dict[str, list[float]] = {"off": [], "hook": []}
+    for round_index in range(args.rounds):
+        order = ("off", "hook") if round_index % 2 == 0 else ("hook", "off")
+        for variant in order:
+            if variant == "hook":
+                gpumon.hook.install(lazy=False)
+            else:
+                gpumon.hook.uninstall()
+            run(args.warmup)
+            started = time.perf_counter()
+            run(args.steps)
+            rates[variant].append(args.steps / (time.perf_counter() - started))
+        print(f"  {loop} round {round_index + 1}/{args.rounds}: "
+              + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in rates), file=sys.stderr, flush=True)
+    gpumon.hook.uninstall()
+    return rates
 
 
 def micro(args: argparse.Namespace) -> dict[str, float]:
@@ -258,6 +296,9 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here ('-' for stdout)")
     parser.add_argument("--micro", action="store_true", help="only time the hook's own per-step work, in-process")
     parser.add_argument("--micro-steps", type=int, default=20000)
+    parser.add_argument("--in-process", action="store_true",
+                        help="alternate hook off/on inside one process (install/uninstall) instead of one process "
+                             "per variant: no process-to-process differences")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="tensor", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="off", help=argparse.SUPPRESS)
@@ -288,7 +329,13 @@ def main() -> None:
         "threads": args.threads, "cpu": args.cpu, "loops": {},
     }
     sock_dir = tempfile.mkdtemp(prefix="gpumon-bench-", dir="/tmp") + "/s"
-    for loop in args.loops:
+    if args.in_process:
+        os.environ["GPUMON_SOCKET_DIR"] = sock_dir
+        results["mode"] = "in-process"
+    for loop in args.loops if args.in_process else ():
+        rates = in_process(args, loop)
+        results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates}
+    for loop in args.loops if not args.in_process else ():
         rates: dict[str, list[float]] = {variant: [] for variant in args.variants}
         client_messages: dict[str, int] = {}
         for round_index in range(args.rounds):
@@ -315,7 +362,8 @@ def main() -> None:
 
     print(f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, "
           f"torch {results['torch']}")
-    print(f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up), alternated, "
+    print(f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up), alternated"
+          f"{' in one process' if args.in_process else ''}, "
           f"threads={args.threads}" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else ""))
     print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}")
     for loop, data in results["loops"].items():
