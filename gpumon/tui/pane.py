@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style, StyleType
 from rich.text import Text
-from textual.geometry import Region, Size
+from textual.geometry import Region, Size, Spacing
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -29,7 +29,8 @@ class LinesWidget(Widget):
         super().__init__(id=id, classes=classes)
         self._build: LineBuilder | None = None
         self._lines: tuple[int, list[Text]] | None = None
-        self._strips: tuple[int, list[Strip | None]] | None = None
+        self._strips: tuple[int, Style, list[Strip | None]] | None = None
+        """(width, base style, one Strip per line or None where it must be built): kept for unchanged lines."""
         self._line_count = -1
         self._combined_styles: dict[tuple[Style, tuple[StyleType, ...]], Style | None] = {}
 
@@ -37,6 +38,7 @@ class LinesWidget(Widget):
         """Redraw from a new builder: a layout pass if the line count changed, else only the lines that changed."""
         width = self.size.width
         previous = self._lines[1] if self._lines is not None and self._lines[0] == width else None
+        strips = self._strips
         self._build = build
         self._lines = None
         self._strips = None
@@ -44,13 +46,14 @@ class LinesWidget(Widget):
         if line_count != self._line_count or line_count < 0 or previous is None:
             self.refresh(layout=line_count != self._line_count or line_count < 0)
         else:
-            changed = [
-                Region(0, y, width, 1)
-                for y, (old, new) in enumerate(zip(previous, self.lines(width)))
-                if not _same(old, new)
-            ]
+            changed = [y for y, (old, new) in enumerate(zip(previous, self.lines(width))) if not _same(old, new)]
+            if strips is not None and strips[0] == width and len(strips[2]) == line_count:
+                kept = list(strips[2])
+                for y in changed:
+                    kept[y] = None
+                self._strips = (width, strips[1], kept)
             if changed:
-                self.refresh(*changed)
+                self.refresh(*(Region(0, y, width, 1) for y in changed))
         self._line_count = line_count
 
     def lines(self, width: int) -> list[Text]:
@@ -70,15 +73,16 @@ class LinesWidget(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         lines = self.lines(width)
-        if self._strips is None or self._strips[0] != width:
-            self._strips = (width, [None] * len(lines))
-        strips = self._strips[1]
+        base = self.visual_style.rich_style
+        if self._strips is None or self._strips[0] != width or self._strips[1] != base \
+                or len(self._strips[2]) != len(lines):
+            self._strips = (width, base, [None] * len(lines))
+        strips = self._strips[2]
         if y >= len(strips):
-            return Strip.blank(width, self.visual_style.rich_style)
+            return Strip.blank(width, base)
         strip = strips[y]
         if strip is None:
             line = lines[y]
-            base = self.visual_style.rich_style
             if line.cell_len <= width:
                 strip = Strip(self._line_segments(line, width, base), width)
             else:
@@ -86,6 +90,46 @@ class LinesWidget(Widget):
                 strip = strip.adjust_cell_length(width).apply_style(base)
             strips[y] = strip
         return strip
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """As Textual's StylesCache renders them, without its per-line work for a plain box.
+
+        The compositor asks for the whole widget on every frame in which any of it changed. A pane's content
+        lines are its own cached Strips, so where the box has nothing around them but a top border (no side
+        borders, padding, outline, tint or opacity) they are handed over as they are, and Textual draws only
+        the top border row. Anything else goes through Textual's StylesCache.
+        """
+        styles = self.styles
+        (top, _), (right, _), (bottom, _), (left, _) = styles.border
+        if (right or bottom or left or any(edge for edge, _ in styles.outline) or styles.padding != _NO_SPACING
+                or styles.tint.a or self.opacity != 1.0 or styles.text_opacity != 1.0 or styles.has_rule("hatch")
+                or self.hover_style._link_id):
+            return super().render_lines(crop)
+        width = self.size.width
+        if width != self.region.width:
+            return super().render_lines(crop)
+        first_content = 1 if top else 0
+        base_background, background = self.background_colors
+        inner = Style(bgcolor=(base_background + background).rich_color)
+        filters = self.get_line_filters()
+        strips: list[Strip] = []
+        content_lines = len(self.lines(width))
+        for y in crop.line_range:
+            if y < first_content:
+                strip = super().render_lines(Region(0, y, width, 1))[0]
+            else:
+                content_y = y - first_content
+                if content_y < content_lines:
+                    strip = self.render_line(content_y).adjust_cell_length(width, inner)
+                else:
+                    strip = Strip.blank(width, inner)
+                for line_filter in filters:
+                    strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        if crop.column_span != (0, width):
+            x1, x2 = crop.column_span
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
 
     def _line_segments(self, line: Text, width: int, base: Style) -> list[Segment]:
         """What `Strip(line.render(console)).adjust_cell_length(width).apply_style(base)` gives, built in one pass.
@@ -134,6 +178,9 @@ class Pane(LinesWidget):
         height: auto;
     }
     """
+
+
+_NO_SPACING = Spacing(0, 0, 0, 0)
 
 
 def _unchanged(style: Style | None) -> Style | None:
