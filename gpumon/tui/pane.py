@@ -91,6 +91,16 @@ class LinesWidget(Widget):
             strips[y] = strip
         return strip
 
+    def plain_box(self) -> bool:
+        """Nothing around the content but, at most, a top border: no side or bottom border, padding, outline,
+        tint, opacity or hatch (what `render_lines` can draw without Textual's StylesCache)."""
+        styles = self.styles
+        (_, (right, _), (bottom, _), (left, _)) = styles.border
+        return not (right or bottom or left or any(edge for edge, _ in styles.outline)
+                    or styles.padding != _NO_SPACING or styles.tint.a or self.opacity != 1.0
+                    or styles.text_opacity != 1.0 or styles.has_rule("hatch") or self.hover_style._link_id
+                    or self.size.width != self.region.width)
+
     def render_lines(self, crop: Region) -> list[Strip]:
         """As Textual's StylesCache renders them, without its per-line work for a plain box.
 
@@ -99,16 +109,10 @@ class LinesWidget(Widget):
         borders, padding, outline, tint or opacity) they are handed over as they are, and Textual draws only
         the top border row. Anything else goes through Textual's StylesCache.
         """
-        styles = self.styles
-        (top, _), (right, _), (bottom, _), (left, _) = styles.border
-        if (right or bottom or left or any(edge for edge, _ in styles.outline) or styles.padding != _NO_SPACING
-                or styles.tint.a or self.opacity != 1.0 or styles.text_opacity != 1.0 or styles.has_rule("hatch")
-                or self.hover_style._link_id):
+        if not self.plain_box():
             return super().render_lines(crop)
         width = self.size.width
-        if width != self.region.width:
-            return super().render_lines(crop)
-        first_content = 1 if top else 0
+        first_content = 1 if self.styles.border_top[0] else 0
         base_background, background = self.background_colors
         inner = Style(bgcolor=(base_background + background).rich_color)
         filters = self.get_line_filters()
