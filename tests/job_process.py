@@ -46,3 +46,18 @@ class JobOutput:
                 raise AssertionError(f"job exited (rc={self.proc.returncode}) without a socket: {self.stderr()}")
             time.sleep(0.02)
         raise AssertionError(f"no socket at {self.socket_path} within {timeout} s")
+
+
+def nvml_uuids() -> list[str]:
+    """The UUID of every GPU, in NVML's index order, read straight from NVML (nvidia-ml-py)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        uuids = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+            uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
+        return uuids
+    finally:
+        pynvml.nvmlShutdown()

@@ -18,6 +18,7 @@ import torch
 
 from gpumon.attach.discovery import scan
 from gpumon.attach.session import AttachedJob
+from tests.job_process import nvml_uuids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER_GRACE_S = 60
@@ -63,17 +64,6 @@ BACKENDS = [
     pytest.param("nccl", marks=pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                                                   reason="NCCL ranks need 2 GPUs (run on nvidia-h200-x2)")),
 ]
-
-
-def nvml_uuids() -> list[str]:
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        return [str(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index)))
-                for index in range(pynvml.nvmlDeviceGetCount())]
-    finally:
-        pynvml.nvmlShutdown()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -23,6 +23,7 @@ from gpumon import protocol
 from gpumon.attach.client import JobClient
 from gpumon.attach.discovery import AttachError
 from gpumon.attach.pyspy import CUDA_SYNC, PySpySampler, find_pyspy, probe
+from tests.job_process import nvml_uuids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,20 +68,6 @@ def start(sock_dir: str, hook: str, sync: str) -> subprocess.Popen[str]:
     assert proc.stdout is not None
     assert json.loads(proc.stdout.readline())["event"] == "ready"
     return proc
-
-
-def nvml_uuids() -> list[str]:
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        uuids = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
-            uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
-        return uuids
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def test_a_hooked_cuda_job_shows_its_gpu_share_memory_and_gpu(sock_dir: str) -> None:
