@@ -52,21 +52,19 @@ def _private_dir() -> str:
 def shared_hooked_job() -> Iterator[Job]:
     """One hooked job, training for the whole session in its own socket directory, for tests that only watch it
     (starting torch costs seconds on a small box). Use with `watch_shared`."""
-    directory = _private_dir()
-    job = Job(HOOKED_JOB, ["--seconds", "600"], directory)
-    try:
-        job.event("ready")
-        yield job
-    finally:
-        job.kill()
-        shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+    yield from _session_job(HOOKED_JOB, ["--seconds", "600"])
 
 
 @pytest.fixture(scope="session")
 def shared_spy_job() -> Iterator[Job]:
     """One job WITHOUT the hook that waits on its DataLoader all session (for the py-spy tests)."""
+    yield from _session_job(SPY_TARGET, ["--mode", "data", "--seconds", "600"])
+
+
+def _session_job(script: Path, args: list[str]) -> Iterator[Job]:
+    """`script` running in a private socket directory until the session ends, once it said it is ready."""
     directory = _private_dir()
-    job = Job(SPY_TARGET, ["--mode", "data", "--seconds", "600"], directory)
+    job = Job(script, args, directory)
     try:
         job.event("ready")
         yield job
