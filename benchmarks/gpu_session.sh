@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see ../shared/device/README.md):
-#   bash benchmarks/gpu_session.sh PART      # PART: sampling | overhead | hook | advisor | ladder | x2
+#   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | x2
+# ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file.
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|advisor|ladder|x2}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|x2 [ARGS]}
+shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -15,9 +17,16 @@ date -u +%F >> "$out/device.txt"
 case "$part" in
   sampling)  # sampler vs nvidia-smi/NVML, hook adds no sync, attach on a CUDA job (about 2 min)
     timeout 400 python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log" ;;
-  overhead)  # gpumon vs nvitop CPU cost at 1 s and 0.25 s (about 6 min)
-    python3 benchmarks/monitor_overhead.py --rounds 3 --window 20 --warmup 5 --json "$out/monitor_overhead.json" 2>&1 \
+  overhead)  # gpumon vs nvitop CPU cost at 1 s and 0.25 s (about 6 min with the default arguments)
+    [ $# -gt 0 ] || set -- --rounds 3 --window 20 --warmup 5
+    timeout 570 python3 benchmarks/monitor_overhead.py "$@" --json "$out/monitor_overhead.json" 2>&1 \
       | tee "$out/monitor_overhead.log" ;;
+  hookcpu)   # the hook's A/B on the machine's CPU: one process per variant, then off/on inside one process (about 8 min)
+    [ $# -gt 0 ] || set -- --rounds 10
+    timeout 330 python3 benchmarks/hook_overhead.py --device cpu "$@" --json "$out/hook_overhead_cpu.json" 2>&1 \
+      | tee "$out/hook_overhead_cpu.log"
+    timeout 200 python3 benchmarks/hook_overhead.py --device cpu --in-process "$@" \
+      --json "$out/hook_overhead_cpu_inprocess.json" 2>&1 | tee "$out/hook_overhead_cpu_inprocess.log" ;;
   hook)      # hook overhead A/B on CUDA, attach latency, py-spy on a CUDA job, sampler tick cost (about 9 min)
     timeout 100 python3 -m pytest tests/gpu/test_attach_gpu.py -q -p no:cacheprovider 2>&1 | tee "$out/attach-tests.log"
     timeout 60 python3 benchmarks/sampler_tick_cost.py --load 2>&1 | tee "$out/sampler_tick_cost.log"

@@ -5,12 +5,13 @@ Usage (from the project root; on CUDA when available, else CPU):
     python benchmarks/hook_overhead.py --rounds 10 --json out.json
     python benchmarks/hook_overhead.py --device cpu --loops tensor --steps 1500
     python benchmarks/hook_overhead.py --in-process --rounds 16     # off/on alternated inside one process
+    python benchmarks/hook_overhead.py --device cpu --rounds 6 --windows 40 --steps 100 --cpu 1   # noisy machine
 
 The loop is the most sensitive case for a per-step cost: 40 Linear(64, 64) layers, batch 4, SGD,
 so a step is short and made of many small launches. Two loops: `tensor` (one batch reused) and
 `dataloader` (batches from a DataLoader, so every hook wrapper runs). Each round starts one fresh
-worker process per variant, warms them all up, then runs one timed window of `--steps` steps in each,
-back to back, in alternating order (the idle workers wait on stdin):
+worker process per variant, warms them all up, then runs `--windows` timed windows of `--steps` steps in
+each, back to back, in alternating order (the idle workers wait on stdin); each window is one pair:
 
     off      no `import gpumon.hook`
     off2     the same again, in another process: its "overhead" is the noise floor of the run (A/A)
@@ -22,7 +23,8 @@ back to back, in alternating order (the idle workers wait on stdin):
                      no server; what merely loading them costs
 
 Reported per loop and variant: median steps/s over the rounds, spread ((max - min) / median), and the
-overhead against `off` as the median of the per-round ratios (paired, so slow drifts cancel).
+overhead against `off` as the median of the per-round ratios (paired, so slow drifts cancel) with its 95%
+confidence interval (order statistics of the ratios; many short rounds make it narrow on a noisy machine).
 Target: at most 1% slower. `--in-process` alternates hook off and on inside one process (uninstall/install)
 instead, so the process itself cannot side with a variant. `--micro` instead times the hook's own work per step in-process (what
 the four per-step signals cost, with CUDA events on CUDA), which noise does not blur.
@@ -126,8 +128,9 @@ def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
             started = time.perf_counter()
             run(args.steps)
             rates[variant].append(args.steps / (time.perf_counter() - started))
-        print(f"  {loop} round {round_index + 1}/{args.rounds}: "
-              + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in rates), file=sys.stderr, flush=True)
+        if (round_index + 1) % max(1, args.rounds // 20) == 0:
+                print(f"  {loop} round {round_index + 1}/{args.rounds}: "
+                  + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in rates), file=sys.stderr, flush=True)
     gpumon.hook.uninstall()
     return rates
 
@@ -267,6 +270,18 @@ def _torch_version() -> str:
     return probe.stdout.strip()
 
 
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median (order statistics, normal approximation
+    of the binomial); the whole range where there are too few values for one."""
+    ordered = sorted(values)
+    n = len(ordered)
+    half_width = 0.98 * n ** 0.5  # 1.96 * sqrt(n) / 2
+    low, high = int(n / 2 - half_width), int(-(-(n / 2 + half_width) // 1))
+    if low < 0 or high >= n:
+        return ordered[0], ordered[-1]
+    return ordered[low], ordered[high]
+
+
 def summarize(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     base = rates["off"]
@@ -277,6 +292,8 @@ def summarize(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
         if variant != "off":
             ratios = [on / off for on, off in zip(values, base)]
             summary["overhead_pct"] = (1 - statistics.median(ratios)) * 100
+            low, high = median_interval(ratios)
+            summary["overhead_ci95_pct"] = [(1 - high) * 100, (1 - low) * 100]
             summary["overhead_of_medians_pct"] = (1 - median / statistics.median(base)) * 100
         out[variant] = summary
     return out
@@ -288,6 +305,8 @@ def main() -> None:
     parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS + EXTRA_VARIANTS)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--windows", type=int, default=1,
+                        help="timed windows per variant in each round's processes, alternated (each one a pair)")
     parser.add_argument("--steps", type=int, default=0, help="timed steps per window (default: 1500 CPU, "
                                                                "3000 CUDA)")
     parser.add_argument("--warmup", type=int, default=200)
@@ -326,7 +345,7 @@ def main() -> None:
         "benchmark": "hook_overhead", "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "device": device_name(args.device), "device_type": args.device, "python": platform.python_version(),
         "torch": _torch_version(), "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
-        "threads": args.threads, "cpu": args.cpu, "loops": {},
+        "threads": args.threads, "cpu": args.cpu, "windows": args.windows, "loops": {},
     }
     sock_dir = tempfile.mkdtemp(prefix="gpumon-bench-", dir="/tmp") + "/s"
     if args.in_process:
@@ -347,30 +366,35 @@ def main() -> None:
                     workers[variant] = Worker(loop, variant, args, sock_dir)
                 for worker_process in workers.values():
                     worker_process.wait_ready()
-                order = args.variants if round_index % 2 == 0 else list(reversed(args.variants))
-                for variant in order:
-                    rates[variant].append(workers[variant].measure())
+                for window in range(args.windows):
+                    order = args.variants if (round_index + window) % 2 == 0 else list(reversed(args.variants))
+                    for variant in order:
+                        rates[variant].append(workers[variant].measure())
             finally:
                 for w in workers.values():
                     w.close()
             for kind, count in workers["client"].counts.items() if "client" in workers else ():
                 client_messages[kind] = client_messages.get(kind, 0) + count
             print(f"  {loop} round {round_index + 1}/{args.rounds}: "
-                  + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in args.variants), file=sys.stderr, flush=True)
+                  + "  ".join(f"{v} {statistics.median(rates[v][-args.windows:]):.1f}" for v in args.variants),
+                  file=sys.stderr, flush=True)
         results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates,
                                   "client_messages": client_messages}
 
     print(f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, "
           f"torch {results['torch']}")
-    print(f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up), alternated"
+    windows = f" x {args.windows} windows" if args.windows > 1 and not args.in_process else ""
+    print(f"{args.rounds} rounds{windows} x {args.steps} steps (after {args.warmup} warm-up), alternated"
           f"{' in one process' if args.in_process else ''}, "
           f"threads={args.threads}" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else ""))
-    print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}")
+    print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}  95% CI")
     for loop, data in results["loops"].items():
         for variant, summary in data["summary"].items():
             overhead = f"{summary['overhead_pct']:+.2f}%" if "overhead_pct" in summary else "-"
+            interval = ("[{:+.2f}%, {:+.2f}%]".format(*summary["overhead_ci95_pct"])
+                        if "overhead_ci95_pct" in summary else "")
             print(f"{loop:<11} {variant:<16} {summary['median_steps_per_s']:>15.1f} "
-                  f"{summary['spread_pct']:>7.1f}% {overhead:>9}")
+                  f"{summary['spread_pct']:>7.1f}% {overhead:>9}  {interval}")
     if args.json:
         text = json.dumps(results, indent=2)
         if args.json == "-":
