@@ -51,6 +51,53 @@ def tick_costs(fast: int, slow: int, pause: float) -> None:
     print(f"slow tick: {slow_cost * 1e6:8.0f} us CPU (mean of {slow})")
 
 
+def call_costs(reps: int) -> None:
+    """CPU per call of each NVML query the tiers make, and of the host and process collectors, on GPU 0."""
+    sampler = Sampler()
+    snapshot = sampler.sample_once(window=0.1)
+    gpu = sampler.gpu
+    devices = list(gpu._devices)
+    if not devices:
+        print(f"no GPU: {snapshot.gpu_error}")
+        sampler.stop()
+        return
+    nvml, device = gpu._nvml, devices[0]
+    handle = device.handle
+    calls = {
+        "UtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
+        "MemoryInfo": (lambda: nvml.nvmlDeviceGetMemoryInfo(handle, device.memory_version)) if device.memory_version
+        else (lambda: nvml.nvmlDeviceGetMemoryInfo(handle)),
+        "PowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(handle),
+        "ClockInfo x2": lambda: (nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+                                 nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
+        "gpm reading (SampleGet + MetricsGet)": lambda: (setattr(device, "gpm_previous_time", -1e9),
+                                                          gpu._gpm_reading(device)),
+        "Temperature": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+        "CurrentClocksEventReasons": lambda: gpu._slow_fields(device),
+        "ComputeRunningProcesses": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+        "GraphicsRunningProcesses": lambda: nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+        "ProcessUtilization": lambda: gpu._process_utilization(device),
+        "processes (all of the above three)": lambda: gpu._processes(device),
+        "collect_fast (all GPUs)": gpu.collect_fast,
+        "host.collect": sampler.host.collect,
+        "processes.collect (GPU processes + children)": lambda: sampler.processes.collect(
+            [p for d in devices for p in gpu._processes(d)]),
+    }
+    print(f"CPU per call, mean of {reps} ({device.name}):")
+    for name, call in calls.items():
+        try:
+            call()
+        except Exception as error:  # noqa: BLE001 - report and go on
+            print(f"  {name:<46} failed: {error}")
+            continue
+        started = time.process_time()
+        for _ in range(reps):
+            call()
+            time.sleep(0.001)
+        print(f"  {name:<46} {(time.process_time() - started) / reps * 1e6:8.0f} us")
+    sampler.stop()
+
+
 def threaded_cost(interval: float, seconds: float) -> float:
     sampler = Sampler(interval=interval)
     delivered = []
@@ -69,6 +116,7 @@ def main() -> int:
     parser.add_argument("--slow", type=int, default=50)
     parser.add_argument("--pause", type=float, default=0.01, help="seconds between ticks, so rates have something to measure")
     parser.add_argument("--threaded", type=float, default=0.0, help="also run the threaded Sampler this many seconds per interval")
+    parser.add_argument("--calls", type=int, default=0, help="also time each NVML query and collector this many times")
     parser.add_argument("--load", action="store_true", help="run a bf16 matmul load with 4 worker children meanwhile")
     args = parser.parse_args()
     print(f"{socket.gethostname()} {platform.platform()} python {platform.python_version()} {time.strftime('%Y-%m-%d %H:%M')}")
@@ -78,6 +126,8 @@ def main() -> int:
         assert load.stdout is not None and load.stdout.readline().strip() == "ready"
     try:
         tick_costs(args.fast, args.slow, args.pause)
+        if args.calls:
+            call_costs(args.calls)
         if args.threaded > 0:
             for interval in (1.0, 0.25):
                 threaded_cost(interval, args.threaded)

@@ -75,7 +75,9 @@ def test_unsupported_calls_leave_fields_absent() -> None:
     assert gpu.power is None and gpu.power_limit is None
     assert gpu.clock_sm is None and gpu.clock_memory is None
     assert slow.fields[0] == {"temperature": None, "throttle_reasons": None, "pcie_rx": None, "pcie_tx": None}
-    assert slow.processes == (GpuProcess(pid=4242, gpu_index=0, used_memory=None, sm_percent=None),)
+    assert slow.processes == (GpuProcess(pid=4242, gpu_index=0, used_memory=None, sm_percent=87.0),), (
+        "the only process on a GPU has the GPU's utilization as its SM%"
+    )
 
 
 def test_slow_fields_and_processes() -> None:
@@ -102,6 +104,24 @@ def test_slow_fields_and_processes() -> None:
     assert {process.pid: process.sm_percent for process in again.processes} == {100: None, 200: None}, (
         "no samples newer than the last seen timestamp: NVML says NotFound, SM% is unknown"
     )
+
+
+def test_a_sole_process_takes_the_gpu_utilization_without_the_per_process_query() -> None:
+    device = FakeDevice(gpm=False, compute_processes=[(100, 3 * GIB)], process_utilization=[(100, 10, 20)])
+    nvml = FakeNvml([device])
+    collector = make_collector(nvml)
+
+    assert collector.collect_slow().processes[0].sm_percent == 20.0, "before any fast tick: NVML's per-process figure"
+    (gpu,) = collector.collect_fast()
+    (process,) = collector.collect_slow().processes
+
+    assert process.sm_percent == gpu.utilization_gpu
+    assert nvml.calls["nvmlDeviceGetProcessUtilization"] == 1
+
+    device.compute_processes = [(100, 3 * GIB), (200, 1 * GIB)]
+    device.process_utilization = [(100, 40, 30), (200, 40, 7)]
+    by_pid = {process.pid: process.sm_percent for process in collector.collect_slow().processes}
+    assert by_pid == {100: 30.0, 200: 7.0}, "two processes on the GPU: each gets its own NVML figure"
 
 
 def test_decode_clock_events_names_each_bit() -> None:
