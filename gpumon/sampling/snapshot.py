@@ -105,7 +105,7 @@ class ProcessSample:
     gpu_memory: int | None = None
     """Bytes of GPU memory, summed over its GPUs; None where NVML hides it."""
     sm_percent: float | None = None
-    """Per-process SM utilization where NVML gives it."""
+    """Per-process SM utilization where NVML gives it; for the only process on a GPU, that GPU's utilization."""
     cpu_percent: float | None = None
     """Percent of one core."""
     rss: int | None = None
