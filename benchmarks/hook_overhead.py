@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -129,7 +130,7 @@ def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
             run(args.steps)
             rates[variant].append(args.steps / (time.perf_counter() - started))
         if (round_index + 1) % max(1, args.rounds // 20) == 0:
-                print(f"  {loop} round {round_index + 1}/{args.rounds}: "
+            print(f"  {loop} round {round_index + 1}/{args.rounds}: "
                   + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in rates), file=sys.stderr, flush=True)
     gpumon.hook.uninstall()
     return rates
@@ -276,7 +277,7 @@ def median_interval(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     n = len(ordered)
     half_width = 0.98 * n ** 0.5  # 1.96 * sqrt(n) / 2
-    low, high = int(n / 2 - half_width), int(-(-(n / 2 + half_width) // 1))
+    low, high = math.floor(n / 2 - half_width), math.ceil(n / 2 + half_width)
     if low < 0 or high >= n:
         return ordered[0], ordered[-1]
     return ordered[low], ordered[high]
