@@ -34,6 +34,8 @@ WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
 JOB_TALL = 45
 """With a job attached on a narrow terminal, from this many lines the CPU and disk panes are shown too."""
+MAX_GRAPH_ROWS = 3
+"""The tallest GPU sparklines the g key gives, in lines."""
 STALE_AFTER_INTERVALS = 5
 """A live source that has not delivered for this many intervals (and at least 3 s) is marked stale."""
 
@@ -74,6 +76,8 @@ class GpumonApp(App[None]):
         Binding("minus", "slower", "Slower", key_display="-", id="slower", tooltip="Longer interval (replay: slower)"),
         Binding("s", "cycle_sort", "Sort", id="sort", tooltip="Sort processes by the next column"),
         Binding("S", "reverse_sort", "Reverse", id="reverse-sort", show=False, tooltip="Reverse the process order"),
+        Binding("g", "taller_graphs", "Graphs", id="graph-height", show=False,
+                tooltip="GPU sparklines 1, 2 or 3 lines tall, where the pane has the room"),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
     ]
@@ -233,6 +237,12 @@ class GpumonApp(App[None]):
     def action_slower(self) -> None:
         self.source.slower()
         self._update_titles()
+
+    def action_taller_graphs(self) -> None:
+        """Cycle the GPU pane's sparklines through 1, 2 and 3 lines tall."""
+        rows = self._gpu_pane.graph_rows % MAX_GRAPH_ROWS + 1
+        self._gpu_pane.set_graph_rows(rows)
+        self.notify(f"GPU graphs {rows} line{'s' if rows > 1 else ''} tall (where they fit)", timeout=3)
 
     def action_cycle_sort(self) -> None:
         self._process_table.cycle_sort()

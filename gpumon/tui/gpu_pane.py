@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rich.text import Text
+from rich.text import Span, Text
 
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import GpuSample, Snapshot
 from gpumon.tui.bar import bar, gauge_line
 from gpumon.tui.format import MISSING, format_bytes, format_percent, format_rate, short_gpu_name
 from gpumon.tui.pane import Pane
-from gpumon.tui.sparkline import spark_string
+from gpumon.tui.sparkline import spark_rows, spark_string
 
 LABEL_WIDTH = 7
 PERCENT_WIDTH = 4
@@ -128,15 +128,34 @@ def gauge_text(gauge: Gauge, history: History, width: int) -> Text:
     return gauge_line(gauge.label.ljust(LABEL_WIDTH), gauge.value, bar_width, PERCENT_WIDTH, spark, gauge.style)
 
 
+def tall_gauge_lines(gauge: Gauge, history: History, width: int, graph_rows: int) -> list[Text]:
+    """gauge_text with its sparkline `graph_rows` lines tall: the gauge on the first line, the graph below it
+    in the same columns."""
+    bar_width = max(6, min(25, width // 4))
+    spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
+    graph = spark_rows(history.last(gauge.history_key, spark_width), graph_rows, spark_width) if spark_width else []
+    if not graph:
+        return [gauge_text(gauge, history, width)]
+    lines = [gauge_line(gauge.label.ljust(LABEL_WIDTH), gauge.value, bar_width, PERCENT_WIDTH, graph[0], gauge.style)]
+    offset = width - spark_width
+    for row in graph[1:]:
+        lines.append(Text(" " * offset + row, no_wrap=True, end="", spans=[Span(offset, offset + len(row), gauge.style)]))
+    return lines
+
+
 def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra: bool = False,
-              job: bool = False) -> list[Text]:
-    """The lines of one GPU at a density ('full', 'pair' or 'line'), with the extra gauges if asked and wide."""
+              job: bool = False, graph_rows: int = 1) -> list[Text]:
+    """The lines of one GPU at a density ('full', 'pair' or 'line'), with the extra gauges if asked and wide;
+    at 'full' each sparkline `graph_rows` lines tall."""
     rows = gauges(gpu, wide=extra and width >= WIDE_GAUGES)
     if density == "line":
         return [one_line(gpu, rows, width, job)]
     lines = header_lines(gpu, width, job)
     if density == "full":
-        lines.extend(gauge_text(gauge, history, width) for gauge in rows)
+        if graph_rows > 1:
+            lines.extend(line for gauge in rows for line in tall_gauge_lines(gauge, history, width, graph_rows))
+        else:
+            lines.extend(gauge_text(gauge, history, width) for gauge in rows)
         return lines
     cell_width = (width - len(_SEPARATOR)) // 2
     for left, right in zip(rows[::2], rows[1::2] + [None]):
@@ -171,10 +190,11 @@ def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -
 
 
 def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int,
-              job_uuids: frozenset[str] = frozenset()) -> list[Text]:
+              job_uuids: frozenset[str] = frozenset(), graph_rows: int = 1) -> list[Text]:
     """The pane's lines: the error line, or every GPU at the most detailed density that fits max_lines.
 
     job_uuids: the GPUs the attached job computes on, marked.
+    graph_rows: sparklines this many lines tall where that fits max_lines (else one line, as without).
     """
     if snapshot.gpu_error:
         message = snapshot.gpu_error
@@ -184,9 +204,10 @@ def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int,
     if not snapshot.gpus:
         return [Text("GPU: no NVIDIA GPU found", style="bold yellow")]
     lines: list[Text] = []
-    for density, extra in _DENSITIES:
+    tall = [("full", True, graph_rows), ("full", False, graph_rows)] if graph_rows > 1 else []
+    for density, extra, rows in [*tall, *((density, extra, 1) for density, extra in _DENSITIES)]:
         lines = [line for gpu in snapshot.gpus
-                 for line in gpu_block(gpu, history, width, density, extra, gpu.uuid in job_uuids)]
+                 for line in gpu_block(gpu, history, width, density, extra, gpu.uuid in job_uuids, rows)]
         if len(lines) <= max_lines:
             break
     return lines
@@ -202,19 +223,30 @@ class GpuPane(Pane):
         self.border_title = "GPU"
         self.job_uuids: frozenset[str] = frozenset()
         """UUIDs of the GPUs the attached job computes on (their names are highlighted)."""
+        self.graph_rows = 1
+        """Lines per sparkline where the pane has the room (the g key cycles 1, 2, 3)."""
         self._shown: tuple[Snapshot, History] | None = None
 
     def show(self, snapshot: Snapshot, history: History) -> None:
         self._shown = (snapshot, history)
         max_lines = self.max_lines
         job_uuids = self.job_uuids
+        graph_rows = self.graph_rows
         title = f"GPU · driver {snapshot.driver_version}" if snapshot.driver_version else "GPU"
         marked = [gpu.index for gpu in snapshot.gpus if gpu.uuid in job_uuids]
         if marked:
             title += " · job on " + ", ".join(f"GPU{index}" for index in marked)
         if self.border_title != title:
             self.border_title = title
-        self.show_lines(lambda width: gpu_lines(snapshot, history, width, max_lines, job_uuids))
+        self.show_lines(lambda width: gpu_lines(snapshot, history, width, max_lines, job_uuids, graph_rows))
+
+    def set_graph_rows(self, rows: int) -> None:
+        """Draw the sparklines `rows` lines tall where they fit; redraws at once."""
+        if rows == self.graph_rows:
+            return
+        self.graph_rows = rows
+        if self._shown is not None:
+            self.show(*self._shown)
 
     def mark_job(self, uuids: Iterable[str]) -> None:
         """Highlight the GPUs with these UUIDs (the attached job's); redraws at once when that changes."""

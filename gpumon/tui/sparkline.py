@@ -1,4 +1,4 @@
-"""A one-line sparkline renderable on a fixed scale (0-100% by default), unlike Textual's min-max Sparkline."""
+"""Sparklines on a fixed scale (0-100% by default), unlike Textual's min-max Sparkline: one line, or several."""
 
 from __future__ import annotations
 
@@ -34,6 +34,32 @@ def spark_string(values: Sequence[float | None], width: int, maximum: float = 10
         _SHIFTED.clear()
     _SHIFTED[(width, maximum, minimum, *recent[1:])] = line[1:]
     return line
+
+
+def spark_rows(values: Sequence[float | None], rows: int, width: int, maximum: float = 100.0,
+               minimum: float = 0.0) -> list[str]:
+    """The sparkline `rows` lines tall, top line first, on the same fixed scale with rows x 8 levels.
+
+    One row is spark_string. A value fills its column from the bottom: `minimum` the lowest block of the
+    bottom line, `maximum` every line; None leaves the column blank.
+    """
+    if rows <= 1:
+        return [spark_string(values, width, maximum, minimum)]
+    if width <= 0:
+        return [""] * rows
+    recent = list(values)[-width:]
+    span, top = maximum - minimum, rows * 8 - 1
+    heights = [
+        0 if value is None or value != value
+        else 1 if span <= 0
+        else 1 + int(min(1.0, max(0.0, (value - minimum) / span)) * top + 0.5)
+        for value in recent
+    ]
+    padding = BLANK * (width - len(recent))
+    return [
+        padding + "".join([BLANK if (level := height - 8 * row) <= 0 else BLOCKS[min(level, 8) - 1] for height in heights])
+        for row in range(rows - 1, -1, -1)
+    ]
 
 
 _SHIFTED: dict[tuple[float | None, ...], str] = {}

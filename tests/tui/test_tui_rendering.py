@@ -13,10 +13,10 @@ from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane, core_lines, cpu_lines
 from gpumon.tui.disk_pane import DiskPane, rate_sparkline
 from gpumon.tui.format import format_bytes, format_count, format_percent, format_rate, format_state
-from gpumon.tui.gpu_pane import GpuPane, gpu_lines
+from gpumon.tui.gpu_pane import GpuPane, gpu_lines, header_lines
 from gpumon.tui.pane import LinesWidget
 from gpumon.tui.process_table import LAST_BRANCH, tree_order
-from gpumon.tui.sparkline import BLOCKS, Sparkline, spark_string
+from gpumon.tui.sparkline import BLOCKS, Sparkline, spark_rows, spark_string
 from tui_support import GIB, FakeSource, frozen_clock, gpu, process, snapshot
 
 
@@ -42,6 +42,36 @@ def test_sparkline_renderable_is_as_wide_as_asked() -> None:
     text = Sparkline([0.0, 100.0], width=5, style="green").text()
     assert text.plain == "   ▁█"
     assert str(text.style) == "green"
+
+
+def test_tall_sparkline_stacks_its_levels_and_one_row_is_spark_string() -> None:
+    values = [0.0, 50.0, 100.0, None, 30.0, 100.0, -5.0]
+    assert spark_rows(values, 1, 7) == [spark_string(values, 7)]
+    top, bottom = spark_rows([0.0, 50.0, 100.0, None], 2, 5)
+    # Sixteen levels: 0% is the lowest block of the bottom line, 100% fills both lines, None stays blank.
+    assert bottom == " ▁██ " and top == "  ▁█ "
+    assert spark_rows([100.0], 3, 2) == [" █", " █", " █"]
+    assert spark_rows([], 2, 3) == ["   ", "   "]
+
+
+def test_gpu_lines_draw_taller_graphs_where_they_fit_and_one_line_where_not() -> None:
+    one = snapshot(gpus=(gpu(0),))
+    history = History()
+    for util in (10.0, 60.0, 100.0):
+        history.add(snapshot(gpus=(gpu(0, utilization_gpu=util),)))
+    flat = gpu_lines(one, history, 120, max_lines=30)
+    tall = gpu_lines(one, history, 120, max_lines=30, graph_rows=3)
+    header = len(header_lines(one.gpus[0], 120))
+    assert len(tall) == header + 3 * (len(flat) - header)
+    util_first, util_second, util_third = tall[header:header + 3]
+    assert util_first.plain.startswith("Util") and util_second.plain.startswith(" ")
+    # The graph lines sit in the sparkline's columns: 100% fills all three lines at the newest column, 10% only
+    # the bottom line's lower part three columns back.
+    assert util_first.plain[-1] == util_second.plain[-1] == util_third.plain[-1] == "█"
+    assert util_first.plain[-3] == util_second.plain[-3] == " " and util_third.plain[-3] in BLOCKS[:3]
+    assert all(line.cell_len <= 120 for line in tall)
+    cramped = gpu_lines(one, history, 120, max_lines=len(flat), graph_rows=3)
+    assert [line.plain for line in cramped] == [line.plain for line in flat], "no room: one-line graphs as before"
 
 
 def test_rate_sparkline_scales_to_the_peak_of_the_window() -> None:
