@@ -527,7 +527,6 @@ class GpuCollector:
         return values
 
     def _processes(self, device: _Device) -> list[GpuProcess]:
-        nvml = self._nvml
         memory_by_pid: dict[int, int | None] = {}
         for names in (
             ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),

@@ -228,6 +228,16 @@ def _read_parent(pid: int) -> int | None:
         return None
 
 
+def _children_map_psutil() -> dict[int, list[int]]:
+    """parent pid -> child pids from a full psutil scan (where /proc cannot be listed)."""
+    children: dict[int, list[int]] = {}
+    for process in psutil.process_iter(["ppid"]):
+        ppid = process.info.get("ppid")
+        if ppid is not None:
+            children.setdefault(ppid, []).append(process.pid)
+    return children
+
+
 def _descendants(pid: int, children_of: dict[int, list[int]]) -> set[int]:
     found: set[int] = set()
     stack = list(children_of.get(pid, ()))

@@ -9,7 +9,7 @@ from gpumon.sampling.snapshot import CpuSample
 from gpumon.tui.bar import bar, bar_spans, gauge_line, level_style
 from gpumon.tui.format import format_bytes, format_percent
 from gpumon.tui.pane import Pane
-from gpumon.tui.sparkline import BLOCKS, spark_string
+from gpumon.tui.sparkline import spark_string
 
 LABEL_WIDTH = 7
 PERCENT_WIDTH = 4

@@ -142,3 +142,17 @@ def test_parent_map_reads_only_new_processes_and_reports_exits(monkeypatch: pyte
     _, gone = parents.refresh()
     assert child.pid in gone
     assert first_children, "a Linux box always has some parent/child pairs"
+
+
+def test_without_proc_the_job_tree_comes_from_a_psutil_scan(monkeypatch: pytest.MonkeyPatch,
+                                                             job: tuple[int, int, int]) -> None:
+    import gpumon.sampling.processes as processes_module
+
+    monkeypatch.setattr(processes_module, "_PROC", "/nonexistent-proc")
+    job_pid, busy_pid, idle_pid = job
+    collector = ProcessCollector()
+    assert not collector._parents.tracks_exits
+
+    (top,) = collector.collect([GpuProcess(pid=job_pid, gpu_index=0, used_memory=1 << 30, sm_percent=None)])
+
+    assert {child.pid for child in top.children} == {busy_pid, idle_pid}
