@@ -45,6 +45,8 @@ class Readings:
     smi: list[dict[str, float | None]] = field(default_factory=list)
     nvml_memory_used: list[int] = field(default_factory=list)
     nvml_utilization: list[float] = field(default_factory=list)
+    nvml_process_sm: list[tuple[int, float | None]] = field(default_factory=list)
+    """Per read: how many processes NVML lists on the GPU, and the load's newest per-process SM% sample."""
     gpm_supported: bool = False
     raw_gpm: list[dict[str, float]] = field(default_factory=list)
 
@@ -93,6 +95,18 @@ def raw_gpm(pynvml, handle, window: float = 0.5) -> dict[str, float]:
         pynvml.nvmlGpmSampleFree(second)
 
 
+def process_sm(pynvml, handle, pid: int) -> tuple[int, float | None]:
+    """(processes NVML lists on the GPU, `pid`'s newest SM% sample from the last second), read independently."""
+    count = len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) + len(
+        pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+    try:
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, time.time_ns() // 1000 - 1_000_000)
+    except pynvml.NVMLError:
+        return count, None
+    mine = sorted((sample for sample in samples if sample.pid == pid), key=lambda sample: sample.timeStamp)
+    return count, float(mine[-1].smUtil) if mine else None
+
+
 def wait_for_line(process: subprocess.Popen, timeout: float) -> str:
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], timeout)
@@ -126,6 +140,7 @@ def readings() -> Iterator[Readings]:
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
             result.nvml_memory_used.append(memory.used)
             result.nvml_utilization.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            result.nvml_process_sm.append(process_sm(pynvml, handle, load.pid))
             if result.gpm_supported:
                 result.raw_gpm.append(raw_gpm(pynvml, handle))
         yield result
@@ -213,3 +228,17 @@ def test_load_process_is_listed_with_gpu_memory(readings: Readings) -> None:
         assert load.gpu_memory is not None and load.gpu_memory > 0
         assert "torch" in load.command
         assert load.cpu_percent is not None and load.cpu_percent > 0
+
+
+def test_the_sole_process_sm_share_agrees_with_nvmls_per_process_figure(readings: Readings) -> None:
+    """gpumon gives a GPU's only process the GPU's utilization as its SM% instead of asking NVML per process."""
+    compared = 0
+    for snapshot, (count, nvml_sm) in zip(readings.snapshots[1:], readings.nvml_process_sm[1:]):
+        if count != 1 or nvml_sm is None:
+            continue
+        load = next(process for process in snapshot.processes if process.pid == readings.load_pid)
+        assert load.sm_percent is not None
+        assert abs(load.sm_percent - nvml_sm) <= 15.0, (load.sm_percent, nvml_sm)
+        compared += 1
+    if not compared:
+        pytest.skip("NVML listed other processes on the load's GPU, or gave no per-process samples")
