@@ -35,7 +35,7 @@ WIDE = 140
 JOB_TALL = 45
 """With a job attached on a narrow terminal, from this many lines the CPU and disk panes are shown too."""
 MAX_GRAPH_ROWS = 3
-"""The tallest GPU sparklines the g key gives, in lines."""
+"""The tallest GPU sparklines the t key gives, in lines."""
 STALE_AFTER_INTERVALS = 5
 """A live source that has not delivered for this many intervals (and at least 3 s) is marked stale."""
 
@@ -76,7 +76,7 @@ class GpumonApp(App[None]):
         Binding("minus", "slower", "Slower", key_display="-", id="slower", tooltip="Longer interval (replay: slower)"),
         Binding("s", "cycle_sort", "Sort", id="sort", tooltip="Sort processes by the next column"),
         Binding("S", "reverse_sort", "Reverse", id="reverse-sort", show=False, tooltip="Reverse the process order"),
-        Binding("g", "taller_graphs", "Graphs", id="graph-height", show=False,
+        Binding("t", "taller_graphs", "Tall graphs", id="graph-height", show=False,
                 tooltip="GPU sparklines 1, 2 or 3 lines tall, where the pane has the room"),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),

@@ -224,7 +224,7 @@ class GpuPane(Pane):
         self.job_uuids: frozenset[str] = frozenset()
         """UUIDs of the GPUs the attached job computes on (their names are highlighted)."""
         self.graph_rows = 1
-        """Lines per sparkline where the pane has the room (the g key cycles 1, 2, 3)."""
+        """Lines per sparkline where the pane has the room (the t key cycles 1, 2, 3)."""
         self._shown: tuple[Snapshot, History] | None = None
 
     def show(self, snapshot: Snapshot, history: History) -> None:

@@ -15,7 +15,7 @@ KEYS = (
     ("p", "pause / resume sampling (the screen freezes, history keeps its place)"),
     ("+ / -", "sample faster / slower (replay: play faster / slower)"),
     ("s / S", "sort processes by the next column / reverse the order"),
-    ("g", "GPU sparklines 1, 2 or 3 lines tall, where the pane has the room (a large terminal)"),
+    ("t", "GPU sparklines 1, 2 or 3 lines tall, where the pane has the room (a large terminal)"),
     ("↑ ↓ PgUp PgDn", "move in the process table; the highlight stays on its process"),
     ("?", "this help (escape closes it)"),
     ("ctrl+p", "command palette: every action by name"),

@@ -306,7 +306,7 @@ def _row_pids(table: ProcessTable) -> list[int]:
     return [table.get_row_at(index)[0].pid for index in range(table.row_count)]
 
 
-async def test_g_makes_the_gpu_graphs_taller_where_the_pane_has_room() -> None:
+async def test_t_makes_the_gpu_graphs_taller_where_the_pane_has_room() -> None:
     source = FakeSource()
     app = GpumonApp(source)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -314,14 +314,14 @@ async def test_g_makes_the_gpu_graphs_taller_where_the_pane_has_room() -> None:
         await pilot.pause()
         pane = app.query_one(GpuPane)
         flat = len(pane.lines(pane.size.width))
-        await pilot.press("g")
+        await pilot.press("t")
         await pilot.pause()
         assert pane.graph_rows == 2
         two = len(pane.lines(pane.size.width))
-        await pilot.press("g")
+        await pilot.press("t")
         await pilot.pause()
         three = len(pane.lines(pane.size.width))
         assert flat < two and three - flat == 2 * (two - flat), "every gauge gains one line per graph row"
-        await pilot.press("g")
+        await pilot.press("t")
         await pilot.pause()
         assert pane.graph_rows == 1 and len(pane.lines(pane.size.width)) == flat
