@@ -253,6 +253,11 @@ def launch(command: list[str], *, stdout: TextIO | None = None) -> subprocess.Po
 
     if not command:
         raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")
+    # An ignored SIGINT is inherited across exec (a shell starts background jobs that way): the job would then
+    # ignore the Ctrl+C gpumon forwards. A handler is not inherited, so hold one while the job starts.
+    ignoring_interrupt = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignoring_interrupt:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return subprocess.Popen(
             command, env=injection_env(os.environ), start_new_session=True,
@@ -265,6 +270,9 @@ def launch(command: list[str], *, stdout: TextIO | None = None) -> subprocess.Po
         raise CliError(f"permission denied: {command[0]}") from None
     except OSError as error:
         raise CliError(f"cannot run {command[0]}: {error.strerror or error}") from None
+    finally:
+        if ignoring_interrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def wait_forwarding_signals(child: subprocess.Popen[bytes]) -> int:

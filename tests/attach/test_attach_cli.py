@@ -55,10 +55,14 @@ def process_group_alive(pgid: int) -> bool:
     return True
 
 
-def test_ctrl_c_reaches_the_job_and_leaves_no_process_behind(sock_dir: str) -> None:
+@pytest.mark.parametrize("started_ignoring_sigint", [False, True], ids=["foreground", "background-shell"])
+def test_ctrl_c_reaches_the_job_and_leaves_no_process_behind(sock_dir: str, started_ignoring_sigint: bool) -> None:
+    # A shell without job control starts `gpumon run ... &` with SIGINT ignored; the job must still get Ctrl+C.
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if started_ignoring_sigint else None
     proc = subprocess.Popen([*GPUMON, "run", "--no-tui", "--", sys.executable, str(HOOKED_JOB), "--no-import",
                              "--seconds", "60", "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=job_env(sock_dir), cwd=REPO_ROOT, start_new_session=True)
+                            text=True, env=job_env(sock_dir), cwd=REPO_ROOT, start_new_session=True,
+                            preexec_fn=ignore)
     try:
         assert proc.stdout is not None
         ready = json.loads(proc.stdout.readline())
