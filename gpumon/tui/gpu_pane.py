@@ -12,7 +12,7 @@ from gpumon.sampling.snapshot import GpuSample, Snapshot
 from gpumon.tui.bar import bar, gauge_line
 from gpumon.tui.format import MISSING, format_bytes, format_percent, format_rate, short_gpu_name
 from gpumon.tui.pane import Pane
-from gpumon.tui.sparkline import spark_rows, spark_string
+from gpumon.tui.sparkline import spark_rows
 
 LABEL_WIDTH = 7
 PERCENT_WIDTH = 4
@@ -122,20 +122,15 @@ def header_lines(gpu: GpuSample, width: int, job: bool = False) -> list[Text]:
 
 def gauge_text(gauge: Gauge, history: History, width: int) -> Text:
     """'Util   ████▌··· 97% ▁▂▃▅▇█': label, bar, percent and a 0-100% sparkline filling the width."""
-    bar_width = max(6, min(25, width // 4))
-    spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
-    spark = spark_string(history.last(gauge.history_key, spark_width), spark_width) if spark_width else ""
-    return gauge_line(gauge.label.ljust(LABEL_WIDTH), gauge.value, bar_width, PERCENT_WIDTH, spark, gauge.style)
+    return gauge_lines(gauge, history, width)[0]
 
 
-def tall_gauge_lines(gauge: Gauge, history: History, width: int, graph_rows: int) -> list[Text]:
+def gauge_lines(gauge: Gauge, history: History, width: int, graph_rows: int = 1) -> list[Text]:
     """gauge_text with its sparkline `graph_rows` lines tall: the gauge on the first line, the graph below it
-    in the same columns."""
+    in the same columns (one line where there is no room for a sparkline)."""
     bar_width = max(6, min(25, width // 4))
     spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
-    graph = spark_rows(history.last(gauge.history_key, spark_width), graph_rows, spark_width) if spark_width else []
-    if not graph:
-        return [gauge_text(gauge, history, width)]
+    graph = spark_rows(history.last(gauge.history_key, spark_width), graph_rows, spark_width) if spark_width else [""]
     lines = [gauge_line(gauge.label.ljust(LABEL_WIDTH), gauge.value, bar_width, PERCENT_WIDTH, graph[0], gauge.style)]
     offset = width - spark_width
     for row in graph[1:]:
@@ -152,10 +147,7 @@ def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra:
         return [one_line(gpu, rows, width, job)]
     lines = header_lines(gpu, width, job)
     if density == "full":
-        if graph_rows > 1:
-            lines.extend(line for gauge in rows for line in tall_gauge_lines(gauge, history, width, graph_rows))
-        else:
-            lines.extend(gauge_text(gauge, history, width) for gauge in rows)
+        lines.extend(line for gauge in rows for line in gauge_lines(gauge, history, width, graph_rows))
         return lines
     cell_width = (width - len(_SEPARATOR)) // 2
     for left, right in zip(rows[::2], rows[1::2] + [None]):
