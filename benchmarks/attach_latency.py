@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gpumon import protocol  # noqa: E402
-from gpumon.attach.client import JobClient  # noqa: E402
+from gpumon.jobs.client import JobClient  # noqa: E402
 
 JOB = """
 import time, torch, gpumon.hook

@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from demo.augment import augment_batch  # noqa: E402
-from demo.data import SyntheticImages  # noqa: E402
-from demo.model import SmallResNet  # noqa: E402
-from demo.trainer import PROFILES  # noqa: E402
+from gpumon_demo.augment import augment_batch  # noqa: E402
+from gpumon_demo.data import SyntheticImages  # noqa: E402
+from gpumon_demo.model import SmallResNet  # noqa: E402
+from gpumon_demo.trainer import PROFILES  # noqa: E402
 
 VARIANTS = [
     # (label, width, stage blocks, stem stride)

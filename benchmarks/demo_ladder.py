@@ -106,8 +106,8 @@ def ceiling(device_name: str) -> None:
     import torch.nn.functional as F
 
     sys.path.insert(0, str(REPO_ROOT))
-    from demo.model import SmallResNet
-    from demo.trainer import PROFILES
+    from gpumon_demo.model import SmallResNet
+    from gpumon_demo.trainer import PROFILES
 
     profile = PROFILES["full"]
     device = torch.device(device_name)

@@ -11,7 +11,7 @@ out=${OUT:-gpu-results}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-ln -sfn "$PWD/demo" /tmp/site/gpumon_demo  # the wheel ships demo/ as gpumon_demo; the working tree is not installed
+true  # gpumon_demo/ is importable from the working tree (PYTHONPATH=$PWD)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 date -u +%F >> "$out/device.txt"
 case "$part" in

@@ -175,10 +175,10 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
 
 
 def _drain(path: str, stop: threading.Event, counts: dict[str, int]) -> None:
-    from gpumon import protocol
+    from gpumon.jobs.connection import HookConnection
 
     try:
-        with protocol.HookConnection(path, timeout=5) as conn:
+        with HookConnection(path, timeout=5) as conn:
             counts["hello"] = 1
             conn.send({"type": "subscribe", "steps_interval": 0.2, "state_interval": 1.0})
             while not stop.is_set():

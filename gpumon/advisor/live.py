@@ -19,8 +19,8 @@ from gpumon.advisor.measure import (Cancelled, Progress, SnapshotLog, StepLog, m
                                     sleep_checked)
 from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK, VariantResult
 from gpumon.advisor.signals import build_signals
-from gpumon.attach.client import JobClient, JobRequestError
-from gpumon.attach.jobstate import JobView
+from gpumon.jobs.client import JobClient, JobRequestError
+from gpumon.jobs.jobstate import JobView
 
 LOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 APPLY_TIMEOUT_S = 90.0

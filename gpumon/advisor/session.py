@@ -21,10 +21,10 @@ from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
-from gpumon.attach.client import JobRequestError
-from gpumon.attach.discovery import AttachError
-from gpumon.attach.pyspy import PySpySampler
-from gpumon.attach.session import AttachedJob, open_job
+from gpumon.jobs.client import JobRequestError
+from gpumon.jobs.discovery import AttachError
+from gpumon.jobs.pyspy import PySpySampler
+from gpumon.jobs.session import AttachedJob, open_job
 
 SAMPLE_INTERVAL = 0.5
 DIAGNOSIS_STEPS = 20

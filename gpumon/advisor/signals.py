@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from gpumon.attach.jobstate import Breakdown, JobView, StepPoint
-from gpumon.attach.pyspy import EstimateView
+from gpumon.jobs.jobstate import Breakdown, JobView, StepPoint
+from gpumon.jobs.pyspy import EstimateView
 from gpumon.sampling.snapshot import ProcessSample, Snapshot
 
 SOURCE_HOOK = "hook"

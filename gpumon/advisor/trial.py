@@ -26,9 +26,9 @@ from gpumon.advisor.measure import (Cancelled, Progress, SnapshotLog, StepLog, m
                                     sleep_checked)
 from gpumon.advisor.results import (CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantResult)
 from gpumon.advisor.signals import build_signals
-from gpumon.attach.jobstate import JobView
-from gpumon.attach.process_group import stop_group as stop_process_group
-from gpumon.attach.session import AttachedJob
+from gpumon.jobs.jobstate import JobView
+from gpumon.jobs.process_group import stop_group as stop_process_group
+from gpumon.jobs.session import AttachedJob
 
 KNOBS_ACK_ENV = "GPUMON_KNOBS_ACK"
 """A file path given to a trial: a command that reads GPUMON_KNOBS itself writes there the JSON list of the knob

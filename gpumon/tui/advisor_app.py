@@ -32,7 +32,7 @@ from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
-from gpumon.attach.session import AttachedJob, JobSource
+from gpumon.jobs.session import AttachedJob, JobSource
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.advisor_panel import AdvisorPanel
 from gpumon.tui.app import GpumonApp

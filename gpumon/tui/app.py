@@ -16,8 +16,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Footer
 
-from gpumon.attach.discovery import AttachError, JobGroup, scan
-from gpumon.attach.session import AttachedJob, JobSource
+from gpumon.jobs.discovery import AttachError, JobGroup, scan
+from gpumon.jobs.session import AttachedJob, JobSource
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.commands import GpumonCommands

@@ -10,8 +10,8 @@ from typing import Any, Union
 
 from rich.text import Text
 
-from gpumon.attach.jobstate import JobView, RankSummary, TimelinePoint
-from gpumon.attach.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
+from gpumon.jobs.jobstate import JobView, RankSummary, TimelinePoint
+from gpumon.jobs.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
 from gpumon.tui.bar import bar
 from gpumon.tui.format import MISSING, format_bytes, format_count
 from gpumon.tui.pane import Pane

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
-from gpumon.attach.discovery import JobGroup
+from gpumon.jobs.discovery import JobGroup
 
 
 def group_prompt(group: JobGroup) -> Text:

@@ -11,8 +11,8 @@ from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.measure import Measurement
 from gpumon.advisor.results import FAILED, OK, VariantResult
 from gpumon.advisor.signals import Signals, build_signals
-from gpumon.attach.jobstate import replay_messages
-from gpumon.attach.pyspy import EstimateView
+from gpumon.jobs.jobstate import replay_messages
+from gpumon.jobs.pyspy import EstimateView
 from gpumon.sampling.snapshot import Snapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "advisor"

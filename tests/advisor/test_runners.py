@@ -20,7 +20,7 @@ from gpumon.advisor.live import LiveRunner, current_value, in_effect
 from gpumon.advisor.measure import SnapshotLog
 from gpumon.advisor.results import FAILED, OK, OOM, TIMEOUT
 from gpumon.advisor.trial import TrialRunner
-from gpumon.attach.client import JobClient
+from gpumon.jobs.client import JobClient
 from gpumon.sampling.sampler import Sampler
 
 PLAIN = [sys.executable, str(Path(__file__).parent / "jobs" / "plain_train.py"), "--seconds", "120"]

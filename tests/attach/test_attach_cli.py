@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from attach_helpers import HOOKED_JOB, REPO_ROOT, job_env, wait_until
 
-from gpumon.attach.pyspy import find_pyspy
+from gpumon.jobs.pyspy import find_pyspy
 
 GPUMON = [sys.executable, "-m", "gpumon"]
 
@@ -161,7 +161,7 @@ def test_attach_without_ptrace_permission_says_how_to_grant_it(shared_spy_job: A
     # The attach path is stdlib only: any Python >= 3.10 that nobody may run will do (a venv under /root will not).
     python = None
     for candidate in (sys.executable, "/usr/bin/python3"):
-        check = subprocess.run([*as_nobody, candidate, "-c", "import gpumon.cli, gpumon.attach"], capture_output=True,
+        check = subprocess.run([*as_nobody, candidate, "-c", "import gpumon.cli, gpumon.jobs"], capture_output=True,
                                text=True, timeout=60, env=env, cwd="/tmp")
         if check.returncode == 0:
             python = candidate

@@ -16,9 +16,9 @@ import pytest
 from attach_helpers import wait_until
 
 from gpumon import protocol
-from gpumon.attach.client import JobClient, JobRequestError
-from gpumon.attach.discovery import AttachError
-from gpumon.attach.jobstate import END_CLOSED
+from gpumon.jobs.client import JobClient, JobRequestError
+from gpumon.jobs.discovery import AttachError
+from gpumon.jobs.jobstate import END_CLOSED
 
 
 def test_client_receives_hello_and_steps_then_the_end_and_keeps_the_history(start_job: Any) -> None:

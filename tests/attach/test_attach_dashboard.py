@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from attach_helpers import HOOKED_JOB, PtyProgram, job_env, wait_until
 
-from gpumon.attach.pyspy import find_pyspy
+from gpumon.jobs.pyspy import find_pyspy
 
 GPUMON = [sys.executable, "-m", "gpumon"]
 

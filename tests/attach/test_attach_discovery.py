@@ -16,9 +16,9 @@ import pytest
 from attach_helpers import HOOKED_JOB, job_env, wait_until
 
 from gpumon import protocol
-from gpumon.attach.discovery import JobInfo, descends_from, group_jobs, jobs_launched_by, scan
-from gpumon.attach.jobstate import RankSummary, find_straggler
-from gpumon.attach.session import AttachedJob
+from gpumon.jobs.discovery import JobInfo, descends_from, group_jobs, jobs_launched_by, scan
+from gpumon.jobs.jobstate import RankSummary, find_straggler
+from gpumon.jobs.session import AttachedJob
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpumon import protocol
-from gpumon.attach.jobstate import Breakdown, JobState, StepPoint, replay_messages
+from gpumon.jobs.jobstate import Breakdown, JobState, StepPoint, replay_messages
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "job-cpu-run.jsonl"
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from attach_helpers import wait_until
 
-from gpumon.attach.discovery import AttachError
-from gpumon.attach.pyspy import (BACKWARD, CUDA_SYNC, ELSEWHERE, FORWARD, OPTIMIZER, Frame, PySpySampler,
+from gpumon.jobs.discovery import AttachError
+from gpumon.jobs.pyspy import (BACKWARD, CUDA_SYNC, ELSEWHERE, FORWARD, OPTIMIZER, Frame, PySpySampler,
                                  check_target, classify, classify_stack, explain_pyspy_failure, find_pyspy,
                                  main_thread_stacks, parse_dump, parse_raw, probe)
 
@@ -134,7 +134,7 @@ def test_the_sampler_ends_when_the_process_exits_and_keeps_its_estimate() -> Non
 
 
 def test_py_spy_missing_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpumon.attach.pyspy as pyspy_module
+    import gpumon.jobs.pyspy as pyspy_module
 
     monkeypatch.setattr(pyspy_module, "find_pyspy", lambda: None)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpumon.attach.discovery import scan
-from gpumon.attach.session import AttachedJob
+from gpumon.jobs.discovery import scan
+from gpumon.jobs.session import AttachedJob
 from tests.job_process import nvml_uuids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

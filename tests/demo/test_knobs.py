@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.cli import main
-from demo.knobs import (KNOBS_ACK_ENV, KNOBS_ENV, KNOWN_KNOBS, KnobError, acknowledge_knobs, default_knobs, format_knobs,
+from gpumon_demo.cli import main
+from gpumon_demo.knobs import (KNOBS_ACK_ENV, KNOBS_ENV, KNOWN_KNOBS, KnobError, acknowledge_knobs, default_knobs, format_knobs,
                         parse_knobs)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,9 +98,9 @@ def test_cli_refuses_bad_knobs_with_one_line_and_exit_2(
 def test_module_exits_2_on_bad_knobs_before_importing_torch() -> None:
     script = """
 import json, runpy, sys
-sys.argv = ["demo"]
+sys.argv = ["gpumon_demo"]
 try:
-    runpy.run_module("demo", run_name="__main__")
+    runpy.run_module("gpumon_demo", run_name="__main__")
 except SystemExit as exit_:
     print(json.dumps([exit_.code, "torch" in sys.modules]))
 """

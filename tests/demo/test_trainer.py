@@ -16,11 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
-from demo.augment import augment_batch  # noqa: E402
-from demo.cli import main  # noqa: E402
-from demo.data import NUM_CLASSES, SyntheticImages  # noqa: E402
-from demo.knobs import KNOBS_ENV  # noqa: E402
-from demo.trainer import DemoError, TrainConfig, run  # noqa: E402
+from gpumon_demo.augment import augment_batch  # noqa: E402
+from gpumon_demo.cli import main  # noqa: E402
+from gpumon_demo.data import NUM_CLASSES, SyntheticImages  # noqa: E402
+from gpumon_demo.knobs import KNOBS_ENV  # noqa: E402
+from gpumon_demo.trainer import DemoError, TrainConfig, run  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL_RUN = {"device": "cpu", "profile": "small", "dataset_size": 512, "progress_interval": 0.0, "duration": None}
@@ -32,7 +32,7 @@ def run_small(steps: int, knobs: dict[str, Any], warmup_steps: int = 1) -> dict[
 
 def start_demo(*args: str, knobs: str = "{}", **popen: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "demo", "--device", "cpu", "--progress-interval", "0", "--json", *args],
+        [sys.executable, "-m", "gpumon_demo", "--device", "cpu", "--progress-interval", "0", "--json", *args],
         cwd=REPO_ROOT, env=os.environ | {KNOBS_ENV: knobs}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, **popen,
     )  # fmt: skip

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from gpumon import protocol
-from gpumon.attach.client import JobClient
-from gpumon.attach.discovery import AttachError
-from gpumon.attach.pyspy import CUDA_SYNC, PySpySampler, find_pyspy, probe
+from gpumon.jobs.client import JobClient
+from gpumon.jobs.discovery import AttachError
+from gpumon.jobs.pyspy import CUDA_SYNC, PySpySampler, find_pyspy, probe
 from tests.job_process import nvml_uuids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon import protocol
+from gpumon.jobs.connection import HookConnection
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,13 +122,13 @@ class GpuJob:
                     return event
         raise AssertionError(f"job ended before {name!r}: rc={self.proc.wait()} stderr={self.proc.stderr.read()}")
 
-    def connect(self) -> protocol.HookConnection:
+    def connect(self) -> HookConnection:
         deadline = time.monotonic() + 60
         while not os.path.exists(self.socket_path):
             assert time.monotonic() < deadline, "no hook socket"
             assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
             time.sleep(0.02)
-        return protocol.HookConnection(self.socket_path)
+        return HookConnection(self.socket_path)
 
     def finish(self) -> None:
         self.release.touch()
@@ -141,7 +142,7 @@ class GpuJob:
             self.proc.wait()
 
 
-def _records(conn: protocol.HookConnection, last_seq: int) -> dict[int, dict[str, Any]]:
+def _records(conn: HookConnection, last_seq: int) -> dict[int, dict[str, Any]]:
     conn.send({"type": "subscribe", "backlog": protocol.BACKLOG_MAX, "steps_interval": 0.05})
     records: dict[int, dict[str, Any]] = {}
     deadline = time.monotonic() + 10

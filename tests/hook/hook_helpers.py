@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon import protocol
+from gpumon.jobs.connection import HookConnection
 from tests.job_process import JobOutput
 
 JOB_SCRIPT = Path(__file__).parent / "jobs" / "train.py"
@@ -55,7 +56,7 @@ class Job(JobOutput):
         shutil.rmtree(self.control, ignore_errors=True)
 
 
-def collect_records(conn: protocol.HookConnection, last_seq: int, timeout: float = 10.0) -> dict[int, dict[str, Any]]:
+def collect_records(conn: HookConnection, last_seq: int, timeout: float = 10.0) -> dict[int, dict[str, Any]]:
     """Every step record up to `last_seq`, asking for the whole backlog first."""
     conn.send({"type": protocol.SUBSCRIBE, "backlog": protocol.BACKLOG_MAX, "steps_interval": 0.05})
     records: dict[int, dict[str, Any]] = {}
@@ -71,7 +72,7 @@ def collect_records(conn: protocol.HookConnection, last_seq: int, timeout: float
     return records
 
 
-def get_state(conn: protocol.HookConnection) -> dict[str, Any]:
+def get_state(conn: HookConnection) -> dict[str, Any]:
     reply = conn.request({"type": protocol.GET_STATE, "id": "s"}, (protocol.STATE,))
     assert reply["type"] == protocol.STATE, reply
     return reply

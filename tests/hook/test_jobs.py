@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpumon import protocol
+from gpumon.jobs.connection import HookConnection
 from hook_helpers import collect_records, get_state
 
 
@@ -32,7 +33,7 @@ def _finish(job: Any) -> None:
 
 def test_optimizer_loop_reports_what_the_loop_measured(start_job: Any) -> None:
     job = start_job("--mode", "optimizer", "--steps", "30", "--item-sleep-ms", "2")
-    with protocol.HookConnection(job.wait_socket()) as conn:
+    with HookConnection(job.wait_socket()) as conn:
         assert conn.hello["pid"] == job.pid
         assert conn.hello["protocol"] == protocol.PROTOCOL_VERSION
         done = job.event("done")
@@ -67,7 +68,7 @@ def test_optimizer_loop_reports_what_the_loop_measured(start_job: Any) -> None:
 ])
 def test_steps_are_detected_without_an_optimizer(start_job: Any, mode: str, source: str, slack: int) -> None:
     job = start_job("--mode", mode, "--steps", "20", "--item-sleep-ms", "0.2")
-    with protocol.HookConnection(job.wait_socket()) as conn:
+    with HookConnection(job.wait_socket()) as conn:
         done = job.event("done")
         state = get_state(conn)
     assert done["steps"] == 20
@@ -79,7 +80,7 @@ def test_steps_are_detected_without_an_optimizer(start_job: Any, mode: str, sour
 def test_forked_workers_get_no_socket_and_are_reported(start_job: Any, sock_dir: str) -> None:
     job = start_job("--mode", "inference", "--steps", "12", "--workers", "2", "--start-method", "fork",
                     "--persistent", "--item-sleep-ms", "0.5")
-    with protocol.HookConnection(job.wait_socket()) as conn:
+    with HookConnection(job.wait_socket()) as conn:
         done = job.event("done")
         (pids,) = done["worker_pids"]
         assert len(pids) == 2 and all(os.path.exists(f"/proc/{pid}") for pid in pids)  # workers still alive
@@ -106,7 +107,7 @@ def test_spawned_workers_reimporting_the_script_stay_silent(start_job: Any, sock
 
 def test_errors_inside_the_hook_never_reach_the_job(start_job: Any) -> None:
     job = start_job("--mode", "optimizer", "--steps", "15", "--item-sleep-ms", "0.2", "--break-internals")
-    with protocol.HookConnection(job.wait_socket()) as conn:
+    with HookConnection(job.wait_socket()) as conn:
         done = job.event("done")
         state = get_state(conn)
         records = collect_records(conn, 15)
@@ -147,7 +148,7 @@ def test_fuzzing_the_socket_while_training(start_job: Any, sock_dir: str) -> Non
     job = start_job("--mode", "optimizer", "--steps", "20", "--item-sleep-ms", "0.3", "--seconds", "4")
     path = job.wait_socket()
     rng = random.Random(1234)
-    with protocol.HookConnection(path) as monitor:
+    with HookConnection(path) as monitor:
         job.event("ready")  # the loop starts now and runs for 4 s; the fuzz below takes about 2 s
         before = get_state(monitor)["last_seq"]
 
@@ -218,7 +219,7 @@ def test_injected_by_environment_and_chains_sitecustomize(start_job: Any, tmp_pa
     env = protocol.injection_env({**os.environ, "PYTHONPATH": str(other)})
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [protocol.INJECT_DIR, str(other)]
     job = start_job("--no-import", "--mode", "inference", "--steps", "10", "--item-sleep-ms", "0.2", env=env)
-    with protocol.HookConnection(job.wait_socket()) as conn:
+    with HookConnection(job.wait_socket()) as conn:
         assert conn.hello["injected"] is True
         done = job.event("done")
         assert get_state(conn)["last_seq"] == 10
@@ -239,7 +240,7 @@ def test_gpumon_hook_0_disables_it(start_job: Any, sock_dir: str) -> None:
 def test_knobs_from_the_environment_for_trial_runs(start_job: Any) -> None:
     env = protocol.injection_env(os.environ, knobs={"num_workers": 2, "cudnn_benchmark": True})
     job = start_job("--no-import", "--mode", "inference", "--steps", "6", "--item-sleep-ms", "0", env=env)
-    with protocol.HookConnection(job.wait_socket()) as conn:
+    with HookConnection(job.wait_socket()) as conn:
         done = job.event("done")
         state = get_state(conn)
     assert len(done["worker_pids"][0]) == 2  # the script asked for num_workers=0
@@ -251,7 +252,7 @@ def test_knobs_from_the_environment_for_trial_runs(start_job: Any) -> None:
 
 def test_live_set_knob_and_diagnose_requests(start_job: Any) -> None:
     job = start_job("--mode", "inference", "--steps", "8", "--epochs", "2", "--item-sleep-ms", "0", go=True)
-    with protocol.HookConnection(job.wait_socket()) as conn:
+    with HookConnection(job.wait_socket()) as conn:
         job.event("ready")
         ack = conn.request({"type": "set_knob", "id": 1, "knobs": {"num_workers": 2}}, ("knob_ack",))
         assert ack["type"] == "knob_ack" and ack["applies"] == {"num_workers": "next_dataloader_iter"}

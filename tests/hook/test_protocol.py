@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpumon import protocol
+from gpumon.jobs.connection import HookConnection
 
 
 def test_encode_decode_round_trip() -> None:
@@ -170,7 +171,7 @@ def test_client_refuses_another_protocol_version(tmp_path: Path) -> None:
     path = str(tmp_path / "old.sock")
     thread = _serve_once(path, protocol.encode({"type": "hello", "protocol": 99, "pid": 1}))
     with pytest.raises(protocol.ProtocolError, match="protocol 99"):
-        protocol.HookConnection(path)
+        HookConnection(path)
     thread.join(2)
 
 
@@ -179,7 +180,7 @@ def test_client_reads_split_lines(tmp_path: Path) -> None:
     hello = protocol.encode({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": 3})
     pong = protocol.encode({"type": "pong", "id": 1})
     thread = _serve_once(path, hello + pong[:5])
-    with protocol.HookConnection(path) as conn:
+    with HookConnection(path) as conn:
         assert conn.hello["pid"] == 3
         assert conn.recv(0.2) is None  # half a line is not a message
     thread.join(2)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gpumon import protocol
+from gpumon.jobs.connection import HookConnection
 from gpumon.hook import server as server_module
 from gpumon.hook.runtime import HookRuntime
 from gpumon.hook.server import HookServer
@@ -113,7 +114,7 @@ def test_a_symlinked_directory_is_refused(sock_dir: str, runtime: HookRuntime, t
 
 
 def test_hello_and_simple_requests(server: HookServer, runtime: HookRuntime) -> None:
-    with protocol.HookConnection(server.path) as conn:
+    with HookConnection(server.path) as conn:
         hello = conn.hello
         assert hello["pid"] == os.getpid() and hello["uid"] == os.getuid()
         assert hello["torch"] == torch.__version__ and hello["hook_version"]
@@ -130,7 +131,7 @@ def test_hello_and_simple_requests(server: HookServer, runtime: HookRuntime) -> 
 def test_steps_stream_with_backlog(server: HookServer, runtime: HookRuntime) -> None:
     for _ in range(300):
         runtime.on_manual_step(4)
-    with protocol.HookConnection(server.path) as conn:
+    with HookConnection(server.path) as conn:
         first = conn.recv(2)
         while first is not None and first["type"] != "steps":
             first = conn.recv(2)
@@ -155,7 +156,7 @@ def test_steps_stream_with_backlog(server: HookServer, runtime: HookRuntime) -> 
 
 
 def test_bad_input_gets_an_error_and_the_connection_survives(server: HookServer) -> None:
-    with protocol.HookConnection(server.path) as conn:
+    with HookConnection(server.path) as conn:
         conn.sock.sendall(b"{oops\n\n   \n")
         reply = conn.recv(2)
         while reply is not None and reply["type"] != "error":
@@ -193,13 +194,13 @@ def test_a_client_sending_garbage_forever_is_closed(server: HookServer) -> None:
 
 def test_extra_clients_are_told_and_closed(make_server: Any) -> None:
     server = make_server(max_clients=2)
-    first, second = protocol.HookConnection(server.path), protocol.HookConnection(server.path)
+    first, second = HookConnection(server.path), HookConnection(server.path)
     third = raw_connect(server.path)
     data = read_until_eof(third)
     assert b'"code":"too_many_clients"' in data and b'"hello"' not in data
     first.close()
     wait_until(lambda: server.clients == 1)
-    with protocol.HookConnection(server.path) as again:
+    with HookConnection(server.path) as again:
         assert again.hello["pid"] == os.getpid()
     second.close()
     third.close()
@@ -229,7 +230,7 @@ def test_a_client_that_never_reads_loses_old_messages_then_is_dropped(make_serve
 def test_diagnose_and_set_knob_go_through_the_step_boundary(server: HookServer, runtime: HookRuntime) -> None:
     benchmark = torch.backends.cudnn.benchmark
     try:
-        with protocol.HookConnection(server.path) as conn:
+        with HookConnection(server.path) as conn:
             assert conn.request({"type": "diagnose", "id": 1, "steps": 3}, ("diagnosing",))["type"] == "diagnosing"
             busy = conn.request({"type": "diagnose", "id": 2, "steps": 3}, ("diagnosing",))
             assert busy["code"] == protocol.E_BUSY
@@ -254,7 +255,7 @@ def test_diagnose_and_set_knob_go_through_the_step_boundary(server: HookServer, 
 
 
 def test_stop_says_bye_and_removes_the_socket(server: HookServer, runtime: HookRuntime) -> None:
-    conn = protocol.HookConnection(server.path)
+    conn = HookConnection(server.path)
     runtime.on_manual_step(None)
     server.stop()
     messages = list(conn.messages(timeout=2))
@@ -302,12 +303,12 @@ def test_a_client_of_another_uid_is_refused(server: HookServer, sock_dir: str) -
     os.chmod(sock_dir, 0o755)
     os.chmod(server.path, 0o666)
     assert connect_as_nobody() == "closed-silently"
-    with protocol.HookConnection(server.path) as conn:  # root still gets in
+    with HookConnection(server.path) as conn:  # root still gets in
         assert conn.hello["pid"] == os.getpid()
 
 
 def test_a_forked_child_leaves_the_parent_server_alone(server: HookServer) -> None:
-    conn = protocol.HookConnection(server.path)
+    conn = HookConnection(server.path)
     pid = os.fork()
     if pid == 0:
         server.close_in_child()
@@ -316,6 +317,6 @@ def test_a_forked_child_leaves_the_parent_server_alone(server: HookServer) -> No
     os.waitpid(pid, 0)
     assert os.path.exists(server.path)
     assert conn.request({"type": "ping", "id": 1}, ("pong",))["type"] == "pong"
-    with protocol.HookConnection(server.path) as other:
+    with HookConnection(server.path) as other:
         assert other.hello["pid"] == os.getpid()
     conn.close()

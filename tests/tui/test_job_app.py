@@ -10,8 +10,8 @@ from typing import Any
 
 from textual.widgets import Footer
 
-from gpumon.attach.discovery import JobGroup, JobInfo
-from gpumon.attach.jobstate import JobView, replay_messages
+from gpumon.jobs.discovery import JobGroup, JobInfo
+from gpumon.jobs.jobstate import JobView, replay_messages
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.gpu_pane import GpuPane

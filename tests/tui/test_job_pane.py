@@ -8,8 +8,8 @@ from pathlib import Path
 
 from textual.app import App, ComposeResult
 
-from gpumon.attach.jobstate import JobState, JobView, RankSummary, replay_messages
-from gpumon.attach.pyspy import EstimateView
+from gpumon.jobs.jobstate import JobState, JobView, RankSummary, replay_messages
+from gpumon.jobs.pyspy import EstimateView
 from gpumon.tui.job_pane import JobPane, job_lines, stacked_bar
 from tui_support import widget_text
 

@@ -1,4 +1,4 @@
-"""gpumon's deliberately slow demo trainer (packaged as gpumon_demo); importing it does not import torch."""
+"""gpumon's deliberately slow demo trainer; importing it does not import torch."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpumon import protocol
-from gpumon.attach.discovery import AttachError, JobInfo
-from gpumon.attach.jobstate import END_CLOSED, JobState, JobView
+from gpumon.jobs.discovery import AttachError, JobInfo
+from gpumon.jobs.jobstate import END_CLOSED, JobState, JobView
 
 CONNECT_TIMEOUT = 1.0
 POLL_S = 0.25

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumon.attach.discovery import AttachError, process_command
+from gpumon.jobs.discovery import AttachError, process_command
 
 DATA_WAIT = "data_wait"
 CUDA_SYNC = "cuda_sync"

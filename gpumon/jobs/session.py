@@ -14,11 +14,11 @@ from dataclasses import replace
 from typing import Union
 
 from gpumon import protocol
-from gpumon.attach.client import ENDED, JobClient, Listener
-from gpumon.attach.discovery import (HELLO_TIMEOUT, AttachError, JobGroup, JobInfo, jobs_launched_by,
+from gpumon.jobs.client import ENDED, JobClient, Listener
+from gpumon.jobs.discovery import (HELLO_TIMEOUT, AttachError, JobGroup, JobInfo, jobs_launched_by,
                                      process_command, process_uid, scan)
-from gpumon.attach.jobstate import JobView, group_view
-from gpumon.attach.pyspy import PySpySampler
+from gpumon.jobs.jobstate import JobView, group_view
+from gpumon.jobs.pyspy import PySpySampler
 
 LAUNCH_POLL_S = 0.05
 """How often a launched job's sockets are looked for until the first appears."""

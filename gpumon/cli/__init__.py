@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpumon import __version__
-from gpumon.attach.process_group import reap_group, signal_group, stop_group
+from gpumon.jobs.process_group import reap_group, signal_group, stop_group
 from gpumon.sampling.source import MAX_INTERVAL, MIN_INTERVAL
 
 EXIT_USAGE = 2
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("--json", action="store_true", help="print JSON (one object per job group)")
     jobs.set_defaults(handler=run_jobs)
-    from gpumon.cli_advisor import register  # imports CliError from here: kept local to avoid a cycle
+    from gpumon.cli.advisor import register  # imports CliError from here: kept local to avoid a cycle
 
     register(commands)
     return parser
@@ -160,7 +160,7 @@ def interval_seconds(text: str) -> float:
 
 def run_dashboard(args: argparse.Namespace) -> int:
     """The dashboard; when this user's hooked jobs run, it first offers them in a picker (escape: plain)."""
-    from gpumon.attach.discovery import scan
+    from gpumon.jobs.discovery import scan
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.app import GpumonApp
 
@@ -315,7 +315,7 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.no_tui:
         return wait_forwarding_signals(launch(command))
 
-    from gpumon.attach.session import AttachedJob
+    from gpumon.jobs.session import AttachedJob
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.advisor_app import AdvisorApp
 
@@ -348,8 +348,8 @@ def run_launch(args: argparse.Namespace) -> int:
 
 
 def open_job_or_fail(pid: int) -> Any:
-    from gpumon.attach.discovery import AttachError
-    from gpumon.attach.session import open_job
+    from gpumon.jobs.discovery import AttachError
+    from gpumon.jobs.session import open_job
 
     try:
         return open_job(pid)
@@ -378,7 +378,7 @@ def _print_json(message: Any) -> None:
 
 def stream_json(job: Any, duration: float | None) -> int:
     """Print the job's data as JSON Lines until `duration` passes or the job ends."""
-    from gpumon.attach.pyspy import PySpySampler
+    from gpumon.jobs.pyspy import PySpySampler
 
     lines: queue.Queue[Any] = queue.Queue()
     if isinstance(job, PySpySampler):
@@ -418,7 +418,7 @@ def stream_json(job: Any, duration: float | None) -> int:
 
 
 def run_jobs(args: argparse.Namespace) -> int:
-    from gpumon.attach.discovery import scan
+    from gpumon.jobs.discovery import scan
 
     found = scan()
     groups = found.groups

@@ -9,11 +9,11 @@ No Textual here: the dashboard, `gpumon attach --json` and the advisor all use t
     open_job(pid) / AttachedJob              session.py: what `gpumon attach` and `gpumon run` follow
 """
 
-from gpumon.attach.client import JobClient, JobRequestError
-from gpumon.attach.discovery import AttachError, Discovery, JobGroup, JobInfo, group_jobs, list_jobs, scan
-from gpumon.attach.jobstate import JobState, JobView, RankSummary, StepPoint, TimelinePoint, find_straggler
-from gpumon.attach.pyspy import EstimateView, PySpySampler
-from gpumon.attach.session import AttachedJob, JobSource, open_job
+from gpumon.jobs.client import JobClient, JobRequestError
+from gpumon.jobs.discovery import AttachError, Discovery, JobGroup, JobInfo, group_jobs, list_jobs, scan
+from gpumon.jobs.jobstate import JobState, JobView, RankSummary, StepPoint, TimelinePoint, find_straggler
+from gpumon.jobs.pyspy import EstimateView, PySpySampler
+from gpumon.jobs.session import AttachedJob, JobSource, open_job
 
 __all__ = [
     "AttachError", "AttachedJob", "Discovery", "EstimateView", "JobClient", "JobGroup", "JobInfo", "JobRequestError",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon import protocol
-from gpumon.attach.discovery import JobInfo
+from gpumon.jobs.discovery import JobInfo
 
 HISTORY_STEPS = 4096
 """Step records kept per job."""

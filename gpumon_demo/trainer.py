@@ -223,7 +223,7 @@ def _stderr(line: str) -> None:
 
 
 def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, Any]:
-    """Trains until the step or time limit or a signal; returns the summary (see README of demo/)."""
+    """Trains until the step or time limit or a signal; returns the summary (see gpumon_demo/README.md)."""
     knobs = default_knobs() | validate_knobs(config.knobs)
     device = resolve_device(config.device)
     profile = resolve_profile(config.profile, device)

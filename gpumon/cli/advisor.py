@@ -289,7 +289,7 @@ def run_demo_dashboard(args: argparse.Namespace, device: str, notice: str | None
     import tempfile
 
     from gpumon.advisor.trial import stop_group
-    from gpumon.attach.session import AttachedJob
+    from gpumon.jobs.session import AttachedJob
     from gpumon.protocol import injection_env
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.advisor_app import AdvisorApp, DemoOwner
@@ -323,7 +323,7 @@ def run_demo_dashboard(args: argparse.Namespace, device: str, notice: str | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m gpumon.cli_advisor diagnose|experiment|demo ...`: these commands without the rest of gpumon's CLI."""
+    """`python -m gpumon.cli.advisor diagnose|experiment|demo ...`: these commands without the rest of gpumon's CLI."""
     parser = argparse.ArgumentParser(prog="gpumon", description="gpumon's advisor commands")
     register(parser.add_subparsers(title="commands", metavar="COMMAND", required=True))
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""`python -m demo` (or `python -m gpumon_demo` once packaged): runs the slow demo trainer."""
+"""`python -m gpumon_demo`: runs the slow demo trainer."""
 
 from __future__ import annotations
 
