@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, cast
 
 from gpumon.sampling.snapshot import GpuSample
 
@@ -143,10 +143,42 @@ class _Device:
     """Last timestamp seen from nvmlDeviceGetProcessUtilization."""
 
 
-def _import_pynvml() -> ModuleType:
-    import pynvml
+class NvmlModule(Protocol):
+    """The part of pynvml that GpuCollector calls directly (pynvml has no type hints); optional calls go through getattr.
 
-    return pynvml
+    NVML handles, structs and GPM buffers are opaque ctypes objects, hence Any.
+    """
+
+    NVMLError: type[Exception]
+    NVML_CLOCK_SM: int
+    NVML_CLOCK_MEM: int
+    NVML_TEMPERATURE_GPU: int
+    NVML_GPM_METRICS_GET_VERSION: int
+    c_nvmlGpmMetricsGet_t: Callable[[], Any]
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlSystemGetDriverVersion(self) -> str: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int, /) -> Any: ...
+    def nvmlDeviceGetUUID(self, handle: Any, /) -> str: ...
+    def nvmlDeviceGetName(self, handle: Any, /) -> str: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = ..., /) -> Any: ...
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: Any, /) -> Any: ...
+    def nvmlDeviceGetPowerUsage(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int, /) -> int: ...
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int, /) -> int: ...
+    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int, /) -> int: ...
+    def nvmlGpmSampleAlloc(self) -> Any: ...
+    def nvmlGpmSampleFree(self, sample: Any, /) -> None: ...
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any, /) -> Any: ...
+    def nvmlGpmMetricsGet(self, request: Any, /) -> Any: ...
+
+
+def _import_pynvml() -> NvmlModule:
+    return cast(NvmlModule, importlib.import_module("pynvml"))
 
 
 class GpuCollector:
@@ -158,7 +190,7 @@ class GpuCollector:
 
     def __init__(
         self,
-        nvml: ModuleType | Any | None = None,
+        nvml: NvmlModule | None = None,
         retry_interval: float = RETRY_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -180,6 +212,12 @@ class GpuCollector:
         self.driver_version: str | None = None
 
     # ---- public API -------------------------------------------------------------------------
+
+    @property
+    def _library(self) -> NvmlModule:
+        """The NVML module; only read once _init has set it (every caller runs after a successful nvmlInit)."""
+        assert self._nvml is not None, "NVML used before _init"
+        return self._nvml
 
     @property
     def gpu_count(self) -> int:
@@ -238,7 +276,7 @@ class GpuCollector:
             if self._initialized:
                 self._initialized = False
                 try:
-                    self._nvml.nvmlShutdown()
+                    self._library.nvmlShutdown()
                 except Exception:  # noqa: BLE001 - shutting down a broken NVML must not raise
                     pass
 
@@ -294,7 +332,7 @@ class GpuCollector:
             self._set_error()
 
     def _init_error(self, error: Exception) -> str:
-        name = self._codes.get(getattr(error, "value", None), "")
+        name = self._code_name(error) or ""
         if name == "NVML_ERROR_LIBRARY_NOT_FOUND":
             return "NVIDIA driver not found (libnvidia-ml.so.1 missing)"
         if name == "NVML_ERROR_DRIVER_NOT_LOADED":
@@ -306,7 +344,7 @@ class GpuCollector:
         return f"NVML init failed: {_describe(error)}"
 
     def _open(self, index: int) -> tuple[_Device | None, str]:
-        nvml = self._nvml
+        nvml = self._library
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             uuid = self._optional(nvml.nvmlDeviceGetUUID, handle) or f"GPU-{index}"
@@ -338,14 +376,14 @@ class GpuCollector:
         return device, ""
 
     def _gpm_supported(self, handle: Any) -> bool:
-        query = getattr(self._nvml, "nvmlGpmQueryDeviceSupport", None)
+        query = getattr(self._library, "nvmlGpmQueryDeviceSupport", None)
         if query is None:
             return False
         support = self._optional(query, handle)
         return bool(support is not None and getattr(support, "isSupportedDevice", 0))
 
     def _setup_gpm(self, device: _Device) -> None:
-        nvml = self._nvml
+        nvml = self._library
         try:
             device.gpm_samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
             request = nvml.c_nvmlGpmMetricsGet_t()
@@ -363,7 +401,7 @@ class GpuCollector:
     def _free_gpm(self, device: _Device) -> None:
         for sample in device.gpm_samples:
             try:
-                self._nvml.nvmlGpmSampleFree(sample)
+                self._library.nvmlGpmSampleFree(sample)
             except Exception:  # noqa: BLE001
                 pass
         device.gpm_samples = []
@@ -414,7 +452,7 @@ class GpuCollector:
             self._devices = []
             self._initialized = False
             try:
-                self._nvml.nvmlShutdown()
+                self._library.nvmlShutdown()
             except Exception:  # noqa: BLE001
                 pass
         self._init()
@@ -426,12 +464,17 @@ class GpuCollector:
         try:
             return function(*args)
         except Exception as error:  # noqa: BLE001 - pynvml also raises non-NVMLError (version mismatch)
-            code_name = self._codes.get(getattr(error, "value", None)) if isinstance(error, self._nvml.NVMLError) else None
+            code_name = self._code_name(error) if isinstance(error, self._library.NVMLError) else None
             if code_name in _DEVICE_LOST_ERRORS:
                 raise _DeviceLost(_describe(error)) from None
             if code_name in _LIBRARY_ERRORS:
                 raise _LibraryFailed(_describe(error)) from None
             raise _Absent(_describe(error)) from None
+
+    def _code_name(self, error: Exception) -> str | None:
+        """The NVML_ERROR_* name of an NVMLError's code, or None for another error."""
+        code = getattr(error, "value", None)
+        return self._codes.get(code) if isinstance(code, int) else None
 
     def _optional(self, function: Callable[..., Any], *args: Any) -> Any:
         """The value, or None where the field is not available here."""
@@ -443,7 +486,7 @@ class GpuCollector:
     # ---- the tiers ---------------------------------------------------------------------------
 
     def _fast_sample(self, device: _Device) -> GpuSample:
-        nvml, handle, optional = self._nvml, device.handle, self._optional
+        nvml, handle, optional = self._library, device.handle, self._optional
         utilization = optional(nvml.nvmlDeviceGetUtilizationRates, handle)
         if device.memory_version is not None:
             memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle, device.memory_version)
@@ -466,7 +509,12 @@ class GpuCollector:
             power_limit=device.power_limit,
             clock_sm=int(clock_sm) if clock_sm is not None else None,
             clock_memory=int(clock_memory) if clock_memory is not None else None,
-            **gpm,
+            pcie_rx=gpm.get("pcie_rx"),
+            pcie_tx=gpm.get("pcie_tx"),
+            sm_activity=gpm.get("sm_activity"),
+            sm_occupancy=gpm.get("sm_occupancy"),
+            tensor_activity=gpm.get("tensor_activity"),
+            dram_bandwidth=gpm.get("dram_bandwidth"),
         )
 
     def _gpm_reading(self, device: _Device) -> dict[str, float | None]:
@@ -478,7 +526,7 @@ class GpuCollector:
             return device.gpm_values
         previous, current = device.gpm_samples
         try:
-            self._call(self._nvml.nvmlGpmSampleGet, device.handle, current)
+            self._call(self._library.nvmlGpmSampleGet, device.handle, current)
         except _Absent:
             return device.gpm_values
         if device.gpm_previous_time is not None:
@@ -492,10 +540,10 @@ class GpuCollector:
         request.sample1 = first
         request.sample2 = second
         try:
-            self._call(self._nvml.nvmlGpmMetricsGet, request)
+            self._call(self._library.nvmlGpmMetricsGet, request)
         except _Absent:
             return {}
-        success = getattr(self._nvml, "NVML_SUCCESS", 0)
+        success = getattr(self._library, "NVML_SUCCESS", 0)
         values: dict[str, float | None] = {}
         for slot, (name, _, factor) in enumerate(wanted):
             metric = request.metrics[slot]
@@ -504,7 +552,7 @@ class GpuCollector:
         return values
 
     def _slow_fields(self, device: _Device) -> dict[str, Any]:
-        nvml, handle, optional = self._nvml, device.handle, self._optional
+        nvml, handle, optional = self._library, device.handle, self._optional
         temperature = optional(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
         reasons_function = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         mask = optional(reasons_function, handle) if reasons_function is not None else None
@@ -520,7 +568,8 @@ class GpuCollector:
         values: dict[str, float | None] = {}
         for name, counter in (("pcie_rx", "NVML_PCIE_UTIL_RX_BYTES"), ("pcie_tx", "NVML_PCIE_UTIL_TX_BYTES")):
             try:
-                kilobytes = self._call(self._nvml.nvmlDeviceGetPcieThroughput, device.handle, getattr(self._nvml, counter))
+                nvml = self._library
+                kilobytes = self._call(nvml.nvmlDeviceGetPcieThroughput, device.handle, getattr(nvml, counter))
             except (_Absent, _DeviceLost, _LibraryFailed):
                 kilobytes = None
             values[name] = kilobytes * 1024.0 if kilobytes is not None else None
@@ -549,7 +598,7 @@ class GpuCollector:
 
     def _first_available(self, names: tuple[str, ...], *args: Any) -> Any:
         for name in names:
-            function = getattr(self._nvml, name, None)
+            function = getattr(self._library, name, None)
             if function is not None:
                 value = self._optional(function, *args)
                 if value is not None:
@@ -557,7 +606,7 @@ class GpuCollector:
         return None
 
     def _process_utilization(self, device: _Device) -> dict[int, float]:
-        function = getattr(self._nvml, "nvmlDeviceGetProcessUtilization", None)
+        function = getattr(self._library, "nvmlDeviceGetProcessUtilization", None)
         if function is None:
             return {}
         samples = self._optional(function, device.handle, device.process_timestamp)
