@@ -93,10 +93,10 @@ class History:
                 if key not in metrics:
                     series.append(None)
             for key, value in metrics.items():
-                series = self._series.get(key)
-                if series is None:
-                    series = self._series[key] = RingBuffer(self.capacity)
-                series.append(value)
+                known = self._series.get(key)
+                if known is None:
+                    known = self._series[key] = RingBuffer(self.capacity)
+                known.append(value)
 
     def last(self, key: str, count: int) -> list[float | None]:
         """The newest `count` values of one metric, oldest first; empty for an unknown key."""

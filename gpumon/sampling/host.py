@@ -43,7 +43,7 @@ class HostCollector:
         else:
             busy_sum = iowait_sum = elapsed_sum = 0.0
             cores = []
-            for before, after in zip(previous, times):
+            for before, after in zip(previous, times, strict=True):
                 elapsed, busy, waiting = _cpu_delta(before, after)
                 cores.append(round(100.0 * busy / elapsed, 1) if elapsed > 0 else 0.0)
                 busy_sum += busy
@@ -51,7 +51,8 @@ class HostCollector:
                 elapsed_sum += elapsed
             per_core = tuple(cores)
             total = round(100.0 * busy_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0
-            iowait = (round(100.0 * iowait_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0) if hasattr(times[0], "iowait") else None
+            has_iowait = hasattr(times[0], "iowait")
+            iowait = (round(100.0 * iowait_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0) if has_iowait else None
         memory_total, memory_available, swap_total, swap_used = memory_and_swap()
         try:
             load = os.getloadavg()
@@ -114,7 +115,7 @@ def _cpu_delta(before: Any, after: Any) -> tuple[float, float, float]:
 
 def _cpu_total(times: Any) -> float:
     # On Linux guest time is already counted in user/nice.
-    return sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return float(sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0))
 
 
 def is_skipped_device(name: str) -> bool:

@@ -1,11 +1,11 @@
-"""NVML collector: per-GPU fast fields (utilization, memory, power, clocks, GPM) and slow fields (temperature, throttling, PCIe, processes)."""
+"""NVML collector: fast fields (utilization, memory, power, clocks, GPM), slow ones (temperature, PCIe, processes)."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -144,7 +144,7 @@ class _Device:
 
 
 class NvmlModule(Protocol):
-    """The part of pynvml that GpuCollector calls directly (pynvml has no type hints); optional calls go through getattr.
+    """The part of pynvml that GpuCollector calls directly (pynvml has no type hints); optional ones go via getattr.
 
     NVML handles, structs and GPM buffers are opaque ctypes objects, hence Any.
     """
@@ -285,9 +285,12 @@ class GpuCollector:
     def _ensure_initialized(self) -> None:
         if not self._attempted:
             self._init()
-        elif self.error is not None and not self._permanent_failure:
-            if self._clock() - self._last_attempt >= self._retry_interval:
-                self._retry()
+        elif (
+            self.error is not None
+            and not self._permanent_failure
+            and self._clock() - self._last_attempt >= self._retry_interval
+        ):
+            self._retry()
 
     def _init(self) -> None:
         self._attempted = True
@@ -313,7 +316,7 @@ class GpuCollector:
         self._initialized = True
         try:
             count = nvml.nvmlDeviceGetCount()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001 - counting failed: reported as the one-line error
             self.error = f"NVML: cannot count GPUs ({_describe(error)})"
             return
         self._device_count = count
@@ -388,7 +391,11 @@ class GpuCollector:
             device.gpm_samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
             request = nvml.c_nvmlGpmMetricsGet_t()
             request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            wanted = [(name, getattr(nvml, constant), factor) for name, constant, factor in _GPM_METRICS if hasattr(nvml, constant)]
+            wanted = [
+                (name, getattr(nvml, constant), factor)
+                for name, constant, factor in _GPM_METRICS
+                if hasattr(nvml, constant)
+            ]
             request.numMetrics = len(wanted)
             for slot, (_, metric_id, _) in enumerate(wanted):
                 request.metrics[slot].metricId = metric_id
@@ -402,7 +409,7 @@ class GpuCollector:
         for sample in device.gpm_samples:
             try:
                 self._library.nvmlGpmSampleFree(sample)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - freeing a buffer of a broken NVML must not raise
                 pass
         device.gpm_samples = []
         device.gpm_request = None
@@ -453,7 +460,7 @@ class GpuCollector:
             self._initialized = False
             try:
                 self._library.nvmlShutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - shutting down a broken NVML must not raise
                 pass
         self._init()
 
@@ -504,7 +511,11 @@ class GpuCollector:
             utilization_gpu=float(utilization.gpu) if utilization is not None else None,
             utilization_memory=float(utilization.memory) if utilization is not None else None,
             memory_used=int(memory.used) if memory is not None else None,
-            memory_total=device.memory_total if device.memory_total is not None else (int(memory.total) if memory is not None else None),
+            memory_total=(
+                device.memory_total
+                if device.memory_total is not None
+                else (int(memory.total) if memory is not None else None)
+            ),
             power=power / 1000.0 if power is not None else None,
             power_limit=device.power_limit,
             clock_sm=int(clock_sm) if clock_sm is not None else None,
@@ -584,7 +595,10 @@ class GpuCollector:
             for info in self._first_available(names, device.handle) or ():
                 used = getattr(info, "usedGpuMemory", None)
                 known = memory_by_pid.get(info.pid)
-                memory_by_pid[info.pid] = max(used, known) if used is not None and known is not None else (used if used is not None else known)
+                if used is not None and known is not None:
+                    memory_by_pid[info.pid] = max(used, known)
+                else:
+                    memory_by_pid[info.pid] = used if used is not None else known
         if len(memory_by_pid) == 1 and device.utilization_gpu is not None:
             # A GPU running one process: its SM% is the GPU's utilization, the measure that
             # nvmlDeviceGetProcessUtilization gives per process, without that call's ~1.6 ms of CPU (H200).
