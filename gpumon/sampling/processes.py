@@ -158,7 +158,9 @@ class ProcessCollector:
         elapsed = now - previous_time
         if previous is None or elapsed <= 0:
             return None, None
-        return round(max(0, current[0] - previous[0]) / elapsed, 1), round(max(0, current[1] - previous[1]) / elapsed, 1)
+        read_rate = round(max(0, current[0] - previous[0]) / elapsed, 1)
+        write_rate = round(max(0, current[1] - previous[1]) / elapsed, 1)
+        return read_rate, write_rate
 
 
 def _group_by_pid(gpu_processes: Iterable[GpuProcess]) -> dict[int, _GpuUse]:

@@ -1,4 +1,4 @@
-"""The live sampler: a fast thread (GPU fast fields, host) and a slow one (NVML slow fields, processes) making Snapshots."""
+"""The live sampler: a fast thread (GPU fast fields, host) and a slow one (NVML slow fields, processes): Snapshots."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ class Sampler:
         try:
             self.host.collect()
             self.gpu.collect_fast()
-        except Exception:  # noqa: BLE001 - the sampler thread never dies
+        except Exception:  # the sampler thread never dies
             log.exception("priming the fast collectors failed")
         self._fast_wake.wait(PRIME_WAIT)
         self._fast_wake.clear()
@@ -174,7 +174,7 @@ class Sampler:
             started = time.monotonic()
             try:
                 self._collect_slow()
-            except Exception:  # noqa: BLE001
+            except Exception:  # the sampler thread never dies
                 log.exception("slow sampling tick failed")
             self._sleep(self._slow_wake, self.slow_interval - (time.monotonic() - started))
 
@@ -182,7 +182,7 @@ class Sampler:
         try:
             snapshot = self._build_snapshot()
             self.history.add(snapshot)
-        except Exception:  # noqa: BLE001
+        except Exception:  # the sampler thread never dies
             log.exception("fast sampling tick failed")
             return
         callback = self._callback
@@ -190,7 +190,7 @@ class Sampler:
             return
         try:
             callback(snapshot)
-        except Exception:  # noqa: BLE001 - a broken view must not stop sampling
+        except Exception:  # a broken view must not stop sampling
             log.exception("snapshot callback raised")
 
     def _sleep(self, wake: threading.Event, seconds: float) -> None:
@@ -235,7 +235,7 @@ def _merge(gpu: GpuSample, slow_fields: dict[str, Any] | None) -> GpuSample:
 
 
 def sample_once(window: float = 0.5, gpu: GpuCollector | None = None) -> Snapshot:
-    """One complete snapshot of this machine (for `gpumon snapshot`), rates over `window` seconds; NVML released after."""
+    """One complete snapshot of this machine (`gpumon snapshot`), rates over `window` seconds; NVML released after."""
     sampler = Sampler(gpu=gpu)
     try:
         return sampler.sample_once(window)
