@@ -12,8 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon import protocol
-from gpumon.advisor.rules import (HEALTHY, HOST_SYNC, INPUT_BOUND, IO_BOUND, LAUNCH_BOUND, LOW_PRECISION,
-                                  MEMORY_IMBALANCE, TRANSFER_BOUND, Finding, gpu_busy)
+from gpumon.advisor.rules import (
+    HEALTHY,
+    HOST_SYNC,
+    INPUT_BOUND,
+    IO_BOUND,
+    LAUNCH_BOUND,
+    LOW_PRECISION,
+    MEMORY_IMBALANCE,
+    TRANSFER_BOUND,
+    Finding,
+    gpu_busy,
+)
 from gpumon.advisor.signals import Signals
 
 BATCH_FLAG = "changes the optimisation: retune the learning rate"

@@ -15,9 +15,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpumon.advisor.catalogue import Experiment
-from gpumon.advisor.measure import (Cancelled, Progress, SnapshotLog, StepLog, measure_windows, measurement_from,
-                                    sleep_checked)
-from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK, VariantResult
+from gpumon.advisor.measure import (
+    Cancelled,
+    Progress,
+    SnapshotLog,
+    StepLog,
+    measure_windows,
+    measurement_from,
+    sleep_checked,
+)
+from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK, VariantIdentity, VariantResult
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.client import JobClient, JobRequestError
 from gpumon.jobs.jobstate import JobView
@@ -78,7 +85,7 @@ class LiveRunner:
         if self.progress is not None:
             try:
                 self.progress(message, max(0.0, min(1.0, fraction)))
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a broken progress view must not stop the experiment
                 pass
 
     def _alive(self) -> str | None:
@@ -91,7 +98,8 @@ class LiveRunner:
 
     def _measure(self, label: str, change: dict[str, Any], knobs: dict[str, Any], *,
                  diagnose_syncs: bool = False, flags: tuple[str, ...] = ()) -> VariantResult:
-        result = dict(label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags, pid=self.client.pid)
+        result = VariantIdentity(label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags,
+                                 pid=self.client.pid)
         self._say(f"{label}: warming up", 0.2)
         sleep_checked(self.warmup_s, self.cancel, self._alive)
         start = time.time()
@@ -136,8 +144,8 @@ class LiveRunner:
     def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
         change = dict(experiment.knobs)
         label = experiment.label
-        base = dict(label=label, change=change, knobs={**kept, **change}, kind=KIND_LIVE,
-                    flags=tuple(experiment.flags), pid=self.client.pid)
+        base = VariantIdentity(label=label, change=change, knobs={**kept, **change}, kind=KIND_LIVE,
+                               flags=tuple(experiment.flags), pid=self.client.pid)
         view = self.client.view()
         for name in change:
             self.original.setdefault(name, current_value(view, name))
@@ -155,7 +163,7 @@ class LiveRunner:
                 self._say(f"{label}: waiting for it to take effect (next epoch)", 0.1)
                 sleep_checked(0.25, self.cancel, self._alive)
             measured = self._measure(label, change, {**kept, **change}, flags=tuple(experiment.flags))
-            return VariantResult(**{**base, "status": measured.status, "reason": measured.reason},
+            return VariantResult(**base, status=measured.status, reason=measured.reason,
                                  measurement=measured.measurement, signals=measured.signals,
                                  applied={name: "hook" for name in change})
         except Cancelled:

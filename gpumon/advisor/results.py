@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from gpumon.advisor.measure import Measurement, speedup
 from gpumon.advisor.rules import Finding
@@ -24,6 +24,20 @@ STATUSES = (OK, FAILED, OOM, TIMEOUT, NOT_APPLIED, SKIPPED, CANCELLED)
 
 KIND_LIVE = "live"
 KIND_TRIAL = "trial"
+
+
+class _VariantIdentityRequired(TypedDict):
+    label: str
+    change: Mapping[str, Any]
+    knobs: Mapping[str, Any]
+    kind: str
+
+
+class VariantIdentity(_VariantIdentityRequired, total=False):
+    """What a variant is, known before it runs: `VariantResult(**identity, status=..., ...)` type-checks."""
+
+    flags: tuple[str, ...]
+    pid: int | None
 
 
 @dataclass(frozen=True, slots=True)
