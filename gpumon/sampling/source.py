@@ -23,8 +23,10 @@ class SnapshotSource(Protocol):
     history: History
     live: bool
     """True for a live sampler, False for a replay."""
-    description: str
-    """One line for the title bar, e.g. 'live' or 'replay of run.jsonl at 2x'."""
+
+    @property
+    def description(self) -> str:
+        """One line for the title bar, e.g. 'live' or 'replay of run.jsonl at 2x'."""
 
     @property
     def interval(self) -> float:
