@@ -419,6 +419,7 @@ def stream_json(job: Any, duration: float | None) -> int:
 
 def run_jobs(args: argparse.Namespace) -> int:
     from gpumon.jobs.discovery import scan
+    from gpumon.printable import printable
 
     found = scan()
     groups = found.groups
@@ -430,12 +431,12 @@ def run_jobs(args: argparse.Namespace) -> int:
     if not groups:
         print("no hooked jobs (add `import gpumon.hook` to a training script, or run it with `gpumon run -- ...`)")
     for group in groups:
-        print(group.label)
+        print(printable(group.label))
         if group.distributed:
             for job in group.jobs:
-                print(f"  rank {job.rank if job.rank is not None else '?'}  pid {job.pid}  {job.cwd}")
+                print(f"  rank {job.rank if job.rank is not None else '?'}  pid {job.pid}  {printable(job.cwd)}")
         else:
-            print(f"  cwd {group.primary.cwd}")
+            print(f"  cwd {printable(group.primary.cwd)}")
     for pid, reason in found.unreachable:
-        print(f"pid {pid}: not answering ({reason})", file=sys.stderr)
+        print(f"pid {pid}: not answering ({printable(str(reason))})", file=sys.stderr)
     return 0

@@ -33,6 +33,7 @@ from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.session import AttachedJob, JobSource
+from gpumon.printable import printable
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.advisor_panel import AdvisorPanel
 from gpumon.tui.app import GpumonApp
@@ -328,7 +329,7 @@ class AdvisorApp(GpumonApp):
             if message.error:
                 panel.show_progress(f"the guided run failed: {message.error}", None)
         if message.error:
-            self.notify(f"guided run failed: {message.error}", severity="error", timeout=8)
+            self.notify(f"guided run failed: {printable(str(message.error))}", severity="error", timeout=8, markup=False)
 
 
 def default_runner_factory(app: AdvisorApp, cancel: threading.Event) -> Runner | None:

@@ -19,6 +19,8 @@ from gpumon.advisor.measure import speedup
 from gpumon.advisor.report import format_bytes, format_percent, format_rate, result_text
 from gpumon.advisor.results import OK, GuidedReport, VariantResult
 from gpumon.advisor.rules import HEALTHY, Finding
+from gpumon.printable import printable
+from gpumon.tui.printable_text import printable_text
 
 COLUMNS = (("step", "step"), ("util", "GPU-Util"), ("sm", "SM"), ("rate", "samples/s"), ("gain", "speed-up"),
            ("mem", "peak mem"), ("result", "result"))
@@ -100,7 +102,7 @@ class AdvisorPanel(VerticalScroll):
         for other in finding.secondary:
             text.append(f"\nalso {other.category}: ", style="bold")
             text.append(other.evidence, style="dim")
-        self.query_one("#advisor-finding", Static).update(text)
+        self.query_one("#advisor-finding", Static).update(printable_text(text, multiline=True))
 
     def show_plan(self, experiments: Sequence[Experiment], skipped: Sequence[str] = ()) -> None:
         text = Text()
@@ -115,13 +117,13 @@ class AdvisorPanel(VerticalScroll):
             text.append(f"not tried: {line}\n", style="dim")
         if not experiments and not skipped and self.results:
             text.append("No experiment left to try.", style="dim")
-        self.query_one("#advisor-plan", Static).update(text)
+        self.query_one("#advisor-plan", Static).update(printable_text(text, multiline=True))
 
     # -- a running experiment --------------------------------------------------------------------
 
     def show_progress(self, message: str, fraction: float | None) -> None:
         self.set_class(fraction is not None, "-running")
-        self.query_one("#advisor-status", Static).update(Text(message, style="bold"))
+        self.query_one("#advisor-status", Static).update(Text(printable(message), style="bold"))
         if fraction is not None:
             self.query_one("#advisor-progress", ProgressBar).update(total=1.0, progress=fraction)
 
@@ -144,7 +146,7 @@ class AdvisorPanel(VerticalScroll):
             format_bytes(m.peak_memory) if shown and m else "-",
             short_result(result, is_baseline=len(self.results) == 1),
         ]
-        table.add_row(*[Text(cell, style=style) for cell in cells], key=f"row-{len(self.results)}")
+        table.add_row(*[Text(printable(cell), style=style) for cell in cells], key=f"row-{len(self.results)}")
 
     def show_report(self, report: GuidedReport) -> None:
         self.report = report
@@ -155,7 +157,7 @@ class AdvisorPanel(VerticalScroll):
         status.append("Guided run done", style="bold")
         if report.stopped:
             status.append(f": {report.stopped}", style="dim")
-        self.query_one("#advisor-status", Static).update(status)
+        self.query_one("#advisor-status", Static).update(printable_text(status, multiline=True))
         code = Text()
         if report.kept:
             code.append("Code change" + (f" ({gain:.1f}x)" if gain else "") + "\n", style="bold green")
@@ -168,7 +170,7 @@ class AdvisorPanel(VerticalScroll):
         for variant in report.variants:
             for flag in variant.flags if variant.kept else ():
                 code.append(f"Note ({variant.label}): {flag}\n", style="dim")
-        self.query_one("#advisor-code", Static).update(code)
+        self.query_one("#advisor-code", Static).update(printable_text(code, multiline=True))
 
     def start_run(self) -> None:
         """A new guided run: forget the previous table."""

@@ -18,6 +18,7 @@ from textual.widgets import Footer
 
 from gpumon.jobs.discovery import AttachError, JobGroup, scan
 from gpumon.jobs.session import AttachedJob, JobSource
+from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.commands import GpumonCommands
@@ -196,7 +197,7 @@ class GpumonApp(App[None]):
         Shown in the TitleBar; App.title (whose every change repaints the whole screen) changes only with the host.
         """
         snapshot = self.snapshot
-        host = snapshot.hostname if snapshot is not None else ""
+        host = printable(snapshot.hostname) if snapshot is not None else ""
         title_parts = ["gpumon", host] if host else ["gpumon"]
         app_title = " · ".join(title_parts)
         if snapshot is not None:
@@ -309,7 +310,7 @@ class GpumonApp(App[None]):
     def _picked(self, group: JobGroup | None) -> None:
         if group is None:
             return
-        self.notify(f"attaching to {group.label}", timeout=3)
+        self.notify(f"attaching to {printable(group.label)}", timeout=3, markup=False)
         self.run_worker(lambda: self._connect(group), thread=True, exclusive=True, group="attach")
 
     def _connect(self, group: JobGroup) -> None:
@@ -317,7 +318,8 @@ class GpumonApp(App[None]):
         try:
             job = self._open_job(group)
         except (AttachError, OSError) as error:
-            self.call_from_thread(self.notify, f"cannot attach: {error}", severity="error", timeout=8)
+            self.call_from_thread(self.notify, f"cannot attach: {printable(str(error))}", severity="error", timeout=8,
+                                  markup=False)
             return
         self.call_from_thread(self._switch_to, job)
 

@@ -134,6 +134,5 @@ class CpuPane(Pane):
     def show(self, cpu: CpuSample, history: History) -> None:
         max_core_rows = self.max_core_rows
         title = f"CPU · {len(cpu.per_core)} cores" if cpu.per_core else "CPU"
-        if self.border_title != title:
-            self.border_title = title
+        self.set_title(title)
         self.show_lines(lambda width: cpu_lines(cpu, history, width, max_core_rows))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Span, Text
 
+from gpumon.printable import printable
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import DiskSample, Snapshot
 from gpumon.tui.format import format_count, format_percent, format_rate
@@ -27,7 +28,7 @@ def disk_line(disk: DiskSample, history: History, width: int, name_width: int) -
     """'nvme0n1  R  512M/s ▁▂▅▇  W   30M/s ▁▁▂  1.2k IOPS'."""
     fixed = name_width + 2 * (3 + RATE_WIDTH + 1) + 1 + IOPS_WIDTH + 5
     spark_width = max(0, (width - fixed) // 2)
-    parts = [disk.name[:name_width].ljust(name_width)]
+    parts = [printable(disk.name)[:name_width].ljust(name_width)]
     spans = []
     offset = len(parts[0])
     for label, rate, key, style in (
@@ -47,7 +48,7 @@ def disk_line(disk: DiskSample, history: History, width: int, name_width: int) -
 def disk_lines(snapshot: Snapshot, history: History, width: int) -> list[Text]:
     if not snapshot.disks:
         return [Text("no disks reported", style="bright_black")]
-    name_width = min(_NAME_MAX, max(len(disk.name) for disk in snapshot.disks))
+    name_width = min(_NAME_MAX, max(len(printable(disk.name)) for disk in snapshot.disks))
     return [disk_line(disk, history, width, name_width) for disk in snapshot.disks]
 
 
@@ -60,6 +61,5 @@ class DiskPane(Pane):
 
     def show(self, snapshot: Snapshot, history: History) -> None:
         title = f"Disk · iowait {format_percent(snapshot.cpu.iowait)}"
-        if self.border_title != title:
-            self.border_title = title
+        self.set_title(title)
         self.show_lines(lambda width: disk_lines(snapshot, history, width))

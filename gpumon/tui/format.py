@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from gpumon.printable import printable
+
 MISSING = "N/A"
 _BINARY_UNITS = ("B", "K", "M", "G", "T", "P")
 _COUNT_UNITS = ("", "k", "M", "G")
@@ -83,8 +85,8 @@ def format_state(state: str | None) -> str:
 
 
 def short_gpu_name(name: str) -> str:
-    """The GPU model without the vendor prefix: 'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'."""
+    """The GPU model without the vendor prefix, made printable: 'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'."""
     for prefix in ("NVIDIA ", "Nvidia "):
         if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
+            return printable(name[len(prefix) :])
+    return printable(name)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rich.text import Span, Text
 
+from gpumon.printable import printable
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import GpuSample, Snapshot
 from gpumon.tui.bar import bar, gauge_line
@@ -65,7 +66,7 @@ def throttle_text(gpu: GpuSample) -> Text:
         return Text("throttle N/A", style="bright_black")
     active = active_throttle_reasons(gpu)
     if active:
-        return Text("throttle: " + ", ".join(active), style="bold white on red")
+        return Text("throttle: " + ", ".join(printable(reason) for reason in active), style="bold white on red")
     if gpu.throttle_reasons:
         return Text("idle", style="bright_black")
     return Text("no throttle", style="bright_black")
@@ -189,7 +190,7 @@ def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int,
     graph_rows: sparklines this many lines tall where that fits max_lines (else one line, as without).
     """
     if snapshot.gpu_error:
-        message = snapshot.gpu_error
+        message = printable(snapshot.gpu_error)
         if not message.lower().startswith("gpu"):
             message = f"GPU: {message}"
         return [Text(message, style="bold yellow")]
@@ -228,8 +229,7 @@ class GpuPane(Pane):
         marked = [gpu.index for gpu in snapshot.gpus if gpu.uuid in job_uuids]
         if marked:
             title += " · job on " + ", ".join(f"GPU{index}" for index in marked)
-        if self.border_title != title:
-            self.border_title = title
+        self.set_title(title)
         self.show_lines(lambda width: gpu_lines(snapshot, history, width, max_lines, job_uuids, graph_rows))
 
     def set_graph_rows(self, rows: int) -> None:

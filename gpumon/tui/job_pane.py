@@ -12,6 +12,7 @@ from rich.text import Text
 
 from gpumon.jobs.jobstate import JobView, RankSummary, TimelinePoint
 from gpumon.jobs.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
+from gpumon.printable import printable, printable_or
 from gpumon.tui.bar import bar
 from gpumon.tui.format import MISSING, format_bytes, format_count
 from gpumon.tui.pane import Pane
@@ -74,10 +75,10 @@ def stacked_bar(shares: Sequence[tuple[float | None, str]], width: int) -> Text:
 def status_line(view: JobView) -> Text | None:
     """Waiting, ended or silent: the one thing to say before the numbers (None when all is well)."""
     if view.waiting and not view.connected and not view.ended:
-        return Text(view.waiting + " …", style="bold yellow", no_wrap=True, end="")
+        return Text(printable(view.waiting) + " …", style="bold yellow", no_wrap=True, end="")
     if view.ended:
         text = Text("job ended", style="bold white on red", no_wrap=True, end="")
-        reason = END_REASONS.get(view.end_reason or "", view.end_reason or "connection closed")
+        reason = END_REASONS.get(view.end_reason or "", printable(view.end_reason or "connection closed"))
         details = reason if view.exit_code is None else f"{reason} · exit status {view.exit_code}"
         text.append(f" {details} · history kept", style="bold")
         return text
@@ -187,8 +188,8 @@ def loader_line(view: JobView) -> Text:
         return text
     loader = loaders[0]
     prefetch = loader.get("prefetch_factor")
-    text.append(f"{loader.get('dataset', '?')} · batch {loader.get('batch_size', MISSING)} · "
-                f"workers {loader.get('num_workers', MISSING)} · prefetch {MISSING if prefetch is None else prefetch} · "
+    text.append(f"{printable_or(loader.get('dataset'))} · batch {printable_or(loader.get('batch_size'), MISSING)} · "
+                f"workers {printable_or(loader.get('num_workers'), MISSING)} · prefetch {printable_or(prefetch, MISSING)} · "
                 f"pin {_on_off(loader.get('pin_memory'))} · persist {_on_off(loader.get('persistent_workers'))}")
     if len(loaders) > 1:
         text.append(f" (+{len(loaders) - 1} more)", style="bright_black")
@@ -203,8 +204,8 @@ def precision_line(view: JobView) -> Text:
         return text
     autocast = precision.get("autocast")
     if isinstance(autocast, Mapping) and autocast.get("enabled"):
-        dtype = str(autocast.get("dtype", "")).replace("torch.", "")
-        text.append(f"AMP {dtype} ({autocast.get('device_type', '?')})", style="green")
+        dtype = printable_or(autocast.get("dtype"), "").replace("torch.", "")
+        text.append(f"AMP {dtype} ({printable_or(autocast.get('device_type'))})", style="green")
     else:
         text.append("AMP off", style="yellow")
     text.append(f" · TF32 matmul {_on_off(precision.get('tf32_matmul'))} · TF32 cuDNN "
@@ -266,7 +267,7 @@ def estimate_lines(view: EstimateView, width: int, max_lines: int) -> list[Text]
     head.append(f" · {view.samples:,} main-thread samples at {view.rate} Hz in {view.rounds * view.round_s} s")
     lines.append(head)
     if view.ended:
-        lines.append(Text(f"sampling ended: {view.end_reason} · estimate kept", style="bold white on red",
+        lines.append(Text(f"sampling ended: {printable_or(view.end_reason)} · estimate kept", style="bold white on red",
                           no_wrap=True, end=""))
     if not view.samples:
         lines.append(Text("waiting for py-spy's first samples …", style="yellow", no_wrap=True, end=""))
@@ -287,7 +288,7 @@ def estimate_lines(view: EstimateView, width: int, max_lines: int) -> list[Text]
     dominant = view.dominant
     if dominant is not None and view.hot_frames.get(dominant):
         hot = Text("most in ", style="bright_black", no_wrap=True, end="")
-        hot.append(view.hot_frames[dominant])
+        hot.append(printable(view.hot_frames[dominant]))
         lines.append(hot)
     return lines[:max(1, max_lines)]
 
@@ -296,8 +297,8 @@ def estimate_lines(view: EstimateView, width: int, max_lines: int) -> list[Text]
 
 
 def short_command(command: str, limit: int = 60) -> str:
-    """The command with its leading absolute paths cut to their names: 'python train.py --lr 3e-4'."""
-    words = command.split(" ")
+    """The command, made printable, with its leading absolute paths cut to their names: 'python train.py --lr 3e-4'."""
+    words = printable(command).split(" ")
     for index, word in enumerate(words[:2]):
         if word.startswith("/"):
             words[index] = os.path.basename(word)
@@ -343,7 +344,6 @@ class JobPane(Pane):
     def show(self, view: AnyJobView) -> None:
         self.view = view
         title = job_title(view)
-        if self.border_title != title:
-            self.border_title = title
+        self.set_title(title)
         max_lines = self.max_lines
         self.show_lines(lambda width: job_lines(view, width, max_lines))

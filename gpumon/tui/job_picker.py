@@ -14,12 +14,13 @@ from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from gpumon.jobs.discovery import JobGroup
+from gpumon.printable import printable
 
 
 def group_prompt(group: JobGroup) -> Text:
-    """'pid 1234: python train.py --lr 3e-4' with the working directory beneath it, dim."""
-    text = Text(group.label, no_wrap=True, overflow="ellipsis")
-    text.append(f"\n  {group.primary.cwd}", style="bright_black")
+    """'pid 1234: python train.py --lr 3e-4' with the working directory beneath it, dim (both made printable)."""
+    text = Text(printable(group.label), no_wrap=True, overflow="ellipsis")
+    text.append(f"\n  {printable(group.primary.cwd)}", style="bright_black")
     return text
 
 

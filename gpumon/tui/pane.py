@@ -11,8 +11,12 @@ from rich.segment import Segment
 from rich.style import Style, StyleType
 from rich.text import Text
 from textual.geometry import Region, Size, Spacing
+from textual.markup import escape
 from textual.strip import Strip
 from textual.widget import Widget
+
+from gpumon.printable import printable
+from gpumon.tui.printable_text import printable_text
 
 LineBuilder = Callable[[int], list[Text]]
 """Builds a pane's lines for a content width in cells."""
@@ -57,11 +61,11 @@ class LinesWidget(Widget):
         self._line_count = line_count
 
     def lines(self, width: int) -> list[Text]:
-        """The pane's lines at a width, each cut to fit it (built once per width and update)."""
+        """The pane's lines at a width, made printable and cut to fit it (built once per width and update)."""
         if self._build is None:
             return []
         if self._lines is None or self._lines[0] != width:
-            lines = self._build(width)
+            lines = [printable_text(line) for line in self._build(width)]
             for line in lines:
                 line.truncate(width, overflow="ellipsis")
             self._lines = (width, lines)
@@ -182,6 +186,16 @@ class Pane(LinesWidget):
         height: auto;
     }
     """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._title_shown: str | None = None
+
+    def set_title(self, title: str) -> None:
+        """Show `title` in the top border as it reads: made printable, and never taken for Textual markup."""
+        if title != self._title_shown:
+            self._title_shown = title
+            self.border_title = escape(printable(title))
 
 
 _NO_SPACING = Spacing(0, 0, 0, 0)

@@ -13,6 +13,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
+from gpumon.printable import printable
 from gpumon.sampling.snapshot import ProcessSample
 from gpumon.tui.format import MISSING, format_bytes, format_rate, format_state
 
@@ -135,7 +136,7 @@ def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, 
     gpu_memory = "" if is_worker and process.gpu_memory is None else format_bytes(process.gpu_memory)
     return {
         "pid": PidCell(process.pid, branch, role),
-        "user": _cell(process.user or "?", right=False),
+        "user": _cell(printable(process.user or "?"), right=False),
         "gpu": _cell(",".join(str(index) for index in process.gpu_indices)),
         "gpu_memory": _cell(gpu_memory),
         "sm_percent": _cell(_percent(process.sm_percent, is_worker)),
@@ -144,7 +145,7 @@ def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, 
         "state": _cell(state, right=False, style=state_style),
         "read": _cell(format_rate(process.read_bytes_per_s)),
         "write": _cell(format_rate(process.write_bytes_per_s)),
-        "command": _cell(process.command, right=False,
+        "command": _cell(printable(process.command), right=False,
                          style=JOB_STYLES.get(role) or ("bright_black" if is_worker else "")),
     }
 
