@@ -88,7 +88,8 @@ def print_table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{row['case']:18}{row['expected']:18}{named:18}{fmt(row.get('confidence'), '{:.2f}'):6}"
             f"{fmt(row.get('gpu_util')) + '%':10}{fmt(row.get('sm_activity')):6}{fmt(row.get('tensor_activity')):8}"
-            f"{fmt(row.get('data_share') and row['data_share'] * 100) + '%':6}{fmt(row.get('syncs_per_step'), '{:.1f}'):7}"
+            f"{fmt(row.get('data_share') and row['data_share'] * 100) + '%':6}"
+            f"{fmt(row.get('syncs_per_step'), '{:.1f}'):7}"
             f"{row.get('evidence', '')}{mark}")
     text = "\n".join(lines)
     print(text, flush=True)
@@ -136,7 +137,7 @@ def main() -> int:
         return ladder(args.ladder_duration, args.ladder_warmup, args.out)
     rows = []
     for case in args.case or list(CASES):
-        expected, needed = CASES[case]
+        _, needed = CASES[case]
         if len(names) < needed:
             print(f"{case}: skipped: needs {needed} GPUs, {len(names)} here (run it on nvidia-h200-x2)", flush=True)
             continue
@@ -152,7 +153,8 @@ def main() -> int:
     if args.out:
         stamp = {"device": device, "date": datetime.date.today().isoformat(), "rows": rows}
         (args.out / "advisor-categories.json").write_text(json.dumps(stamp, indent=1))
-        (args.out / "advisor-categories.md").write_text(f"device: {device}; date: {stamp['date']}\n\n```\n{text}\n```\n")
+        report = f"device: {device}; date: {stamp['date']}\n\n```\n{text}\n```\n"
+        (args.out / "advisor-categories.md").write_text(report)
     return 0 if not mismatches else 1
 
 

@@ -78,7 +78,7 @@ def input_bound(device: torch.device, duration: float) -> None:
     model = small_cnn().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(CpuHeavyImages(), batch_size=64, num_workers=0)
-    for _, (images, labels) in zip(running(duration), loader):
+    for _, (images, labels) in zip(running(duration), loader, strict=False):
         loss = nn.functional.cross_entropy(model(images.to(device)), labels.to(device))
         optimizer.zero_grad()
         loss.backward()
@@ -137,7 +137,7 @@ def transfer_bound(device: torch.device, duration: float) -> None:
     model = nn.Linear(1024, 1).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     loader = DataLoader(BigBatches(), batch_size=None, num_workers=0, pin_memory=False)
-    for _, batch in zip(running(duration), loader):
+    for _, batch in zip(running(duration), loader, strict=False):
         batch = batch.to(device)  # a pageable copy: the host waits for it, the GPU computes nothing meanwhile
         loss = model(batch[:, :8].mean(dim=1)).pow(2).mean()
         optimizer.zero_grad()

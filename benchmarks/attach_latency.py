@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpumon import protocol  # noqa: E402
-from gpumon.jobs.client import JobClient  # noqa: E402
+from gpumon import protocol
+from gpumon.jobs.client import JobClient
 
 JOB = """
 import time, torch, gpumon.hook

@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpumon_demo.augment import augment_batch  # noqa: E402
-from gpumon_demo.data import SyntheticImages  # noqa: E402
-from gpumon_demo.model import SmallResNet  # noqa: E402
-from gpumon_demo.trainer import PROFILES  # noqa: E402
+from gpumon_demo.augment import augment_batch
+from gpumon_demo.data import SyntheticImages
+from gpumon_demo.model import SmallResNet
+from gpumon_demo.trainer import PROFILES
 
 VARIANTS = [
     # (label, width, stage blocks, stem stride)
@@ -62,7 +62,9 @@ def augmentation_cost(crop: int, image_size: int) -> None:
 
 def pipeline_capacity(workers: int, batch_size: int, crop: int, image_size: int) -> None:
     dataset = SyntheticImages(50_000, image_size, augment_out_size=crop)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers, pin_memory=True)
+    loader = DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers, pin_memory=True
+    )
     iterator = iter(loader)
     for _ in range(workers * 2):
         next(iterator)

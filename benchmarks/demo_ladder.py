@@ -56,7 +56,10 @@ class GpuUtilization:
         if shutil.which("nvidia-smi") is None:
             return
         self._process = subprocess.Popen(
-            ["nvidia-smi", "--id=0", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", f"-lms={interval_ms}"],
+            [
+                "nvidia-smi", "--id=0", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                f"-lms={interval_ms}",
+            ],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
         threading.Thread(target=self._read, daemon=True).start()
@@ -114,7 +117,8 @@ def ceiling(device_name: str) -> None:
     torch.backends.cudnn.benchmark = True
     for batch_size, amp, channels_last in ((32, False, False), (256, True, True)):
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        model = SmallResNet(100, profile.width, profile.stage_blocks, profile.stem_stride).to(device, memory_format=memory_format)
+        model = SmallResNet(100, profile.width, profile.stage_blocks, profile.stem_stride)
+        model = model.to(device, memory_format=memory_format)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         images = torch.randn(batch_size, 3, profile.crop_size, profile.crop_size, device=device)
         images = images.contiguous(memory_format=memory_format)

@@ -26,8 +26,8 @@ Reported per loop and variant: median steps/s over the rounds, spread ((max - mi
 overhead against `off` as the median of the per-round ratios (paired, so slow drifts cancel) with its 95%
 confidence interval (order statistics of the ratios; many short rounds make it narrow on a noisy machine).
 Target: at most 1% slower. `--in-process` alternates hook off and on inside one process (uninstall/install)
-instead, so the process itself cannot side with a variant. `--micro` instead times the hook's own work per step in-process (what
-the four per-step signals cost, with CUDA events on CUDA), which noise does not blur.
+instead, so the process itself cannot side with a variant. `--micro` instead times the hook's own work per step
+in-process (what the four per-step signals cost, with CUDA events on CUDA), which noise does not blur.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def training_loop(args: argparse.Namespace) -> Callable[[int], None]:
         if args.loop == "tensor":
             batches: Any = (inputs for _ in range(steps))
         else:
-            batches = (x.to(device, non_blocking=True) for (x,), _ in zip(loader, range(steps)))
+            batches = (x.to(device, non_blocking=True) for (x,), _ in zip(loader, range(steps), strict=False))
         for x in batches:
             loss = model(x).square().mean()
             optimizer.zero_grad(set_to_none=True)
@@ -90,12 +90,12 @@ def worker(args: argparse.Namespace) -> None:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})  # every variant on the same core: no core-to-core differences
     if args.variant in ("hook", "client", "hook_every_step"):
-        import gpumon.hook  # noqa: F401 - the line a user adds
+        import gpumon.hook  # the line a user adds
     elif args.variant == "imports_only":  # the hook's modules loaded, nothing installed (GPUMON_HOOK=0)
-        import gpumon.hook  # noqa: F401
-        import gpumon.hook.patches  # noqa: F401
-        import gpumon.hook.runtime  # noqa: F401
-        import gpumon.hook.server  # noqa: F401
+        import gpumon.hook
+        import gpumon.hook.patches
+        import gpumon.hook.runtime
+        import gpumon.hook.server  # noqa: F401 - imported to load it, as the hook would
     run = training_loop(args)
     run(args.warmup)
     print(json.dumps({"event": "ready", "pid": os.getpid()}), flush=True)
@@ -149,7 +149,8 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
         torch.cuda.synchronize()  # CUDA initialized, as in a job, so the event path runs
 
     class Optimizer:
-        param_groups = [{"params": [weight]}]
+        def __init__(self) -> None:
+            self.param_groups = [{"params": [weight]}]
 
     optimizer, batch, iterator = Optimizer(), (torch.zeros(4, 64), torch.zeros(4)), object()
     out = {}
@@ -291,7 +292,7 @@ def summarize(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
         summary = {"median_steps_per_s": median, "spread_pct": (max(values) - min(values)) / median * 100,
                    "rounds": len(values)}
         if variant != "off":
-            ratios = [on / off for on, off in zip(values, base)]
+            ratios = [on / off for on, off in zip(values, base, strict=False)]
             summary["overhead_pct"] = (1 - statistics.median(ratios)) * 100
             low, high = median_interval(ratios)
             summary["overhead_ci95_pct"] = [(1 - high) * 100, (1 - low) * 100]

@@ -41,7 +41,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpumon.sampling.recording import RecordingError, RecordingWriter, read_recording  # noqa: E402
+from gpumon.sampling.recording import RecordingError, RecordingWriter, read_recording
 
 REPLAY = "gpumon-replay"
 """The tool name of gpumon's dashboard replaying a recording (`--replay`)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import platform
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +15,12 @@ from gpumon.sampling.sampler import Sampler
 
 LOAD = """
 import subprocess, sys, time, torch
-workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(4)]
+workers = [
+    subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    for _ in range(4)
+]
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 print("ready", flush=True)
 try:
@@ -45,7 +50,8 @@ def tick_costs(fast: int, slow: int, pause: float) -> None:
     slow_cost = (time.process_time() - started) / slow
     snapshot = sampler._build_snapshot()
     sampler.stop()
-    print(f"GPUs: {len(snapshot.gpus)} ({snapshot.gpu_error or 'NVML ok'}); GPM: {[gpu.has_gpm for gpu in snapshot.gpus]}")
+    gpm = [gpu.has_gpm for gpu in snapshot.gpus]
+    print(f"GPUs: {len(snapshot.gpus)} ({snapshot.gpu_error or 'NVML ok'}); GPM: {gpm}")
     print(f"GPU processes: {len(snapshot.processes)}, with {sum(len(p.children) for p in snapshot.processes)} children")
     print(f"fast tick: {fast_cost * 1e6:8.0f} us CPU (mean of {fast})")
     print(f"slow tick: {slow_cost * 1e6:8.0f} us CPU (mean of {slow})")
@@ -106,7 +112,10 @@ def threaded_cost(interval: float, seconds: float) -> float:
     time.sleep(seconds)
     sampler.stop()
     cpu, wall = time.process_time() - started_cpu, time.monotonic() - started_wall
-    print(f"threaded Sampler at {interval:g} s: {100 * cpu / wall:5.2f}% of one core over {wall:.1f} s, {len(delivered)} snapshots")
+    print(
+        f"threaded Sampler at {interval:g} s: {100 * cpu / wall:5.2f}% of one core over {wall:.1f} s, "
+        f"{len(delivered)} snapshots"
+    )
     return cpu / wall
 
 
@@ -114,12 +123,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fast", type=int, default=100)
     parser.add_argument("--slow", type=int, default=50)
-    parser.add_argument("--pause", type=float, default=0.01, help="seconds between ticks, so rates have something to measure")
-    parser.add_argument("--threaded", type=float, default=0.0, help="also run the threaded Sampler this many seconds per interval")
+    parser.add_argument(
+        "--pause", type=float, default=0.01, help="seconds between ticks, so rates have something to measure"
+    )
+    parser.add_argument(
+        "--threaded", type=float, default=0.0, help="also run the threaded Sampler this many seconds per interval"
+    )
     parser.add_argument("--calls", type=int, default=0, help="also time each NVML query and collector this many times")
     parser.add_argument("--load", action="store_true", help="run a bf16 matmul load with 4 worker children meanwhile")
     args = parser.parse_args()
-    print(f"{socket.gethostname()} {platform.platform()} python {platform.python_version()} {time.strftime('%Y-%m-%d %H:%M')}")
+    started = time.strftime("%Y-%m-%d %H:%M")
+    print(f"{socket.gethostname()} {platform.platform()} python {platform.python_version()} {started}")
     load = None
     if args.load:
         load = subprocess.Popen([sys.executable, "-c", LOAD], stdout=subprocess.PIPE, text=True, start_new_session=True)
