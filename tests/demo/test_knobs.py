@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 
 from gpumon_demo.cli import main
-from gpumon_demo.knobs import (KNOBS_ACK_ENV, KNOBS_ENV, KNOWN_KNOBS, KnobError, acknowledge_knobs, default_knobs, format_knobs,
-                        parse_knobs)
+from gpumon_demo.knobs import (
+    KNOBS_ACK_ENV,
+    KNOBS_ENV,
+    KNOWN_KNOBS,
+    KnobError,
+    acknowledge_knobs,
+    default_knobs,
+    format_knobs,
+    parse_knobs,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -118,7 +118,7 @@ def test_log_every_and_a_short_run_have_no_steady_state() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error given where CUDA is absent")
 def test_asking_for_cuda_without_cuda_is_a_clear_error() -> None:
-    with pytest.raises(DemoError, match="torch.cuda.is_available"):
+    with pytest.raises(DemoError, match=r"torch\.cuda\.is_available"):
         run(TrainConfig(device="cuda", steps=1))
 
 

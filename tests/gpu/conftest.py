@@ -1,4 +1,4 @@
-"""Skips every test under tests/gpu/ (saying why) unless this machine has nvidia-smi, working NVML, a GPU and CUDA torch."""
+"""Skips every test under tests/gpu/ (saying why) unless this machine has nvidia-smi, NVML, a GPU and CUDA torch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""On a GPU machine: the Sampler's figures agree with nvidia-smi and raw pynvml read during the same bf16 matmul load."""
+"""On a GPU machine: the Sampler's figures agree with nvidia-smi and raw pynvml read during one bf16 matmul load."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def nvidia_smi(uuid: str) -> dict[str, float | None]:
         check=True,
         timeout=30,
     ).stdout.strip()
-    return dict(zip(fields.split(","), (_number(value) for value in output.split(","))))
+    return dict(zip(fields.split(","), (_number(value) for value in output.split(",")), strict=True))
 
 
 def _number(text: str) -> float | None:
@@ -175,11 +175,14 @@ def test_snapshots_are_complete(readings: Readings) -> None:
 
 
 def test_memory_agrees_with_nvidia_smi_and_nvml(readings: Readings) -> None:
-    for snapshot, smi, nvml_used in zip(readings.snapshots, readings.smi, readings.nvml_memory_used):
+    for snapshot, smi, nvml_used in zip(readings.snapshots, readings.smi, readings.nvml_memory_used, strict=True):
         gpu = readings.gpu(snapshot)
         smi_used = smi["memory.used"] * MIB
         assert gpu.memory_used is not None and gpu.memory_total is not None
-        assert abs(gpu.memory_used - smi_used) <= 0.02 * smi_used + 64 * MIB, (gpu.memory_used / MIB, smi["memory.used"])
+        assert abs(gpu.memory_used - smi_used) <= 0.02 * smi_used + 64 * MIB, (
+            gpu.memory_used / MIB,
+            smi["memory.used"],
+        )
         assert abs(gpu.memory_used - nvml_used) <= 0.02 * nvml_used + 64 * MIB
         assert abs(gpu.memory_total - smi["memory.total"] * MIB) <= 0.02 * gpu.memory_total
         assert gpu.memory_used >= 2 * 8192 * 8192 * 2, "the load's two bf16 matrices are resident"
@@ -233,7 +236,7 @@ def test_load_process_is_listed_with_gpu_memory(readings: Readings) -> None:
 def test_the_sole_process_sm_share_agrees_with_nvmls_per_process_figure(readings: Readings) -> None:
     """gpumon gives a GPU's only process the GPU's utilization as its SM% instead of asking NVML per process."""
     compared = 0
-    for snapshot, (count, nvml_sm) in zip(readings.snapshots[1:], readings.nvml_process_sm[1:]):
+    for snapshot, (count, nvml_sm) in zip(readings.snapshots[1:], readings.nvml_process_sm[1:], strict=True):
         if count != 1 or nvml_sm is None:
             continue
         load = next(process for process in snapshot.processes if process.pid == readings.load_pid)

@@ -12,7 +12,8 @@ from gpumon.sampling.host import HostCollector, _whole_disks, partition_parent
 def test_cpu_per_core_matches_logical_cores_and_rates_are_sane() -> None:
     collector = HostCollector()
     first_cpu, first_disks = collector.collect()
-    assert all(rate == 0.0 for disk in first_disks for rate in (disk.read_bytes_per_s, disk.write_iops)), "first call primes"
+    first_rates = [rate for disk in first_disks for rate in (disk.read_bytes_per_s, disk.write_iops)]
+    assert all(rate == 0.0 for rate in first_rates), "first call primes"
     sum(i * i for i in range(200_000))  # some CPU work between the two samples
 
     cpu, disks = collector.collect()

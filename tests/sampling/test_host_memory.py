@@ -58,7 +58,8 @@ def test_missing_fields_come_from_psutil(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=7 * KIB, available=3 * KIB))
     monkeypatch.setattr(psutil, "swap_memory", lambda: SimpleNamespace(total=9 * KIB, free=4 * KIB))
     total, available, swap_total, swap_used = memory_and_swap()
-    expected_memory = (7 * KIB, 3 * KIB) if fields is None or not fields.get("MemAvailable") else (1000 * KIB, 600 * KIB)
+    has_available = fields is not None and bool(fields.get("MemAvailable"))
+    expected_memory = (1000 * KIB, 600 * KIB) if has_available else (7 * KIB, 3 * KIB)
     assert (total, available) == expected_memory
     assert (swap_total, swap_used) == ((9 * KIB, 5 * KIB) if fields is None or "SwapTotal" not in fields else (0, 0))
 

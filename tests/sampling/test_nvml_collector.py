@@ -126,7 +126,8 @@ def test_a_sole_process_takes_the_gpu_utilization_without_the_per_process_query(
 
 def test_decode_clock_events_names_each_bit() -> None:
     assert decode_clock_events(0) == ()
-    assert decode_clock_events(0x1 | 0x8 | 0x10 | 0x20 | 0x80) == ("idle", "hw_slowdown", "sync_boost", "sw_thermal", "hw_power_brake")
+    expected = ("idle", "hw_slowdown", "sync_boost", "sw_thermal", "hw_power_brake")
+    assert decode_clock_events(0x1 | 0x8 | 0x10 | 0x20 | 0x80) == expected
     assert decode_clock_events(0x10000) == ("0x10000",)
 
 

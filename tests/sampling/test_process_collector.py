@@ -69,7 +69,9 @@ def test_workers_grouped_under_the_gpu_process(job: tuple[int, int, int]) -> Non
     assert top.rss is not None and top.rss > 0 and top.state is not None
     children = {child.pid: child for child in top.children}
     assert set(children) == {busy_pid, idle_pid}
-    assert all(child.ppid == job_pid and child.gpu_indices == () and child.children == () for child in children.values())
+    assert all(
+        child.ppid == job_pid and child.gpu_indices == () and child.children == () for child in children.values()
+    )
     assert first[0].children[0].cpu_percent is None, "no CPU% before a second sample"
     assert children[busy_pid].cpu_percent is not None and children[busy_pid].cpu_percent > 0
     assert children[idle_pid].state in ("sleeping", "idle")

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 
 import pytest
 from fake_nvml import FakeDevice, FakeNvml
@@ -25,7 +26,8 @@ class FakeHost:
 
     def collect(self) -> tuple[CpuSample, tuple[DiskSample, ...]]:
         self.calls += 1
-        return CpuSample(per_core=(10.0, 30.0), total=20.0, memory_used=self.calls, memory_total=100), (DiskSample("sda"),)
+        cpu = CpuSample(per_core=(10.0, 30.0), total=20.0, memory_used=self.calls, memory_total=100)
+        return cpu, (DiskSample("sda"),)
 
 
 class FakeProcesses:
@@ -82,7 +84,7 @@ def test_start_delivers_snapshots_and_feeds_history() -> None:
     assert gpu.sm_activity == 71.5, "GPM read on the fast tier"
     assert gpu.pcie_rx == 100.0 * 1024 * 1024, "GPM's PCIe figure wins over the slow tier's"
     assert [process.pid for process in last.processes] == [4242]
-    assert all(later.timestamp >= earlier.timestamp for earlier, later in zip(received.snapshots, received.snapshots[1:]))
+    assert all(later.timestamp >= earlier.timestamp for earlier, later in pairwise(received.snapshots))
 
 
 def test_pause_stops_delivery_and_resume_restarts_it() -> None:
