@@ -1,0 +1,281 @@
+"""The message shapes as TypedDicts: docs/protocol.md in code, and the source the validator is built from.
+
+A message's required fields (`decode` refuses it without them) sit in a total `_...Fields` base class; the
+subclass (total=False) adds the fields that may be absent. Every field present is type-checked (see
+gpumon.protocol.validate). Bases instead of `typing.Required`, which Python 3.10 lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+
+class _Typed(TypedDict):
+    type: str
+
+
+class CudaDevice(TypedDict, total=False):
+    index: int
+    name: str
+    uuid: str | None  # "GPU-xxxxxxxx-...", as nvidia-smi and NVML print it
+    total_memory: int  # bytes
+    capability: list[int]  # [major, minor]
+
+
+class CudaInfo(TypedDict, total=False):
+    initialized: bool  # False until the job itself touches CUDA; the hook never initializes it
+    visible_devices: str | None  # CUDA_VISIBLE_DEVICES as the job sees it
+    torch_cuda: str | None  # torch.version.cuda
+    device: int | None  # the device the job's steps run on (optimizer params, else current device)
+    devices: list[CudaDevice]  # empty while not initialized
+
+
+class DistInfo(TypedDict, total=False):
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    local_world_size: int | None
+    group_rank: int | None
+    run_id: str | None  # TORCHELASTIC_RUN_ID
+    master_addr: str | None
+    master_port: str | None
+    initialized: bool  # torch.distributed.is_initialized()
+    backend: str | None
+
+
+class _HelloFields(_Typed):
+    protocol: int
+    pid: int
+
+
+class Hello(_HelloFields, total=False):
+    ppid: int
+    uid: int
+    hostname: str
+    argv: list[str]
+    cwd: str
+    executable: str
+    python: str
+    torch: str | None
+    hook_version: str
+    started: float  # unix time the hook was installed
+    injected: bool  # True when installed by `gpumon run` (environment injection)
+    cuda: CudaInfo
+    dist: DistInfo
+    socket_refused: str | None  # socket directories the hook refused (and why) before the one it serves in
+
+
+class StepRecord(TypedDict, total=False):
+    seq: int  # 1, 2, 3, ... per process; consecutive
+    t: float  # unix time at the end of the step
+    wall_ms: float  # time since the previous step boundary
+    data_ms: float  # time blocked in DataLoader __next__ during the step
+    gpu_ms: float | None  # GPU time between the step's start and end events; None: not measured
+    samples: int | None  # batch size(s) fetched during the step; None: unknown
+    syncs: int  # host-device synchronizations; present only inside a diagnosis window
+    source: str  # one of STEP_SOURCES
+
+
+class StepStats(TypedDict, total=False):
+    window_s: float  # the span the rates are computed over (at most STATS_WINDOW_S)
+    steps: int  # steps in the window
+    steps_per_s: float | None
+    samples_per_s: float | None
+    wall_ms: float | None  # mean over the window
+    data_ms: float | None
+    gpu_ms: float | None  # mean over steps that have it
+    data_fraction: float | None  # sum(data) / sum(wall)
+    gpu_fraction: float | None  # sum(gpu) / sum(wall), over steps that have gpu_ms
+
+
+class _StepsFields(_Typed):
+    records: list[StepRecord]  # new since the previous `steps` to this client, oldest first, at most 256
+
+
+class Steps(_StepsFields, total=False):
+    t: float
+    last_seq: int  # all records up to this seq have now been sent to this client (0: no step yet)
+    dropped: int  # records this client missed (overflow); rates in `stats` still count them
+    stats: StepStats
+
+
+class DataLoaderInfo(TypedDict, total=False):
+    id: int  # id() of the DataLoader object, stable while it lives
+    dataset: str  # the dataset's class name
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None
+    persistent_workers: bool
+    drop_last: bool
+    worker_pids: list[int]
+    batches: int  # batches fetched through it
+    wait_ms: float  # total time blocked in its __next__
+    last_used: float  # unix time
+
+
+class MemoryInfo(TypedDict, total=False):
+    device: int
+    allocated: int  # bytes, torch.cuda.memory_allocated
+    reserved: int  # torch.cuda.memory_reserved
+    max_allocated: int  # torch.cuda.max_memory_allocated
+    alloc_retries: int  # cudaMalloc retries after freeing the cache (memory pressure)
+    ooms: int
+    total: int | None  # device memory, bytes
+
+
+class AutocastInfo(TypedDict, total=False):
+    device_type: str
+    dtype: str  # "torch.bfloat16"
+    enabled: bool
+    entered: int  # times an autocast context was entered
+    last_t: float  # unix time of the last entry
+
+
+class PrecisionInfo(TypedDict, total=False):
+    autocast: AutocastInfo | None  # None: no autocast context seen
+    tf32_matmul: bool  # torch.backends.cuda.matmul.allow_tf32
+    tf32_cudnn: bool  # torch.backends.cudnn.allow_tf32
+    float32_matmul_precision: str  # torch.get_float32_matmul_precision()
+    cudnn_benchmark: bool
+    cudnn_deterministic: bool
+
+
+class KnobState(TypedDict, total=False):
+    applied: dict[str, Any]  # knobs in effect, by name
+    pending: dict[str, Any]  # accepted, not yet applied (waiting for a step boundary)
+    errors: list[str]  # e.g. a bad GPUMON_KNOBS
+    ignored: list[str]  # GPUMON_KNOBS names the hook does not know, left to the script (e.g. amp_bf16)
+
+
+class DiagnosisState(TypedDict, total=False):
+    active: bool
+    steps_left: int
+
+
+class HookInfo(TypedDict, total=False):
+    errors: int  # exceptions inside the hook, swallowed
+    last_error: str | None
+    clients: int
+    installed_at: float
+    server_restarts: int  # times the server thread's loop failed and was restarted
+    socket_refused: str | None  # as in hello
+
+
+class State(_Typed, total=False):
+    t: float
+    last_seq: int
+    step_source: str | None  # which signal marks steps now (one of STEP_SOURCES), None: no step yet
+    dataloaders: list[DataLoaderInfo]  # most recently used first
+    memory: MemoryInfo | None  # None while CUDA is not initialized
+    precision: PrecisionInfo
+    cuda: CudaInfo
+    knobs: KnobState
+    diagnosis: DiagnosisState
+    hook: HookInfo
+    id: Any  # when it answers a get_state
+
+
+class Pong(_Typed, total=False):
+    id: Any
+    t: float
+
+
+class SubscribeOptions(TypedDict, total=False):
+    steps: bool
+    state: bool
+    steps_interval: float
+    state_interval: float
+
+
+class Subscribed(_Typed, total=False):
+    id: Any
+    options: SubscribeOptions  # the values in effect, after clamping
+
+
+class _DiagnosingFields(_Typed):
+    steps: int
+
+
+class Diagnosing(_DiagnosingFields, total=False):
+    id: Any
+
+
+class SyncSite(TypedDict):
+    file: str
+    line: int
+    count: int
+
+
+class _DiagnosisFields(_Typed):
+    available: bool  # False: could not count (reason says why); the other fields then absent
+
+
+class Diagnosis(_DiagnosisFields, total=False):
+    id: Any  # the `id` of the diagnose request that asked for it
+    reason: str
+    steps: int
+    syncs_total: int
+    syncs_per_step: list[int]
+    sites: list[SyncSite]  # where the syncs were called from, most frequent first (at most 20)
+
+
+class _KnobAckFields(_Typed):
+    knobs: dict[str, Any]  # as accepted
+
+
+class KnobAck(_KnobAckFields, total=False):
+    id: Any
+    applies: dict[str, str]  # name -> APPLIES_NEXT_STEP or APPLIES_NEXT_DATALOADER_ITER
+
+
+class _ErrorFields(_Typed):
+    code: str
+    message: str
+
+
+class Error(_ErrorFields, total=False):
+    id: Any
+
+
+class Bye(_Typed, total=False):
+    t: float
+    last_seq: int
+    reason: str  # "exit"
+
+
+class PingRequest(_Typed, total=False):
+    id: Any
+
+
+class GetStateRequest(_Typed, total=False):
+    id: Any
+
+
+class SubscribeRequest(_Typed, total=False):
+    id: Any
+    steps: bool  # stream `steps` (default true)
+    state: bool  # stream `state` (default true)
+    steps_interval: float  # seconds, clamped to [0.05, 5], default 0.2
+    state_interval: float  # seconds, clamped to [0.25, 30], default 1
+    backlog: int  # resend up to this many of the latest records now (0..BACKLOG_MAX)
+
+
+class _DiagnoseRequestFields(_Typed):
+    steps: int  # 1..DIAGNOSE_MAX_STEPS
+
+
+class DiagnoseRequest(_DiagnoseRequestFields, total=False):
+    id: Any
+
+
+class _SetKnobRequestFields(_Typed):
+    knobs: dict[str, Any]
+
+
+class SetKnobRequest(_SetKnobRequestFields, total=False):
+    id: Any
+
+
+Message = Mapping[str, Any]

@@ -1,0 +1,69 @@
+"""Protocol constants: the version, environment variable names, message types, error codes, and ProtocolError."""
+
+from __future__ import annotations
+
+PROTOCOL_VERSION = 1
+
+SOCKET_DIR_ENV = "GPUMON_SOCKET_DIR"
+"""Overrides the socket directory on both sides (tests, `gpumon run`'s private directory). Same safety checks apply."""
+HOOK_ENV = "GPUMON_HOOK"
+""""0" (or false/off/no) disables the hook in a process; `gpumon run` sets "1"."""
+INJECTED_ENV = "GPUMON_HOOK_INJECTED"
+"""Set by `gpumon run`: the hook then starts its server only at the first sign of training."""
+KNOBS_ENV = "GPUMON_KNOBS"
+"""A JSON object of knobs (KNOBS) the hook applies at install: how trial runs change a knob."""
+GPU_TIMING_ENV = "GPUMON_HOOK_GPU_TIMING"
+"""N: time every Nth step with CUDA events (and every step slower than 20 ms); 0: no GPU timing. Default 8."""
+
+# Hook -> client.
+HELLO = "hello"
+STEPS = "steps"
+STATE = "state"
+PONG = "pong"
+SUBSCRIBED = "subscribed"
+DIAGNOSING = "diagnosing"
+DIAGNOSIS = "diagnosis"
+KNOB_ACK = "knob_ack"
+ERROR = "error"
+BYE = "bye"
+SERVER_TYPES = frozenset({HELLO, STEPS, STATE, PONG, SUBSCRIBED, DIAGNOSING, DIAGNOSIS, KNOB_ACK, ERROR, BYE})
+
+# Client -> hook.
+PING = "ping"
+SUBSCRIBE = "subscribe"
+GET_STATE = "get_state"
+DIAGNOSE = "diagnose"
+SET_KNOB = "set_knob"
+REQUEST_TYPES = frozenset({PING, SUBSCRIBE, GET_STATE, DIAGNOSE, SET_KNOB})
+
+# `error` codes.
+E_BAD_JSON = "bad_json"
+E_BAD_MESSAGE = "bad_message"
+E_UNKNOWN_TYPE = "unknown_type"
+E_LINE_TOO_LONG = "line_too_long"
+E_TOO_MANY_CLIENTS = "too_many_clients"
+E_BAD_KNOB = "bad_knob"
+E_BUSY = "busy"
+E_TOO_MANY_ERRORS = "too_many_errors"
+
+# Where a step boundary came from (StepRecord.source).
+SOURCE_OPTIMIZER = "optimizer"
+SOURCE_BACKWARD = "backward"
+SOURCE_DATALOADER = "dataloader"
+SOURCE_MANUAL = "manual"
+STEP_SOURCES = (SOURCE_OPTIMIZER, SOURCE_BACKWARD, SOURCE_DATALOADER, SOURCE_MANUAL)
+
+DIAGNOSE_MAX_STEPS = 10_000
+BACKLOG_MAX = 4096
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid protocol message, or a peer that does not speak this version.
+
+    `code` is the `error` code to answer with; `request_id` the request's `id` when the line could be read that far.
+    """
+
+    def __init__(self, message: str, code: str = E_BAD_MESSAGE, request_id: object = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.request_id = request_id
