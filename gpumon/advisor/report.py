@@ -4,33 +4,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpumon import units
 from gpumon.advisor.measure import Measurement, speedup
-from gpumon.advisor.results import (CANCELLED, FAILED, NOT_APPLIED, OK, OOM, SKIPPED, TIMEOUT, GuidedReport,
-                                    VariantResult)
+from gpumon.advisor.results import (
+    CANCELLED,
+    FAILED,
+    NOT_APPLIED,
+    OK,
+    OOM,
+    SKIPPED,
+    TIMEOUT,
+    GuidedReport,
+    VariantResult,
+)
 from gpumon.advisor.rules import Finding
+from gpumon.printable import printable, printable_or
 
 HEADERS = ("step", "GPU-Util", "SM active", "samples/s", "speed-up", "noise", "peak mem", "result")
 WIDTHS = (26, 10, 11, 11, 10, 8, 10)
 """Column widths of the text table (the first five as in DESIGN.md); the last column takes the rest."""
 
 
-def format_rate(rate: float | None) -> str:
-    if rate is None:
-        return "-"
-    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
+ABSENT = "-"
+"""A cell without a value."""
 
 
-def format_percent(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.1f}%" if 0 < value < 10 else f"{value:.0f}%"
+def rate_cell(rate: float | None) -> str:
+    """Samples (or steps) per second: '1,234', '12.3'."""
+    return units.amount(rate, missing=ABSENT)
 
 
-def format_bytes(value: int | float | None) -> str:
-    if value is None:
-        return "-"
-    gib = value / (1 << 30)
-    return f"{gib:.1f} GiB" if gib >= 0.1 else f"{value / (1 << 20):.0f} MiB"
+def percent_cell(value: float | None) -> str:
+    """GPU-Util or SM activity: '52%', '5.2%' under 10."""
+    return units.percent(value, fine=True, missing=ABSENT)
+
+
+def memory_cell(value: float | None) -> str:
+    """Peak memory: '3.0 GiB', '512 MiB'."""
+    return units.size(value, missing=ABSENT)
 
 
 def result_text(result: VariantResult, is_baseline: bool = False) -> str:
@@ -43,8 +54,8 @@ def result_text(result: VariantResult, is_baseline: bool = False) -> str:
         return text
     names = {FAILED: "failed", OOM: "out of memory", TIMEOUT: "timed out", NOT_APPLIED: "not applied",
              SKIPPED: "skipped", CANCELLED: "cancelled"}
-    return f"{names.get(result.status, result.status)}: {result.reason}" if result.reason else names.get(
-        result.status, result.status)
+    name = names.get(result.status, printable(result.status))
+    return f"{name}: {printable(result.reason)}" if result.reason else name
 
 
 def _cells(result: VariantResult, baseline: Measurement | None, is_baseline: bool) -> list[str]:
@@ -53,19 +64,19 @@ def _cells(result: VariantResult, baseline: Measurement | None, is_baseline: boo
     shown = m is not None and bool(m.rates)
     return [
         result.label,
-        format_percent(m.gpu_util) if shown and m else "-",
-        format_percent(m.sm_activity) if shown and m else "-",
-        format_rate(m.rate) if shown and m else "-",
+        percent_cell(m.gpu_util) if shown and m else "-",
+        percent_cell(m.sm_activity) if shown and m else "-",
+        rate_cell(m.rate) if shown and m else "-",
         f"{gain:.1f}x" if gain is not None and shown else "-",
         f"±{m.noise * 100:.1f}%" if shown and m else "-",
-        format_bytes(m.peak_memory) if shown and m else "-",
+        memory_cell(m.peak_memory) if shown and m else "-",
         result_text(result, is_baseline),
     ]
 
 
 def _unit(rows: Sequence[VariantResult]) -> str:
-    units = {r.measurement.unit for r in rows if r.measurement is not None and r.measurement.rates}
-    return units.pop() if len(units) == 1 else "samples/s"
+    found = {r.measurement.unit for r in rows if r.measurement is not None and r.measurement.rates}
+    return found.pop() if len(found) == 1 else "samples/s"
 
 
 def table(rows: Sequence[VariantResult]) -> str:
@@ -101,9 +112,9 @@ def markdown_table(rows: Sequence[VariantResult]) -> str:
 
 def finding_text(finding: Finding) -> str:
     lines = [f"{finding.headline} (confidence {finding.confidence:.0%}, {finding.source or 'no job data'})",
-             f"  evidence: {finding.evidence}", f"  what to do: {finding.advice}"]
+             f"  evidence: {printable(finding.evidence)}", f"  what to do: {finding.advice}"]
     for other in finding.secondary:
-        lines.append(f"  also: {other.category}: {other.evidence} (confidence {other.confidence:.0%})")
+        lines.append(f"  also: {other.category}: {printable(other.evidence)} (confidence {other.confidence:.0%})")
     return "\n".join(lines)
 
 
@@ -125,21 +136,22 @@ def report_text(report: GuidedReport) -> str:
     for line in report.skipped:
         parts.append(f"not tried: {line}")
     if report.stopped:
-        parts.append(f"stopped: {report.stopped}")
+        parts.append(f"stopped: {printable(report.stopped)}")
     if report.meta.get("logs"):
-        parts.append(f"each trial's output: {report.meta['logs']}")
+        parts.append(f"each trial's output: {printable_or(report.meta['logs'])}")
     return "\n\n".join(parts)
 
 
 def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> str:
     meta = report.meta
     lines = [f"# {title}", ""]
-    described = [f"{key}: {meta[key]}" for key in ("device", "date", "command", "runner") if meta.get(key)]
+    described = [f"{key}: {printable_or(meta[key])}" for key in ("device", "date", "command", "runner")
+                 if meta.get(key)]
     if described:
         lines += ["; ".join(described), ""]
     if report.finding is not None:
         f = report.finding
-        lines += [f"**Diagnosis**: `{f.category}` ({f.confidence:.0%}): {f.evidence}", ""]
+        lines += [f"**Diagnosis**: `{f.category}` ({f.confidence:.0%}): {printable(f.evidence)}", ""]
     lines += [markdown_table(report.rows), ""]
     if report.kept:
         gain = speedup(report.best.measurement, report.baseline.measurement)
@@ -154,7 +166,7 @@ def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> 
     for flag in flagged:
         lines += [f"- note: {flag}"]
     if report.stopped:
-        lines += [f"- stopped: {report.stopped}"]
+        lines += [f"- stopped: {printable(report.stopped)}"]
     lines += ["", "samples/s: mean of the measured windows (warm-up excluded); noise: half their range; "
               "speed-up against the baseline; peak mem: torch.cuda.max_memory_allocated."]
     return "\n".join(lines).rstrip() + "\n"

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon import units
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, Signals
 
 INPUT_BOUND = "input_bound"
@@ -129,27 +130,22 @@ class Finding:
 
 def pct(share: float | None) -> str:
     """A 0-1 share as a whole percent."""
-    return "?" if share is None else f"{share * 100:.0f}%"
+    return units.share(share, missing="?")
 
 
 def pct100(value: float | None) -> str:
     """A 0-100 figure as a percent (one decimal under 10)."""
-    if value is None:
-        return "?"
-    return f"{value:.1f}%" if 0 < value < 10 else f"{value:.0f}%"
+    return units.percent(value, fine=True, missing="?")
 
 
 def rate(bytes_per_s: float | None) -> str:
-    if bytes_per_s is None:
-        return "?"
-    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if bytes_per_s >= size:
-            return f"{bytes_per_s / size:.1f} {unit}"
-    return f"{bytes_per_s:.0f} B/s"
+    """Bytes per second in decimal units: '1.1 GB/s'."""
+    return units.rate(bytes_per_s, missing="?")
 
 
 def gib(value: float | None) -> str:
-    return "?" if value is None else f"{value / (1 << 30):.1f} GiB"
+    """Bytes in binary units: '1.5 GiB'."""
+    return units.size(value, missing="?")
 
 
 def _join(*parts: str | None) -> str:

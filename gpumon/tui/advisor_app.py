@@ -329,7 +329,8 @@ class AdvisorApp(GpumonApp):
             if message.error:
                 panel.show_progress(f"the guided run failed: {message.error}", None)
         if message.error:
-            self.notify(f"guided run failed: {printable(str(message.error))}", severity="error", timeout=8, markup=False)
+            self.notify(f"guided run failed: {printable(str(message.error))}", severity="error", timeout=8,
+                        markup=False)
 
 
 def default_runner_factory(app: AdvisorApp, cancel: threading.Event) -> Runner | None:

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.measure import speedup
-from gpumon.advisor.report import format_bytes, format_percent, format_rate, result_text
+from gpumon.advisor.report import memory_cell, percent_cell, rate_cell, result_text
 from gpumon.advisor.results import OK, GuidedReport, VariantResult
 from gpumon.advisor.rules import HEALTHY, Finding
 from gpumon.printable import printable
@@ -138,12 +138,12 @@ class AdvisorPanel(VerticalScroll):
         style = "green" if result.kept else ("red" if result.status != OK else "")
         cells = [
             result.label,
-            format_percent(m.gpu_util) if shown and m else "-",
-            format_percent(m.sm_activity) if shown and m else "-",
-            (format_rate(m.rate) + (" " + m.unit.split("/")[0] if m.unit != "samples/s" else "")) if shown and m
+            percent_cell(m.gpu_util) if shown and m else "-",
+            percent_cell(m.sm_activity) if shown and m else "-",
+            (rate_cell(m.rate) + (" " + m.unit.split("/")[0] if m.unit != "samples/s" else "")) if shown and m
             else "-",
             f"{gain:.1f}x" if gain is not None else "-",
-            format_bytes(m.peak_memory) if shown and m else "-",
+            memory_cell(m.peak_memory) if shown and m else "-",
             short_result(result, is_baseline=len(self.results) == 1),
         ]
         table.add_row(*[Text(printable(cell), style=style) for cell in cells], key=f"row-{len(self.results)}")

@@ -7,7 +7,7 @@ import math
 from rich.style import StyleType
 from rich.text import Span, Text
 
-from gpumon.tui.format import format_percent
+from gpumon import units
 
 _PARTIAL = " ▏▎▍▌▋▊▉"
 _FULL = "█"
@@ -67,7 +67,7 @@ def gauge_line(label: str, percent: float | None, bar_width: int, percent_width:
     The same Text as appending bar(), the percentage and the sparkline to Text(label), built in one go.
     """
     cells, spans = bar_spans(percent, bar_width, style, len(label))
-    plain = f"{label}{cells} {format_percent(percent).rjust(percent_width)} "
+    plain = f"{label}{cells} {units.percent(percent).rjust(percent_width)} "
     if spark and style:
         spans.append(Span(len(plain), len(plain) + len(spark), style))
     return Text(plain + spark, no_wrap=True, end="", spans=spans)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rich.text import Span, Text
 
+from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import CpuSample
 from gpumon.tui.bar import bar, bar_spans, gauge_line, level_style
-from gpumon.tui.format import format_bytes, format_percent
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string
 
@@ -89,15 +89,17 @@ def summary_parts(cpu: CpuSample) -> list[Text]:
     """'load 5.2 4.8 4.1', 'iowait 3%', 'mem ███··· 45% 230G/503G', 'swap 0B/8.0G'."""
     load = Text("load " + " ".join(f"{value:.1f}" for value in cpu.load), end="")
     iowait = Text("iowait ", end="")
-    iowait.append(format_percent(cpu.iowait), style="bold yellow" if (cpu.iowait or 0) >= 10 else "")
+    iowait.append(units.percent(cpu.iowait), style="bold yellow" if (cpu.iowait or 0) >= 10 else "")
     memory_percent = 100.0 * cpu.memory_used / cpu.memory_total if cpu.memory_total else None
     memory = Text("mem ", end="")
     memory.append_text(bar(memory_percent, 6, "cyan"))
-    memory.append(f" {format_percent(memory_percent)} {format_bytes(cpu.memory_used)}/{format_bytes(cpu.memory_total)}")
+    used, total = units.size(cpu.memory_used, compact=True), units.size(cpu.memory_total, compact=True)
+    memory.append(f" {units.percent(memory_percent)} {used}/{total}")
     swap_percent = 100.0 * cpu.swap_used / cpu.swap_total if cpu.swap_total else 0.0
     swap = Text("swap ", end="")
     swap.append(
-        f"{format_bytes(cpu.swap_used)}/{format_bytes(cpu.swap_total)}", style="bold yellow" if swap_percent >= 50 else ""
+        f"{units.size(cpu.swap_used, compact=True)}/{units.size(cpu.swap_total, compact=True)}",
+        style="bold yellow" if swap_percent >= 50 else "",
     )
     return [load, iowait, memory, swap]
 

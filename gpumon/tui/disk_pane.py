@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rich.text import Span, Text
 
+from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import DiskSample, Snapshot
-from gpumon.tui.format import format_count, format_percent, format_rate
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string, window_maximum
 
@@ -35,13 +35,13 @@ def disk_line(disk: DiskSample, history: History, width: int, name_width: int) -
         ("R", disk.read_bytes_per_s, f"disk.{disk.name}.read", "cyan"),
         ("W", disk.write_bytes_per_s, f"disk.{disk.name}.write", "magenta"),
     ):
-        rate_text = f" {label} " + format_rate(rate).rjust(RATE_WIDTH) + " "
+        rate_text = f" {label} " + units.rate(rate, compact=True, binary=True).rjust(RATE_WIDTH) + " "
         spark = rate_sparkline(history, key, spark_width)
         if spark:
             spans.append(Span(offset + len(rate_text), offset + len(rate_text) + len(spark), style))
         parts += (rate_text, spark)
         offset += len(rate_text) + len(spark)
-    parts.append(" " + format_count(disk.read_iops + disk.write_iops).rjust(IOPS_WIDTH) + " IOPS")
+    parts.append(" " + units.count(disk.read_iops + disk.write_iops).rjust(IOPS_WIDTH) + " IOPS")
     return Text("".join(parts), style="bold", no_wrap=True, end="", spans=spans)
 
 
@@ -60,6 +60,6 @@ class DiskPane(Pane):
         self.border_title = "Disk"
 
     def show(self, snapshot: Snapshot, history: History) -> None:
-        title = f"Disk · iowait {format_percent(snapshot.cpu.iowait)}"
+        title = f"Disk · iowait {units.percent(snapshot.cpu.iowait)}"
         self.set_title(title)
         self.show_lines(lambda width: disk_lines(snapshot, history, width))

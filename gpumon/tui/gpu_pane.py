@@ -7,13 +7,15 @@ from dataclasses import dataclass
 
 from rich.text import Span, Text
 
+from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import GpuSample, Snapshot
 from gpumon.tui.bar import bar, gauge_line
-from gpumon.tui.format import MISSING, format_bytes, format_percent, format_rate, short_gpu_name
+from gpumon.tui.format import short_gpu_name
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_rows
+from gpumon.units import MISSING
 
 LABEL_WIDTH = 7
 PERCENT_WIDTH = 4
@@ -88,8 +90,9 @@ def vitals_text(gpu: GpuSample) -> Text:
 
 def transfer_text(gpu: GpuSample) -> Text:
     """Memory used/total and PCIe rx/tx."""
-    memory = f"mem {format_bytes(gpu.memory_used).rjust(5)}/{format_bytes(gpu.memory_total)}"
-    return Text(f"{memory}  PCIe ↓{format_rate(gpu.pcie_rx).rjust(8)} ↑{format_rate(gpu.pcie_tx).rjust(8)}", end="")
+    memory = f"mem {units.size(gpu.memory_used, compact=True).rjust(5)}/{units.size(gpu.memory_total, compact=True)}"
+    rx, tx = (units.rate(rate, compact=True, binary=True).rjust(8) for rate in (gpu.pcie_rx, gpu.pcie_tx))
+    return Text(f"{memory}  PCIe ↓{rx} ↑{tx}", end="")
 
 
 THROTTLE_ROOM = 24
@@ -173,7 +176,7 @@ def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -
             if bar_width:
                 text.append(" ")
                 text.append_text(bar(gauge.value, bar_width, gauge.style))
-            text.append(format_percent(gauge.value).rjust(PERCENT_WIDTH + 1), style=gauge.style)
+            text.append(units.percent(gauge.value).rjust(PERCENT_WIDTH + 1), style=gauge.style)
         text.append("  " + _number(gpu.temperature, "{:.0f}", 3) + "°C " + _number(gpu.power, "{:.0f}", 3) + "W")
         if active_throttle_reasons(gpu):
             text.append(" throttled", style="bold white on red")

@@ -3,20 +3,20 @@ throughput, torch memory, DataLoader and precision settings, per-rank step times
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 from rich.text import Text
 
+from gpumon import units
 from gpumon.jobs.jobstate import JobView, RankSummary, TimelinePoint
 from gpumon.jobs.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
 from gpumon.printable import printable, printable_or
 from gpumon.tui.bar import bar
-from gpumon.tui.format import MISSING, format_bytes, format_count
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string, window_maximum
+from gpumon.units import MISSING
 
 AnyJobView = Union[JobView, EstimateView]
 
@@ -31,20 +31,6 @@ END_REASONS = {"exit": "the process exited", "uninstall": "the hook was uninstal
 """The hook's bye reasons, in words."""
 SILENT_AFTER_S = 5.0
 """A live job that has sent nothing for this long is called silent."""
-
-
-def _percent(share: float | None) -> str:
-    return MISSING if share is None or math.isnan(share) else f"{share * 100:.0f}%"
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return MISSING
-    return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
-
-
-def _rate(value: float | None) -> str:
-    return MISSING if value is None else (f"{value:.1f}" if value < 10 else format_count(value))
 
 
 def _label(name: str) -> Text:
@@ -96,14 +82,14 @@ def step_line(view: JobView, width: int) -> Text:
     text = _label("Step")
     timed = breakdown.gpu is not None
     legend = Text(no_wrap=True, end="")
-    legend.append(f" data {_percent(breakdown.data)}", style="yellow")
+    legend.append(f" data {units.share(breakdown.data)}", style="yellow")
     if timed:
-        legend.append(f" GPU {_percent(breakdown.gpu)}", style="green")
-        legend.append(f" rest {_percent(breakdown.rest)}", style="magenta")
+        legend.append(f" GPU {units.share(breakdown.gpu)}", style="green")
+        legend.append(f" rest {units.share(breakdown.rest)}", style="magenta")
     else:
-        legend.append(f" other {_percent(breakdown.rest)}", style="magenta")
+        legend.append(f" other {units.share(breakdown.rest)}", style="magenta")
         legend.append(" (no GPU timing)", style="bright_black")
-    legend.append(f"  {_ms(view.stats.wall_ms)}/step")
+    legend.append(f"  {units.milliseconds(view.stats.wall_ms)}/step")
     bar_width = max(8, min(40, width - LABEL_WIDTH - legend.cell_len - 1))
     text.append_text(stacked_bar([(breakdown.data, "yellow"), (breakdown.gpu, "green"), (breakdown.rest, "magenta")],
                                  bar_width))
@@ -131,13 +117,13 @@ def share_lines(view: JobView, width: int, compact: bool) -> list[Text]:
         for attr, label, style in shares:
             text.append(f"{label.lower()} ", style=style)
             text.append(spark_string(share_history(view.timeline, attr), cell), style=style)
-            text.append(f" {_percent(getattr(breakdown, attr)).rjust(4)}  ")
+            text.append(f" {units.share(getattr(breakdown, attr)).rjust(4)}  ")
         return [text]
     lines = []
     for attr, label, style in shares:
         spark_width = max(0, width - LABEL_WIDTH - 6)
         text = _label(label if attr != "rest" or breakdown.gpu is not None else "Other")
-        text.append(_percent(getattr(breakdown, attr)).rjust(4) + "  ", style=style)
+        text.append(units.share(getattr(breakdown, attr)).rjust(4) + "  ", style=style)
         text.append(spark_string(share_history(view.timeline, attr), spark_width), style=style)
         lines.append(text)
     return lines
@@ -147,10 +133,10 @@ def rate_line(view: JobView, width: int) -> Text:
     """'Rate    77 steps/s · 614 samples/s  ▁▂▃▅▇': throughput with its history (scaled to the window's peak)."""
     stats = view.stats
     text = _label("Rate")
-    text.append(f"{_rate(stats.steps_per_s)} steps/s", style="bold")
+    text.append(f"{units.count(stats.steps_per_s, fine=True)} steps/s", style="bold")
     use_samples = stats.samples_per_s is not None
     if use_samples:
-        text.append(f" · {_rate(stats.samples_per_s)} samples/s", style="bold")
+        text.append(f" · {units.count(stats.samples_per_s, fine=True)} samples/s", style="bold")
     spark_width = max(0, width - text.cell_len - 2)
     values = [p.samples_per_s if use_samples else p.steps_per_s for p in view.timeline][-spark_width:]
     if spark_width:
@@ -166,10 +152,11 @@ def memory_line(view: JobView) -> Text:
         text.append("N/A (the job has not initialized CUDA)", style="bright_black")
         return text
     total = memory.get("total")
-    text.append(f"alloc {format_bytes(memory.get('allocated'))} · reserved {format_bytes(memory.get('reserved'))} · "
-                f"peak {format_bytes(memory.get('max_allocated'))}")
+    allocated, reserved, peak = (units.size(memory.get(key), compact=True)
+                                 for key in ("allocated", "reserved", "max_allocated"))
+    text.append(f"alloc {allocated} · reserved {reserved} · peak {peak}")
     if total:
-        text.append(f" of {format_bytes(total)}")
+        text.append(f" of {units.size(total, compact=True)}")
     retries, ooms = memory.get("alloc_retries", 0), memory.get("ooms", 0)
     text.append(f" · retries {retries}", style="bold yellow" if retries else "")
     text.append(f" · OOMs {ooms}", style="bold white on red" if ooms else "")
@@ -188,8 +175,9 @@ def loader_line(view: JobView) -> Text:
         return text
     loader = loaders[0]
     prefetch = loader.get("prefetch_factor")
-    text.append(f"{printable_or(loader.get('dataset'))} · batch {printable_or(loader.get('batch_size'), MISSING)} · "
-                f"workers {printable_or(loader.get('num_workers'), MISSING)} · prefetch {printable_or(prefetch, MISSING)} · "
+    batch, workers = (printable_or(loader.get(key), MISSING) for key in ("batch_size", "num_workers"))
+    text.append(f"{printable_or(loader.get('dataset'))} · batch {batch} · workers {workers} · "
+                f"prefetch {printable_or(prefetch, MISSING)} · "
                 f"pin {_on_off(loader.get('pin_memory'))} · persist {_on_off(loader.get('persistent_workers'))}")
     if len(loaders) > 1:
         text.append(f" (+{len(loaders) - 1} more)", style="bright_black")
@@ -220,11 +208,11 @@ def rank_lines(ranks: Sequence[RankSummary], straggler: int | None, width: int) 
         name = f"r{rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
         cell = Text(no_wrap=True, end="")
         if rank.pid == straggler:
-            cell.append(f"{name} {_ms(rank.wall_ms)} ◀ straggler", style="bold white on red")
+            cell.append(f"{name} {units.milliseconds(rank.wall_ms)} ◀ straggler", style="bold white on red")
         else:
-            cell.append(f"{name} {_ms(rank.wall_ms)}", style="bright_black" if rank.ended else "")
+            cell.append(f"{name} {units.milliseconds(rank.wall_ms)}", style="bright_black" if rank.ended else "")
         if rank.data_ms:
-            cell.append(f" (data {_ms(rank.data_ms)})", style="yellow")
+            cell.append(f" (data {units.milliseconds(rank.data_ms)})", style="yellow")
         cells.append(cell)
     lines: list[Text] = []
     line = _label("Ranks")

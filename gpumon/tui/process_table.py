@@ -13,9 +13,11 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
+from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import ProcessSample
-from gpumon.tui.format import MISSING, format_bytes, format_rate, format_state
+from gpumon.tui.format import format_state
+from gpumon.units import MISSING
 
 BRANCH = "├─ "
 LAST_BRANCH = "└─ "
@@ -133,7 +135,7 @@ def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, 
     is_worker = bool(branch)
     state = format_state(process.state)
     state_style = {"disk": "bold yellow", "zomb": "bold red"}.get(state, "")
-    gpu_memory = "" if is_worker and process.gpu_memory is None else format_bytes(process.gpu_memory)
+    gpu_memory = "" if is_worker and process.gpu_memory is None else units.size(process.gpu_memory, compact=True)
     return {
         "pid": PidCell(process.pid, branch, role),
         "user": _cell(printable(process.user or "?"), right=False),
@@ -141,10 +143,10 @@ def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, 
         "gpu_memory": _cell(gpu_memory),
         "sm_percent": _cell(_percent(process.sm_percent, is_worker)),
         "cpu_percent": _cell(_percent(process.cpu_percent, False)),
-        "rss": _cell(format_bytes(process.rss)),
+        "rss": _cell(units.size(process.rss, compact=True)),
         "state": _cell(state, right=False, style=state_style),
-        "read": _cell(format_rate(process.read_bytes_per_s)),
-        "write": _cell(format_rate(process.write_bytes_per_s)),
+        "read": _cell(units.rate(process.read_bytes_per_s, compact=True, binary=True)),
+        "write": _cell(units.rate(process.write_bytes_per_s, compact=True, binary=True)),
         "command": _cell(printable(process.command), right=False,
                          style=JOB_STYLES.get(role) or ("bright_black" if is_worker else "")),
     }

@@ -6,13 +6,14 @@ import pytest
 from textual.geometry import Region
 from textual.widget import Widget
 
+from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import DiskSample
 from gpumon.tui.bar import bar_string
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane, core_lines, cpu_lines
 from gpumon.tui.disk_pane import DiskPane, rate_sparkline
-from gpumon.tui.format import format_bytes, format_count, format_percent, format_rate, format_state
+from gpumon.tui.format import format_state, short_gpu_name
 from gpumon.tui.gpu_pane import GpuPane, gpu_lines, header_lines
 from gpumon.tui.pane import LinesWidget
 from gpumon.tui.process_table import LAST_BRANCH, tree_order
@@ -96,19 +97,21 @@ def test_bar_fills_in_eighths() -> None:
 
 
 def test_formatting() -> None:
-    assert format_bytes(512) == "512B"
-    assert format_bytes(1536) == "1.5K"
-    assert format_bytes(80 * GIB) == "80.0G"
-    assert format_bytes(503 * GIB) == "503G"
-    assert format_bytes(80 * GIB, spaced=True) == "80.0 GiB"
-    assert format_bytes(None) == "N/A"
-    assert format_rate(1.5 * 1024**2) == "1.5M/s"
-    assert format_percent(97.4) == "97%"
-    assert format_percent(None) == "N/A"
-    assert format_count(3240) == "3.2k"
-    assert format_count(950) == "950"
+    """The dashboard's cells: compact binary sizes and rates (gpumon.units; its own edges in tests/test_units.py)."""
+    assert units.size(512, compact=True) == "512B"
+    assert units.size(1536, compact=True) == "1.5K"
+    assert units.size(80 * GIB, compact=True) == "80.0G"
+    assert units.size(503 * GIB, compact=True) == "503G"
+    assert units.size(80 * GIB) == "80.0 GiB"
+    assert units.size(None, compact=True) == "N/A"
+    assert units.rate(1.5 * 1024**2, compact=True, binary=True) == "1.5M/s"
+    assert units.percent(97.4) == "97%"
+    assert units.percent(None) == "N/A"
+    assert units.count(3240) == "3.2k"
+    assert units.count(950) == "950"
     assert format_state("disk-sleep") == "disk"
     assert format_state(None) == "?"
+    assert short_gpu_name("NVIDIA H100 80GB HBM3") == "H100 80GB HBM3"
 
 
 def test_64_cores_fit_one_80_column_line_and_256_cores_four() -> None:
