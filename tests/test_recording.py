@@ -60,7 +60,7 @@ def test_bad_snapshot_record_names_its_line(tmp_path):
     write(path, [sample(1.0)])
     with path.open("a") as stream:
         stream.write(json.dumps({"type": "snapshot", "gpus": []}) + "\n")
-    with pytest.raises(RecordingError, match=r"line 3: not a gpumon snapshot"):
+    with pytest.raises(RecordingError, match=r"line 3: timestamp: missing"):
         read_recording(path)
 
 

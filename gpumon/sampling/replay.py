@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SPEED_STEPS, SnapshotCallback, next_step
+
+MAX_WAIT_S = 60.0
+"""A longer pause in the recording (the machine slept) is replayed as this long."""
 
 
 class Replayer:
@@ -19,6 +23,7 @@ class Replayer:
         if not snapshots:
             raise ValueError("a replay needs at least one snapshot")
         self._snapshots = list(snapshots)
+        self._median_gap = self._typical_gap(self._snapshots)
         self.speed = speed
         self.name = name
         self.history = History()
@@ -39,8 +44,14 @@ class Replayer:
 
     @property
     def recorded_interval(self) -> float:
-        first, last = self._snapshots[0].timestamp, self._snapshots[-1].timestamp
-        return (last - first) / (len(self._snapshots) - 1) if len(self._snapshots) > 1 else 1.0
+        """The usual spacing of the samples: the median gap, which one long pause in the recording does not skew."""
+        return self._median_gap
+
+    @staticmethod
+    def _typical_gap(snapshots: Sequence[Snapshot]) -> float:
+        gaps = sorted(later.timestamp - earlier.timestamp for earlier, later in itertools.pairwise(snapshots))
+        median = gaps[len(gaps) // 2] if gaps else 0.0
+        return median if median > 0 else 1.0
 
     @property
     def interval(self) -> float:
@@ -64,7 +75,7 @@ class Replayer:
         return snapshot
 
     def _run(self, on_snapshot: SnapshotCallback) -> None:
-        while not self._stopped.is_set() and not self.finished:
+        while not self._stopped.is_set():
             if self._paused.is_set():
                 self._wake.wait(0.1)
                 self._wake.clear()
@@ -76,7 +87,7 @@ class Replayer:
             if self.finished:
                 break
             gap = self._snapshots[self.position].timestamp - snapshot.timestamp
-            self._wake.wait(max(0.0, min(gap, 60.0)) / self.speed)
+            self._wake.wait(max(0.0, min(gap, MAX_WAIT_S)) / self.speed)
             self._wake.clear()
 
     def stop(self) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -137,35 +139,202 @@ class Snapshot:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
-        """Build a snapshot from its JSON form; raises ValueError naming what is wrong."""
-        if not isinstance(data, dict):
-            raise ValueError("a snapshot must be a JSON object")
-        try:
-            return cls(
-                timestamp=float(data["timestamp"]),
-                gpus=tuple(_build(GpuSample, gpu) for gpu in data.get("gpus", ())),
-                gpu_error=data.get("gpu_error"),
-                driver_version=data.get("driver_version"),
-                cpu=_build(CpuSample, data.get("cpu", {})),
-                disks=tuple(_build(DiskSample, disk) for disk in data.get("disks", ())),
-                processes=tuple(_process(proc) for proc in data.get("processes", ())),
-                hostname=str(data.get("hostname", "")),
-            )
-        except (KeyError, TypeError, AttributeError) as error:
-            raise ValueError(f"not a gpumon snapshot ({type(error).__name__}: {error})") from None
+    def from_dict(cls, data: object) -> Snapshot:
+        """Build a snapshot from its JSON form, checking every field's type and range (docs/schema.md).
+
+        Raises ValueError naming the field: "gpus[0].utilization_gpu: expected a percentage, got 'NaN'"."""
+        fields_ = _fields(data, "snapshot")
+        return cls(
+            timestamp=_required(fields_, "timestamp", _timestamp, ""),
+            gpus=_optional(fields_, "gpus", _list_of(_gpu), "", ()),
+            gpu_error=_optional(fields_, "gpu_error", _text_or_none, "", None),
+            driver_version=_optional(fields_, "driver_version", _text_or_none, "", None),
+            cpu=_optional(fields_, "cpu", _cpu, "", CpuSample()),
+            disks=_optional(fields_, "disks", _list_of(_disk), "", ()),
+            processes=_optional(fields_, "processes", _list_of(_process), "", ()),
+            hostname=_optional(fields_, "hostname", _text, "", ""),
+        )
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    known = {f.name for f in fields(cls)}
-    values = {key: _tuples(value) for key, value in data.items() if key in known}
-    return cls(**values)
+# ---------------------------------------------------------------------------------------------
+# Reading the JSON form back: every value checked, the first bad one named by its path.
+
+MAX_MAGNITUDE = 2.0**63
+"""No figure of the schema comes near this; larger ones are corrupt (and would overflow formatting)."""
+PERCENT_CEILING = 101.0
+"""Percentages are 0-100; a rounding hair above 100 is allowed."""
+MAX_TIMESTAMP = 1e11
+"""Seconds since the epoch (year 5138): later is corrupt, and datetime could not show it."""
+_SHOWN_CHARS = 40
+
+Checker = Callable[[object, str], Any]
 
 
-def _process(data: dict[str, Any]) -> ProcessSample:
-    children = tuple(_process(child) for child in data.get("children", ()))
-    return replace(_build(ProcessSample, {**data, "children": ()}), children=children)
+def _got(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= _SHOWN_CHARS else shown[: _SHOWN_CHARS - 3] + "..."
 
 
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
+def _fields(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected an object, got {_got(value)}")
+    return value
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _required(data: dict[str, Any], name: str, check: Checker, where: str) -> Any:
+    if name not in data:
+        raise ValueError(f"{_join(where, name)}: missing")
+    return check(data[name], _join(where, name))
+
+
+def _optional(data: dict[str, Any], name: str, check: Checker, where: str, default: Any) -> Any:
+    return check(data[name], _join(where, name)) if name in data else default
+
+
+def _real(value: object, where: str, expected: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: expected {expected}, got {_got(value)}")
+    if (isinstance(value, float) and not math.isfinite(value)) or abs(value) > MAX_MAGNITUDE:
+        raise ValueError(f"{where}: expected {expected}, got {_got(value)}")
+    return value
+
+
+def _number(value: object, where: str) -> float:
+    return _real(value, where, "a number")
+
+
+def _non_negative(value: object, where: str) -> float:
+    number = _real(value, where, "a non-negative number")
+    if number < 0:
+        raise ValueError(f"{where}: expected a non-negative number, got {_got(value)}")
+    return number
+
+
+def _percent(value: object, where: str) -> float:
+    number = _real(value, where, "a percentage (0-100)")
+    if not 0 <= number <= PERCENT_CEILING:
+        raise ValueError(f"{where}: expected a percentage (0-100), got {_got(value)}")
+    return number
+
+
+def _count(value: object, where: str) -> int:
+    """A non-negative whole number: bytes, an index, a pid, MHz."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MAGNITUDE:
+        raise ValueError(f"{where}: expected a non-negative integer, got {_got(value)}")
+    return value
+
+
+def _timestamp(value: object, where: str) -> float:
+    number = _real(value, where, "seconds since the epoch")
+    if not 0 <= number <= MAX_TIMESTAMP:
+        raise ValueError(f"{where}: expected seconds since the epoch, got {_got(value)}")
+    return float(number)
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a string, got {_got(value)}")
+    return value
+
+
+def _or_none(check: Checker) -> Checker:
+    return lambda value, where: None if value is None else check(value, where)
+
+
+_text_or_none = _or_none(_text)
+
+
+def _list_of(check: Checker, length: int | None = None) -> Checker:
+    def checked(value: object, where: str) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {_got(value)}")
+        if length is not None and len(value) != length:
+            raise ValueError(f"{where}: expected a list of {length}, got {len(value)} items")
+        return tuple(check(item, f"{where}[{index}]") for index, item in enumerate(value))
+
+    return checked
+
+
+_GPU_FIGURES: dict[str, Checker] = {
+    "utilization_gpu": _percent,
+    "utilization_memory": _percent,
+    "memory_used": _count,
+    "memory_total": _count,
+    "temperature": _number,
+    "power": _non_negative,
+    "power_limit": _non_negative,
+    "clock_sm": _count,
+    "clock_memory": _count,
+    "throttle_reasons": _list_of(_text),
+    "pcie_rx": _non_negative,
+    "pcie_tx": _non_negative,
+    "sm_activity": _percent,
+    "sm_occupancy": _percent,
+    "tensor_activity": _percent,
+    "dram_bandwidth": _percent,
+}
+"""GpuSample's optional figures (each may be null)."""
+
+
+def _gpu(value: object, where: str) -> GpuSample:
+    data = _fields(value, where)
+    figures = {name: _optional(data, name, _or_none(check), where, None) for name, check in _GPU_FIGURES.items()}
+    return GpuSample(
+        index=_required(data, "index", _count, where),
+        uuid=_required(data, "uuid", _text, where),
+        name=_required(data, "name", _text, where),
+        **figures,
+    )
+
+
+def _cpu(value: object, where: str) -> CpuSample:
+    data = _fields(value, where)
+    return CpuSample(
+        per_core=_optional(data, "per_core", _list_of(_percent), where, ()),
+        total=float(_optional(data, "total", _percent, where, 0.0)),
+        load=_optional(data, "load", _list_of(_non_negative, length=3), where, (0.0, 0.0, 0.0)),
+        iowait=_optional(data, "iowait", _or_none(_percent), where, None),
+        **{
+            name: _optional(data, name, _count, where, 0)
+            for name in ("memory_used", "memory_total", "swap_used", "swap_total")
+        },
+    )
+
+
+def _disk(value: object, where: str) -> DiskSample:
+    data = _fields(value, where)
+    rates = {
+        name: float(_optional(data, name, _non_negative, where, 0.0))
+        for name in ("read_bytes_per_s", "write_bytes_per_s", "read_iops", "write_iops")
+    }
+    return DiskSample(name=_required(data, "name", _text, where), **rates)
+
+
+_PROCESS_FIGURES: dict[str, Checker] = {
+    "ppid": _count,
+    "user": _text,
+    "gpu_memory": _count,
+    "sm_percent": _percent,
+    "cpu_percent": _non_negative,
+    "rss": _count,
+    "state": _text,
+    "read_bytes_per_s": _non_negative,
+    "write_bytes_per_s": _non_negative,
+}
+"""ProcessSample's optional figures (each may be null)."""
+
+
+def _process(value: object, where: str) -> ProcessSample:
+    data = _fields(value, where)
+    figures = {name: _optional(data, name, _or_none(check), where, None) for name, check in _PROCESS_FIGURES.items()}
+    return ProcessSample(
+        pid=_required(data, "pid", _count, where),
+        command=_optional(data, "command", _text, where, ""),
+        gpu_indices=_optional(data, "gpu_indices", _list_of(_count), where, ()),
+        children=_optional(data, "children", _list_of(_process), where, ()),
+        **figures,
+    )
