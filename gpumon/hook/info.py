@@ -15,8 +15,18 @@ from typing import Any
 
 from gpumon import __version__ as HOOK_VERSION
 from gpumon import protocol
-from gpumon.hook.runtime import (R_DATA, R_END, R_GPU, R_SAMPLES, R_SEQ, R_SOURCE, R_SYNCS, R_WALL, HookRuntime,
-                                 copy_while_mutated)
+from gpumon.hook.runtime import (
+    R_DATA,
+    R_END,
+    R_GPU,
+    R_SAMPLES,
+    R_SEQ,
+    R_SOURCE,
+    R_SYNCS,
+    R_WALL,
+    HookRuntime,
+    copy_while_mutated,
+)
 
 STATS_WINDOW_S = 5.0
 _MAX_ARG_CHARS = 1000
@@ -97,7 +107,8 @@ def dist_info() -> protocol.DistInfo:
     return info
 
 
-def hello(runtime: HookRuntime | None, *, started: float, injected: bool) -> protocol.Hello:
+def hello(runtime: HookRuntime | None, *, started: float, injected: bool,
+          socket_refused: str | None = None) -> protocol.Hello:
     try:
         cwd = os.getcwd()
     except OSError:
@@ -106,7 +117,7 @@ def hello(runtime: HookRuntime | None, *, started: float, injected: bool) -> pro
         type=protocol.HELLO, protocol=protocol.PROTOCOL_VERSION, pid=os.getpid(), ppid=os.getppid(),
         uid=os.getuid(), hostname=socket.gethostname(), argv=_argv(), cwd=cwd, executable=sys.executable,
         python=platform.python_version(), torch=_torch_version(), hook_version=HOOK_VERSION, started=started,
-        injected=injected, cuda=cuda_info(runtime), dist=dist_info(),
+        injected=injected, cuda=cuda_info(runtime), dist=dist_info(), socket_refused=socket_refused,
     )
 
 
@@ -204,7 +215,8 @@ def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
     ) for e in entries]
 
 
-def state(runtime: HookRuntime, *, clients: int, installed_at: float) -> protocol.State:
+def state(runtime: HookRuntime, *, clients: int, installed_at: float, server_restarts: int = 0,
+          socket_refused: str | None = None) -> protocol.State:
     cuda = cuda_info(runtime)
     pending: dict[str, Any] = {}
     for kind, payload, _id in copy_while_mutated(runtime.control):
@@ -220,5 +232,6 @@ def state(runtime: HookRuntime, *, clients: int, installed_at: float) -> protoco
         diagnosis=protocol.DiagnosisState(active=bool(counter is not None and counter.active),
                                           steps_left=runtime.diagnosis_left),
         hook=protocol.HookInfo(errors=runtime.errors, last_error=runtime.last_error, clients=clients,
-                               installed_at=installed_at),
+                               installed_at=installed_at, server_restarts=server_restarts,
+                               socket_refused=socket_refused),
     )

@@ -2,7 +2,11 @@
 
 Never blocks the training thread (it only reads the runtime's bounded structures and queues requests
 in `runtime.control`), never waits for a client (non-blocking sockets, a bounded outgoing buffer per
-client whose oldest messages are dropped), and never lets an exception out of its thread.
+client whose oldest messages are dropped), and no client can make it cost the job much: accepts and
+each client's input have a budget (token buckets; over it, the server stops listening or reading for a
+while and lets the kernel push back), a new client gets a greeting built at most every GREETING_TTL,
+and nothing a client sends can end the thread (a failing connection is dropped; a failing loop is
+restarted with backoff and counted in state.hook.server_restarts).
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import os
 import selectors
 import socket
-import stat
 import threading
 import time
 from collections import deque
@@ -18,7 +21,9 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.hook import info
+from gpumon.hook.ratelimit import TokenBucket
 from gpumon.hook.runtime import R_SEQ, HookRuntime
+from gpumon.hook.socket_dir import choose_socket_dir, prepare_socket_dir
 
 MAX_CLIENTS = 8
 CLIENT_BUFFER = 1024 * 1024
@@ -32,43 +37,34 @@ STEPS_INTERVAL = 0.2
 STATE_INTERVAL = 1.0
 STEPS_HEARTBEAT = 1.0
 """A `steps` message goes out at least this often (fresh stats) even without new steps."""
+ACCEPT_RATE = 10.0
+ACCEPT_BURST = 20.0
+"""Connections greeted per second, and how many may come at once. Beyond: closed unread, listening paused."""
+ACCEPT_PAUSE_MIN = 0.05
+INPUT_RATE = 64 * 1024
+INPUT_BURST = 256 * 1024
+"""Bytes a second one client may send, and at once. Beyond: its socket is not read for a while."""
+REQUEST_RATE = 50.0
+REQUEST_BURST = 100.0
+"""Requests (lines) a second one client may send, and at once."""
+GREETING_TTL = 0.2
+"""A new client's hello, state and first steps are reused for this long (a flood of connects costs one build)."""
+RESTART_BACKOFF_MIN = 0.05
+RESTART_BACKOFF_MAX = 5.0
+_RESTART_CALM_S = 60.0
+"""A loop that ran this long without failing starts its backoff from the minimum again."""
 _RECV_CHUNK = 65536
-_MAX_RECV_PER_WAKE = 16
-_MAX_ACCEPT_PER_WAKE = 64
-_MAX_CONSECUTIVE_FAILURES = 50
+_MAX_RECV_PER_WAKE = 4
+_MAX_ACCEPT_PER_WAKE = 16
+_MAX_QUEUED_CONTROL = 60
 
-
-def prepare_socket_dir(directory: str) -> str | None:
-    """Create (mode 0700) or check the socket directory; return why it is unusable, or None.
-
-    The umask is left alone (it is process-wide and the job may be creating files on another
-    thread): mkdir with 0700 can only come out narrower, and a directory of ours with looser bits
-    is tightened to 0700. Someone else's directory, or a symlink, is refused.
-    """
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        return f"cannot create {directory}: {exc.strerror}"
-    try:
-        st = os.lstat(directory)
-    except OSError as exc:
-        return f"{directory}: {exc.strerror}"
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        return protocol.unsafe_dir_reason(directory) or f"{directory} is unusable"
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        try:
-            os.chmod(directory, 0o700, follow_symlinks=False)
-        except (OSError, NotImplementedError):
-            return protocol.unsafe_dir_reason(directory)
-    return protocol.unsafe_dir_reason(directory)
+__all__ = ["HookServer", "prepare_socket_dir"]
 
 
 class _Client:
-    __slots__ = ("sock", "fd", "out", "out_bytes", "head_sent", "inbuf", "errors", "dropped_messages",
-                 "last_progress", "steps", "state", "steps_interval", "state_interval", "next_steps", "next_state",
-                 "last_steps_sent", "cursor", "closed", "want_write")
+    __slots__ = ("closed", "cursor", "dropped_messages", "errors", "events", "fd", "head_sent", "inbuf",
+                 "input_bytes", "last_progress", "last_steps_sent", "next_state", "next_steps", "out", "out_bytes",
+                 "paused_until", "requests", "sock", "state", "state_interval", "steps", "steps_interval")
 
     def __init__(self, sock: socket.socket, now: float, cursor: int) -> None:
         self.sock = sock
@@ -89,16 +85,30 @@ class _Client:
         self.last_steps_sent = now
         self.cursor = cursor
         self.closed = False
-        self.want_write = False
+        self.events = 0
+        """The selector events registered now (0: not registered)."""
+        self.paused_until = 0.0
+        """While nonzero, the socket is not read (input over budget) until this monotonic time."""
+        self.input_bytes = TokenBucket(INPUT_RATE, INPUT_BURST, now)
+        self.requests = TokenBucket(REQUEST_RATE, REQUEST_BURST, now)
 
 
 class HookServer:
-    """Serves one process's socket. `start()` returns False (and stays silent) when it cannot."""
+    """Serves one process's socket. `start()` returns False (and stays silent) when it cannot.
+
+    directory: serve there or nowhere (tests). Default: the first safe one of `directories` (default
+    protocol.fixed_socket_dirs(), the order discovery searches), else a private directory under
+    `private_base`; what was refused on the way is in `socket_refused` (and in hello and state).
+    """
 
     def __init__(self, runtime: HookRuntime, *, directory: str | None = None, installed_at: float | None = None,
                  injected: bool = False, max_clients: int = MAX_CLIENTS, client_buffer: int = CLIENT_BUFFER,
-                 stall_timeout: float = STALL_TIMEOUT) -> None:
+                 stall_timeout: float = STALL_TIMEOUT, directories: list[str] | None = None,
+                 private_base: str | None = protocol.PRIVATE_DIR_BASE) -> None:
         self.runtime = runtime
+        self._fixed_directory = directory
+        self._directories = directories
+        self._private_base = private_base
         self.directory = directory or protocol.socket_dir()
         self.path = os.path.join(self.directory, f"{os.getpid()}.sock")
         self.installed_at = time.time() if installed_at is None else installed_at
@@ -108,6 +118,8 @@ class HookServer:
         self.stall_timeout = stall_timeout
         self.owner_pid = os.getpid()
         self.failure: str | None = None
+        self.socket_refused: str | None = None
+        self.restarts = 0
         self._clients: dict[int, _Client] = {}
         self._listener: socket.socket | None = None
         self._selector: selectors.BaseSelector | None = None
@@ -115,8 +127,14 @@ class HookServer:
         self._inode: int | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._stop_event = threading.Event()
         self._stop_reason = "exit"
         self._cleaned = False
+        self._accepts = TokenBucket(ACCEPT_RATE, ACCEPT_BURST, time.monotonic())
+        self._accept_resume_at: float | None = None
+        self._greeting: tuple[float, list[bytes], int] | None = None
+        self._too_many_clients = protocol.encode(protocol.error_message(
+            protocol.E_TOO_MANY_CLIENTS, f"at most {max_clients} clients at a time"))
 
     @property
     def clients(self) -> int:
@@ -125,9 +143,7 @@ class HookServer:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> bool:
-        reason = prepare_socket_dir(self.directory)
-        if reason is not None:
-            self.failure = reason
+        if not self._choose_directory():
             return False
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -141,19 +157,37 @@ class HookServer:
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
-            selector = selectors.DefaultSelector()
-            selector.register(listener, selectors.EVENT_READ, "listen")
-            selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            self._listener = listener
+            self._selector = self._new_selector()
         except OSError as exc:
             self.failure = f"cannot serve {self.path}: {exc.strerror or exc}"
+            self._listener = None
             listener.close()
             self._close_pipe()
             self._unlink()
             return False
-        self._listener = listener
-        self._selector = selector
         self._thread = threading.Thread(target=self._run, name="gpumon-hook-server", daemon=True)
         self._thread.start()
+        return True
+
+    def _choose_directory(self) -> bool:
+        if self._fixed_directory is not None:
+            directory, refused = self._fixed_directory, list[str]()
+            reason = prepare_socket_dir(directory)
+            if reason is not None:
+                self.failure = reason
+                return False
+        else:
+            candidates = protocol.fixed_socket_dirs() if self._directories is None else self._directories
+            private_base = None if os.environ.get(protocol.SOCKET_DIR_ENV) else self._private_base
+            chosen, refused = choose_socket_dir(candidates, private_base=private_base)
+            if chosen is None:
+                self.failure = "; ".join(refused) or "no usable socket directory"
+                return False
+            directory = chosen
+        self.socket_refused = "; ".join(refused) or None
+        self.directory = directory
+        self.path = os.path.join(directory, f"{os.getpid()}.sock")
         return True
 
     def stop(self, reason: str = "exit", timeout: float = 0.5) -> None:
@@ -162,6 +196,7 @@ class HookServer:
             return
         self._stop_reason = reason
         self._stopping = True
+        self._stop_event.set()
         self._wake()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
@@ -182,7 +217,7 @@ class HookServer:
         if self._selector is not None:
             try:
                 self._selector.close()  # closes the epoll fd copy only; the parent's registrations stay
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a broken selector copy in a child is nothing to report
                 pass
         self._close_pipe()
         self._thread = None
@@ -219,40 +254,70 @@ class HookServer:
         if self._selector is not None:
             try:
                 self._selector.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing at exit: nothing left to do about it
                 pass
         if self._listener is not None:
             _close_quietly(self._listener)
         self._close_pipe()
 
+    def _new_selector(self) -> selectors.BaseSelector:
+        """A selector with the listener (unless accepting is paused), the wake pipe and every client registered."""
+        selector = selectors.DefaultSelector()
+        if self._listener is not None and self._accept_resume_at is None:
+            selector.register(self._listener, selectors.EVENT_READ, "listen")
+        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        for client in list(self._clients.values()):
+            if client.events:
+                try:
+                    selector.register(client.sock, client.events, client)
+                except (KeyError, ValueError, OSError):
+                    client.events = 0
+                    self._drop(client)
+        return selector
+
     # -- the thread -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        failures = 0
+        backoff = RESTART_BACKOFF_MIN
         while not self._stopping:
+            began = time.monotonic()
             try:
-                self._serve_once()
-                failures = 0
+                while not self._stopping:
+                    self._serve_once()
+            except Exception as exc:  # noqa: BLE001 - nothing may end this thread: count, back off, restart
+                self.runtime.error(exc)
+                if self._stop_event.is_set():
+                    break
+                self.restarts += 1
+                if time.monotonic() - began > _RESTART_CALM_S:
+                    backoff = RESTART_BACKOFF_MIN
+                self._stop_event.wait(backoff)
+                backoff = min(RESTART_BACKOFF_MAX, backoff * 2)
+                self._restart()
+        for last_words in (self._say_goodbye, self._cleanup):
+            try:
+                last_words()
             except Exception as exc:  # noqa: BLE001 - never out of this thread
                 self.runtime.error(exc)
-                failures += 1
-                if failures >= _MAX_CONSECUTIVE_FAILURES:
-                    break
-                time.sleep(0.05)
+
+    def _restart(self) -> None:
+        """A fresh selector (the old one may be what failed); the listener and the clients stay."""
+        old = self._selector
         try:
-            self._say_goodbye()
-        except Exception as exc:  # noqa: BLE001
+            self._selector = self._new_selector()
+        except Exception as exc:  # noqa: BLE001 - the next loop fails again and backs off further
             self.runtime.error(exc)
-        try:
-            self._cleanup()
-        except Exception as exc:  # noqa: BLE001
-            self.runtime.error(exc)
+            return
+        if old is not None:
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - the broken selector is dropped either way
+                pass
 
     def _serve_once(self) -> None:
         selector = self._selector
         assert selector is not None
-        timeout = self._timeout()
-        for key, mask in selector.select(timeout):
+        for key, mask in selector.select(self._timeout(time.monotonic())):
             if key.data == "listen":
                 self._accept()
             elif key.data == "wake":
@@ -263,65 +328,128 @@ class HookServer:
                     pass
             else:
                 client = key.data
-                if mask & selectors.EVENT_READ and not client.closed:
-                    self._read(client)
-                if mask & selectors.EVENT_WRITE and not client.closed:
-                    self._flush(client)
+                try:
+                    if mask & selectors.EVENT_READ and not client.closed:
+                        self._read(client)
+                    if mask & selectors.EVENT_WRITE and not client.closed:
+                        self._flush(client)
+                except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
+                    self._client_failed(client, exc)
         if not self._stopping:
             self._tick()
 
-    def _timeout(self) -> float | None:
-        if not self._clients:
+    def _timeout(self, now: float) -> float | None:
+        due = [self._accept_resume_at] if self._accept_resume_at is not None else []
+        if not self._clients and not due:
             return None
-        due = [c.next_steps for c in self._clients.values() if c.steps]
-        due += [c.next_state for c in self._clients.values() if c.state]
+        for client in self._clients.values():
+            if client.steps:
+                due.append(client.next_steps)
+            if client.state:
+                due.append(client.next_state)
+            if client.paused_until:
+                due.append(client.paused_until)
         if not due:
             return 1.0  # still wake now and then for the stall check
-        return max(0.0, min(min(due) - time.monotonic(), 1.0))
+        return max(0.0, min(min(due) - now, 1.0))
+
+    def _client_failed(self, client: _Client, exc: Exception) -> None:
+        self.runtime.error(exc)
+        try:
+            self._drop(client)
+        except Exception:  # noqa: BLE001 - forget it even when closing it fails
+            client.closed = True
+            self._clients.pop(client.fd, None)
+
+    # -- accepting ------------------------------------------------------------------------------
 
     def _accept(self) -> None:
-        assert self._listener is not None
+        listener = self._listener
+        assert listener is not None
         for _ in range(_MAX_ACCEPT_PER_WAKE):
             try:
-                conn, _addr = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
+                conn, _addr = listener.accept()
+            except OSError:  # BlockingIOError: none left
                 return
-            except OSError:
+            now = time.monotonic()
+            if not self._accepts.take(now):
+                _close_quietly(conn)  # over the rate: no peer check, no greeting, and stop listening a while
+                self._pause_accepting(now)
                 return
             try:
-                conn.setblocking(False)
-                _pid, uid, _gid = protocol.peer_credentials(conn)
-            except OSError:
-                _close_quietly(conn)
-                continue
-            if not protocol.peer_allowed(uid):
-                _close_quietly(conn)
-                continue
-            if len(self._clients) >= self.max_clients:
-                try:
-                    conn.send(protocol.encode(protocol.error_message(
-                        protocol.E_TOO_MANY_CLIENTS, f"at most {self.max_clients} clients at a time")))
-                except OSError:
-                    pass
-                _close_quietly(conn)
-                continue
-            self._add_client(conn)
+                self._admit(conn, now)
+            except Exception as exc:  # noqa: BLE001 - a connection that fails while being admitted is closed
+                self.runtime.error(exc)
+                client = self._clients.get(conn.fileno()) if conn.fileno() >= 0 else None
+                if client is not None:
+                    self._client_failed(client, exc)
+                else:
+                    _close_quietly(conn)
 
-    def _add_client(self, conn: socket.socket) -> None:
-        now = time.monotonic()
-        client = _Client(conn, now, cursor=max(0, self.runtime.seq - DEFAULT_BACKLOG))
+    def _admit(self, conn: socket.socket, now: float) -> None:
+        try:
+            conn.setblocking(False)
+            _pid, uid, _gid = protocol.peer_credentials(conn)
+        except OSError:
+            _close_quietly(conn)
+            return
+        if not protocol.peer_allowed(uid):
+            _close_quietly(conn)
+            return
+        if len(self._clients) >= self.max_clients:
+            try:
+                conn.send(self._too_many_clients)
+            except OSError:
+                pass
+            _close_quietly(conn)
+            return
+        greeting, cursor = self._greeting_for_new_client(now)
+        client = _Client(conn, now, cursor=cursor)
         self._clients[client.fd] = client
-        assert self._selector is not None
-        self._selector.register(conn, selectors.EVENT_READ, client)
-        self._send(client, info.hello(self.runtime, started=self.installed_at, injected=self.injected))
-        self._send(client, self._state())
+        self._update_events(client)
+        for data in greeting:
+            self._send_bytes(client, data)
+
+    def _pause_accepting(self, now: float) -> None:
+        if self._accept_resume_at is not None or self._selector is None or self._listener is None:
+            return
+        self._accept_resume_at = now + max(ACCEPT_PAUSE_MIN, self._accepts.wait_s(now))
+        try:
+            self._selector.unregister(self._listener)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _resume_accepting(self, now: float) -> None:
+        if self._accept_resume_at is None or now < self._accept_resume_at:
+            return
+        self._accept_resume_at = None
+        if self._selector is not None and self._listener is not None:
+            self._selector.register(self._listener, selectors.EVENT_READ, "listen")
+
+    def _greeting_for_new_client(self, now: float) -> tuple[list[bytes], int]:
+        """hello, state and the last DEFAULT_BACKLOG records, encoded; rebuilt at most every GREETING_TTL.
+
+        Returns the lines and the cursor they leave the client at (its next `steps` starts after it).
+        """
+        cached = self._greeting
+        if cached is not None and now - cached[0] < GREETING_TTL:
+            return cached[1], cached[2]
+        hello = info.hello(self.runtime, started=self.installed_at, injected=self.injected,
+                           socket_refused=self.socket_refused)
+        lines = [protocol.encode(hello), protocol.encode(self._state())]
         records = self.runtime.snapshot_records()
-        self._send_steps(client, records, info.step_stats(self.runtime, records, self.runtime.clock()))
+        stats = info.step_stats(self.runtime, records, self.runtime.clock())
+        messages, cursor = self._steps_messages(max(0, self.runtime.seq - DEFAULT_BACKLOG), records, stats)
+        lines += [protocol.encode(message) for message in messages]
+        self._greeting = (now, lines, cursor)
+        return lines, cursor
 
     # -- input ----------------------------------------------------------------------------------
 
     def _read(self, client: _Client) -> None:
         for _ in range(_MAX_RECV_PER_WAKE):
+            if client.paused_until:
+                return
             try:
                 chunk = client.sock.recv(_RECV_CHUNK)
             except (BlockingIOError, InterruptedError):
@@ -332,12 +460,21 @@ class HookServer:
             if not chunk:
                 self._drop(client)
                 return
+            now = time.monotonic()
+            client.input_bytes.spend(now, len(chunk))
             client.inbuf += chunk
-            self._handle_lines(client)
+            self._handle_lines(client, now)
             if client.closed:
                 return
+            if client.input_bytes.tokens < 0:
+                self._pause_input(client, now + client.input_bytes.wait_s(now, 0.0))
+                return
 
-    def _handle_lines(self, client: _Client) -> None:
+    def _pause_input(self, client: _Client, until: float) -> None:
+        client.paused_until = max(until, time.monotonic() + 0.001)
+        self._update_events(client)
+
+    def _handle_lines(self, client: _Client, now: float) -> None:
         buf = client.inbuf
         while not client.closed:
             newline = buf.find(b"\n")
@@ -345,6 +482,9 @@ class HookServer:
                 self._refuse(client, protocol.E_LINE_TOO_LONG, f"a request line is at most {protocol.MAX_LINE} bytes")
                 return
             if newline < 0:
+                return
+            if not client.requests.take(now):
+                self._pause_input(client, now + client.requests.wait_s(now))
                 return
             line = bytes(buf[: newline + 1])
             del buf[: newline + 1]
@@ -361,12 +501,12 @@ class HookServer:
         try:
             msg = protocol.decode(line, limit=protocol.MAX_LINE)
         except protocol.ProtocolError as exc:
-            self._client_error(client, exc.code, str(exc), None)
+            self._client_error(client, exc.code, str(exc), exc.request_id)
             return
         kind = msg["type"]
         request_id = msg.get("id")
         if kind not in protocol.REQUEST_TYPES:
-            self._client_error(client, protocol.E_UNKNOWN_TYPE, f"unknown request type {kind!r}", request_id)
+            self._client_error(client, protocol.E_UNKNOWN_TYPE, f"unknown request type {kind!r:.80}", request_id)
             return
         reply: dict[str, Any]
         if kind == protocol.PING:
@@ -381,7 +521,7 @@ class HookServer:
                 self._client_error(client, protocol.E_BAD_MESSAGE,
                                    f"steps must be 1..{protocol.DIAGNOSE_MAX_STEPS}", request_id)
                 return
-            if self.runtime.diagnosing or len(self.runtime.control) >= 60:
+            if self.runtime.diagnosing or len(self.runtime.control) >= _MAX_QUEUED_CONTROL:
                 self._client_error(client, protocol.E_BUSY, "a diagnosis is already running", request_id)
                 return
             self.runtime.control.append(("diagnose", steps, request_id))
@@ -392,7 +532,7 @@ class HookServer:
             except protocol.ProtocolError as exc:
                 self._client_error(client, exc.code, str(exc), request_id)
                 return
-            if len(self.runtime.control) >= 60:
+            if len(self.runtime.control) >= _MAX_QUEUED_CONTROL:
                 self._client_error(client, protocol.E_BUSY, "too many requests waiting for a step", request_id)
                 return
             self.runtime.control.append(("knobs", knobs, request_id))
@@ -432,55 +572,71 @@ class HookServer:
     # -- output ---------------------------------------------------------------------------------
 
     def _state(self) -> protocol.State:
-        return info.state(self.runtime, clients=len(self._clients), installed_at=self.installed_at)
+        return info.state(self.runtime, clients=len(self._clients), installed_at=self.installed_at,
+                          server_restarts=self.restarts, socket_refused=self.socket_refused)
 
     def _tick(self) -> None:
         now = time.monotonic()
+        self._resume_accepting(now)
         outbox = self.runtime.outbox
         while outbox:
             message = outbox.popleft()
             for client in list(self._clients.values()):
                 self._send(client, message)
-        records: list[list[Any]] | None = None
-        stats: protocol.StepStats | None = None
+        steps: tuple[list[list[Any]], protocol.StepStats] | None = None
         state: protocol.State | None = None
         for client in list(self._clients.values()):
             if client.closed:
                 continue
-            if client.steps and now >= client.next_steps:
-                client.next_steps = now + client.steps_interval
-                if records is None:
-                    records = self.runtime.snapshot_records()
-                    stats = info.step_stats(self.runtime, records, self.runtime.clock())
-                last_seq = records[-1][R_SEQ] if records else 0
-                if last_seq > client.cursor or now - client.last_steps_sent >= STEPS_HEARTBEAT:
-                    self._send_steps(client, records, stats)  # type: ignore[arg-type]
-            if client.state and now >= client.next_state:
-                client.next_state = now + client.state_interval
-                if state is None:
-                    state = self._state()
-                self._send(client, state)
-            if client.out and now - client.last_progress > self.stall_timeout:
-                self._drop(client)
+            try:
+                if client.paused_until and now >= client.paused_until:
+                    client.paused_until = 0.0
+                    self._handle_lines(client, now)
+                    self._update_events(client)
+                if client.steps and now >= client.next_steps:
+                    client.next_steps = now + client.steps_interval
+                    if steps is None:
+                        records = self.runtime.snapshot_records()
+                        steps = records, info.step_stats(self.runtime, records, self.runtime.clock())
+                    last_seq = steps[0][-1][R_SEQ] if steps[0] else 0
+                    if last_seq > client.cursor or now - client.last_steps_sent >= STEPS_HEARTBEAT:
+                        self._send_steps(client, *steps)
+                if client.state and now >= client.next_state:
+                    client.next_state = now + client.state_interval
+                    if state is None:
+                        state = self._state()
+                    self._send(client, state)
+                if client.out and now - client.last_progress > self.stall_timeout:
+                    self._drop(client)
+            except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
+                self._client_failed(client, exc)
 
-    def _send_steps(self, client: _Client, records: list[list[Any]], stats: protocol.StepStats) -> None:
-        """Send the records newer than the client's cursor (in messages of at most MAX_RECORDS_PER_MESSAGE),
-        or just fresh stats when there are none. Records already gone from the runtime count as dropped."""
+    def _steps_messages(self, cursor: int, records: list[list[Any]],
+                        stats: protocol.StepStats) -> tuple[list[protocol.Steps], int]:
+        """The `steps` messages for a client at `cursor` (records newer than it, at most MAX_RECORDS_PER_MESSAGE
+        each, or just fresh stats when there are none), and its cursor after them. Records already gone from the
+        runtime count as dropped."""
         last_seq = records[-1][R_SEQ] if records else 0
         new: list[list[Any]] = []
         dropped = 0
-        if records and last_seq > client.cursor:
+        if records and last_seq > cursor:
             first_seq = records[0][R_SEQ]
-            dropped = max(0, first_seq - (client.cursor + 1))
-            new = records[max(0, client.cursor + 1 - first_seq):]
-        client.cursor = max(client.cursor, last_seq)
-        client.last_steps_sent = time.monotonic()
+            dropped = max(0, first_seq - (cursor + 1))
+            new = records[max(0, cursor + 1 - first_seq):]
+        messages = []
         for start in range(0, max(1, len(new)), MAX_RECORDS_PER_MESSAGE):
             chunk = new[start:start + MAX_RECORDS_PER_MESSAGE]
-            self._send(client, protocol.Steps(
+            messages.append(protocol.Steps(
                 type=protocol.STEPS, t=round(time.time(), 4), last_seq=chunk[-1][R_SEQ] if chunk else last_seq,
                 records=[info.record_dict(self.runtime, r) for r in chunk], dropped=dropped, stats=stats))
             dropped = 0
+        return messages, max(cursor, last_seq)
+
+    def _send_steps(self, client: _Client, records: list[list[Any]], stats: protocol.StepStats) -> None:
+        messages, client.cursor = self._steps_messages(client.cursor, records, stats)
+        client.last_steps_sent = time.monotonic()
+        for message in messages:
+            self._send(client, message)
 
     def _send(self, client: _Client, message: Any) -> None:
         """Queue a message for `client`, dropping its oldest queued ones beyond the buffer cap."""
@@ -490,6 +646,11 @@ class HookServer:
             data = protocol.encode(message)
         except protocol.ProtocolError as exc:
             self.runtime.error(exc)
+            return
+        self._send_bytes(client, data)
+
+    def _send_bytes(self, client: _Client, data: bytes) -> None:
+        if client.closed:
             return
         if not client.out:
             client.last_progress = time.monotonic()
@@ -520,28 +681,38 @@ class HookServer:
                 client.out.popleft()
                 client.out_bytes -= len(head)
                 client.head_sent = 0
-        self._want_write(client, bool(client.out))
+        self._update_events(client)
 
-    def _want_write(self, client: _Client, want: bool) -> None:
-        if client.closed or client.want_write == want or self._selector is None:
+    def _update_events(self, client: _Client) -> None:
+        """Register what the client waits for: reading unless paused, writing while output is queued."""
+        if client.closed or self._selector is None:
             return
-        client.want_write = want
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+        wanted = (0 if client.paused_until else selectors.EVENT_READ) | (selectors.EVENT_WRITE if client.out else 0)
+        if wanted == client.events:
+            return
         try:
-            self._selector.modify(client.sock, events, client)
+            if not wanted:
+                self._selector.unregister(client.sock)
+            elif not client.events:
+                self._selector.register(client.sock, wanted, client)
+            else:
+                self._selector.modify(client.sock, wanted, client)
         except (KeyError, ValueError, OSError):
             self._drop(client)
+            return
+        client.events = wanted
 
     def _drop(self, client: _Client) -> None:
         if client.closed:
             return
         client.closed = True
         self._clients.pop(client.fd, None)
-        if self._selector is not None:
+        if self._selector is not None and client.events:
             try:
                 self._selector.unregister(client.sock)
             except (KeyError, ValueError, OSError):
                 pass
+        client.events = 0
         try:
             client.sock.shutdown(socket.SHUT_RDWR)  # an EOF now, even if a forked child holds a copy
         except OSError:
