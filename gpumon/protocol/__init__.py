@@ -90,6 +90,7 @@ from gpumon.protocol.names import (
     ProtocolError,
 )
 from gpumon.protocol.paths import (
+    PRIVATE_DIR_BASE,
     PRIVATE_DIR_PREFIX,
     candidate_socket_dirs,
     fixed_socket_dirs,
@@ -139,6 +140,7 @@ __all__ = [
     "MAX_MESSAGE",
     "PING",
     "PONG",
+    "PRIVATE_DIR_BASE",
     "PRIVATE_DIR_PREFIX",
     "PROTOCOL_VERSION",
     "REQUEST_TYPES",

@@ -10,6 +10,7 @@ import struct
 
 from gpumon.protocol.names import SOCKET_DIR_ENV
 
+PRIVATE_DIR_BASE = "/tmp"
 PRIVATE_DIR_PREFIX = "gpumon-{uid}-"
 """/tmp/gpumon-<uid>-XXXXXXXX: a hook's own mkdtemp directory when every usual one was refused."""
 
@@ -49,7 +50,7 @@ def private_socket_dirs(uid: int | None = None) -> list[str]:
     uid = os.getuid() if uid is None else uid
     if os.environ.get(SOCKET_DIR_ENV):
         return []
-    pattern = os.path.join("/tmp", glob.escape(PRIVATE_DIR_PREFIX.format(uid=uid))) + "*"
+    pattern = os.path.join(PRIVATE_DIR_BASE, glob.escape(PRIVATE_DIR_PREFIX.format(uid=uid))) + "*"
     return [path for path in sorted(glob.glob(pattern)) if unsafe_dir_reason(path, uid) is None]
 
 
