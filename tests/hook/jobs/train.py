@@ -47,6 +47,23 @@ def wait_for(env_name: str, limit: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def break_server(failures: int) -> None:
+    """Make the next `failures` turns of the hook server's loop raise (the server must restart itself)."""
+    import importlib
+
+    server = importlib.import_module("gpumon.hook.lifecycle").server()
+    serve_once = server._serve_once
+    left = [failures]
+
+    def failing_serve_once() -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise RuntimeError("injected failure in the server loop")
+        serve_once()
+
+    server._serve_once = failing_serve_once
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", default="optimizer",
@@ -61,6 +78,7 @@ def main() -> None:
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--break-internals", action="store_true")
     parser.add_argument("--no-import", action="store_true")
+    parser.add_argument("--break-server", type=int, default=0, help="make the hook's server loop fail N times")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -80,6 +98,9 @@ def main() -> None:
 
         importlib.import_module("gpumon.hook.runtime").count_samples = broken
         importlib.import_module("gpumon.hook.lifecycle").runtime().on_backward = broken
+
+    if args.break_server:
+        break_server(args.break_server)
 
     emit(event="ready", pid=os.getpid())
     wait_for("GPUMON_TEST_GO")
