@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from textual import on
@@ -141,13 +141,16 @@ class AdvisorApp(GpumonApp):
     """
 
     BINDINGS = [
-        *GpumonApp.BINDINGS,
+        # + and - stay keys but leave the footer to a and g, so that it fits 80 columns.
+        *(replace(binding, show=False) if binding.key in ("plus", "minus") else binding
+          for binding in GpumonApp.BINDINGS if binding.key not in ("a", "g")),
         Binding("a", "toggle_advisor", "Advisor", id="advisor", tooltip="Show or hide the advisor panel"),
         Binding("g", "guided", "Guided run", id="guided",
                 tooltip="Run the guided experiments on the job (g again stops them)"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="interrupt",
                 tooltip="Quit (a demo or trial run started here is stopped)"),
     ]
+    HAS_ADVISOR = True
 
     def __init__(self, source: SnapshotSource, *, job: JobSource | None = None, owner: DemoOwner | None = None,
                  show_advisor: bool = True, runner_factory: RunnerFactory | None = None,

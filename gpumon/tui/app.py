@@ -28,6 +28,7 @@ from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
 from gpumon.tui.job_picker import JobPicker
+from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.title_bar import TitleBar
 
@@ -38,6 +39,7 @@ JOB_TALL = 45
 MAX_GRAPH_ROWS = 3
 """The tallest GPU sparklines the t key gives, in lines."""
 STALE_AFTER_INTERVALS = 5
+ADVISOR_NEEDS_A_JOB = "the advisor needs a job: gpumon run -- python train.py … or gpumon attach PID"
 """A live source that has not delivered for this many intervals (and at least 3 s) is marked stale."""
 
 
@@ -81,7 +83,11 @@ class GpumonApp(App[None]):
                 tooltip="GPU sparklines 1, 2 or 3 lines tall, where the pane has the room"),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
+        Binding("a", "toggle_advisor", "Advisor", id="advisor", show=False, tooltip="The advisor (needs a job)"),
+        Binding("g", "guided", "Guided run", id="guided", show=False, tooltip="The guided run (needs a job)"),
     ]
+    HAS_ADVISOR = False
+    """Whether `a` and `g` work here (the advisor's app); the plain dashboard only says where to find them."""
 
     paused: reactive[bool] = reactive(False)
     """Mirrors the source's paused state; shown as PAUSED in the title bar."""
@@ -119,6 +125,8 @@ class GpumonApp(App[None]):
             with Vertical(id="side"):
                 yield self._cpu_pane
                 yield self._disk_pane
+        self._machine_line = MachineLine(id="machine")
+        yield self._machine_line
         if self.job is not None:
             self._job_pane = JobPane(id="job")
             yield self._job_pane
@@ -166,6 +174,8 @@ class GpumonApp(App[None]):
         self._gpu_pane.show(snapshot, history)
         self._cpu_pane.show(snapshot.cpu, history)
         self._disk_pane.show(snapshot, history)
+        if self._machine_line.display:
+            self._machine_line.show(snapshot)
         self._process_table.show(snapshot.processes)
         self._update_titles()
         if self.job is not None:
@@ -189,7 +199,9 @@ class GpumonApp(App[None]):
         self._gpu_pane.max_lines = max(2, int((height - 2) * (0.3 if wide else 0.15)))
         self._cpu_pane.max_core_rows = 1
         self._job_pane.max_lines = max(4, min(14, int((height - 2) * 0.4)))
-        self.screen.set_class(not wide and height < JOB_TALL, "-job-short")
+        short = not wide and height < JOB_TALL
+        self.screen.set_class(short, "-job-short")
+        self._machine_line.display = short
 
     def _update_titles(self) -> None:
         """Title: host, the snapshot's own time (never the wall clock) and PAUSED; subtitle: source and interval.
@@ -206,7 +218,9 @@ class GpumonApp(App[None]):
             title_parts.append("PAUSED")
         if self.stale:
             title_parts.append("STALE")
-        sub_title = f"{self.source.description} · every {self.source.interval:.3g}s"
+        description = self.source.description
+        # The live sampler says its interval itself ('live, every 1s'); a replay says its position and speed.
+        sub_title = description if "every " in description else f"{description} · every {self.source.interval:.3g}s"
         if self.title != app_title:
             self.title = app_title
         self._title_bar.show(" · ".join(title_parts), sub_title)
@@ -257,7 +271,14 @@ class GpumonApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs)))
+            self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs), advisor=self.HAS_ADVISOR))
+
+    def action_toggle_advisor(self) -> None:
+        """The plain dashboard has no advisor: say where it is."""
+        self.notify(ADVISOR_NEEDS_A_JOB, timeout=6)
+
+    def action_guided(self) -> None:
+        self.notify(ADVISOR_NEEDS_A_JOB, timeout=6)
 
     # -- the attached job ----------------------------------------------------------------------
 

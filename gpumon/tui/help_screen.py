@@ -47,6 +47,12 @@ FIELDS = (
 
 JOB_KEYS = (("j", "look for hooked training jobs and pick one to watch"),)
 
+ADVISOR_KEYS = (
+    ("a", "show / hide the advisor panel: what holds the job back, and the experiments to try"),
+    ("g", "start the guided run: each experiment measured on the job, the winner kept (g again stops it)"),
+)
+"""Where the advisor runs (gpumon run, gpumon attach, gpumon demo); the plain dashboard tells where to find it."""
+
 JOB_FIELDS = (
     ("Job", "the attached training job: pid, command, how its steps are detected; ENDED once it is gone (the "
             "history stays)."),
@@ -96,13 +102,17 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,question_mark", "close", "Close help", id="help.close", tooltip="Back to the dashboard"),
     ]
 
-    def __init__(self, job: bool = False) -> None:
+    def __init__(self, job: bool = False, advisor: bool = False) -> None:
         super().__init__()
         self.job = job
         """Also explain the job pane and its key (when a job is attached or offered)."""
+        self.advisor = advisor
+        """Also list the advisor's keys (a, g)."""
 
     def compose(self) -> ComposeResult:
         keys, fields = (KEYS + JOB_KEYS, FIELDS + JOB_FIELDS) if self.job else (KEYS, FIELDS)
+        if self.advisor:
+            keys += ADVISOR_KEYS
         with VerticalScroll() as scroll:
             scroll.border_title = "gpumon help"
             scroll.border_subtitle = "escape closes"

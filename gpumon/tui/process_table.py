@@ -339,7 +339,7 @@ class ProcessTable(DataTable[Text]):
 
     def _update_title(self) -> None:
         arrow = "▼" if self.sort_descending else "▲"
-        jobs = len(self._processes)
-        title = f"Processes · {jobs} on GPU · sort {SORT_COLUMNS[self.sort_column].label} {arrow} (s, S)"
+        on_gpu = sum(1 for process in self._processes if process.gpu_indices)
+        title = f"Processes · {on_gpu} on GPU · sort {SORT_COLUMNS[self.sort_column].label} {arrow} (s, S)"
         if self.border_title != title:
             self.border_title = title
