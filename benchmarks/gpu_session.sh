@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
-# Run on the GPU machine from the project root, with .whl carried (see ../shared/device/README.md):
+# Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | x2
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file.

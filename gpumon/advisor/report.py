@@ -1,4 +1,4 @@
-"""Printing results: the experiment table as in DESIGN.md (text), the same as Markdown, and a finding as text."""
+"""Printing results: the experiment table (text), the same as Markdown, and a finding as text."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from gpumon.printable import printable, printable_or
 
 HEADERS = ("step", "GPU-Util", "SM active", "samples/s", "speed-up", "noise", "peak mem", "result")
 WIDTHS = (26, 10, 11, 11, 10, 8, 10)
-"""Column widths of the text table (the first five as in DESIGN.md); the last column takes the rest."""
+"""Column widths of the text table; the last column takes the rest."""
 
 
 ABSENT = "-"
@@ -80,7 +80,7 @@ def _unit(rows: Sequence[VariantResult]) -> str:
 
 
 def table(rows: Sequence[VariantResult]) -> str:
-    """The results as DESIGN.md's text table (step, GPU-Util, SM active, samples/s, speed-up), then the noise
+    """The results as a text table (step, GPU-Util, SM active, samples/s, speed-up), then the noise
     (half the range of the measured windows), the peak memory and what happened to the variant."""
     if not rows:
         return ""

@@ -1,6 +1,6 @@
 """The diagnosis: rules that name the dominant bottleneck of a job from its Signals, with evidence and a confidence.
 
-Each rule looks for one category of DESIGN.md's vocabulary and, when its evidence is there, proposes a Candidate
+Each rule looks for one category (docs/advisor.md) and, when its evidence is there, proposes a Candidate
 with a severity (about the share of the job's time the problem costs, 0-1). The most severe, weighted by
 confidence, is the finding; the others are its secondary findings. `healthy` is said only when no rule fires;
 when the GPU is under-used yet no rule fires, the finding is still `healthy` but with a low confidence and

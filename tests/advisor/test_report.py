@@ -1,4 +1,4 @@
-"""The results table as DESIGN.md draws it, its Markdown form, and the finding as text."""
+"""The results table as text, its Markdown form, and the finding as text."""
 
 from __future__ import annotations
 
