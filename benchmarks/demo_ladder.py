@@ -1,6 +1,6 @@
 """Runs the demo trainer through a cumulative ladder of knobs; prints samples/s and GPU-Util per rung.
 
-Each rung is a separate run of `python -m demo --json` with GPUMON_KNOBS set; samples/s is the
+Each rung is a separate run of `python -m gpumon_demo --json` with GPUMON_KNOBS set; samples/s is the
 trainer's steady-state figure (warm-up excluded), GPU-Util the mean of `nvidia-smi` readings over
 the last `--window` seconds of the run. `--repeats N` runs the whole ladder N times, interleaved, so
 machine noise spreads over every rung. Usage (repo root):
@@ -83,7 +83,7 @@ class GpuUtilization:
 
 
 def run_rung(knobs: dict[str, Any], args: argparse.Namespace, gpu: GpuUtilization) -> dict[str, Any]:
-    command = [sys.executable, "-m", "demo", "--json", "--duration", str(args.duration), "--device", args.device,
+    command = [sys.executable, "-m", "gpumon_demo", "--json", "--duration", str(args.duration), "--device", args.device,
                "--progress-interval", "0", "--warmup-steps", str(args.warmup_steps)]  # fmt: skip
     result = subprocess.run(
         command, cwd=REPO_ROOT, env=os.environ | {"GPUMON_KNOBS": json.dumps(knobs)},
