@@ -1,4 +1,4 @@
-"""Signals: what the advisor's rules read, assembled from a window of snapshots and the job's hook view or py-spy estimate.
+"""Signals: what the advisor's rules read, from a window of snapshots and the job's hook view or py-spy estimate.
 
 Every figure is None where nothing measured it (no NVML, no GPM, no hook, a CPU job...). The rules must treat
 None as "unknown", never as zero. Signals round-trip through JSON (`to_dict` / `from_dict`) so a diagnosis can be
@@ -12,8 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from gpumon.jobs.jobstate import Breakdown, JobView, StepPoint
+from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
 from gpumon.jobs.pyspy import EstimateView
+from gpumon.jobs.source import JobView
+from gpumon.jobs.step_sums import WindowSums, window_sums
 from gpumon.sampling.snapshot import ProcessSample, Snapshot
 
 SOURCE_HOOK = "hook"
@@ -140,8 +142,9 @@ class Signals:
     def from_dict(cls, data: Mapping[str, Any]) -> Signals:
         known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {key: value for key, value in data.items() if key in known}
-        values["gpus"] = tuple(GpuSignals(**{k: v for k, v in gpu.items() if k in _GPU_FIELDS})
-                               for gpu in data.get("gpus") or ())
+        values["gpus"] = tuple(
+            GpuSignals(**{k: v for k, v in gpu.items() if k in _GPU_FIELDS}) for gpu in data.get("gpus") or ()
+        )
         for name in ("worker_cpu", "sync_sites"):
             values[name] = tuple(data.get(name) or ())
         values["pyspy"] = dict(data.get("pyspy") or {})
@@ -156,7 +159,7 @@ _GPU_FIELDS = {f.name for f in fields(GpuSignals)}
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
-    clean = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    clean = [float(v) for v in values if v is not None and not math.isnan(v)]
     return sum(clean) / len(clean) if clean else None
 
 
@@ -218,8 +221,13 @@ def gpu_signals(snapshots: Sequence[Snapshot], index: int) -> GpuSignals:
 def _host_values(snapshots: Sequence[Snapshot]) -> dict[str, Any]:
     # The first snapshot of a sampler has zero rates (its counters were just primed): skip all-zero CPU readings.
     cpu_samples = [s.cpu for s in snapshots if s.cpu.per_core and any(s.cpu.per_core)]
-    values: dict[str, Any] = {"cores": None, "idle_cores": None, "cpu_total": None, "iowait": None,
-                              "disk_read_bytes_per_s": None}
+    values: dict[str, Any] = {
+        "cores": None,
+        "idle_cores": None,
+        "cpu_total": None,
+        "iowait": None,
+        "disk_read_bytes_per_s": None,
+    }
     if cpu_samples:
         cores = max(len(c.per_core) for c in cpu_samples)
         per_core = [_mean(c.per_core[i] for c in cpu_samples if i < len(c.per_core)) or 0.0 for i in range(cores)]
@@ -233,8 +241,12 @@ def _host_values(snapshots: Sequence[Snapshot]) -> dict[str, Any]:
 
 
 def _process_values(snapshots: Sequence[Snapshot], pid: int | None, worker_pids: Sequence[int]) -> dict[str, Any]:
-    values: dict[str, Any] = {"main_cpu": None, "worker_cpu": (), "workers_in_disk_wait": None,
-                              "job_read_bytes_per_s": None}
+    values: dict[str, Any] = {
+        "main_cpu": None,
+        "worker_cpu": (),
+        "workers_in_disk_wait": None,
+        "job_read_bytes_per_s": None,
+    }
     if pid is None:
         return values
     main: list[ProcessSample] = []
@@ -264,42 +276,87 @@ def _process_values(snapshots: Sequence[Snapshot], pid: int | None, worker_pids:
     return values
 
 
-def _hook_values(view: JobView, start: float | None, end: float | None,
-                 diagnosis: Mapping[str, Any] | None) -> dict[str, Any]:
-    values: dict[str, Any] = {}
+def _step_values(view: HookedView, start: float | None, end: float | None) -> dict[str, Any]:
+    """Step figures over the whole window: from the view's step records where they reach back to its start, else
+    from its per-second sums (a fast job's records cover only its last second or two)."""
     window = steps_in_window(view.steps, start, end)
-    if len(window) >= 2:
+    kept_all = sum(second.steps for second in view.step_sums) <= len(view.steps)
+    reaches_back = bool(view.steps) and start is not None and view.steps[0].t < start
+    if len(window) >= 2 and (kept_all or reaches_back or not view.step_sums):
         span = window[-1].t - window[0].t + window[0].wall_ms / 1e3
         breakdown = Breakdown.of(window)
         samples = [s.samples for s in window if s.samples is not None]
-        values.update(
-            steps=len(window), step_ms=sum(s.wall_ms for s in window) / len(window),
-            data_share=breakdown.data, gpu_share=breakdown.gpu, rest_share=breakdown.rest,
+        return dict(
+            steps=len(window),
+            step_ms=sum(s.wall_ms for s in window) / len(window),
+            data_share=breakdown.data,
+            gpu_share=breakdown.gpu,
+            rest_share=breakdown.rest,
             steps_per_s=len(window) / span if span > 0 else None,
             samples_per_s=sum(samples) / span if samples and span > 0 else None,
             samples_per_step=sum(samples) / len(samples) if samples else None,
         )
-    else:
-        stats = view.stats
-        values.update(
-            steps=stats.steps or None, step_ms=stats.wall_ms, data_share=stats.breakdown.data,
-            gpu_share=stats.breakdown.gpu, rest_share=stats.breakdown.rest, steps_per_s=stats.steps_per_s,
-            samples_per_s=stats.samples_per_s,
-            samples_per_step=(stats.samples_per_s / stats.steps_per_s
-                              if stats.samples_per_s and stats.steps_per_s else None),
-        )
+    sums = window_sums(view.step_sums, start, end)
+    if round(sums.steps) >= 2 and sums.wall_ms > 0:
+        return _values_from_sums(sums)
+    stats = view.stats
+    return dict(
+        steps=stats.steps or None,
+        step_ms=stats.wall_ms,
+        data_share=stats.breakdown.data,
+        gpu_share=stats.breakdown.gpu,
+        rest_share=stats.breakdown.rest,
+        steps_per_s=stats.steps_per_s,
+        samples_per_s=stats.samples_per_s,
+        samples_per_step=(
+            stats.samples_per_s / stats.steps_per_s if stats.samples_per_s and stats.steps_per_s else None
+        ),
+    )
+
+
+def _values_from_sums(sums: WindowSums) -> dict[str, Any]:
+    """The same figures as from step records (see Breakdown.of), from sums."""
+    data = min(1.0, sums.data_ms / sums.wall_ms)
+    gpu: float | None = None
+    rest = max(0.0, 1.0 - data)
+    if sums.timed_steps > 0 and sums.timed_wall_ms > 0:
+        gpu = max(0.0, min(1.0 - data, sums.gpu_busy_ms / sums.timed_wall_ms))
+        rest = max(0.0, 1.0 - data - gpu)
+    span = sums.span_s
+    return dict(
+        steps=round(sums.steps),
+        step_ms=sums.wall_ms / sums.steps,
+        data_share=data,
+        gpu_share=gpu,
+        rest_share=rest,
+        steps_per_s=sums.steps / span if span > 0 else None,
+        samples_per_s=sums.samples / span if sums.sampled_steps > 0 and span > 0 else None,
+        samples_per_step=sums.samples / sums.sampled_steps if sums.sampled_steps > 0 else None,
+    )
+
+
+def _hook_values(
+    view: HookedView, start: float | None, end: float | None, diagnosis: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    values: dict[str, Any] = _step_values(view, start, end)
     diagnosis = diagnosis if diagnosis is not None else view.diagnosis
     if diagnosis and diagnosis.get("available") and diagnosis.get("steps"):
         values["syncs_per_step"] = float(diagnosis.get("syncs_total", 0)) / float(diagnosis["steps"])
         values["sync_sites"] = tuple(
             f"{site.get('file')}:{site.get('line')} ({site.get('count')})"
-            for site in (diagnosis.get("sites") or [])[:5] if isinstance(site, Mapping))
+            for site in (diagnosis.get("sites") or [])[:5]
+            if isinstance(site, Mapping)
+        )
     loaders = view.dataloaders
     if loaders:
         loader = loaders[0]
-        values.update(num_workers=loader.get("num_workers"), pin_memory=loader.get("pin_memory"),
-                      prefetch_factor=loader.get("prefetch_factor"),
-                      persistent_workers=loader.get("persistent_workers"), batch_size=loader.get("batch_size"))
+        values.update(
+            num_workers=loader.get("num_workers"),
+            pin_memory=loader.get("pin_memory"),
+            prefetch_factor=loader.get("prefetch_factor"),
+            persistent_workers=loader.get("persistent_workers"),
+            batch_size=loader.get("batch_size"),
+        )
     precision = view.precision
     if precision:
         autocast = precision.get("autocast")
@@ -308,13 +365,20 @@ def _hook_values(view: JobView, start: float | None, end: float | None,
             values["autocast_dtype"] = str(autocast.get("dtype") or "") or None
         elif view.state is not None:
             values["autocast"] = False  # the hook sees every autocast entry: none means none
-        values.update(tf32_matmul=precision.get("tf32_matmul"), tf32_cudnn=precision.get("tf32_cudnn"),
-                      float32_matmul_precision=precision.get("float32_matmul_precision"),
-                      cudnn_benchmark=precision.get("cudnn_benchmark"))
+        values.update(
+            tf32_matmul=precision.get("tf32_matmul"),
+            tf32_cudnn=precision.get("tf32_cudnn"),
+            float32_matmul_precision=precision.get("float32_matmul_precision"),
+            cudnn_benchmark=precision.get("cudnn_benchmark"),
+        )
     memory = view.memory
     if memory:
-        values.update(peak_memory=memory.get("max_allocated"), reserved_memory=memory.get("reserved"),
-                      alloc_retries=memory.get("alloc_retries"), ooms=memory.get("ooms"))
+        values.update(
+            peak_memory=memory.get("max_allocated"),
+            reserved_memory=memory.get("reserved"),
+            alloc_retries=memory.get("alloc_retries"),
+            ooms=memory.get("ooms"),
+        )
     cuda = view.cuda
     timed = any(s.gpu_ms is not None for s in view.steps)
     if cuda.get("initialized") and (cuda.get("device") is not None or timed):
@@ -324,13 +388,19 @@ def _hook_values(view: JobView, start: float | None, end: float | None,
     return values
 
 
-def build_signals(snapshots: Sequence[Snapshot], job: JobView | EstimateView | None = None, *,
-                  pid: int | None = None, start: float | None = None, end: float | None = None,
-                  diagnosis: Mapping[str, Any] | None = None) -> Signals:
+def build_signals(
+    snapshots: Sequence[Snapshot],
+    job: JobView | None = None,
+    *,
+    pid: int | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    diagnosis: Mapping[str, Any] | None = None,
+) -> Signals:
     """Signals of one job over [start, end] (unix times; open bounds take everything given).
 
     snapshots: the sampler's snapshots (the job's pid must have been tracked so its processes are in them).
-    job: the hook's JobView, or the py-spy EstimateView, or None (GPU and host figures only).
+    job: the hook's HookedView, or the py-spy EstimateView, or None (GPU and host figures only).
     diagnosis: a `diagnosis` message (sync counts) to use instead of the view's latest.
     """
     window = in_window(snapshots, start, end)
@@ -339,7 +409,7 @@ def build_signals(snapshots: Sequence[Snapshot], job: JobView | EstimateView | N
     worker_pids: list[int] = []
     uuids: list[str] = []
     command = ""
-    if isinstance(job, JobView):
+    if isinstance(job, HookedView):
         source = SOURCE_HOOK
         pid = job.pid if pid is None else pid
         worker_pids = job.worker_pids
@@ -359,10 +429,12 @@ def build_signals(snapshots: Sequence[Snapshot], job: JobView | EstimateView | N
     gpus = tuple(gpu_signals(window, index) for index in indices)
     if gpus:
         values.update(
-            gpu_util=_mean(g.utilization for g in gpus), sm_activity=_mean(g.sm_activity for g in gpus),
+            gpu_util=_mean(g.utilization for g in gpus),
+            sm_activity=_mean(g.sm_activity for g in gpus),
             tensor_activity=_mean(g.tensor_activity for g in gpus),
             dram_bandwidth=_mean(g.dram_bandwidth for g in gpus),
-            pcie_rx=_sum_or_none(g.pcie_rx for g in gpus), pcie_tx=_sum_or_none(g.pcie_tx for g in gpus),
+            pcie_rx=_sum_or_none(g.pcie_rx for g in gpus),
+            pcie_tx=_sum_or_none(g.pcie_tx for g in gpus),
         )
         values.setdefault("device", "cuda")
     values.update(_host_values(window))
