@@ -16,6 +16,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.jobs.discovery import JobInfo
+from gpumon.jobs.step_sums import StepSums, StepSumsLog
 
 HISTORY_STEPS = 4096
 """Step records kept per job."""
@@ -221,6 +222,8 @@ class JobView:
     ranks: tuple[RankSummary, ...] = ()
     straggler: int | None = None
     """Pid of the straggling rank, when ranks are shown and one stands out."""
+    step_sums: tuple[StepSums, ...] = ()
+    """Per-second sums of every step of the last hour (the advisor's whole-window figures)."""
 
     @property
     def command(self) -> str:
@@ -312,6 +315,7 @@ class JobState:
         self._steps: deque[StepPoint] = deque(maxlen=history_steps)
         self._timeline: deque[TimelinePoint] = deque(maxlen=TIMELINE_POINTS)
         self._bucket: _Bucket | None = None
+        self._step_sums = StepSumsLog()
         self._hook_stats: Mapping[str, Any] = {}
         self._state: Mapping[str, Any] | None = None
         self._now = 0.0
@@ -407,6 +411,7 @@ class JobState:
                 self._dropped += 0 if isinstance(dropped, int) and dropped > 0 else step.seq - self._last_seq - 1
             self._last_seq = step.seq
             self._steps.append(step)
+            self._step_sums.add(step.t, step.wall_ms, step.data_ms, step.gpu_busy_ms, step.samples)
             self._add_to_timeline(step)
             self._now = max(self._now, step.t)
 
@@ -464,6 +469,7 @@ class JobState:
                 stats=RollingStats.of(steps[-2048:], now), hook_stats=dict(self._hook_stats), state=self._state,
                 last_seq=self._last_seq, dropped=self._dropped, protocol_errors=self._protocol_errors,
                 last_error=self._last_error, silent_s=silent, diagnosis=self._diagnosis,
+                step_sums=self._step_sums.seconds(),
             )
 
 
