@@ -133,6 +133,13 @@ RunnerFactory = Callable[["AdvisorApp", threading.Event], Runner | None]
 """Makes the runner of a guided run (tests inject a fake one); None when this job cannot be experimented on."""
 
 
+def _dashboard_bindings() -> list[Binding]:
+    """GpumonApp's keys less its a and g (the advisor's own replace them); + and - stay keys but leave the footer
+    to a and g, so that it fits 80 columns."""
+    kept = [binding for binding in GpumonApp.BINDINGS if isinstance(binding, Binding) and binding.key not in ("a", "g")]
+    return [replace(binding, show=False) if binding.key in ("plus", "minus") else binding for binding in kept]
+
+
 class AdvisorApp(GpumonApp):
     """GpumonApp with the advisor side panel.
 
@@ -141,9 +148,7 @@ class AdvisorApp(GpumonApp):
     """
 
     BINDINGS = [
-        # + and - stay keys but leave the footer to a and g, so that it fits 80 columns.
-        *(replace(binding, show=False) if binding.key in ("plus", "minus") else binding
-          for binding in GpumonApp.BINDINGS if binding.key not in ("a", "g")),
+        *_dashboard_bindings(),
         Binding("a", "toggle_advisor", "Advisor", id="advisor", tooltip="Show or hide the advisor panel"),
         Binding("g", "guided", "Guided run", id="guided",
                 tooltip="Run the guided experiments on the job (g again stops them)"),

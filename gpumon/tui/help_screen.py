@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -32,7 +34,8 @@ FIELDS = (
     ("Mem", "device memory used / total; the bar is the percentage."),
     ("°C W MHz", "temperature, power draw / limit, SM clock / memory clock."),
     ("PCIe ↓ ↑", "host-to-device (rx) and device-to-host (tx) bytes per second."),
-    ("throttle", "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem."),
+    ("throttle",
+     "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem."),
     ("sparklines", "percentages on a fixed 0-100% scale (▁ = 0, █ = 100); disk rates from 0 to the window's peak."),
     ("CPU", "total busy %, then each core (a bar or one block per core), load averages, memory and swap."),
     ("iowait", "CPU time spent waiting for disk I/O; high iowait with a hungry GPU points at the input pipeline."),
@@ -98,7 +101,7 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,question_mark", "close", "Close help", id="help.close", tooltip="Back to the dashboard"),
     ]
 
@@ -110,7 +113,8 @@ class HelpScreen(ModalScreen[None]):
         """Also list the advisor's keys (a, g)."""
 
     def compose(self) -> ComposeResult:
-        keys, fields = (KEYS + JOB_KEYS, FIELDS + JOB_FIELDS) if self.job else (KEYS, FIELDS)
+        keys: tuple[tuple[str, str], ...] = KEYS + JOB_KEYS if self.job else KEYS
+        fields: tuple[tuple[str, str], ...] = FIELDS + JOB_FIELDS if self.job else FIELDS
         if self.advisor:
             keys += ADVISOR_KEYS
         with VerticalScroll() as scroll:

@@ -158,7 +158,7 @@ def _signature(cell: Text) -> tuple[str, str]:
 
 def _discard(cache: Any, doomed: Callable[[Any], bool]) -> None:
     """Drop the entries of a Textual LRUCache whose key matches."""
-    for key in [key for key in cache.keys() if doomed(key)]:
+    for key in [key for key in cache.keys() if doomed(key)]:  # noqa: SIM118 - Textual's LRUCache is not iterable
         cache.discard(key)
 
 
@@ -335,7 +335,9 @@ class ProcessTable(DataTable[Text]):
         self._row_renderable_cache.clear()
         self._line_cache.clear()
         for row_key in row_keys:
-            self.refresh_row(self._row_locations.get(row_key))
+            row = self._row_locations.get(row_key)
+            if row is not None:
+                self.refresh_row(row)
 
     def _update_title(self) -> None:
         arrow = "▼" if self.sort_descending else "▲"

@@ -32,7 +32,8 @@ def spark_string(values: Sequence[float | None], width: int, maximum: float = 10
     line = head + _cells(recent[-1:], maximum, minimum) if head is not None else _cells(recent, maximum, minimum)
     if len(_SHIFTED) >= _SHIFTED_MAX:
         _SHIFTED.clear()
-    _SHIFTED[(width, maximum, minimum, *recent[1:])] = line[1:]
+    shifted_key = (width, maximum, minimum, *recent[1:])
+    _SHIFTED[shifted_key] = line[1:]
     return line
 
 
@@ -57,7 +58,8 @@ def spark_rows(values: Sequence[float | None], rows: int, width: int, maximum: f
     ]
     padding = BLANK * (width - len(recent))
     return [
-        padding + "".join([BLANK if (level := height - 8 * row) <= 0 else BLOCKS[min(level, 8) - 1] for height in heights])
+        padding
+        + "".join([BLANK if (level := height - 8 * row) <= 0 else BLOCKS[min(level, 8) - 1] for height in heights])
         for row in range(rows - 1, -1, -1)
     ]
 

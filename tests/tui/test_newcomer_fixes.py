@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from test_job_app import LIVE, FakeJob, job_snapshot
 from textual.widgets import Static
 from textual.widgets._footer import FooterKey
+from tui_support import FakeSource, process, snapshot, widget_text
 
 from gpumon.sampling.sampler import Sampler
 from gpumon.sampling.snapshot import DiskSample
@@ -17,8 +19,6 @@ from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.title_bar import TitleBar
-from test_job_app import LIVE, FakeJob, job_snapshot
-from tui_support import FakeSource, process, snapshot, widget_text
 
 
 def help_keys(app: GpumonApp) -> str:
