@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from advisor_support import FakeRunner, measurement
+from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from gpumon.advisor.catalogue import Experiment
@@ -113,9 +114,13 @@ async def test_g_without_a_job_says_what_it_needs() -> None:
 
 async def test_the_plain_dashboard_has_no_advisor_panel() -> None:
     app = GpumonApp(QuietSource())
-    async with app.run_test(size=(80, 24)):
+    async with app.run_test(size=(80, 24)) as pilot:
         assert not app.query(AdvisorPanel)
-        assert "g" not in {binding.key for binding in app.BINDINGS}
+        assert not any(binding.show for binding in app.BINDINGS if isinstance(binding, Binding) and binding.key == "g")
+        await pilot.press("g")  # says where the advisor is; starts nothing
+        await pilot.pause()
+        assert not app.query(AdvisorPanel)
+        assert any("the advisor needs a job" in str(n.message) for n in app._notifications)
 
 
 def test_the_logging_source_keeps_every_snapshot_and_forwards_the_rest() -> None:
