@@ -55,6 +55,13 @@ ADVICE = {
     HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
 }
 
+HEALTHY_ADVICE_UNDER_USED = ("No bottleneck stood out in this window though the GPU is not fully busy: watch a longer "
+                             "window, or run the job with the hook (gpumon run / attach) for step timings.")
+HEALTHY_ADVICE_CPU = ("The job computes on the CPU, so nothing here holds a GPU back; to train faster, move the model "
+                      "and its batches to a GPU (.to('cuda')).")
+HEALTHY_ADVICE_NO_GPU_FIGURES = "Nothing big to fix in the steps the hook measured (no GPU figures to judge by)."
+HEALTHY_ADVICE_NO_DATA = "Not enough data yet: let the job run some steps, then look again."
+
 # Thresholds (percent figures are 0-100 as NVML gives them; shares are 0-1).
 DATA_SHARE_INPUT = 0.20
 """Waiting for data this share of each step (or more) makes the job input-bound."""
@@ -99,6 +106,8 @@ class Finding:
     numbers: Mapping[str, Any] = field(default_factory=dict)
     secondary: tuple[Finding, ...] = ()
     source: str = ""
+    advice_text: str = ""
+    """What to do where the category's general ADVICE would not fit the evidence (a healthy job on the CPU...)."""
 
     @property
     def headline(self) -> str:
@@ -106,7 +115,7 @@ class Finding:
 
     @property
     def advice(self) -> str:
-        return ADVICE[self.category]
+        return self.advice_text or ADVICE[self.category]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,7 +130,13 @@ class Finding:
         return cls(category=str(data["category"]), evidence=str(data.get("evidence", "")),
                    confidence=float(data.get("confidence", 0.0)), severity=float(data.get("severity", 0.0)),
                    numbers=dict(data.get("numbers") or {}), source=str(data.get("source", "")),
-                   secondary=tuple(cls.from_dict(d) for d in data.get("secondary") or ()))
+                   secondary=tuple(cls.from_dict(d) for d in data.get("secondary") or ()),
+                   advice_text=_own_advice(str(data["category"]), data.get("advice")))
+
+
+def _own_advice(category: str, advice: object) -> str:
+    """The advice a serialized finding carries, where it is not its category's general one."""
+    return advice if isinstance(advice, str) and advice != ADVICE.get(category) else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,6 +433,7 @@ def _healthy(signals: Signals) -> Finding:
         parts.append(f"waits for data {pct(signals.data_share)} of each step")
     factor = _source_factor(signals)
     if signals.has_gpu and signals.gpu_util is not None:
+        advice = ""
         if gpu_busy(signals):
             confidence = (0.85 if signals.has_gpm else 0.65) * factor
             evidence = _join("the GPU is busy", *parts)
@@ -425,17 +441,21 @@ def _healthy(signals: Signals) -> Finding:
             confidence = 0.2 * factor
             evidence = _join("no bottleneck stands out", *parts, "watch longer, or attach the hook for step data"
                              if signals.source != SOURCE_HOOK else None)
+            advice = HEALTHY_ADVICE_UNDER_USED
     elif signals.device == "cpu":
         confidence = 0.6 * factor
         evidence = _join("computes on the CPU (no GPU in use) and is not waiting for data", *parts)
+        advice = HEALTHY_ADVICE_CPU
     elif signals.source == SOURCE_HOOK and signals.steps:
         confidence = 0.3
         evidence = _join("no GPU figures (NVML unavailable) and no data wait", *parts)
+        advice = HEALTHY_ADVICE_NO_GPU_FIGURES
     else:
         confidence = 0.0
         evidence = "not enough data to judge (no steps and no GPU figures in the window)"
+        advice = HEALTHY_ADVICE_NO_DATA
     return Finding(category=HEALTHY, evidence=evidence, confidence=round(confidence, 2), severity=0.0,
-                   numbers=numbers, source=signals.source)
+                   numbers=numbers, source=signals.source, advice_text=advice)
 
 
 def diagnose(signals: Signals) -> Finding:

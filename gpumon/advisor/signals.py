@@ -7,6 +7,7 @@ printed, recorded and replayed in tests.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -176,6 +177,25 @@ def _find_process(processes: Sequence[ProcessSample], pid: int) -> ProcessSample
 def in_window(snapshots: Sequence[Snapshot], start: float | None = None, end: float | None = None) -> list[Snapshot]:
     """The snapshots taken within [start, end] (either bound may be open)."""
     return [s for s in snapshots if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)]
+
+
+def training_start(view: HookedView) -> float | None:
+    """When the job's first training step (of the last hour) began; None before any step."""
+    if view.step_sums:
+        return view.step_sums[0].first_start
+    return view.steps[0].t - view.steps[0].wall_ms / 1e3 if view.steps else None
+
+
+def _after_startup(snapshots: Sequence[Snapshot], start: float | None, training_from: float | None) -> float | None:
+    """The window's start moved past the job's start-up (importing torch, reading a checkpoint: reads that are not
+    its data loading) to the first snapshot whose rates were measured after its first step began."""
+    if training_from is None:
+        return start
+    times = [s.timestamp for s in snapshots if start is None or s.timestamp >= start]
+    gaps = sorted(later - earlier for earlier, later in itertools.pairwise(times))
+    interval = gaps[len(gaps) // 2] if gaps else 0.0
+    startup_end = training_from + interval
+    return startup_end if start is None or startup_end > start else start
 
 
 def steps_in_window(steps: Sequence[StepPoint], start: float | None, end: float | None) -> list[StepPoint]:
@@ -403,7 +423,8 @@ def build_signals(
     job: the hook's HookedView, or the py-spy EstimateView, or None (GPU and host figures only).
     diagnosis: a `diagnosis` message (sync counts) to use instead of the view's latest.
     """
-    window = in_window(snapshots, start, end)
+    training_from = training_start(job) if isinstance(job, HookedView) else None
+    window = in_window(snapshots, _after_startup(snapshots, start, training_from), end)
     values: dict[str, Any] = {}
     source = SOURCE_NONE
     worker_pids: list[int] = []

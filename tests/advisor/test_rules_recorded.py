@@ -3,15 +3,20 @@ recordings of assets/recordings (GPU figures only, no job data)."""
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from advisor_support import REPO, case_files, load_case
 
-from gpumon.advisor.rules import CATEGORIES, HEALTHY, INPUT_BOUND, IO_BOUND, diagnose
+from gpumon.advisor.rules import CATEGORIES, HEALTHY, INPUT_BOUND, IO_BOUND, Finding, diagnose
 from gpumon.advisor.signals import SOURCE_HOOK, SOURCE_PYSPY, Signals, build_signals
+from gpumon.jobs.jobstate import replay_messages
 from gpumon.sampling.recording import read_recording
+from gpumon.sampling.snapshot import Snapshot
 
 CASES = case_files()
 
@@ -51,7 +56,7 @@ def test_the_py_spy_estimate_gives_the_same_finding_with_less_confidence(demo_si
 
 
 def test_io_bound_is_told_from_input_bound_by_the_disk() -> None:
-    meta, signals = load_case(REPO / "tests/fixtures/advisor/io_bound-cpu.json")
+    _, signals = load_case(REPO / "tests/fixtures/advisor/io_bound-cpu.json")
     finding = diagnose(signals)
     assert finding.category == IO_BOUND
     assert "from disk" in finding.evidence
@@ -93,3 +98,56 @@ def test_findings_round_trip_through_json(demo_signals: Signals) -> None:
     again = Finding.from_dict(finding.to_dict())
     assert again.category == finding.category and again.evidence == finding.evidence
     assert Signals.from_dict(demo_signals.to_dict()) == demo_signals
+
+
+def test_a_cpu_job_syncing_every_step_gets_advice_that_fits_its_evidence() -> None:
+    """A `.item()`-per-step job on the CPU: no GPU in use, so the advice must not say the GPU is busy."""
+    meta, signals = load_case(REPO / "tests/fixtures/advisor/item_per_step-cpu.json")
+    finding = diagnose(signals)
+    assert finding.category == HEALTHY == meta["expected"] and signals.device == "cpu"
+    assert "no GPU in use" in finding.evidence
+    assert "GPU is busy" not in finding.advice and "computes on the CPU" in finding.advice
+    again = Finding.from_dict(finding.to_dict())
+    assert again.advice == finding.advice
+
+
+def test_no_healthy_advice_says_the_gpu_is_busy_unless_the_evidence_does() -> None:
+    for path in [*CASES, None]:
+        signals = load_case(path)[1] if path is not None else Signals()
+        finding = diagnose(signals)
+        if finding.category == HEALTHY:
+            assert ("GPU is busy" in finding.advice) == ("the GPU is busy" in finding.evidence), path
+
+
+def with_startup(case: dict[str, Any], first_step_after_s: float) -> dict[str, Any]:
+    """A recorded case whose main process stays at 30% CPU, whose job starts training `first_step_after_s` into the
+    window, and which reads 100 MB/s from disk for the window's first 4 seconds."""
+    case = copy.deepcopy(case)
+    training_from = case["start"] + first_step_after_s
+    for message in case["messages"]:
+        if message["type"] == "steps":
+            message["records"] = [r for r in message["records"] if r["t"] - r["wall_ms"] / 1e3 >= training_from]
+    for snapshot in case["snapshots"]:
+        for process in snapshot["processes"]:
+            if process["pid"] == case["pid"]:
+                reading = snapshot["timestamp"] <= case["start"] + 4.0
+                process.update(read_bytes_per_s=100e6 if reading else 0.0, cpu_percent=30.0)
+    return case
+
+
+def signals_of(case: dict[str, Any]) -> Signals:
+    view = replay_messages(case["messages"], pid=case["pid"]).view()
+    snapshots = [Snapshot.from_dict(s) for s in case["snapshots"]]
+    return build_signals(snapshots, view, pid=case["pid"], start=case["start"], end=case["end"])
+
+
+def test_the_start_up_reads_before_the_first_step_are_left_out() -> None:
+    """The first verdict on a job that had just imported torch said io_bound ("reads 41.9 MB/s", the import)."""
+    case = json.loads((REPO / "tests/fixtures/advisor/input_bound-cpu.json").read_text())
+    starting = signals_of(with_startup(case, first_step_after_s=4.0))
+    assert starting.steps and starting.job_read_bytes_per_s == 0.0
+    assert diagnose(starting).category == INPUT_BOUND
+    # The same reads while the job trains are its own: I/O-bound.
+    reading = signals_of(with_startup(case, first_step_after_s=0.0))
+    assert reading.job_read_bytes_per_s is not None and reading.job_read_bytes_per_s > 20e6
+    assert diagnose(reading).category == IO_BOUND
