@@ -84,7 +84,7 @@ class Sampler:
 
     @property
     def description(self) -> str:
-        return f"live, every {self._interval:g}s"
+        return "live"
 
     def start(self, on_snapshot: SnapshotCallback) -> None:
         """Start both sampling threads; `on_snapshot` is called from the fast thread for every snapshot."""
