@@ -9,7 +9,7 @@ Usage (repo root, on the GPU machine; PYTHONPATH=$PWD):
 
 memory_imbalance needs 2 GPUs (nn.DataParallel): it is skipped, and says so, on one GPU; run it on
 nvidia-h200-x2 with `--case memory_imbalance`. Results go to stdout and, with --out DIR, to DIR/advisor-*.json
-and .md with the device and date. The commands run through `python -m gpumon.cli.advisor`, which is what
+and .md with the device and date. The commands run through `python -m gpumon`, which is what
 `gpumon diagnose` / `gpumon demo` run.
 """
 
@@ -49,7 +49,7 @@ def gpu_names() -> list[str]:
 
 def advisor(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "gpumon.cli.advisor", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "gpumon", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

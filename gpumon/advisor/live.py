@@ -27,7 +27,7 @@ from gpumon.advisor.measure import (
 from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK, VariantIdentity, VariantResult
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.client import JobClient, JobRequestError
-from gpumon.jobs.jobstate import JobView
+from gpumon.jobs.jobstate import HookedView
 
 LOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 APPLY_TIMEOUT_S = 90.0
@@ -37,7 +37,7 @@ REPEATS = 3
 DIAGNOSIS_STEPS = 20
 
 
-def current_value(view: JobView, name: str) -> Any:
+def current_value(view: HookedView, name: str) -> Any:
     """The value a live knob has in the job now, as its hook's state shows it (None when not shown)."""
     if name in LOADER_KNOBS:
         loaders = view.dataloaders
@@ -47,7 +47,7 @@ def current_value(view: JobView, name: str) -> Any:
     return None
 
 
-def in_effect(view: JobView, knobs: Mapping[str, Any]) -> bool:
+def in_effect(view: HookedView, knobs: Mapping[str, Any]) -> bool:
     for name, value in knobs.items():
         if name == "prefetch_factor" and not current_value(view, "num_workers"):
             continue  # without workers there is nothing to prefetch: the loader shows None

@@ -2,7 +2,7 @@
 
 SnapshotLog keeps the sampler's snapshots (it is the sampler's callback, or fed by the app); StepLog keeps every
 step record a job's hook streams (a JobClient message listener), so a window's samples/s counts every step, not
-only the latest few the JobView holds.
+only the latest few the HookedView holds.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -21,13 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from gpumon import protocol
-from gpumon.advisor.catalogue import Experiment, split_knobs
-from gpumon.advisor.measure import (Cancelled, Progress, SnapshotLog, StepLog, measure_windows, measurement_from,
-                                    sleep_checked)
-from gpumon.advisor.results import (CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantResult)
+from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.measure import (
+    Cancelled,
+    Progress,
+    SnapshotLog,
+    StepLog,
+    measure_windows,
+    measurement_from,
+    sleep_checked,
+)
+from gpumon.advisor.results import CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantResult
 from gpumon.advisor.signals import build_signals
-from gpumon.jobs.jobstate import JobView
-from gpumon.jobs.process_group import stop_group as stop_process_group
+from gpumon.jobs.jobstate import HookedView
+from gpumon.jobs.launch import LaunchedJob, LaunchError
 from gpumon.jobs.session import AttachedJob
 
 KNOBS_ACK_ENV = "GPUMON_KNOBS_ACK"
@@ -46,21 +51,6 @@ JobCallback = Callable[[AttachedJob | None, str], None]
 """Told about each trial's job as it starts (the job, its label) and None when it stopped (the TUI follows it)."""
 
 
-def stop_group(process: subprocess.Popen[Any], grace: float = STOP_GRACE_S) -> int:
-    """Stop a process started in its own session and everything in its group: SIGINT, SIGTERM, SIGKILL.
-
-    A second Ctrl+C while it waits must not leave the group running: on the main thread SIGINT is ignored until
-    the group is gone (the group has its own session, so it is not affected)."""
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        return stop_process_group(process, grace, reap_settle=0.5)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-
-
 def log_tail(path: Path, lines: int = 20) -> list[str]:
     try:
         with path.open("rb") as stream:
@@ -77,15 +67,15 @@ def failure_reason(returncode: int | None, tail: Sequence[str]) -> tuple[str, st
     """(status, one-line reason) for a trial whose process ended early."""
     text = "\n".join(tail).lower()
     if any(marker in text for marker in OOM_MARKERS):
-        line = next((l for l in reversed(tail) if "memory" in l.lower()), tail[-1] if tail else "")
+        line = next((text for text in reversed(tail) if "memory" in text.lower()), tail[-1] if tail else "")
         return OOM, f"out of memory: {line.strip()[:200]}"
     code = f"exit status {returncode}" if returncode is not None and returncode >= 0 else (
         f"killed by signal {-returncode}" if returncode is not None else "ended")
-    last = next((l for l in reversed(tail) if l.strip()), "")
+    last = next((text for text in reversed(tail) if text.strip()), "")
     return FAILED, f"{code}: {last.strip()[:200]}" if last else code
 
 
-def confirm_knobs(change: Mapping[str, Any], view: JobView | None, acknowledged: Sequence[str]) -> tuple[
+def confirm_knobs(change: Mapping[str, Any], view: HookedView | None, acknowledged: Sequence[str]) -> tuple[
         dict[str, str], list[str]]:
     """How each knob of `change` is known to be in effect ("hook", "script", "observed"), and the ones that are not
     (with why)."""
@@ -102,7 +92,8 @@ def confirm_knobs(change: Mapping[str, Any], view: JobView | None, acknowledged:
             continue
         if name in protocol.KNOBS:
             if applied_by_hook.get(name) != value:
-                missing.append(f"{name}: the hook did not apply it ({'; '.join(knob_state.get('errors') or []) or 'no state'})")
+                errors = "; ".join(knob_state.get("errors") or []) or "no state"
+                missing.append(f"{name}: the hook did not apply it ({errors})")
                 continue
             if name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"):
                 if not loaders:
@@ -189,14 +180,6 @@ class TrialRunner:
 
     # -- one trial ------------------------------------------------------------------------------
 
-    def environment(self, knobs: Mapping[str, Any], ack_path: Path) -> dict[str, str]:
-        hook_knobs, script_knobs = split_knobs(knobs)
-        env = protocol.injection_env(self.base_env)
-        if knobs:
-            env[protocol.KNOBS_ENV] = json.dumps({**hook_knobs, **script_knobs}, separators=(",", ":"))
-        env[KNOBS_ACK_ENV] = str(ack_path)
-        return env
-
     def _say(self, message: str, fraction: float) -> None:
         if self.progress is not None:
             try:
@@ -212,21 +195,19 @@ class TrialRunner:
         ack_path = self.log_dir / f"{stem}.ack.json"
         self.logs.append(out_path)
         result = dict(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
-        try:
-            env = self.environment(knobs, ack_path)
-        except protocol.ProtocolError as error:
-            return VariantResult(**result, status=FAILED, reason=f"bad knob: {error}")
         if self.cancel.is_set():
             return VariantResult(**result, status=CANCELLED, reason="cancelled")
+        try:
+            launch = LaunchedJob(self.command, knobs=knobs, base_env=self.base_env, cwd=self.cwd, log=out_path,
+                                 extra_env={KNOBS_ACK_ENV: str(ack_path)})
+        except LaunchError as error:
+            return VariantResult(**result, status=FAILED, reason=str(error))
         self._say(f"{label}: starting", 0.0)
-        with out_path.open("wb") as output:
-            try:
-                process = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
-                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-            except OSError as error:
-                return VariantResult(**result, status=FAILED,
-                                     reason=f"cannot run {self.command[0]}: {error.strerror or error}")
-        job = AttachedJob.launched(process.pid, exit_status=process.poll)
+        try:
+            launch.start()
+        except LaunchError as error:
+            return VariantResult(**result, status=FAILED, reason=str(error))
+        job = launch.follow()
         steps = StepLog()
         listening: set[int] = set()
 
@@ -239,35 +220,35 @@ class TrialRunner:
         try:  # from here on, whatever happens (Ctrl+C included), the trial's process group is stopped
             job.start(attach_listener)
             if self.track is not None:
-                self.track([process.pid])
+                self.track([launch.pid])
             if self.on_job is not None:
                 self.on_job(job, label)
-            variant = self._measure(process, job, steps, attach_listener, out_path, ack_path, result, diagnose_syncs)
+            variant = self._measure(launch, job, steps, attach_listener, out_path, ack_path, result, diagnose_syncs)
             self._say(outcome_line(variant), 0.95)
             return variant
         finally:
             self._say(f"{label}: stopping", 1.0)
-            stop_group(process, self.stop_grace_s)
+            launch.stop(self.stop_grace_s)
+            launch.close()
             job.stop()
             if self.on_job is not None:
                 self.on_job(None, label)
 
-    def _measure(self, process: subprocess.Popen[bytes], job: AttachedJob, steps: StepLog,
+    def _measure(self, launch: LaunchedJob, job: AttachedJob, steps: StepLog,
                  attach_listener: Callable[[], None], out_path: Path, ack_path: Path, result: dict[str, Any],
                  diagnose_syncs: bool) -> VariantResult:
         label = result["label"]
 
         def alive() -> str | None:
             attach_listener()
-            return "ended" if process.poll() is not None else None
+            return "ended" if launch.poll() is not None else None
 
         def ended_early(stage: str) -> VariantResult:
-            process.wait()
-            status, reason = failure_reason(process.returncode, log_tail(out_path))
+            status, reason = failure_reason(launch.wait(), log_tail(out_path))
             view = job.view() if job.clients else None
             if view is not None and view.memory and (view.memory.get("ooms") or 0) > 0:
                 status = OOM
-            return VariantResult(**result, status=status, reason=f"{reason} ({stage})", pid=process.pid)
+            return VariantResult(**result, status=status, reason=f"{reason} ({stage})", pid=launch.pid)
 
         # Progress fractions of one variant: start-up to 0.15, warm-up to 0.3, the windows to 0.9.
         try:
@@ -275,7 +256,7 @@ class TrialRunner:
             while steps.steps == 0:
                 self._say(f"{label}: waiting for the first step", 0.05)
                 if time.monotonic() - started > self.startup_timeout_s:
-                    return VariantResult(**result, status=TIMEOUT, pid=process.pid,
+                    return VariantResult(**result, status=TIMEOUT, pid=launch.pid,
                                          reason=f"no training step within {self.startup_timeout_s:g} s")
                 try:
                     sleep_checked(0.2, self.cancel, alive)
@@ -301,13 +282,13 @@ class TrialRunner:
                 except Exception:  # noqa: BLE001 - the sync count is optional evidence
                     diagnosis = None
         except Cancelled:
-            return VariantResult(**result, status=CANCELLED, reason="cancelled", pid=process.pid)
+            return VariantResult(**result, status=CANCELLED, reason="cancelled", pid=launch.pid)
         except RuntimeError:
             return ended_early("while it was measured")
         acknowledged = _read_ack(ack_path)
         confirmed, missing = confirm_knobs(result["change"], view, acknowledged)
         snapshots = self.log.between(measure_start, measure_end)
-        signals = build_signals(snapshots, view, pid=view.pid if view is not None else process.pid,
+        signals = build_signals(snapshots, view, pid=view.pid if view is not None else launch.pid,
                                 start=measure_start, end=measure_end, diagnosis=diagnosis)
         memory = view.memory if view is not None else None
         measurement = measurement_from(windows, gpu_util=signals.gpu_util, sm_activity=signals.sm_activity,
@@ -321,7 +302,7 @@ class TrialRunner:
         if memory and (memory.get("ooms") or 0) > 0:
             status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"
         return VariantResult(**result, status=status, reason=reason, measurement=measurement, signals=signals,
-                             applied=confirmed, pid=view.pid if view is not None else process.pid)
+                             applied=confirmed, pid=view.pid if view is not None else launch.pid)
 
 
 def outcome_line(variant: VariantResult) -> str:

@@ -1,22 +1,26 @@
-"""Attach layer: finds hooked jobs, connects to their sockets, and falls back to py-spy for jobs without the hook.
+"""The jobs layer: finds, launches, connects to and stops training jobs; the only layer that spawns processes or
+opens sockets. No Textual here: the dashboard, the CLI and the advisor all use these.
 
-No Textual here: the dashboard, `gpumon attach --json` and the advisor all use these.
-
-    scan() / list_jobs() / group_jobs()     discovery.py: this user's hooked jobs, stale sockets removed
+    scan() / list_jobs() / group_jobs()     discovery.py: hooked jobs (root: every user's), stale sockets removed
+    open_hook() / HookConnection             connection.py: the one connect, peer check, hello and line reader
     JobClient(pid | path | JobInfo)          client.py: one job's stream into a JobState; set_knob, diagnose
-    JobState / JobView                       jobstate.py: step history, per-second timeline, rolling stats
-    PySpySampler(pid)                        pyspy.py: py-spy estimate for a job without the hook
+    JobState / HookedView                    jobstate.py: step history, per-second timeline, rolling stats
+    PySpySampler(pid) / EstimateView         pyspy.py: py-spy estimate for a job without the hook
     open_job(pid) / AttachedJob              session.py: what `gpumon attach` and `gpumon run` follow
+    JobSource / JobView                      source.py: the Protocols a followed job and its view satisfy
+    LaunchedJob(command)                     launch.py: a hooked job started, its group stopped as a whole
 """
 
 from gpumon.jobs.client import JobClient, JobRequestError
 from gpumon.jobs.discovery import AttachError, Discovery, JobGroup, JobInfo, group_jobs, list_jobs, scan
-from gpumon.jobs.jobstate import JobState, JobView, RankSummary, StepPoint, TimelinePoint, find_straggler
+from gpumon.jobs.jobstate import HookedView, JobState, RankSummary, StepPoint, TimelinePoint, find_straggler
+from gpumon.jobs.launch import LaunchedJob, LaunchError
 from gpumon.jobs.pyspy import EstimateView, PySpySampler
-from gpumon.jobs.session import AttachedJob, JobSource, open_job
+from gpumon.jobs.session import AttachedJob, open_job
+from gpumon.jobs.source import JobSource, JobView
 
 __all__ = [
-    "AttachError", "AttachedJob", "Discovery", "EstimateView", "JobClient", "JobGroup", "JobInfo", "JobRequestError",
-    "JobSource", "JobState", "JobView", "PySpySampler", "RankSummary", "StepPoint", "TimelinePoint",
-    "find_straggler", "group_jobs", "list_jobs", "open_job", "scan",
+    "AttachError", "AttachedJob", "Discovery", "EstimateView", "HookedView", "JobClient", "JobGroup", "JobInfo",
+    "JobRequestError", "JobSource", "JobState", "JobView", "LaunchError", "LaunchedJob", "PySpySampler",
+    "RankSummary", "StepPoint", "TimelinePoint", "find_straggler", "group_jobs", "list_jobs", "open_job", "scan",
 ]

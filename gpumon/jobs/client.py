@@ -15,19 +15,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpumon import protocol
+from gpumon.jobs.connection import HookClosed, LineReader, open_hook
 from gpumon.jobs.discovery import AttachError, JobInfo
-from gpumon.jobs.jobstate import END_CLOSED, JobState, JobView
+from gpumon.jobs.jobstate import END_CLOSED, HookedView, JobState
+from gpumon.jobs.source import Listener
 
 CONNECT_TIMEOUT = 1.0
 POLL_S = 0.25
 """Longest the reader waits in one recv before checking whether it should stop."""
-WAIT_SOCKET_POLL_S = 0.05
+WAIT_SOCKET_FIRST_S = 0.05
+WAIT_SOCKET_MAX_S = 1.0
+"""A socket that has not appeared is looked for again after 0.05 s, then less and less often, at most 1 s apart."""
 MAX_PROTOCOL_ERRORS = 50
 """Malformed lines tolerated before the client gives up on a job."""
 SUBSCRIPTION = {"steps_interval": 0.2, "state_interval": 1.0}
 
-Listener = Callable[[str], None]
-"""Called on the client's thread with the type of what changed ('hello', 'steps', 'state', 'ended', ...)."""
 MessageListener = Callable[[dict[str, Any]], None]
 """Called on the client's thread with every message read after the hello, as decoded."""
 ENDED = "ended"
@@ -36,7 +38,7 @@ ENDED = "ended"
 class _Pending:
     """A request waiting for its reply: matched by id and reply type, or by a predicate."""
 
-    __slots__ = ("done", "replies", "match")
+    __slots__ = ("done", "match", "replies")
 
     def __init__(self, match: Callable[[Mapping[str, Any]], bool]) -> None:
         self.done = threading.Event()
@@ -50,22 +52,6 @@ class JobRequestError(Exception):
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _connect(path: str, timeout: float) -> socket.socket:
-    """A connected, checked socket to a hook (non-blocking connect bounded by `timeout`)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        _pid, uid, _gid = protocol.peer_credentials(sock)
-        if not protocol.peer_allowed(uid):
-            raise AttachError(f"{path} is served by uid {uid}, not by us or root: refusing it")
-        sock.settimeout(POLL_S)
-        return sock
-    except BaseException:
-        sock.close()
-        raise
 
 
 class JobClient:
@@ -97,7 +83,7 @@ class JobClient:
         self._message_listeners: list[MessageListener] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._buffer = bytearray()
+        self._reader: LineReader | None = None
         self._ids = itertools.count(1)
         self._pending: dict[str, _Pending] = {}
         self._pending_lock = threading.Lock()
@@ -118,14 +104,13 @@ class JobClient:
     def add_message_listener(self, listener: MessageListener) -> None:
         self._message_listeners.append(listener)
 
-    def view(self) -> JobView:
+    def view(self) -> HookedView:
         return self.state.view()
 
     def connect(self) -> JobInfo:
         """Connect now and read the hello (raises AttachError with a one-line reason)."""
         if self._sock is None:
-            self._sock = self._open()
-            self._read_hello()
+            self._open()
         info = self.state.info
         assert info is not None
         return info
@@ -239,77 +224,46 @@ class JobClient:
 
     # -- the thread ------------------------------------------------------------------------------
 
-    def _open(self) -> socket.socket:
+    def _open(self) -> None:
+        """Connect and take the hello (AttachError with a one-line reason)."""
         try:
-            return _connect(self.path, self.connect_timeout)
-        except AttachError:
-            raise
+            sock, reader, hello = open_hook(self.path, self.connect_timeout)
         except FileNotFoundError:
             raise AttachError(f"no gpumon hook socket for pid {self.pid} ({self.path})") from None
         except ConnectionRefusedError:
             raise AttachError(f"pid {self.pid}'s hook socket refuses connections (the job is gone?)") from None
-        except socket.timeout:
-            raise AttachError(f"pid {self.pid}'s hook did not accept within {self.connect_timeout:g} s") from None
+        except TimeoutError:
+            raise AttachError(f"pid {self.pid}'s hook sent no hello within {self.connect_timeout:g} s") from None
+        except (protocol.ProtocolError, EOFError) as error:
+            raise AttachError(f"pid {self.pid}: {error}") from None
         except OSError as error:
             raise AttachError(f"cannot connect to {self.path}: {error.strerror or error}") from None
-
-    def _read_hello(self) -> None:
-        deadline = time.monotonic() + self.connect_timeout
-        while time.monotonic() < deadline:
-            message = self._next_message()
-            if message is None:
-                continue
-            if message.get("type") != protocol.HELLO:
-                self._close()
-                raise AttachError(f"pid {self.pid} sent {message.get('type')!r} before its hello")
-            if message.get("protocol") != protocol.PROTOCOL_VERSION:
-                self._close()
-                raise AttachError(
-                    f"pid {self.pid} speaks gpumon protocol {message.get('protocol')}, this gpumon speaks "
-                    f"{protocol.PROTOCOL_VERSION}: use the same gpumon version on both sides")
-            self.state.apply(message)
-            return
-        self._close()
-        raise AttachError(f"pid {self.pid}'s hook sent no hello within {self.connect_timeout:g} s")
+        sock.settimeout(POLL_S)
+        self._sock, self._reader = sock, reader
+        self.state.apply(dict(hello))
 
     def _next_message(self) -> dict[str, Any] | None:
         """One decoded message, None when nothing complete arrived within POLL_S. EOFError at a closed socket;
         ProtocolError for a malformed line (which is consumed)."""
-        sock = self._sock
-        if sock is None:
+        reader = self._reader
+        if reader is None:
             raise EOFError("not connected")
-        while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[: newline + 1])
-                del self._buffer[: newline + 1]
-                return protocol.decode(line, limit=protocol.MAX_MESSAGE)
-            if len(self._buffer) > protocol.MAX_MESSAGE:
-                self._buffer.clear()
-                raise EOFError(f"a message longer than {protocol.MAX_MESSAGE} bytes")
-            try:
-                chunk = sock.recv(65536)
-            except (socket.timeout, BlockingIOError, InterruptedError):
-                return None
-            except OSError as error:
-                raise EOFError(f"connection lost: {error.strerror or error}") from None
-            if not chunk:
-                raise EOFError(END_CLOSED)
-            self._buffer += chunk
+        return reader.read(POLL_S)
 
     def _wait_for_socket(self) -> bool:
+        pause = WAIT_SOCKET_FIRST_S
         while not self._stop.is_set():
             if os.path.exists(self.path):
                 try:
-                    self._sock = self._open()
-                    self._read_hello()
+                    self._open()
                     return True
                 except AttachError:
                     pass  # not listening yet, or a stale file: keep waiting
             if not protocol.pid_alive(self.pid):
                 self.state.end("the job exited before it started training")
                 return False
-            self._stop.wait(WAIT_SOCKET_POLL_S)
+            self._stop.wait(pause)
+            pause = min(WAIT_SOCKET_MAX_S, pause * 1.5)
         return False
 
     def _run(self) -> None:
@@ -350,11 +304,11 @@ class JobClient:
         while not self._stop.is_set():
             try:
                 message = self._next_message()
+            except HookClosed:
+                self.state.end(END_CLOSED if protocol.pid_alive(self.pid) else "the process exited")
+                return
             except EOFError as error:
-                reason = str(error)
-                if reason == END_CLOSED and not protocol.pid_alive(self.pid):
-                    reason = "the process exited"
-                self.state.end(reason)
+                self.state.end(str(error))
                 return
             except protocol.ProtocolError as error:
                 self.state.protocol_error(str(error))
@@ -399,7 +353,7 @@ class JobClient:
                 pass
 
     def _close(self) -> None:
-        sock, self._sock = self._sock, None
+        sock, self._sock, self._reader = self._sock, None, None
         if sock is not None:
             try:
                 sock.close()

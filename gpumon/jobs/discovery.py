@@ -1,17 +1,18 @@
-"""Finding this user's hooked jobs: scan the socket directories, clean stale sockets, read each hello, group DDP ranks."""
+"""Finding hooked jobs: scan the socket directories, clean stale sockets, read each hello, group DDP ranks."""
 
 from __future__ import annotations
 
+import glob
 import os
-import socket
+import re
 import stat
-import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon import protocol
+from gpumon.jobs.connection import open_hook, privileged
 
 HELLO_TIMEOUT = 0.5
 """Seconds a live socket gets to answer with its hello during a scan."""
@@ -200,41 +201,10 @@ def group_jobs(jobs: Iterable[JobInfo]) -> list[JobGroup]:
 
 
 def read_hello(path: str, timeout: float = HELLO_TIMEOUT) -> dict[str, Any]:
-    """Connect to a hook socket, check who serves it, read its hello and hang up.
-
-    Raises OSError when the socket cannot be reached, TimeoutError when no hello comes in `timeout` seconds,
-    protocol.ProtocolError when the peer is not ours or sends something else.
-    """
-    deadline = time.monotonic() + timeout
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        _pid, uid, _gid = protocol.peer_credentials(sock)
-        if not protocol.peer_allowed(uid):
-            raise protocol.ProtocolError(f"{path} is served by uid {uid}, not by us or root")
-        buffer = bytearray()
-        while b"\n" not in buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no hello from {path} within {timeout:g} s")
-            sock.settimeout(left)
-            try:
-                chunk = sock.recv(65536)
-            except socket.timeout:
-                raise TimeoutError(f"no hello from {path} within {timeout:g} s") from None
-            if not chunk:
-                raise protocol.ProtocolError(f"{path} closed the connection before its hello")
-            buffer += chunk
-            if len(buffer) > protocol.MAX_MESSAGE:
-                raise protocol.ProtocolError(f"{path} sent a line longer than {protocol.MAX_MESSAGE} bytes")
-        line = bytes(buffer[: buffer.index(b"\n") + 1])
-        hello = protocol.decode(line, limit=protocol.MAX_MESSAGE)
-        if hello.get("type") != protocol.HELLO:
-            raise protocol.ProtocolError(f"{path} sent {hello.get('type')!r} instead of a hello")
-        return hello
-    finally:
-        sock.close()
+    """Connect to a hook socket, check who serves it, read its hello and hang up (raises what open_hook raises)."""
+    sock, _reader, hello = open_hook(path, timeout)
+    sock.close()
+    return dict(hello)
 
 
 def _owned_by_us(path: str) -> bool:
@@ -264,9 +234,9 @@ def _probe(pid: int, path: str, timeout: float) -> tuple[str, Any]:
         hello = read_hello(path, timeout)
     except (ConnectionRefusedError, FileNotFoundError):
         return ("stale", path)  # the pid was reused by a process that does not serve this socket
-    except TimeoutError as error:
-        return ("unreachable", str(error))
-    except protocol.ProtocolError as error:
+    except TimeoutError:
+        return ("unreachable", f"no hello from {path} within {timeout:g} s")
+    except (protocol.ProtocolError, EOFError) as error:
         return ("unreachable", str(error))
     except OSError as error:
         return ("unreachable", f"{path}: {error.strerror or error}")
@@ -275,16 +245,70 @@ def _probe(pid: int, path: str, timeout: float) -> tuple[str, Any]:
     return ("job", JobInfo(pid=pid, socket_path=path, hello=hello))
 
 
-def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, clean: bool = True,
-         uid: int | None = None) -> Discovery:
-    """Find this user's hooked jobs (or, for root, those of `uid`). Sockets of dead pids are removed (when `clean`);
-    each live one is asked for its hello, in parallel, for at most `timeout` seconds. `pids`: only look at these.
+_USER_SOCKET_DIR = re.compile(r"/tmp/gpumon-(\d+)(?:-[^/]*)?|/run/user/(\d+)/gpumon")
 
-    Only directories owned by the uid with mode 0700 are read (protocol.list_sockets refuses the others), and only
-    socket files we own are removed.
+
+def socket_uids() -> list[int]:
+    """Whose socket directories to read: ours; for root (or CAP_SYS_PTRACE) every user's that has one."""
+    own = os.getuid()
+    if not privileged():
+        return [own]
+    uids = {own}
+    for path in glob.glob("/tmp/gpumon-*") + glob.glob("/run/user/*/gpumon"):
+        match = _USER_SOCKET_DIR.fullmatch(path)
+        if match:
+            uids.add(int(match.group(1) or match.group(2)))
+    override = os.environ.get(protocol.SOCKET_DIR_ENV)
+    if override:
+        try:
+            uids.add(os.stat(override).st_uid)
+        except OSError:
+            pass
+    return sorted(uids)
+
+
+def sockets_in(directory: str) -> list[tuple[int, str]]:
+    """(pid, path) of the hook sockets in one directory of ours (a job's private one), [] when it is unsafe."""
+    if protocol.unsafe_dir_reason(directory) is not None:
+        return []
+    try:
+        paths = [os.path.join(directory, name) for name in os.listdir(directory)]
+    except OSError:
+        return []
+    found = []
+    for path in paths:
+        pid = protocol.pid_from_socket_path(path)
+        try:
+            if pid is not None and stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append((pid, path))
+        except OSError:
+            continue
+    return found
+
+
+def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, clean: bool = True,
+         uid: int | None = None, directories: Iterable[str] = ()) -> Discovery:
+    """Find this user's hooked jobs (root: every user's; `uid`: only that user's), and those serving in
+    `directories`. Sockets of dead pids are removed (when `clean`, and only our own); each live one is asked for
+    its hello, in parallel, for at most `timeout` seconds. `pids`: only look at these.
+
+    Only directories owned by their uid with mode 0700 are read (protocol.list_sockets refuses the others); other
+    users' sockets (read by root) are never removed.
     """
     wanted = None if pids is None else set(pids)
-    sockets = [(pid, path) for pid, path in protocol.list_sockets(uid) if wanted is None or pid in wanted]
+    found: dict[int, str] = {}
+    ours: set[str] = set()  # the sockets in our own directories: the only ones a scan may remove
+    own = os.getuid()
+    for owner in [uid] if uid is not None else socket_uids():
+        listed = protocol.list_sockets(owner)
+        found.update(listed)
+        if owner == own:
+            ours.update(path for _pid, path in listed)
+    for directory in directories:
+        listed = sockets_in(directory)
+        found.update(listed)
+        ours.update(path for _pid, path in listed)
+    sockets = sorted((pid, path) for pid, path in found.items() if wanted is None or pid in wanted)
     if not sockets:
         return Discovery(jobs=())
     if len(sockets) == 1:
@@ -295,11 +319,11 @@ def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, c
     jobs: list[JobInfo] = []
     removed: list[str] = []
     unreachable: list[tuple[int, str]] = []
-    for (pid, path), (kind, value) in zip(sockets, results):
+    for (pid, path), (kind, value) in zip(sockets, results, strict=True):
         if kind == "job":
             jobs.append(value)
         elif kind == "stale":
-            if clean and _remove(path):
+            if clean and path in ours and _remove(path):
                 removed.append(path)
         else:
             unreachable.append((pid, value))
@@ -356,9 +380,11 @@ def descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
     return False
 
 
-def jobs_launched_by(root_pid: int, timeout: float = HELLO_TIMEOUT) -> Discovery:
-    """The hooked jobs that are `root_pid` or its descendants (what `gpumon run` launched, ranks included)."""
-    candidates = [pid for pid, _path in protocol.list_sockets() if descends_from(pid, root_pid)]
+def jobs_launched_by(root_pid: int, timeout: float = HELLO_TIMEOUT, directories: Iterable[str] = ()) -> Discovery:
+    """The hooked jobs that are `root_pid` or its descendants (what `gpumon run` launched, ranks included), found
+    in our socket directories and `directories` (the launch's private one)."""
+    sockets = protocol.list_sockets() + [item for directory in directories for item in sockets_in(directory)]
+    candidates = [pid for pid, _path in sockets if descends_from(pid, root_pid)]
     if not candidates:
         return Discovery(jobs=())
-    return scan(timeout, pids=candidates)
+    return scan(timeout, pids=candidates, uid=os.getuid(), directories=directories)

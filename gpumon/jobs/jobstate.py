@@ -1,7 +1,7 @@
 """What the monitor knows about one hooked job: bounded step history, per-second timeline, rolling stats, latest state.
 
 JobState is fed protocol messages (by JobClient's thread, or from a recording in tests) and hands out frozen
-JobView copies that a UI can read on its own thread.
+HookedView copies that a UI can read on its own thread.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gpumon.jobs.step_sums import StepSums, StepSumsLog
 HISTORY_STEPS = 4096
 """Step records kept per job."""
 RECENT_STEPS = 512
-"""Step records copied into each JobView."""
+"""Step records copied into each HookedView."""
 TIMELINE_POINTS = 3600
 """Per-second points kept (an hour)."""
 BUCKET_S = 1.0
@@ -196,7 +196,7 @@ def find_straggler(ranks: Sequence[RankSummary], threshold: float = 0.10) -> int
 
 
 @dataclass(frozen=True, slots=True)
-class JobView:
+class HookedView:
     """A consistent copy of what is known about one hooked job (or the primary rank of a group)."""
 
     pid: int
@@ -457,13 +457,13 @@ class JobState:
     def info(self) -> JobInfo | None:
         return self._info
 
-    def view(self) -> JobView:
+    def view(self) -> HookedView:
         with self._lock:
             steps = tuple(self._steps)
             recent = steps[-RECENT_STEPS:]
             now = self._now
             silent = None if self._last_message is None else max(0.0, self._clock() - self._last_message)
-            return JobView(
+            return HookedView(
                 pid=self.pid, info=self._info, connected=self.connected, waiting=self.waiting, ended=self.ended,
                 end_reason=self.end_reason, exit_code=self.exit_code, steps=recent, timeline=tuple(self._timeline),
                 stats=RollingStats.of(steps[-2048:], now), hook_stats=dict(self._hook_stats), state=self._state,
@@ -473,14 +473,14 @@ class JobState:
             )
 
 
-def rank_summary(view: JobView) -> RankSummary:
+def rank_summary(view: HookedView) -> RankSummary:
     info = view.info
     stats = view.stats
     return RankSummary(rank=info.rank if info is not None else None, pid=view.pid, steps_per_s=stats.steps_per_s,
                        wall_ms=stats.wall_ms, data_ms=stats.data_ms, gpu_ms=stats.gpu_ms, ended=view.ended)
 
 
-def group_view(views: Sequence[JobView], primary: int = 0) -> JobView:
+def group_view(views: Sequence[HookedView], primary: int = 0) -> HookedView:
     """The primary rank's view with every rank's summary and the straggler, for a distributed job."""
     if not views:
         raise ValueError("no views")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpumon.jobs.discovery import AttachError, process_command
+from gpumon.jobs.source import Listener
 
 DATA_WAIT = "data_wait"
 CUDA_SYNC = "cuda_sync"
@@ -388,6 +389,16 @@ class EstimateView:
     def pids(self) -> list[int]:
         return [self.pid]
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Unknown without the hook."""
+        return []
+
+    @property
+    def device_uuids(self) -> list[str]:
+        """Unknown without the hook."""
+        return []
+
     def to_dict(self) -> dict[str, object]:
         """The `--json` line for this estimate."""
         return {
@@ -398,9 +409,6 @@ class EstimateView:
             "recent_fractions": {c: round(v, 4) for c, v in self.recent_fractions.items()},
             "hot_frames": dict(self.hot_frames), "ended": self.ended, "end_reason": self.end_reason,
         }
-
-
-Listener = Callable[[str], None]
 
 
 class PySpySampler:
@@ -472,7 +480,8 @@ class PySpySampler:
             for (category, frame), _count in frames.most_common():
                 hot_frames.setdefault(category, frame)
             return EstimateView(
-                pid=self.pid, command=self.command, rate=self.rate, round_s=self.round_s, rounds=self._rounds, counts=dict(self._counts),
+                pid=self.pid, command=self.command, rate=self.rate, round_s=self.round_s, rounds=self._rounds,
+                counts=dict(self._counts),
                 recent=dict(recent), timeline=tuple(self._timeline), hot_frames=hot_frames, ended=self._ended,
                 end_reason=self._end_reason, started=self._started,
             )

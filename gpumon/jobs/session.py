@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Union
 
 from gpumon import protocol
-from gpumon.jobs.client import ENDED, JobClient, Listener
-from gpumon.jobs.discovery import (HELLO_TIMEOUT, AttachError, JobGroup, JobInfo, jobs_launched_by,
-                                     process_command, process_uid, scan)
-from gpumon.jobs.jobstate import JobView, group_view
+from gpumon.jobs.client import ENDED, JobClient
+from gpumon.jobs.discovery import (
+    HELLO_TIMEOUT,
+    AttachError,
+    JobGroup,
+    JobInfo,
+    jobs_launched_by,
+    process_command,
+    process_uid,
+    scan,
+)
+from gpumon.jobs.jobstate import HookedView, group_view
 from gpumon.jobs.pyspy import PySpySampler
+from gpumon.jobs.source import JobSource, Listener
 
 LAUNCH_POLL_S = 0.05
-"""How often a launched job's sockets are looked for until the first appears."""
+"""How soon a launched job's sockets are first looked for; then less and less often, up to RANK_POLL_S apart."""
 RANK_POLL_S = 1.0
 """How often, after that, more ranks of it are looked for."""
 
@@ -31,13 +39,15 @@ class AttachedJob:
     with every rank's summary and the straggler."""
 
     def __init__(self, clients: list[JobClient] | None = None, *, primary_pid: int | None = None,
-                 launched_pid: int | None = None, exit_status: Callable[[], int | None] | None = None) -> None:
+                 launched_pid: int | None = None, exit_status: Callable[[], int | None] | None = None,
+                 socket_dirs: Sequence[str] = ()) -> None:
         self._clients: list[JobClient] = list(clients or [])
         self._lock = threading.Lock()
         self.primary_pid = primary_pid if primary_pid is not None else (
             self._clients[0].pid if self._clients else launched_pid)
         self.launched_pid = launched_pid
         self._exit_status = exit_status
+        self._socket_dirs = list(socket_dirs)
         self._listeners: list[Listener] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -81,11 +91,12 @@ class AttachedJob:
         return cls(clients, primary_pid=primary_pid)
 
     @classmethod
-    def launched(cls, pid: int, exit_status: Callable[[], int | None] | None = None) -> AttachedJob:
+    def launched(cls, pid: int, exit_status: Callable[[], int | None] | None = None,
+                 socket_dirs: Sequence[str] = ()) -> AttachedJob:
         """Follow what `gpumon run` started as `pid`: its hooked processes (it or its descendants, e.g. the
-        ranks torchrun starts) are attached as their sockets appear. `exit_status`: the launched process's
-        exit code once it exited (Popen.poll)."""
-        return cls([], launched_pid=pid, exit_status=exit_status)
+        ranks torchrun starts) are attached as their sockets appear, in our socket directories or `socket_dirs`.
+        `exit_status`: the launched process's exit code once it exited (Popen.poll)."""
+        return cls([], launched_pid=pid, exit_status=exit_status, socket_dirs=socket_dirs)
 
     # -- the source interface -------------------------------------------------------------------
 
@@ -131,14 +142,14 @@ class AttachedJob:
             return self.launched_pid is not None and not protocol.pid_alive(self.launched_pid)
         return all(client.ended for client in clients)
 
-    def view(self) -> JobView:
+    def view(self) -> HookedView:
         clients = self.clients
         exit_code = self._exit_status() if self._exit_status is not None else None
         if not clients:
             assert self.launched_pid is not None
             command = self._launch_command or f"pid {self.launched_pid}"
             launched_over = exit_code is not None or not protocol.pid_alive(self.launched_pid)
-            return JobView(
+            return HookedView(
                 pid=self.launched_pid, waiting=None if launched_over else f"waiting for `{command}` to start training",
                 ended=launched_over, exit_code=exit_code,
                 end_reason="the job exited before it started training (no hook socket appeared)"
@@ -156,9 +167,10 @@ class AttachedJob:
     def _follow_launch(self) -> None:
         assert self.launched_pid is not None
         root = self.launched_pid
+        pause = LAUNCH_POLL_S
         while not self._stop.is_set():
             try:
-                found = jobs_launched_by(root)
+                found = jobs_launched_by(root, directories=self._socket_dirs)
             except Exception:  # noqa: BLE001 - a scan error is retried
                 found = None
             if found is not None:
@@ -167,7 +179,8 @@ class AttachedJob:
             if not root_alive:
                 self._notify(ENDED)
                 return
-            self._stop.wait(RANK_POLL_S if self.clients else LAUNCH_POLL_S)
+            self._stop.wait(RANK_POLL_S if self.clients else pause)
+            pause = min(RANK_POLL_S, pause * 1.5)
 
     def _add(self, jobs: tuple[JobInfo, ...]) -> None:
         known = {client.pid for client in self.clients}
@@ -195,10 +208,6 @@ class AttachedJob:
                 listener(what)
             except Exception:  # noqa: BLE001
                 pass
-
-
-JobSource = Union[AttachedJob, PySpySampler]
-"""What the dashboard's job pane follows."""
 
 
 def open_job(pid: int) -> JobSource:

@@ -12,10 +12,9 @@ that won), else live experiments on the attached hooked job (math-neutral knobs,
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,7 +22,6 @@ from textual import on
 from textual.binding import Binding
 from textual.message import Message
 
-from gpumon import protocol
 from gpumon.advisor.catalogue import experiments_for
 from gpumon.advisor.guided import GuidedRun, Runner
 from gpumon.advisor.live import LiveRunner
@@ -32,11 +30,14 @@ from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
-from gpumon.jobs.session import AttachedJob, JobSource
+from gpumon.jobs.launch import LaunchedJob, new_log_path
+from gpumon.jobs.session import AttachedJob
+from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
+from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.advisor_panel import AdvisorPanel
-from gpumon.tui.app import GpumonApp
+from gpumon.tui.app import GpumonApp, TracksPids
 
 DIAGNOSE_EVERY_S = 5.0
 DIAGNOSIS_WINDOW_S = 10.0
@@ -51,51 +52,73 @@ class LoggingSource:
     def __init__(self, inner: SnapshotSource, log: SnapshotLog) -> None:
         self.inner = inner
         self.log = log
+        self.history = inner.history
+        self.live = inner.live
 
-    def start(self, on_snapshot: Callable[[Any], None]) -> None:
-        def deliver(snapshot: Any) -> None:
+    def start(self, on_snapshot: Callable[[Snapshot], None]) -> None:
+        def deliver(snapshot: Snapshot) -> None:
             self.log.add(snapshot)
             on_snapshot(snapshot)
 
         self.inner.start(deliver)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    @property
+    def description(self) -> str:
+        return self.inner.description
+
+    @property
+    def interval(self) -> float:
+        return self.inner.interval
+
+    @property
+    def paused(self) -> bool:
+        return self.inner.paused
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+    def pause(self) -> None:
+        self.inner.pause()
+
+    def resume(self) -> None:
+        self.inner.resume()
+
+    def faster(self) -> None:
+        self.inner.faster()
+
+    def slower(self) -> None:
+        self.inner.slower()
+
+    def track_pids(self, pids: Iterable[int]) -> None:
+        if isinstance(self.inner, TracksPids):
+            self.inner.track_pids(pids)
 
 
 @dataclass
 class DemoOwner:
-    """The demo trainer the app started (`gpumon demo`): what trial runs run, and the processes to stop at the end."""
+    """The demo trainer the app started (`gpumon demo`): what trial runs run, and the jobs to stop at the end."""
 
     command: list[str]
-    process: subprocess.Popen[Any] | None = None
-    env: Mapping[str, str] | None = None
-    started: list[subprocess.Popen[Any]] = field(default_factory=list)
+    current: LaunchedJob | None = None
+    started: list[LaunchedJob] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.process is not None:
-            self.started.append(self.process)
+        if self.current is not None:
+            self.started.append(self.current)
 
-    def stop_current(self, stop: Callable[[subprocess.Popen[Any]], Any]) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                stop(process)
+    def stop_current(self) -> None:
+        for job in self.started:
+            job.close()
 
-    def restart(self, knobs: Mapping[str, Any]) -> subprocess.Popen[Any]:
-        """Start the demo again with `knobs` (what the guided run kept), hooked."""
-        env = protocol.injection_env(dict(self.env if self.env is not None else os.environ))
-        if knobs:
-            import json
+    def restart(self, knobs: Mapping[str, Any]) -> LaunchedJob:
+        """Start the demo again with `knobs` (what the guided run kept), hooked; LaunchError for a bad knob."""
+        job = LaunchedJob(self.command, knobs=knobs, log=new_log_path("gpumon-demo-")).start()
+        self.current = job
+        self.started.append(job)
+        return job
 
-            env[protocol.KNOBS_ENV] = json.dumps(dict(knobs), separators=(",", ":"))
-        process = subprocess.Popen(self.command, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.process = process
-        self.started.append(process)
-        return process
-
-    def stop_all(self, stop: Callable[[subprocess.Popen[Any]], Any]) -> None:
-        self.stop_current(stop)
+    def stop_all(self) -> None:
+        self.stop_current()
 
 
 class AdvisorFinding(Message):
@@ -162,7 +185,7 @@ class AdvisorApp(GpumonApp):
                  diagnose_every: float = DIAGNOSE_EVERY_S, clock: Callable[[], float] = time.time,
                  notice: str | None = None, **kwargs: Any) -> None:
         self.advisor_log = SnapshotLog()
-        super().__init__(LoggingSource(source, self.advisor_log), clock=clock, job=job, **kwargs)  # type: ignore[arg-type]
+        super().__init__(LoggingSource(source, self.advisor_log), clock=clock, job=job, **kwargs)
         self.owner = owner
         self.show_advisor = show_advisor
         self.runner_factory = runner_factory or default_runner_factory
@@ -264,10 +287,8 @@ class AdvisorApp(GpumonApp):
         error = None
         try:
             if self.owner is not None:
-                from gpumon.advisor.trial import stop_group
-
                 self.post_message(GuidedProgress("stopping the demo to run the trials…", 0.0))
-                self.owner.stop_current(stop_group)
+                self.owner.stop_current()
             run = GuidedRun(runner, cancel=self._guided_cancel, listener=self._guided_listener,
                             meta={"command": " ".join(self.owner.command) if self.owner else ""})
             report = run.run()
@@ -287,9 +308,8 @@ class AdvisorApp(GpumonApp):
     def _restart_demo(self, report: GuidedReport) -> None:
         owner = self.owner
         assert owner is not None
-        process = owner.restart(report.kept)
-        job = AttachedJob.launched(process.pid, exit_status=process.poll)
-        self.follow_job(job, [process.pid])
+        demo = owner.restart(report.kept)
+        self.follow_job(demo.follow(), [demo.pid])
 
     def follow_job(self, job: AttachedJob | None, pids: Sequence[int] = ()) -> None:
         """From any thread: show `job` in the job pane (a trial run, or the restarted demo)."""
@@ -301,9 +321,8 @@ class AdvisorApp(GpumonApp):
             pass  # the app is shutting down
 
     def _follow_now(self, job: AttachedJob, pids: list[int]) -> None:
-        track = getattr(self.source, "track_pids", None)
-        if track is not None and pids:
-            track(pids)
+        if isinstance(self.source, TracksPids) and pids:
+            self.source.track_pids(pids)
         self._switch_to(job)
 
     @on(GuidedEvent)
@@ -348,7 +367,7 @@ def default_runner_factory(app: AdvisorApp, cancel: threading.Event) -> Runner |
             if job is not None:
                 app.follow_job(job, [job.launched_pid] if job.launched_pid else [])
 
-        track = getattr(app.source, "track_pids", None)
+        track = app.source.track_pids if isinstance(app.source, TracksPids) else None
         return TrialRunner(app.owner.command, log=app.advisor_log, track=track, cancel=cancel,
                            progress=app.guided_progress, on_job=on_job, warmup_s=8.0)
     job = app.job

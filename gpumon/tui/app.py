@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, runtime_checkable
 
 from textual import events, on
 from textual.app import App, ComposeResult
@@ -17,7 +18,8 @@ from textual.reactive import reactive
 from textual.widgets import Footer
 
 from gpumon.jobs.discovery import AttachError, JobGroup, scan
-from gpumon.jobs.session import AttachedJob, JobSource
+from gpumon.jobs.session import AttachedJob
+from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
@@ -53,6 +55,13 @@ class SnapshotArrived(Message):
 
 class JobUpdated(Message):
     """The attached job sent something new (posted from its client's thread; the app reads job.view())."""
+
+
+@runtime_checkable
+class TracksPids(Protocol):
+    """A snapshot source that can be told which processes to sample closely (the live Sampler; not a replay)."""
+
+    def track_pids(self, pids: Iterable[int]) -> None: ...
 
 
 JobOpener = Callable[[JobGroup], JobSource]
@@ -321,12 +330,10 @@ class GpumonApp(App[None]):
         self._job_shown_at = time.monotonic()
         view = job.view()
         pane.show(view)
-        worker_pids = getattr(view, "worker_pids", [])
-        self._process_table.highlight_job(view.pids, worker_pids)
-        self._gpu_pane.mark_job(getattr(view, "device_uuids", []))
-        track = getattr(self.source, "track_pids", None)
-        if track is not None:
-            track(view.pids)
+        self._process_table.highlight_job(view.pids, view.worker_pids)
+        self._gpu_pane.mark_job(view.device_uuids)
+        if isinstance(self.source, TracksPids):
+            self.source.track_pids(view.pids)
 
     def _picked(self, group: JobGroup | None) -> None:
         if group is None:

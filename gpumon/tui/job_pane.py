@@ -10,15 +10,16 @@ from typing import Any, Union
 from rich.text import Text
 
 from gpumon import units
-from gpumon.jobs.jobstate import JobView, RankSummary, TimelinePoint
+from gpumon.jobs.jobstate import HookedView, RankSummary, TimelinePoint
 from gpumon.jobs.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
+from gpumon.jobs.source import JobView
 from gpumon.printable import printable, printable_or
 from gpumon.tui.bar import bar
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string, window_maximum
 from gpumon.units import MISSING
 
-AnyJobView = Union[JobView, EstimateView]
+AnyJobView = Union[HookedView, EstimateView]
 
 LABEL_WIDTH = 8
 SHARES = (("data", "Data", "yellow"), ("gpu", "GPU", "green"), ("rest", "Rest", "magenta"))
@@ -58,7 +59,7 @@ def stacked_bar(shares: Sequence[tuple[float | None, str]], width: int) -> Text:
 # A hooked job.
 
 
-def status_line(view: JobView) -> Text | None:
+def status_line(view: HookedView) -> Text | None:
     """Waiting, ended or silent: the one thing to say before the numbers (None when all is well)."""
     if view.waiting and not view.connected and not view.ended:
         return Text(printable(view.waiting) + " …", style="bold yellow", no_wrap=True, end="")
@@ -76,7 +77,7 @@ def status_line(view: JobView) -> Text | None:
     return None
 
 
-def step_line(view: JobView, width: int) -> Text:
+def step_line(view: HookedView, width: int) -> Text:
     """'Step    ████████▒▒▒▒···  data 52% GPU 30% rest 18%  13.0 ms': the latest window's breakdown."""
     breakdown = view.stats.breakdown
     text = _label("Step")
@@ -106,7 +107,7 @@ def share_history(timeline: Sequence[TimelinePoint], attribute: str) -> list[flo
     return values
 
 
-def share_lines(view: JobView, width: int, compact: bool) -> list[Text]:
+def share_lines(view: HookedView, width: int, compact: bool) -> list[Text]:
     """Sparklines of each share over time on a fixed 0-100% scale: one line each, or all three on one line."""
     shares = [(attr, label, style) for attr, label, style in SHARES
               if attr != "gpu" or any(p.breakdown.gpu is not None for p in view.timeline)]
@@ -129,7 +130,7 @@ def share_lines(view: JobView, width: int, compact: bool) -> list[Text]:
     return lines
 
 
-def rate_line(view: JobView, width: int) -> Text:
+def rate_line(view: HookedView, width: int) -> Text:
     """'Rate    77 steps/s · 614 samples/s  ▁▂▃▅▇': throughput with its history (scaled to the window's peak)."""
     stats = view.stats
     text = _label("Rate")
@@ -145,7 +146,7 @@ def rate_line(view: JobView, width: int) -> Text:
     return text
 
 
-def memory_line(view: JobView) -> Text:
+def memory_line(view: HookedView) -> Text:
     text = _label("Memory")
     memory = view.memory
     if memory is None:
@@ -167,7 +168,7 @@ def _on_off(value: Any) -> str:
     return "on" if value else "off"
 
 
-def loader_line(view: JobView) -> Text:
+def loader_line(view: HookedView) -> Text:
     text = _label("Loader")
     loaders = view.dataloaders
     if not loaders:
@@ -184,7 +185,7 @@ def loader_line(view: JobView) -> Text:
     return text
 
 
-def precision_line(view: JobView) -> Text:
+def precision_line(view: HookedView) -> Text:
     text = _label("Math")
     precision = view.precision
     if not precision:
@@ -226,7 +227,7 @@ def rank_lines(ranks: Sequence[RankSummary], straggler: int | None, width: int) 
     return lines
 
 
-def hooked_lines(view: JobView, width: int, max_lines: int) -> list[Text]:
+def hooked_lines(view: HookedView, width: int, max_lines: int) -> list[Text]:
     lines: list[Text] = []
     status = status_line(view)
     if status is not None:
@@ -320,7 +321,7 @@ def job_lines(view: AnyJobView, width: int, max_lines: int) -> list[Text]:
 
 class JobPane(Pane):
     """The attached job: step-time breakdown over time, throughput, memory, loader, precision, ranks; or the
-    py-spy estimate for a job without the hook. Fed JobView / EstimateView copies; never touches a socket."""
+    py-spy estimate for a job without the hook. Fed HookedView / EstimateView copies; never touches a socket."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -329,7 +330,9 @@ class JobPane(Pane):
         self.view: AnyJobView | None = None
         self.border_title = "Job"
 
-    def show(self, view: AnyJobView) -> None:
+    def show(self, view: JobView) -> None:
+        if not isinstance(view, (HookedView, EstimateView)):
+            return  # the pane draws a hooked job's view or a py-spy estimate
         self.view = view
         title = job_title(view)
         self.set_title(title)

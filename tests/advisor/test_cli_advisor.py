@@ -1,4 +1,4 @@
-"""`gpumon diagnose`, `gpumon experiment` and `gpumon demo` (through gpumon.cli.advisor.main): one-line errors,
+"""`gpumon diagnose`, `gpumon experiment` and `gpumon demo` (through gpumon.cli.main): one-line errors,
 real headless runs on CPU, and no process left behind when the demo is interrupted."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from advisor_support import REPO
 
 from gpumon import protocol
 from gpumon.advisor.rules import CATEGORIES
-from gpumon.cli.advisor import main
+from gpumon.cli import main
 
 PLAIN = [sys.executable, str(Path(__file__).parent / "jobs" / "plain_train.py"), "--seconds", "120"]
 
@@ -100,7 +100,7 @@ def wait_gone(marker: Path, timeout: float = 30.0) -> list[psutil.Process]:
 
 def test_interrupting_the_guided_demo_leaves_no_process_behind(sock_dir: str, tmp_path: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon.cli.advisor", "demo", "--guided", "--device", "cpu"],
+    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon", "demo", "--guided", "--device", "cpu"],
                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
     try:
@@ -128,7 +128,7 @@ def test_ctrl_c_in_the_demo_dashboard_leaves_no_process_behind(sock_dir: str, tm
 
     env = dict(os.environ, TMPDIR=str(tmp_path), TERM="xterm-256color", COLUMNS="120", LINES="40")
     master, slave = pty.openpty()
-    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon.cli.advisor", "demo", "--device", "cpu"], cwd=REPO,
+    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon", "demo", "--device", "cpu"], cwd=REPO,
                               env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     output = b""

@@ -11,7 +11,7 @@ from typing import Any
 from textual.widgets import Footer
 
 from gpumon.jobs.discovery import JobGroup, JobInfo
-from gpumon.jobs.jobstate import JobView, replay_messages
+from gpumon.jobs.jobstate import HookedView, replay_messages
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.gpu_pane import GpuPane
@@ -25,7 +25,7 @@ RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "job-cpu-run.json
 MESSAGES = [json.loads(line) for line in RECORDING.read_text().splitlines()]
 
 
-def recorded_view(upto: int | None = None) -> JobView:
+def recorded_view(upto: int | None = None) -> HookedView:
     return replay_messages(MESSAGES[:upto]).view()
 
 
@@ -36,7 +36,7 @@ ENDED = recorded_view()
 class FakeJob:
     """A job source that shows what the test pushes, as a JobClient's thread would (here synchronously)."""
 
-    def __init__(self, view: JobView) -> None:
+    def __init__(self, view: HookedView) -> None:
         self._view = view
         self.calls: list[str] = []
         self._listener: Any = None
@@ -56,10 +56,10 @@ class FakeJob:
     def stop(self) -> None:
         self.calls.append("stop")
 
-    def view(self) -> JobView:
+    def view(self) -> HookedView:
         return self._view
 
-    def push(self, view: JobView) -> None:
+    def push(self, view: HookedView) -> None:
         self._view = view
         assert self._listener is not None
         self._listener("steps")
@@ -74,7 +74,7 @@ class TrackingSource(FakeSource):
         self.tracked.append(list(pids))
 
 
-def job_snapshot(view: JobView, **changes: Any):  # noqa: ANN201
+def job_snapshot(view: HookedView, **changes: Any):  # noqa: ANN201
     """The machine as the sampler sees it: the job's process with its DataLoader workers beneath, one other job."""
     workers = tuple(process(pid, command="python hooked_train.py") for pid in view.worker_pids)
     job = process(view.pid, children=workers, command="python hooked_train.py", gpu_indices=(0,))
@@ -160,7 +160,7 @@ async def test_help_explains_the_job_pane_only_with_a_job() -> None:
         assert isinstance(pilot.app.screen, HelpScreen) and not pilot.app.screen.job
 
 
-def group_of(view: JobView) -> JobGroup:
+def group_of(view: HookedView) -> JobGroup:
     assert view.info is not None
     return JobGroup(None, (JobInfo(pid=view.pid, socket_path="/nonexistent.sock", hello=view.info.hello),))
 

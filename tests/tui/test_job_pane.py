@@ -8,7 +8,7 @@ from pathlib import Path
 
 from textual.app import App, ComposeResult
 
-from gpumon.jobs.jobstate import JobState, JobView, RankSummary, replay_messages
+from gpumon.jobs.jobstate import JobState, HookedView, RankSummary, replay_messages
 from gpumon.jobs.pyspy import EstimateView
 from gpumon.tui.job_pane import JobPane, job_lines, stacked_bar
 from tui_support import widget_text
@@ -20,7 +20,7 @@ def recorded_messages() -> list[dict]:
     return [json.loads(line) for line in RECORDING.read_text().splitlines()]
 
 
-def recorded_view(upto: int | None = None) -> JobView:
+def recorded_view(upto: int | None = None) -> HookedView:
     """The job as the monitor saw it after the first `upto` messages (all of them: after its exit)."""
     return replay_messages(recorded_messages()[:upto]).view()
 
@@ -28,7 +28,7 @@ def recorded_view(upto: int | None = None) -> JobView:
 class PaneHost(App[None]):
     CSS = "JobPane { border-top: solid $primary; }"
 
-    def __init__(self, view: JobView | EstimateView, max_lines: int = 12) -> None:
+    def __init__(self, view: HookedView | EstimateView, max_lines: int = 12) -> None:
         super().__init__()
         self.view_to_show = view
         self.max_lines = max_lines
@@ -42,7 +42,7 @@ class PaneHost(App[None]):
         self.query_one(JobPane).show(self.view_to_show)
 
 
-def lines_text(view: JobView | EstimateView, width: int = 100, max_lines: int = 12) -> str:
+def lines_text(view: HookedView | EstimateView, width: int = 100, max_lines: int = 12) -> str:
     return "\n".join(line.plain for line in job_lines(view, width, max_lines))
 
 

@@ -1,0 +1,105 @@
+"""`gpumon attach PID`: the dashboard (or JSON Lines) on a running job, hooked or sampled with py-spy."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpumon.cli.base import (
+    CliError,
+    Subparsers,
+    add_interval_argument,
+    pid_number,
+    positive_seconds,
+    print_json_line,
+    subcommand,
+)
+from gpumon.jobs.source import JobSource
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subcommand(
+        subparsers, "attach", help="watch a running training job", handler=run_attach,
+        description="Open the dashboard on a running PyTorch job. A job with the gpumon hook streams its steps; "
+        "any other Python process is sampled with py-spy, which estimates where its main thread spends time.")
+    parser.add_argument("pid", type=pid_number, help="the job's process id")
+    parser.add_argument("--json", action="store_true",
+                        help="no dashboard: print the job's data as JSON Lines (hello, then steps and state; "
+                        "without the hook, py-spy estimates)")
+    parser.add_argument("--duration", type=positive_seconds, default=None,
+                        help="with --json: stop after this many seconds (default: when the job ends, or Ctrl+C)")
+    add_interval_argument(parser)
+
+
+def open_job_or_fail(pid: int) -> JobSource:
+    from gpumon.jobs.discovery import AttachError
+    from gpumon.jobs.session import open_job
+
+    try:
+        return open_job(pid)
+    except AttachError as error:
+        raise CliError(str(error)) from None
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    job = open_job_or_fail(args.pid)
+    if args.json:
+        return stream_json(job, args.duration)
+    from gpumon.sampling.sampler import Sampler
+    from gpumon.tui.advisor_app import AdvisorApp
+
+    sampler = Sampler(interval=args.interval)
+    sampler.track_pids(job.view().pids)
+    app = AdvisorApp(sampler, job=job, show_advisor=False)
+    app.run()
+    return app.return_code or 0
+
+
+def stream_json(job: JobSource, duration: float | None) -> int:
+    """Print the job's data as JSON Lines until `duration` passes or the job ends."""
+    from gpumon.jobs.pyspy import PySpySampler
+    from gpumon.jobs.session import AttachedJob
+
+    lines: queue.Queue[Any] = queue.Queue()
+    is_over: Callable[[], bool]
+    if isinstance(job, PySpySampler):
+        sampler = job
+        print_json_line({"type": "attach", "pid": sampler.pid, "hooked": False, "method": "py-spy",
+                         "estimate": True, "command": sampler.command})
+        sampler.start(lambda _what: lines.put(sampler.view().to_dict()))
+        is_over = lambda: sampler.ended  # noqa: E731 - a one-line predicate
+    else:
+        assert isinstance(job, AttachedJob)
+        client = job.primary
+        assert client is not None and client.state.info is not None
+        print_json_line(dict(client.state.info.hello))
+        client.add_message_listener(
+            lambda message: None if message.get("type") in ("subscribed", "pong") else lines.put(message))
+        job.start()
+        is_over = lambda: client.ended  # noqa: E731 - a one-line predicate
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            try:
+                message = lines.get(timeout=0.2 if left is None else min(0.2, left))
+            except queue.Empty:
+                if is_over() and lines.empty():
+                    break
+                continue
+            print_json_line(message)
+        if is_over():
+            view = job.view()
+            print_json_line({"type": "ended", "pid": view.pid, "reason": view.end_reason})
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout's reader left; exit quietly
+    finally:
+        job.stop()
+    return 0

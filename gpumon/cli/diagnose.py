@@ -1,0 +1,64 @@
+"""`gpumon diagnose`: watch a job (run CMD hooked, or --pid) and name what holds it back."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpumon.cli.base import (
+    CliError,
+    Subparsers,
+    add_command_argument,
+    command_of,
+    pid_number,
+    positive_seconds,
+    print_json,
+    subcommand,
+)
+from gpumon.cli.reporting import StderrProgress, signals_as_interrupt
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subcommand(
+        subparsers, "diagnose", help="name what holds a training job back", handler=run_diagnose,
+        description="Watch a training job for a while and name its bottleneck (input_bound, host_sync, "
+        "launch_bound, transfer_bound, low_precision, memory_imbalance, io_bound or healthy) with the evidence. "
+        "Either run CMD with the hook (and stop it after --duration), or watch a running job (--pid).")
+    parser.add_argument("--pid", type=pid_number, default=None, help="a running job (its hook, else py-spy)")
+    parser.add_argument("--duration", type=positive_seconds, default=20.0,
+                        help="seconds to watch (with CMD: after its first step, warm-up included; default 20)")
+    parser.add_argument("--warmup", type=positive_seconds, default=5.0,
+                        help="with CMD: seconds after the first step left out (default 5)")
+    parser.add_argument("--json", action="store_true", help="print the finding and its signals as JSON")
+    add_command_argument(parser)
+
+
+def target_command(args: argparse.Namespace, name: str) -> list[str]:
+    """The command to run, or [] with --pid; exactly one of the two (CliError otherwise)."""
+    command = command_of(args)
+    if args.pid is None and not command:
+        raise CliError(f"gpumon {name} needs a command (gpumon {name} -- python train.py) or --pid PID")
+    if args.pid is not None and command:
+        raise CliError(f"gpumon {name}: give either --pid or a command, not both")
+    return command
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    from gpumon.advisor.report import finding_text
+    from gpumon.advisor.session import AdvisorError, diagnose_command, diagnose_pid
+
+    command = target_command(args, "diagnose")
+    progress = StderrProgress()
+    try:
+        with signals_as_interrupt():
+            if args.pid is not None:
+                result = diagnose_pid(args.pid, duration=args.duration, progress=progress)
+            else:
+                result = diagnose_command(command, duration=args.duration,
+                                          warmup_s=min(args.warmup, args.duration / 2), progress=progress)
+    except AdvisorError as error:
+        raise CliError(str(error)) from None
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print(finding_text(result.finding))
+    return 0

@@ -1,0 +1,85 @@
+"""`gpumon experiment`: a guided run of short experiments on CMD (trial runs) or on a hooked job (--pid, live)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpumon.cli.base import CliError, Subparsers, add_command_argument, pid_number, positive_seconds, subcommand
+from gpumon.cli.diagnose import target_command
+from gpumon.cli.reporting import StderrProgress, print_report, signals_as_interrupt, write_markdown
+
+if TYPE_CHECKING:  # the advisor is imported only when the command runs
+    from gpumon.advisor.catalogue import Experiment
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subcommand(
+        subparsers, "experiment", help="measure fixes: a guided run of short experiments", handler=run_experiment,
+        description="Measure the command as it is, diagnose it, then try the knobs that may fix it, one per short "
+        "trial run of CMD (knobs injected through GPUMON_KNOBS), keeping each that wins beyond the noise, until "
+        "nothing wins. With --pid, live experiments on a running hooked job instead (math-neutral knobs only, "
+        "rolled back unless they win).")
+    parser.add_argument("--pid", type=pid_number, default=None, help="a running hooked job (live experiments)")
+    parser.add_argument("--window", type=positive_seconds, default=4.0,
+                        help="seconds per measurement window (default 4)")
+    parser.add_argument("--repeats", type=int, default=3, help="windows per variant, for the noise (default 3)")
+    parser.add_argument("--warmup", type=positive_seconds, default=5.0,
+                        help="seconds after a variant's first step (or change) left out (default 5)")
+    parser.add_argument("--max-variants", type=int, default=12, help="most variants to try (default 12)")
+    parser.add_argument("--try", dest="tries", action="append", default=[], metavar="KNOB=VALUE",
+                        help="run these experiments, in this order, instead of the diagnosis' list "
+                             "(repeatable; e.g. --try num_workers=8 --try amp_bf16=true)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE",
+                        help="also write the results table as Markdown to FILE")
+    add_command_argument(parser)
+
+
+def parse_tries(items: Sequence[str]) -> list[Experiment]:
+    """--try KNOB=VALUE items as experiments (VALUE as JSON: 8, true, null; else a string)."""
+    from gpumon.advisor.catalogue import KNOBS, Experiment
+
+    experiments = []
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise CliError(f"--try {item!r}: expected KNOB=VALUE, e.g. num_workers=8")
+        if name not in KNOBS:
+            raise CliError(f"--try: unknown knob {name!r} (known: {', '.join(sorted(KNOBS))})")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        experiments.append(Experiment(knobs={name: value}, reason="asked for"))
+    return experiments
+
+
+def run_experiment(args: argparse.Namespace) -> int:
+    from gpumon.advisor.session import AdvisorError, experiment_command, experiment_pid
+
+    command = target_command(args, "experiment")
+    if args.repeats < 1:
+        raise CliError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.max_variants < 1:
+        raise CliError(f"--max-variants must be at least 1, got {args.max_variants}")
+    only = parse_tries(args.tries) if args.tries else None
+    progress = StderrProgress()
+    try:
+        with signals_as_interrupt():
+            if args.pid is not None:
+                report = experiment_pid(args.pid, window_s=args.window, repeats=args.repeats, warmup_s=args.warmup,
+                                        only=only, progress=progress, max_variants=args.max_variants)
+            else:
+                report = experiment_command(command, window_s=args.window, repeats=args.repeats,
+                                            warmup_s=args.warmup, only=only, progress=progress,
+                                            max_variants=args.max_variants)
+    except AdvisorError as error:
+        raise CliError(str(error)) from None
+    write_markdown(args.markdown, report, "gpumon experiment")
+    print_report(report, args.json)
+    return 0 if report.baseline.ok else 1

@@ -1,0 +1,86 @@
+"""`gpumon record`: samples to a JSON Lines file until --duration passes or Ctrl+C."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from gpumon.cli.base import CliError, Subparsers, add_interval_argument, positive_seconds, subcommand
+from gpumon.sampling.snapshot import Snapshot
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subcommand(subparsers, "record", help="record samples to a JSON Lines file",
+                        description="Record samples to a JSON Lines file until --duration passes or Ctrl+C.",
+                        handler=run_record)
+    parser.add_argument("file", type=Path, help="output file (refused if it exists, unless --force)")
+    parser.add_argument("--duration", type=positive_seconds, default=None,
+                        help="seconds to record (default: until Ctrl+C)")
+    add_interval_argument(parser)
+    parser.add_argument("--note", default="", help="free text stored in the header (device, workload...)")
+    parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+
+def _cannot_write(path: Path, error: OSError) -> CliError:
+    return CliError(f"cannot write {path}: {error.strerror or error}")
+
+
+def run_record(args: argparse.Namespace) -> int:
+    path: Path = args.file
+    if path.exists() and not args.force:
+        raise CliError(f"{path} exists; pass --force to overwrite it")
+    try:
+        stream = path.open("w", encoding="utf-8")
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    try:
+        with stream:
+            count, seconds = _record(stream, args)
+    except OSError as error:  # the disk filled up (ENOSPC), or the file went away: every complete line stays
+        raise _cannot_write(path, error) from None
+    print(f"gpumon: wrote {count} samples over {seconds:.1f} s to {path}", file=sys.stderr)
+    return 0
+
+
+def _record(stream: TextIO, args: argparse.Namespace) -> tuple[int, float]:
+    """Write samples to `stream` until the duration passes, Ctrl+C or SIGTERM; (samples written, seconds).
+
+    An OSError writing a sample stops the recording and is raised here, on the main thread."""
+    from gpumon.sampling.recording import RecordingWriter
+    from gpumon.sampling.sampler import Sampler
+
+    done = threading.Event()
+    failures: list[OSError] = []
+    count = 0
+    writer = RecordingWriter(stream, note=args.note)
+
+    def write(snapshot: Snapshot) -> None:
+        nonlocal count
+        if failures:
+            return
+        try:
+            writer.write(snapshot)
+        except OSError as error:
+            failures.append(error)
+            done.set()
+            return
+        count += 1
+
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    sampler = Sampler(interval=args.interval)
+    sampler.start(write)
+    started = time.monotonic()
+    try:
+        done.wait(args.duration)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sampler.stop()
+    if failures:
+        raise failures[0]
+    return count, time.monotonic() - started

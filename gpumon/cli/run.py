@@ -1,0 +1,68 @@
+"""`gpumon run -- CMD`: run a training command with the hook injected and open the dashboard on it."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from gpumon.cli.base import CliError, Subparsers, add_command_argument, add_interval_argument, command_of, subcommand
+from gpumon.jobs.launch import LaunchedJob, LaunchError, exit_status, new_log_path
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subcommand(
+        subparsers, "run", help="run a training command with the gpumon hook and watch it", handler=run_launch,
+        description="Run CMD with the gpumon hook injected (no change to the script) and open the dashboard on it "
+        "as soon as it starts training. The job's output goes to a log file while the dashboard is open; "
+        "quitting the dashboard stops the job (SIGINT). With --no-tui, only inject and wait for CMD.")
+    parser.add_argument("--no-tui", action="store_true",
+                        help="no dashboard: run CMD hooked, pass its exit code through")
+    add_interval_argument(parser)
+    parser.add_argument("--log", type=Path, default=None, help="where the job's output goes under the dashboard "
+                        "(default: a new /tmp/gpumon-run-*.log)")
+    add_command_argument(parser)
+
+
+def launched(command: list[str], log: Path | None = None) -> LaunchedJob:
+    """The job, started (CliError when it cannot be); says where its socket goes when the usual place was unsafe."""
+    if not command:
+        raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")
+    try:
+        job = LaunchedJob(command, log=log).start()
+    except LaunchError as error:
+        raise CliError(str(error)) from None
+    if job.refused_dir is not None:
+        print(f"gpumon: refused the socket directory: {job.refused_dir}; the job serves in {job.socket_dir} instead",
+              file=sys.stderr)
+    return job
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    command = command_of(args)
+    if args.no_tui:
+        with launched(command) as job:
+            return exit_status(job.wait_forwarding_signals())
+
+    from gpumon.sampling.sampler import Sampler
+    from gpumon.tui.advisor_app import AdvisorApp
+
+    log_path: Path = args.log if args.log is not None else new_log_path("gpumon-run-")
+    with launched(command, log_path) as job:
+        print(f"gpumon: started pid {job.pid}; its output goes to {log_path}", file=sys.stderr)
+        followed = job.follow()
+        sampler = Sampler(interval=args.interval)
+        sampler.track_pids([job.pid])
+        app = AdvisorApp(sampler, job=followed, show_advisor=False)
+        # A closed terminal or a kill of gpumon must not leave the job running: quit, then stop it below.
+        previous = {signum: signal.signal(signum, lambda *_: app.exit()) for signum in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            app.run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            returncode = job.stop(exiting=followed.ended)
+    status = exit_status(returncode if returncode is not None else 0)
+    print(f"gpumon: the job exited with status {status}; its output: {log_path}", file=sys.stderr)
+    return status

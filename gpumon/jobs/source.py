@@ -1,0 +1,59 @@
+"""What the dashboard, `gpumon attach --json` and the advisor follow: JobSource (a job) and JobView (a copy of it).
+
+AttachedJob (a hooked job, every local rank) and PySpySampler (a py-spy estimate) are JobSources; their views,
+HookedView and EstimateView, are JobViews.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+Listener = Callable[[str], None]
+"""Called on the source's thread with what changed ('hello', 'steps', 'state', 'estimate', 'ended', ...)."""
+
+
+class JobView(Protocol):
+    """A copy of what is known about a job, safe to read on any thread."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def pids(self) -> list[int]:
+        """The job's processes (its ranks)."""
+        ...
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Its DataLoader workers, where known."""
+        ...
+
+    @property
+    def device_uuids(self) -> list[str]:
+        """The GPUs it runs on, where known."""
+        ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def end_reason(self) -> str | None: ...
+
+
+class JobSource(Protocol):
+    """A job being followed on a thread of its own: start it, read `view()` copies, stop it."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def add_listener(self, listener: Listener) -> None: ...
+
+    def start(self, listener: Listener | None = None) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def view(self) -> JobView: ...
