@@ -41,6 +41,8 @@ ACCEPT_RATE = 10.0
 ACCEPT_BURST = 20.0
 """Connections greeted per second, and how many may come at once. Beyond: closed unread, listening paused."""
 ACCEPT_PAUSE_MIN = 0.05
+ACCEPT_PAUSE_MAX = 1.0
+"""Listening pauses at least this long when over the rate, doubling while the flood goes on, up to the max."""
 INPUT_RATE = 64 * 1024
 INPUT_BURST = 256 * 1024
 """Bytes a second one client may send, and at once. Beyond: its socket is not read for a while."""
@@ -132,6 +134,8 @@ class HookServer:
         self._cleaned = False
         self._accepts = TokenBucket(ACCEPT_RATE, ACCEPT_BURST, time.monotonic())
         self._accept_resume_at: float | None = None
+        self._accept_resumed_at = 0.0
+        self._accept_pause = ACCEPT_PAUSE_MIN
         self._greeting: tuple[float, list[bytes], int] | None = None
         self._too_many_clients = protocol.encode(protocol.error_message(
             protocol.E_TOO_MANY_CLIENTS, f"at most {max_clients} clients at a time"))
@@ -413,7 +417,9 @@ class HookServer:
     def _pause_accepting(self, now: float) -> None:
         if self._accept_resume_at is not None or self._selector is None or self._listener is None:
             return
-        self._accept_resume_at = now + max(ACCEPT_PAUSE_MIN, self._accepts.wait_s(now))
+        flooding = now - self._accept_resumed_at < ACCEPT_PAUSE_MAX  # over the rate again soon after resuming
+        self._accept_pause = min(ACCEPT_PAUSE_MAX, self._accept_pause * 2) if flooding else ACCEPT_PAUSE_MIN
+        self._accept_resume_at = now + max(self._accept_pause, self._accepts.wait_s(now))
         try:
             self._selector.unregister(self._listener)
         except (KeyError, ValueError, OSError):
@@ -423,6 +429,7 @@ class HookServer:
         if self._accept_resume_at is None or now < self._accept_resume_at:
             return
         self._accept_resume_at = None
+        self._accept_resumed_at = now
         if self._selector is not None and self._listener is not None:
             self._selector.register(self._listener, selectors.EVENT_READ, "listen")
 
