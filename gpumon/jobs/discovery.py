@@ -38,8 +38,15 @@ class JobInfo:
 
     @property
     def command(self) -> str:
-        """The command line as one string (the executable's name for a bare `python -c`)."""
-        return " ".join(self.argv) or str(self.hello.get("executable", "?"))
+        """The command line as one string (the executable's name for a bare `python -c`).
+
+        A `python -m package` run has package/__main__.py as its argv[0]: it is said as `python -m package`."""
+        argv = self.argv
+        executable = str(self.hello.get("executable", "") or "?")
+        if argv and os.path.basename(argv[0]) == "__main__.py":
+            package = os.path.basename(os.path.dirname(argv[0]))
+            argv = [os.path.basename(executable) or "python", "-m", package, *argv[1:]]
+        return " ".join(argv) or executable
 
     @property
     def cwd(self) -> str:

@@ -58,7 +58,7 @@ PERMISSION_HELP = (
     "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`; or add `import gpumon.hook` to the job"
 )
 MISSING_HELP = ("pid {pid} has no gpumon hook and py-spy is not installed: `pip install py-spy` "
-                "(or `pip install 'gpumon[attach]'`), or add `import gpumon.hook` to the job")
+                "(gpumon depends on it; reinstall gpumon), or add `import gpumon.hook` to the job")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import io
 import json
 import os
 import re
-import socket
+import platform
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +48,7 @@ class RecordingWriter:
         header = {
             "type": RECORDING_FORMAT,
             "version": SCHEMA_VERSION,
-            "hostname": socket.gethostname(),
+            "hostname": platform.node(),
             "created": time.time(),
             "note": note,
         }

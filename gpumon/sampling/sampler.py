@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import socket
+import platform
 import threading
 import time
 from collections.abc import Iterable
@@ -56,7 +56,7 @@ class Sampler:
         self.host = host if host is not None else HostCollector()
         self.processes = processes if processes is not None else ProcessCollector()
         self.history = history if history is not None else History()
-        self.hostname = socket.gethostname()
+        self.hostname = platform.node()
         self._extra_pids: tuple[int, ...] = tuple(extra_pids)
         self._slow = _NO_SLOW_STATE
         self._callback: SnapshotCallback | None = None
