@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-from textual.geometry import Region
-from textual.widget import Widget
+from tui_support import GIB, gpu, process, snapshot
 
 from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import DiskSample
 from gpumon.tui.bar import bar_string
-from gpumon.tui.app import GpumonApp
-from gpumon.tui.cpu_pane import CpuPane, core_lines, cpu_lines
-from gpumon.tui.disk_pane import DiskPane, rate_sparkline
+from gpumon.tui.cpu_pane import core_lines, cpu_lines
+from gpumon.tui.disk_pane import rate_sparkline
 from gpumon.tui.format import format_state, short_gpu_name
-from gpumon.tui.gpu_pane import GpuPane, gpu_lines, header_lines
-from gpumon.tui.pane import LinesWidget
+from gpumon.tui.gpu_pane import gpu_lines, header_lines
 from gpumon.tui.process_table import LAST_BRANCH, tree_order
 from gpumon.tui.sparkline import BLOCKS, Sparkline, spark_rows, spark_string
-from tui_support import GIB, FakeSource, frozen_clock, gpu, process, snapshot
 
 
 def test_sparkline_maps_0_to_lowest_and_100_to_full_block_whatever_the_other_values() -> None:
@@ -176,22 +171,3 @@ def test_tree_order_shows_a_pid_listed_twice_once() -> None:
     worker = process(11)
     rows = tree_order([process(10, children=(worker,)), process(11)], "pid", False)
     assert [p.pid for p, _ in rows] == [10, 11]
-
-
-@pytest.mark.parametrize("size", [(160, 50), (80, 24)])
-async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, size) -> None:  # noqa: ANN001
-    """LinesWidget.render_lines skips Textual's per-line styling for plain boxes; the lines must not change."""
-    source = FakeSource(description="replay of test", interval=0.5)
-    app = GpumonApp(source, clock=frozen_clock(recording))
-    async with app.run_test(size=size) as pilot:
-        for shown in recording[:4]:
-            source.push(shown)
-            await pilot.pause()
-        plain = [pane for pane in app.query(LinesWidget) if pane.plain_box()]
-        assert {GpuPane, CpuPane, DiskPane} <= {type(pane) for pane in plain}
-        for pane in app.query(LinesWidget):
-            whole = Region(0, 0, pane.region.width, pane.region.height)
-            drawn = [list(strip) for strip in pane.render_lines(whole)]
-            pane._styles_cache.clear()
-            expected = [list(strip) for strip in Widget.render_lines(pane, whole)]
-            assert drawn == expected, type(pane).__name__

@@ -1,0 +1,130 @@
+"""A version-bound workaround for textual==8.2.8 (pinned in pyproject.toml): draws plain panes without StylesCache.
+
+What it replaces, and why: on every frame in which any part of a widget changed, Textual's compositor asks the widget
+for all its lines, and `Widget.render_lines` sends each one through `StylesCache` (borders, padding, tint, opacity,
+hatch, link hover styles), which costs several times more CPU than the pane's own cached Strips. For a pane whose
+box has nothing around its content but a top border, `render_plain_box` hands those Strips over as they are and lets
+Textual draw only the border row. `line_segments` is Rich's `Text.render` + `Strip.adjust_cell_length` +
+`Strip.apply_style` in one pass, with the combined styles cached across redraws.
+
+It reads Textual internals that may change in any release (`Widget.hover_style._link_id`, the order in which
+StylesCache applies the background and line filters), so it is used only with the Textual version it was written
+against: `ACTIVE` is False with any other, and the panes fall back to Textual's own path.
+tests/tui/test_textual_fast_path.py fails loudly when the installed Textual is not TARGET_TEXTUAL, and checks that
+the fast path draws exactly what Textual draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import pairwise
+from operator import itemgetter
+
+import textual
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style, StyleType
+from rich.text import Text
+from textual.geometry import Region, Spacing
+from textual.strip import Strip
+from textual.widget import Widget
+
+TARGET_TEXTUAL = "8.2.8"
+"""The Textual version this module copies the behaviour of (keep in step with the pin in pyproject.toml)."""
+ACTIVE = textual.__version__ == TARGET_TEXTUAL
+"""Whether the fast path is used: only with the Textual it was written against."""
+
+_NO_SPACING = Spacing(0, 0, 0, 0)
+
+
+def plain_box(widget: Widget) -> bool:
+    """Nothing around the content but, at most, a top border: no side or bottom border, padding, outline, tint,
+    opacity or hatch (what `render_plain_box` can draw without Textual's StylesCache)."""
+    styles = widget.styles
+    (_, (right, _), (bottom, _), (left, _)) = styles.border
+    return ACTIVE and not (
+        right or bottom or left or any(edge for edge, _ in styles.outline)
+        or styles.padding != _NO_SPACING or styles.tint.a or widget.opacity != 1.0
+        or styles.text_opacity != 1.0 or styles.has_rule("hatch") or widget.hover_style._link_id
+        or widget.size.width != widget.region.width
+    )
+
+
+def render_plain_box(widget: Widget, crop: Region, content_lines: int,
+                     render_line: Callable[[int], Strip]) -> list[Strip]:
+    """The lines of `crop` of a plain-box widget (see `plain_box`) as StylesCache would draw them: the top border row
+    by Textual itself, each content line from `render_line` padded with the background, then the line filters."""
+    width = widget.size.width
+    first_content = 1 if widget.styles.border_top[0] else 0
+    base_background, background = widget.background_colors
+    inner = Style(bgcolor=(base_background + background).rich_color)
+    filters = widget.get_line_filters()
+    strips: list[Strip] = []
+    for y in crop.line_range:
+        if y < first_content:
+            strip = Widget.render_lines(widget, Region(0, y, width, 1))[0]
+        else:
+            content_y = y - first_content
+            if content_y < content_lines:
+                strip = render_line(content_y).adjust_cell_length(width, inner)
+            else:
+                strip = Strip.blank(width, inner)
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+        strips.append(strip)
+    if crop.column_span != (0, width):
+        x1, x2 = crop.column_span
+        strips = [strip.crop(x1, x2) for strip in strips]
+    return strips
+
+
+class SegmentBuilder:
+    """Builds `Strip(line.render(console)).adjust_cell_length(width).apply_style(base)`'s segments in one pass.
+
+    The same span walk as Rich's Text.render, with the combined styles cached across redraws (a pane uses a few
+    dozen). Like Text.render, a line without spans is drawn without its own style.
+    """
+
+    def __init__(self) -> None:
+        self._combined_styles: dict[tuple[Style, tuple[StyleType, ...]], Style | None] = {}
+
+    def segments(self, console: Console, line: Text, width: int, base: Style) -> list[Segment]:
+        plain = line.plain
+        spans = line.spans
+        add_base = base.__add__ if base else _unchanged
+        if not spans:
+            segments = [Segment(plain, add_base(None))]
+        else:
+            values: list[StyleType] = [line.style, *(span.style for span in spans)]
+            edges = [
+                (0, False, 0),
+                *((span.start, False, index) for index, span in enumerate(spans, 1)),
+                *((span.end, True, index) for index, span in enumerate(spans, 1)),
+                (len(plain), True, 0),
+            ]
+            edges.sort(key=itemgetter(0, 1))
+            stack: list[int] = []
+            segments = []
+            styles = self._combined_styles
+            for (offset, leaving, index), (next_offset, _, _) in pairwise(edges):
+                if leaving:
+                    stack.remove(index)
+                else:
+                    stack.append(index)
+                if next_offset > offset:
+                    key = (base, tuple(values[active] for active in sorted(stack)))
+                    style = styles.get(key)
+                    if style is None:
+                        style = styles[key] = add_base(_combine(console, key[1]))
+                    segments.append(Segment(plain[offset:next_offset], style))
+        if line.cell_len < width:
+            segments.append(Segment(" " * (width - line.cell_len), add_base(None)))
+        return segments
+
+
+def _unchanged(style: Style | None) -> Style | None:
+    return style
+
+
+def _combine(console: Console, values: tuple[StyleType, ...]) -> Style:
+    return Style.combine(console.get_style(value, default=Style.null()) for value in values)
