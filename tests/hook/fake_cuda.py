@@ -64,7 +64,7 @@ class FakeCuda:
     def current_stream(self, device: int | None = None) -> str:
         return f"stream-{device}"
 
-    def Event(self, enable_timing: bool = False) -> FakeEvent:  # noqa: N802 - torch's name
+    def Event(self, enable_timing: bool = False) -> FakeEvent:
         assert enable_timing
         self.events_created += 1
         return FakeEvent(self)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hook_helpers import collect_records, get_state
 
 from gpumon import protocol
 from gpumon.jobs.connection import HookConnection
-from hook_helpers import collect_records, get_state
 
 
 def _sockets(directory: str) -> list[str]:
@@ -132,7 +132,7 @@ def _read_all(sock: socket.socket, timeout: float) -> bytes:
     try:
         while chunk := sock.recv(65536):
             data += chunk
-    except (socket.timeout, OSError):
+    except (TimeoutError, OSError):
         pass
     return data
 

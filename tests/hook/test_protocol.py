@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,45 @@ def test_client_reads_split_lines(tmp_path: Path) -> None:
         assert conn.hello["pid"] == 3
         assert conn.recv(0.2) is None  # half a line is not a message
     thread.join(2)
+
+
+def test_candidate_dirs_are_the_hooks_order_then_private_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    uid = os.getuid()
+    monkeypatch.delenv(protocol.SOCKET_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/4242")
+    fixed = ["/run/user/4242/gpumon", f"/run/user/{uid}/gpumon", f"/tmp/gpumon-{uid}"]
+    assert protocol.fixed_socket_dirs() == fixed
+    prefix = protocol.PRIVATE_DIR_PREFIX.format(uid=uid)
+    private = tempfile.mkdtemp(prefix=prefix, dir=protocol.PRIVATE_DIR_BASE)
+    loose = tempfile.mkdtemp(prefix=prefix, dir=protocol.PRIVATE_DIR_BASE)
+    os.chmod(loose, 0o755)
+    try:
+        candidates = protocol.candidate_socket_dirs()
+        assert candidates[:3] == fixed and private in candidates[3:] and loose not in candidates
+    finally:
+        os.rmdir(private)
+        os.rmdir(loose)
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert protocol.fixed_socket_dirs() == [f"/tmp/gpumon-{uid}", f"/run/user/{uid}/gpumon"]
+
+
+def test_pid_alive_counts_a_zombie_as_gone() -> None:
+    assert protocol.pid_alive(os.getpid()) and protocol.pid_alive(1)
+    assert not protocol.pid_alive(0) and not protocol.pid_alive(-1)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    assert not protocol.pid_alive(child.pid)  # exited, not yet reaped
+    child.wait()
+    assert not protocol.pid_alive(child.pid)
+
+
+def test_a_wrongly_typed_field_keeps_the_request_id() -> None:
+    with pytest.raises(protocol.ProtocolError) as caught:
+        protocol.decode(b'{"type": "diagnose", "id": [1, "a"], "steps": "10"}')
+    assert caught.value.request_id == [1, "a"] and caught.value.code == protocol.E_BAD_MESSAGE
+    with pytest.raises(protocol.ProtocolError) as caught:
+        protocol.decode(b'{"type": "ping", "id": 5, "x": ' + b"[" * 40 + b"]" * 40 + b"}")
+    assert caught.value.code == protocol.E_BAD_JSON and caught.value.request_id is None  # refused unparsed

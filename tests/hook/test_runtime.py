@@ -12,8 +12,19 @@ from torch.utils.data import DataLoader
 
 from gpumon import protocol
 from gpumon.hook import gpu_timer, info
-from gpumon.hook.runtime import (CUDA_PROBE_EVERY, LEAD_SWITCH_AFTER, R_DATA, R_GPU, R_SAMPLES, R_SEQ, R_SOURCE,
-                                 R_SYNCS, R_WALL, HookRuntime, apply_dataloader_knobs)
+from gpumon.hook.runtime import (
+    CUDA_PROBE_EVERY,
+    LEAD_SWITCH_AFTER,
+    R_DATA,
+    R_GPU,
+    R_SAMPLES,
+    R_SEQ,
+    R_SOURCE,
+    R_SYNCS,
+    R_WALL,
+    HookRuntime,
+    apply_dataloader_knobs,
+)
 
 
 class Clock:

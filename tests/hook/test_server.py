@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from gpumon import protocol
-from gpumon.jobs.connection import HookConnection
 from gpumon.hook import server as server_module
 from gpumon.hook.runtime import HookRuntime
 from gpumon.hook.server import HookServer
+from gpumon.jobs.connection import HookConnection
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="acting as another uid needs root")
@@ -60,7 +60,7 @@ def read_until_eof(sock: socket.socket, timeout: float = 5.0) -> bytes:
     while True:
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             raise AssertionError(f"no EOF within {timeout} s; got {data[-200:]!r}") from None
         except ConnectionResetError:
             return data
@@ -285,7 +285,7 @@ def test_a_client_of_another_uid_is_refused(server: HookServer, sock_dir: str) -
                 result = "closed-silently" if not data else "got:" + data[:80].decode(errors="replace")
             except PermissionError:
                 result = "permission-denied"
-            except socket.timeout:
+            except TimeoutError:
                 result = "timeout"
             except BaseException as exc:  # noqa: BLE001
                 result = f"error:{exc!r}"
@@ -320,3 +320,74 @@ def test_a_forked_child_leaves_the_parent_server_alone(server: HookServer) -> No
     with HookConnection(server.path) as other:
         assert other.hello["pid"] == os.getpid()
     conn.close()
+
+
+def test_refused_socket_dirs_fall_back_to_a_private_one_and_are_reported(runtime: HookRuntime, tmp_path: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(protocol.SOCKET_DIR_ENV, raising=False)
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    missing = tmp_path / "no-parent" / "gpumon"
+    directories = [str(link), str(missing), str(a_file)]
+    if os.geteuid() == 0:  # another user's wide-open directory, as a hijacker would pre-create it
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chmod(theirs, 0o777)
+        os.chown(theirs, NOBODY, NOBODY)
+        directories.append(str(theirs))
+    base = tmp_path / "private"
+    base.mkdir()
+    server = HookServer(runtime, directories=directories, private_base=str(base))
+    assert server.start(), server.failure
+    try:
+        served_in = os.path.dirname(server.path)
+        assert served_in.startswith(str(base / protocol.PRIVATE_DIR_PREFIX.format(uid=os.getuid())))
+        assert protocol.unsafe_dir_reason(served_in) is None
+        refused = server.socket_refused or ""
+        assert f"{link} is a symlink" in refused and f"{a_file} is not a directory" in refused
+        assert str(missing) not in refused  # absent, not hijacked: skipped quietly
+        if os.geteuid() == 0:
+            assert f"{tmp_path / 'theirs'} is owned by uid {NOBODY}" in refused
+        with HookConnection(server.path) as conn:
+            assert conn.hello["socket_refused"] == refused
+            assert conn.request({"type": "get_state", "id": 1}, ("state",))["hook"]["socket_refused"] == refused
+        assert list(target.iterdir()) == []
+    finally:
+        server.stop()
+    again = HookServer(runtime, directories=directories, private_base=str(base))
+    assert again.start()
+    again.stop()
+    assert os.path.dirname(again.path) == served_in  # a safe private directory is reused, not multiplied
+
+
+def test_a_refused_override_directory_has_no_fallback(runtime: HookRuntime, tmp_path: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    monkeypatch.setenv(protocol.SOCKET_DIR_ENV, str(link))
+    server = HookServer(runtime, private_base=str(tmp_path))
+    assert not server.start()
+    assert "symlink" in (server.failure or "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
+
+
+def test_a_chatty_client_is_slowed_down_not_dropped(server: HookServer) -> None:
+    count = int(server_module.REQUEST_BURST) + 50
+    with HookConnection(server.path) as conn:
+        started = time.monotonic()
+        conn.sock.sendall(b"".join(b'{"type":"ping","id":%d}\n' % n for n in range(count)))
+        ids: list[int] = []
+        while len(ids) < count:
+            msg = conn.recv(5)
+            assert msg is not None, f"only {len(ids)} pongs"
+            if msg["type"] == "pong":
+                ids.append(msg["id"])
+        assert ids == list(range(count))
+        assert time.monotonic() - started >= 0.7 * 50 / server_module.REQUEST_RATE
+        assert server.clients == 1
