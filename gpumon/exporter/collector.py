@@ -1,0 +1,77 @@
+"""The prometheus_client Collector: holds the latest Snapshot (posted by the sampling thread) and turns it into
+metric families on each scrape, so a scrape never waits on NVML or psutil."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Protocol
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpumon import __version__
+from gpumon.exporter.labels import PlacementCache, label_value
+from gpumon.exporter.metrics import EnergyMeter, gpu_families, host_families, process_families
+from gpumon.sampling.snapshot import Snapshot
+
+
+class FamilySource(Protocol):
+    """More families for the same scrape (the hooked jobs): read only what is already in memory."""
+
+    def families(self, host: str) -> Iterator[Metric]: ...
+
+
+class SnapshotCollector(Collector):
+    """Exports the latest snapshot; `on_snapshot` is the SnapshotSource callback (any thread)."""
+
+    def __init__(
+        self,
+        host_label: str | None = None,
+        *,
+        full_command: bool = False,
+        placements: PlacementCache | None = None,
+        extra: FamilySource | None = None,
+        source: str = "live",
+    ) -> None:
+        self._host_label = host_label
+        self.full_command = full_command
+        self.placements = placements if placements is not None else PlacementCache()
+        self.extra = extra
+        self.source = source
+        self.energy = EnergyMeter()
+        self.latest: Snapshot | None = None
+        self._build_lock = threading.Lock()
+        """One scrape builds at a time: the placement cache is not shared between threads."""
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        self.energy.add(snapshot)
+        self.latest = snapshot
+
+    def host(self, snapshot: Snapshot | None) -> str:
+        """The host label: the one asked for, else the snapshot's (a recording's own host), else this machine's."""
+        chosen = self._host_label or (snapshot.hostname if snapshot is not None else "") or socket.gethostname()
+        return label_value(chosen)
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.latest
+        host = self.host(snapshot)
+        with self._build_lock:
+            families: list[Metric] = [self._info(host, snapshot)]
+            if snapshot is not None:
+                families.extend(host_families(snapshot, host))
+                families.extend(gpu_families(snapshot, host, self.energy.joules))
+                families.extend(process_families(snapshot, host, self.placements, self.full_command))
+            if self.extra is not None:
+                families.extend(self.extra.families(host))
+        yield from families
+
+    def _info(self, host: str, snapshot: Snapshot | None) -> Metric:
+        info = GaugeMetricFamily(
+            "gpumon_exporter_info",
+            "Always 1: the exporter's version, its data source, and whether it has a sample yet.",
+            labels=("host", "version", "source", "has_sample"),
+        )
+        info.add_metric((host, __version__, self.source, "1" if snapshot is not None else "0"), 1.0)
+        return info

@@ -1,0 +1,201 @@
+"""The /metrics HTTP(S) server: prometheus_client's WSGI app behind optional basic auth, one thread per request
+(bounded in number and in time), TLS handshakes on the request's thread so a silent client blocks nobody."""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import os
+import socket
+import ssl
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any, cast
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import make_wsgi_app
+from prometheus_client.registry import CollectorRegistry
+
+MAX_CONNECTIONS = 16
+"""Requests served at once; more are closed at once (Prometheus scrapes one at a time)."""
+REQUEST_TIMEOUT = 10.0
+"""Seconds a connection may take to send its request (or finish its TLS handshake) before it is dropped."""
+TLS_MIN_VERSION = ssl.TLSVersion.TLSv1_2
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+class ServerConfigError(ValueError):
+    """A listen address, certificate or password file that cannot be used: one line for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """A server certificate and key (PEM), and optionally the CA that client certificates must chain to."""
+
+    certfile: str
+    keyfile: str
+    client_cafile: str | None = None
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'127.0.0.1:9400', '[::1]:9400' or ':9400' (every address) -> (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ServerConfigError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9400)")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port_text)
+
+
+def tls_context(files: TlsFiles) -> ssl.SSLContext:
+    """A server TLS context (TLS 1.2 or later), as prometheus_client's start_http_server builds it."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = TLS_MIN_VERSION
+    try:
+        context.load_cert_chain(certfile=files.certfile, keyfile=files.keyfile)
+        if files.client_cafile is not None:
+            context.load_verify_locations(cafile=files.client_cafile)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as error:
+        raise ServerConfigError(f"cannot load the TLS certificate, key or client CA: {error}") from None
+    return context
+
+
+def read_basic_auth_file(path: str) -> tuple[str, str]:
+    """(user, password) from a file holding one 'user:password' line, readable by its owner only."""
+    try:
+        info = os.stat(path)
+        with open(path, encoding="utf-8") as stream:
+            line = stream.readline(4096).rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ServerConfigError(f"cannot read the basic auth file {path!r}: {error}") from None
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ServerConfigError(f"the basic auth file {path!r} is readable by others: chmod 600 it")
+    user, sep, password = line.partition(":")
+    if not sep or not user or not password:
+        raise ServerConfigError(f"the basic auth file {path!r} must hold one 'user:password' line")
+    return user, password
+
+
+def with_basic_auth(app: WsgiApp, user: str, password: str, realm: str = "gpumon") -> WsgiApp:
+    """`app` answering 401 unless the request carries these credentials (compared in constant time)."""
+    expected = b"Basic " + base64.b64encode(f"{user}:{password}".encode())
+
+    def guarded(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        given = str(environ.get("HTTP_AUTHORIZATION", "")).encode("utf-8", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response(
+            "401 Unauthorized",
+            [("WWW-Authenticate", f'Basic realm="{realm}"'), ("Content-Type", "text/plain; charset=utf-8")],
+        )
+        return [b"401 Unauthorized\n"]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    block_on_close = False
+    tls: ssl.SSLContext | None = None
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(REQUEST_TIMEOUT)
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):  # a failed or silent handshake costs only this connection
+            return
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that goes away mid-answer is not worth a traceback."""
+
+
+class MetricsServer:
+    """Serves `registry` on `address` ('127.0.0.1:9400'; port 0 picks a free one) on its own thread."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        address: str = "127.0.0.1:9400",
+        *,
+        tls: TlsFiles | None = None,
+        basic_auth: tuple[str, str] | None = None,
+    ) -> None:
+        host, port = parse_listen(address)
+        app: WsgiApp = make_wsgi_app(registry)
+        if basic_auth is not None:
+            app = with_basic_auth(app, *basic_auth)
+        server_class = cast("type[_Server]", type("_Server", (_Server,), {"address_family": _family(host, port)}))
+        try:
+            self._httpd: _Server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+        except OSError as error:
+            raise ServerConfigError(f"cannot listen on {address}: {error.strerror or error}") from None
+        self._httpd.tls = tls_context(tls) if tls is not None else None
+        self._httpd.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.scheme = "https" if tls is not None else "http"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="gpumon-exporter-http", daemon=True)
+
+    @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}/metrics"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def _family(host: str, port: int) -> socket.AddressFamily:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise ServerConfigError(f"cannot listen on {host!r}: {error}") from None
+    return infos[0][0]
