@@ -32,10 +32,6 @@ STATS_WINDOW_S = 5.0
 _MAX_ARG_CHARS = 1000
 _MAX_ARGV_CHARS = 16_000
 
-_DIST_ENV = {
-    "rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
-    "local_world_size": "LOCAL_WORLD_SIZE", "group_rank": "GROUP_RANK",
-}
 
 
 def _int_env(name: str) -> int | None:
@@ -89,18 +85,18 @@ def cuda_info(runtime: HookRuntime | None) -> protocol.CudaInfo:
 
 
 def dist_info() -> protocol.DistInfo:
-    info = protocol.DistInfo(**{key: _int_env(env) for key, env in _DIST_ENV.items()})  # type: ignore[typeddict-item]
-    info["run_id"] = os.environ.get("TORCHELASTIC_RUN_ID")
-    info["master_addr"] = os.environ.get("MASTER_ADDR")
-    info["master_port"] = os.environ.get("MASTER_PORT")
-    info["initialized"] = False
-    info["backend"] = None
+    info = protocol.DistInfo(
+        rank=_int_env("RANK"), local_rank=_int_env("LOCAL_RANK"), world_size=_int_env("WORLD_SIZE"),
+        local_world_size=_int_env("LOCAL_WORLD_SIZE"), group_rank=_int_env("GROUP_RANK"),
+        run_id=os.environ.get("TORCHELASTIC_RUN_ID"), master_addr=os.environ.get("MASTER_ADDR"),
+        master_port=os.environ.get("MASTER_PORT"), initialized=False, backend=None,
+    )
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             info["initialized"] = True
-            info["rank"] = dist.get_rank()
-            info["world_size"] = dist.get_world_size()
+            info["rank"] = int(dist.get_rank())
+            info["world_size"] = int(dist.get_world_size())
             info["backend"] = str(dist.get_backend())
     except Exception:  # noqa: BLE001 - a half-torn-down process group is reported as env only
         pass

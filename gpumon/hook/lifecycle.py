@@ -16,7 +16,6 @@ from typing import Any
 
 from gpumon.protocol import HOOK_ENV, INJECTED_ENV, KNOBS_ENV
 
-
 _lock = threading.Lock()
 _state: _HookState | None = None
 _process_hooks_registered = False

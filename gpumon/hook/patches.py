@@ -9,7 +9,8 @@ wrappers do nothing but call the original.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpumon.hook.runtime import HookRuntime
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
@@ -36,8 +37,20 @@ R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE = range(8)
 class LoaderEntry:
     """What the hook knows about one DataLoader: its settings, worker pids and fetch totals."""
 
-    __slots__ = ("id", "dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor",
-                 "persistent_workers", "drop_last", "worker_pids", "batches", "wait_s", "last_used")
+    __slots__ = (
+        "batch_size",
+        "batches",
+        "dataset",
+        "drop_last",
+        "id",
+        "last_used",
+        "num_workers",
+        "persistent_workers",
+        "pin_memory",
+        "prefetch_factor",
+        "wait_s",
+        "worker_pids",
+    )
 
     def __init__(self, loader_id: int) -> None:
         self.id = loader_id
@@ -110,7 +123,7 @@ class HookRuntime:
         self.autocast: dict[str, Any] | None = None
         # Requests from the server thread, applied at step boundaries; results going back.
         self.control: deque[tuple[str, Any, Any]] = deque(maxlen=64)
-        self.outbox: deque[dict[str, Any]] = deque(maxlen=64)
+        self.outbox: deque[protocol.Message] = deque(maxlen=64)
         # Knobs.
         self.knobs_applied: dict[str, Any] = {}
         self.knob_errors: list[str] = []
@@ -266,7 +279,8 @@ class HookRuntime:
         if counter is not None and counter.active:
             syncs = counter.count - self._sync_base
             self._sync_base = counter.count
-        record = [self.seq, now, now - self._step_start, self._data_wait, samples, None, syncs, source]
+        wall = now - self._step_start
+        record = [self.seq, now, wall, self._data_wait, samples, None, syncs, source]
         self.step_source = source
         self._began = True
         self._step_start = now
@@ -282,10 +296,10 @@ class HookRuntime:
             self._cuda_probe += 1
             if self._cuda_probe >= CUDA_PROBE_EVERY and self._cuda_device is None:
                 self._cuda_probe = 0
-                self._probe_cuda(record[R_WALL])
+                self._probe_cuda(wall)
         else:
             gpu.end_step(record)
-            gpu.begin_step(self._time_next_step(record[R_WALL]), start_at_boundary=not self._dataloader_ever)
+            gpu.begin_step(self._time_next_step(wall), start_at_boundary=not self._dataloader_ever)
             resolved = self._resolved
             gpu.resolve(resolved, R_GPU)
             if resolved:
@@ -460,7 +474,8 @@ def _cuda_index_of(optimizer: Any) -> int | None:
         for param in group.get("params", ()):
             device = getattr(param, "device", None)
             if getattr(device, "type", None) == "cuda":
-                return device.index if device.index is not None else 0
+                index = getattr(device, "index", None)
+                return int(index) if index is not None else 0
             return None
     return None
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, cast
 
 SYNC_WARNING_TEXT = "called a synchronizing CUDA operation"
 """What torch warns with (c10 warn_or_error_on_sync) in sync debug mode "warn"."""
@@ -64,7 +65,7 @@ class SyncCounter:
             self._set_mode(self._previous_mode)
         finally:
             if self._filter is not None and self._filter in warnings.filters:
-                warnings.filters.remove(self._filter)
+                cast("list[Any]", warnings.filters).remove(self._filter)  # a list at runtime
                 mutated = getattr(warnings, "_filters_mutated", None)  # resets the once-per-line caches
                 if mutated is not None:
                     mutated()

@@ -28,7 +28,7 @@ def _install_gpumon_hook() -> None:
                 del sys.modules["gpumon"]
                 raise
         import gpumon.hook  # noqa: F401 - installs
-    except Exception:
+    except Exception:  # noqa: BLE001 - a hook that cannot install must never stop the job's interpreter
         if os.environ.get("GPUMON_HOOK_DEBUG"):
             import traceback
 
