@@ -1,0 +1,165 @@
+"""The collector over real recorded snapshots: names, units, labels and values as the exposition text shows them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from exporter_helpers import RECORDINGS, only, samples
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from gpumon.exporter.collector import SnapshotCollector
+from gpumon.exporter.labels import PlacementCache
+from gpumon.exporter.metrics import GPU_GAUGES, THROTTLE_REASONS, EnergyMeter
+from gpumon.sampling.recording import read_recording
+from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
+
+
+def exposition(collector: SnapshotCollector) -> dict[str, list[tuple[dict[str, str], float]]]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return samples(generate_latest(registry).decode())
+
+
+@pytest.fixture(scope="module")
+def training() -> list[Snapshot]:
+    return read_recording(RECORDINGS / "h100-training.jsonl")
+
+
+def replaying(host: str = "node-a", **options: object) -> SnapshotCollector:
+    return SnapshotCollector(host, placements=PlacementCache(enabled=False), source="replay", **options)  # type: ignore[arg-type]  # options are the keyword-only flags
+
+
+def test_before_any_sample_only_the_exporter_info() -> None:
+    found = exposition(replaying())
+    labels, value = only(found["gpumon_exporter_info"])
+    assert labels["has_sample"] == "0" and value == 1.0
+    assert not any(name.startswith("gpumon_gpu_") for name in found)
+
+
+def test_gpu_metrics_match_the_recording(training: list[Snapshot]) -> None:
+    collector = replaying()
+    snapshot = training[-1]
+    collector.on_snapshot(snapshot)
+    found = exposition(collector)
+    gpu = snapshot.gpus[0]
+    labels, value = only(found["gpumon_gpu_utilization_ratio"])
+    assert labels == {"host": "node-a", "gpu": "0", "uuid": gpu.uuid}
+    assert gpu.utilization_gpu is not None and value == pytest.approx(gpu.utilization_gpu / 100)
+    assert only(found["gpumon_gpu_memory_used_bytes"])[1] == gpu.memory_used
+    assert only(found["gpumon_gpu_memory_total_bytes"])[1] == gpu.memory_total
+    assert gpu.sm_activity is not None and gpu.clock_sm is not None
+    assert only(found["gpumon_gpu_sm_active_ratio"])[1] == pytest.approx(gpu.sm_activity / 100)
+    assert only(found["gpumon_gpu_clock_sm_hertz"])[1] == gpu.clock_sm * 1e6
+    assert only(found["gpumon_gpu_pcie_rx_bytes_per_second"])[1] == pytest.approx(gpu.pcie_rx)
+    for gauge in GPU_GAUGES:
+        assert gauge.name in found, gauge.name
+    info_labels, _ = only(found["gpumon_gpu_info"])
+    assert info_labels["model"] == gpu.name and info_labels["driver"] == snapshot.driver_version
+    reasons = {labels["reason"]: value for labels, value in found["gpumon_gpu_throttle_reason"]}
+    assert set(reasons) == set(THROTTLE_REASONS) and set(reasons.values()) == {0.0}
+    assert only(found["gpumon_gpu_xid_errors_total"])[1] == 0.0
+    assert only(found["gpumon_gpu_sampling_up"])[1] == 1.0
+    assert only(found["gpumon_snapshot_timestamp_seconds"])[1] == snapshot.timestamp
+
+
+def test_processes_and_their_workers(training: list[Snapshot]) -> None:
+    collector = replaying()
+    snapshot = training[-1]
+    collector.on_snapshot(snapshot)
+    found = exposition(collector)
+    main = snapshot.processes[0]
+    gpu_rows = [(labels, value) for labels, value in found["gpumon_process_gpu_memory_bytes"]]
+    labels, value = only(gpu_rows)
+    assert (labels["pid"], labels["command"], labels["gpu"], labels["role"]) == (
+        str(main.pid),
+        "python3 training_load.py",
+        "0",
+        "gpu",
+    )
+    assert value == main.gpu_memory
+    workers = [labels for labels, _ in found["gpumon_process_cpu_ratio"] if labels["role"] == "worker"]
+    assert sorted(int(labels["pid"]) for labels in workers) == sorted(child.pid for child in main.children)
+    assert all(labels["gpu"] == "" for labels in workers)
+    assert "--duration" not in str(found)
+
+
+def test_full_command_only_when_asked(training: list[Snapshot]) -> None:
+    collector = replaying(full_command=True)
+    collector.on_snapshot(training[-1])
+    labels, _ = only(exposition(collector)["gpumon_process_gpu_memory_bytes"])
+    assert labels["command"] == training[-1].processes[0].command
+
+
+def test_hostile_strings_reach_labels_printable_and_bounded() -> None:
+    hostile = "\x1b]0;pwned\x07\x1b[2J" + "x" * 5000
+    snapshot = Snapshot(
+        timestamp=1.0e9,
+        hostname="h\x1bost",
+        driver_version="5\x9b80",
+        gpus=(
+            GpuSample(
+                index=0,
+                uuid="GPU-\x1b[31m",
+                name=hostile,
+                utilization_gpu=50.0,
+                throttle_reasons=("hw_slowdown", "0x8000\x1b"),
+            ),
+        ),
+        processes=(ProcessSample(pid=5, command=hostile, gpu_indices=(0,), gpu_memory=1),),
+    )
+    collector = SnapshotCollector(None, full_command=True, placements=PlacementCache(enabled=False))
+    collector.on_snapshot(snapshot)
+    found = exposition(collector)
+    info, _ = only(found["gpumon_gpu_info"])
+    assert info["host"] == "h\\x1bost" and info["uuid"] == "GPU-\\x1b[31m" and info["driver"] == "5\\x9b80"
+    assert info["model"].startswith("\\x1b]0;pwned\\x07\\x1b[2J") and len(info["model"]) == 128
+    process, _ = only(found["gpumon_process_gpu_memory_bytes"])
+    assert len(process["command"]) == 128 and "\x1b" not in process["command"]
+    reasons = {labels["reason"]: value for labels, value in found["gpumon_gpu_throttle_reason"]}
+    assert reasons["hw_slowdown"] == 1.0 and reasons["0x8000\\x1b"] == 1.0 and reasons["idle"] == 0.0
+
+
+def test_a_gpu_without_a_field_has_no_series() -> None:
+    snapshot = Snapshot(
+        timestamp=1.0e9, gpus=(GpuSample(index=0, uuid="GPU-a", name="old", utilization_gpu=10.0),), gpu_error=None
+    )
+    collector = replaying()
+    collector.on_snapshot(snapshot)
+    found = exposition(collector)
+    assert "gpumon_gpu_sm_active_ratio" not in found and "gpumon_gpu_power_watts" not in found
+    assert "gpumon_gpu_throttle_reason" not in found
+    failed = replace(snapshot, gpus=(), gpu_error="NVML failed (\x1b[31m); retrying")
+    collector.on_snapshot(failed)
+    labels, value = only(exposition(collector)["gpumon_gpu_sampling_up"])
+    assert value == 0.0 and labels["error"] == "NVML failed (\\x1b[31m); retrying"
+
+
+def test_host_label_defaults_to_the_recordings_host(training: list[Snapshot]) -> None:
+    collector = SnapshotCollector(None, placements=PlacementCache(enabled=False))
+    collector.on_snapshot(training[0])
+    labels, _ = only(exposition(collector)["gpumon_gpu_utilization_ratio"])
+    assert labels["host"] == training[0].hostname != ""
+
+
+def test_energy_integrates_power_and_skips_long_gaps() -> None:
+    def at(seconds: float, watts: float) -> Snapshot:
+        return Snapshot(timestamp=seconds, gpus=(GpuSample(index=0, uuid="GPU-a", name="g", power=watts),))
+
+    meter = EnergyMeter(max_gap=30.0)
+    for snapshot in (at(100.0, 100.0), at(101.0, 300.0), at(103.0, 300.0), at(200.0, 50.0), at(202.0, 50.0)):
+        meter.add(snapshot)
+    assert meter.joules["GPU-a"] == pytest.approx(200.0 + 600.0 + 100.0)
+
+
+def test_energy_over_a_real_recording(training: list[Snapshot]) -> None:
+    collector = replaying()
+    for snapshot in training:
+        collector.on_snapshot(snapshot)
+    joules = only(exposition(collector)["gpumon_gpu_energy_joules_total"])[1]
+    powers = [s.gpus[0].power for s in training]
+    assert all(power is not None for power in powers)
+    duration = training[-1].timestamp - training[0].timestamp
+    low, high = min(powers) * duration, max(powers) * duration  # type: ignore[type-var]  # all checked not None
+    assert low <= joules <= high
