@@ -52,6 +52,15 @@ class Job(JobOutput):
                 stream.close()
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group `pgid` is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def wait_until(predicate: Any, timeout: float, step: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from attach_helpers import HOOKED_JOB, REPO_ROOT, job_env, wait_until
+from attach_helpers import HOOKED_JOB, REPO_ROOT, group_alive, job_env, wait_until
 
 from gpumon.jobs.pyspy import find_pyspy
 
@@ -47,13 +47,6 @@ def test_run_without_a_command_or_with_a_missing_one_is_a_one_line_error(sock_di
         assert len(done.stderr.strip().splitlines()) == 1
 
 
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
 
 @pytest.mark.parametrize("started_ignoring_sigint", [False, True], ids=["foreground", "background-shell"])
 def test_ctrl_c_reaches_the_job_and_leaves_no_process_behind(sock_dir: str, started_ignoring_sigint: bool) -> None:
@@ -71,7 +64,7 @@ def test_ctrl_c_reaches_the_job_and_leaves_no_process_behind(sock_dir: str, star
         assert os.getpgid(job_pid) == job_pid  # the job leads its own process group, workers in it
         proc.send_signal(signal.SIGINT)  # what Ctrl+C in the terminal does to gpumon
         assert proc.wait(30) == 128 + signal.SIGINT
-        assert wait_until(lambda: not process_group_alive(job_pid), 10)
+        assert wait_until(lambda: not group_alive(job_pid), 10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from attach_helpers import HOOKED_JOB, PtyProgram, job_env, wait_until
+from attach_helpers import HOOKED_JOB, PtyProgram, group_alive, job_env, wait_until
 
 from gpumon.jobs.pyspy import find_pyspy
 
@@ -32,13 +32,6 @@ def terminal(sock_dir: str) -> Any:
     for program in programs:
         program.close()
 
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_run_shows_the_job_then_its_end_and_passes_its_status(terminal: Any, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest

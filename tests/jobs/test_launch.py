@@ -16,17 +16,10 @@ import pytest
 
 from gpumon import protocol
 from gpumon.jobs.launch import LaunchedJob, LaunchError
-from tests.attach.attach_helpers import HOOKED_JOB, REPO_ROOT, job_env, wait_until
+from tests.attach.attach_helpers import HOOKED_JOB, REPO_ROOT, group_alive, job_env, wait_until
 
 TRAIN = [sys.executable, str(HOOKED_JOB), "--no-import"]
 
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
@@ -94,7 +87,7 @@ def test_stop_ends_the_whole_group_with_the_sigint_ladder(hostile_dir: str, tmp_
 
 
 def test_bad_knobs_and_missing_commands_are_one_line_launch_errors() -> None:
-    with pytest.raises(LaunchError, match="bad knob: .*num_workers"):
+    with pytest.raises(LaunchError, match=r"bad knob: .*num_workers"):
         LaunchedJob(["true"], knobs={"num_workers": "many"})
     with pytest.raises(LaunchError, match="command not found: no-such-command-xyz"):
         LaunchedJob(["no-such-command-xyz"]).start()
