@@ -109,6 +109,7 @@ class _QuietHandler(WSGIRequestHandler):
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 64
     tls: ssl.SSLContext | None = None
     slots: threading.BoundedSemaphore
 
