@@ -1,4 +1,5 @@
-"""NVML collector: fast fields (utilization, memory, power, clocks, GPM), slow ones (temperature, PCIe, processes)."""
+"""NVML collector: fast fields (utilization, memory, power, clocks, GPM), slow ones (temperature, PCIe, health, MIG,
+processes), and XID errors watched on their own thread."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from gpumon.sampling.snapshot import GpuSample
+from gpumon.sampling.snapshot import XID_EVENTS_KEPT, GpuSample, MigSample, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,15 @@ _ABSENT_ERRORS = (
     "NVML_ERROR_NOT_READY",
     "NVML_ERROR_DEPRECATED",
     "NVML_ERROR_TIMEOUT",
+)
+# Absent errors that will not change while NVML stays up: the call is not tried again on that GPU.
+_PERMANENT_ABSENT_ERRORS = (
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    "NVML_ERROR_NO_PERMISSION",
+    "NVML_ERROR_INVALID_ARGUMENT",
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+    "NVML_ERROR_DEPRECATED",
 )
 # Errors that mean this one GPU is gone.
 _DEVICE_LOST_ERRORS = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_GPU_NOT_FOUND")
@@ -58,6 +69,15 @@ CLOCK_EVENT_NAMES = {
     0x200: "board_limit",
     0x400: "reliability",
 }
+
+ALL_LINKS = 0xFFFFFFFF
+"""Field-value scope that sums an NVLink counter over every link."""
+XID_WAIT_MS = 500
+"""How long the XID thread waits for an event before it looks whether it should stop."""
+XID_EVENT_TYPE = 0x8
+"""nvmlEventTypeXidCriticalError."""
+MIG_ENABLED = 1
+"""NVML_DEVICE_MIG_ENABLE."""
 
 # GpuSample field <- NVML GPM metric constant name, and the factor from NVML's unit to ours.
 _GPM_METRICS = (
@@ -102,7 +122,11 @@ class SlowGpuReading:
 
 
 class _Absent(Exception):
-    """Internal: the field is not available (NotSupported and friends)."""
+    """Internal: the field is not available (NotSupported and friends); `permanent` when it will not come back."""
+
+    def __init__(self, reason: str, permanent: bool) -> None:
+        super().__init__(reason)
+        self.permanent = permanent
 
 
 class _DeviceLost(Exception):
@@ -141,6 +165,11 @@ class _Device:
     """GPM gives PCIe rx/tx here, so the blocking nvmlDeviceGetPcieThroughput is skipped."""
     process_timestamp: int = 0
     """Last timestamp seen from nvmlDeviceGetProcessUtilization."""
+    clock_sm_max: int | None = None
+    unsupported: set[str] = field(default_factory=set)
+    """Health calls this GPU does not support: not tried again."""
+    nvlink_previous: tuple[float, float, float] | None = None
+    """(seconds, KiB received, KiB sent): the last NVLink counter reading, for the rates."""
 
 
 class NvmlModule(Protocol):
@@ -154,6 +183,16 @@ class NvmlModule(Protocol):
     NVML_CLOCK_MEM: int
     NVML_TEMPERATURE_GPU: int
     NVML_GPM_METRICS_GET_VERSION: int
+    NVML_SUCCESS: int
+    NVML_MEMORY_ERROR_TYPE_CORRECTED: int
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED: int
+    NVML_VOLATILE_ECC: int
+    NVML_AGGREGATE_ECC: int
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: int
+    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: int
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: int
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: int
+    NVML_NVLINK_MAX_LINKS: int
     c_nvmlGpmMetricsGet_t: Callable[[], Any]
 
     def nvmlInit(self) -> None: ...
@@ -175,6 +214,131 @@ class NvmlModule(Protocol):
     def nvmlGpmSampleFree(self, sample: Any, /) -> None: ...
     def nvmlGpmSampleGet(self, handle: Any, sample: Any, /) -> Any: ...
     def nvmlGpmMetricsGet(self, request: Any, /) -> Any: ...
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int, /) -> int: ...
+    def nvmlDeviceGetFanSpeed(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int, /) -> int: ...
+    def nvmlDeviceGetRemappedRows(self, handle: Any, /) -> tuple[int, int, int, int]: ...
+    def nvmlDeviceGetRetiredPages(self, handle: Any, cause: int, /) -> list[int]: ...
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[tuple[int, int]], /) -> Any: ...
+    def nvmlDeviceGetMigMode(self, handle: Any, /) -> list[int]: ...
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int, /) -> Any: ...
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetIndex(self, handle: Any, /) -> int: ...
+    def nvmlEventSetCreate(self) -> Any: ...
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any, /) -> None: ...
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int, /) -> Any: ...
+    def nvmlEventSetFree(self, event_set: Any, /) -> None: ...
+
+
+class XidWatcher:
+    """Waits for XID errors on an NVML event set, on its own daemon thread; keeps the latest few per GPU.
+
+    NVML's wait blocks in C (without the GIL) for at most XID_WAIT_MS, so stop() returns within about that long.
+    The thread owns the event set: it creates it, waits on it, and frees it when it ends.
+    """
+
+    def __init__(
+        self,
+        nvml: NvmlModule,
+        handles: Sequence[tuple[int, Any]],
+        clock: Callable[[], float] = time.time,
+        wait_ms: int = XID_WAIT_MS,
+    ) -> None:
+        self._nvml = nvml
+        self._handles = tuple(handles)
+        self._clock = clock
+        self._wait_ms = wait_ms
+        self._lock = threading.Lock()
+        self._events: dict[int, deque[XidEvent]] = {}
+        """GPU index -> its latest XID events; only GPUs registered on the event set have an entry."""
+        self._stopped = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = 2.0) -> None:
+        """Start the thread and wait (at most `timeout`) until it has registered the GPUs."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="gpumon-xid-events", daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Ask the thread to end; wait for it (at most `timeout`) so the event set is freed before NVML shuts down."""
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def events(self, index: int) -> tuple[XidEvent, ...] | None:
+        """The GPU's latest XID events, oldest first; None where XID errors are not watched on it."""
+        with self._lock:
+            kept = self._events.get(index)
+            return tuple(kept) if kept is not None else None
+
+    def _run(self) -> None:
+        try:
+            event_set = self._create()
+        except Exception as error:  # noqa: BLE001 - no event set: XID errors are simply not watched
+            log.info("XID errors not watched: %s", _describe(error))
+            self._ready.set()
+            return
+        try:
+            self._ready.set()
+            if self._events:
+                self._wait_loop(event_set)
+        finally:
+            try:
+                self._nvml.nvmlEventSetFree(event_set)
+            except Exception:  # noqa: BLE001 - freeing on a broken NVML must not raise
+                pass
+
+    def _create(self) -> Any:
+        event_set = self._nvml.nvmlEventSetCreate()
+        for index, handle in self._handles:
+            try:
+                self._nvml.nvmlDeviceRegisterEvents(handle, XID_EVENT_TYPE, event_set)
+            except Exception as error:  # noqa: BLE001 - a GPU without XID events is shown as N/A
+                log.debug("GPU %d: XID events not supported (%s)", index, _describe(error))
+                continue
+            with self._lock:
+                self._events[index] = deque(maxlen=XID_EVENTS_KEPT)
+        return event_set
+
+    def _wait_loop(self, event_set: Any) -> None:
+        timeout_code = getattr(self._nvml, "NVML_ERROR_TIMEOUT", None)
+        while not self._stopped.is_set():
+            try:
+                data = self._nvml.nvmlEventSetWait_v2(event_set, self._wait_ms)
+            except self._nvml.NVMLError as error:
+                if getattr(error, "value", None) == timeout_code:
+                    continue
+                log.info("XID watching stopped: %s", _describe(error))
+                with self._lock:
+                    self._events.clear()
+                return
+            if int(data.eventType) & XID_EVENT_TYPE:
+                self._record(data)
+
+    def _record(self, data: Any) -> None:
+        try:
+            index = int(self._nvml.nvmlDeviceGetIndex(data.device))
+        except Exception:  # noqa: BLE001 - an event of a GPU we cannot name is dropped
+            return
+        event = XidEvent(timestamp=self._clock(), xid=int(data.eventData))
+        log.warning("GPU %d: XID %d", index, event.xid)
+        with self._lock:
+            kept = self._events.get(index)
+            if kept is not None:
+                kept.append(event)
 
 
 def _import_pynvml() -> NvmlModule:
@@ -210,6 +374,8 @@ class GpuCollector:
         self.error: str | None = None
         """Why GPU data is missing or partial, one line; None when every GPU reads fine."""
         self.driver_version: str | None = None
+        self._xid_wanted = False
+        self._xid: XidWatcher | None = None
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -262,14 +428,26 @@ class GpuCollector:
                     return SlowGpuReading()
                 if not device.gpm_pcie:
                     pcie_devices.append(device)
+            watcher = self._xid
+            for index in fields:
+                fields[index]["xid_events"] = watcher.events(index) if watcher is not None else None
         # nvmlDeviceGetPcieThroughput blocks ~20 ms per call: outside the lock so the fast tier keeps going.
         for device in pcie_devices:
             fields[device.index].update(self._pcie_throughput(device))
         return SlowGpuReading(fields=fields, processes=tuple(processes))
 
-    def close(self) -> None:
-        """Free GPM buffers and shut NVML down; safe to call twice."""
+    def watch_xid_events(self) -> None:
+        """Watch XID errors on a thread of their own from now on (again after NVML recovers), until close()."""
         with self._lock:
+            self._xid_wanted = True
+            self._ensure_initialized()
+            self._start_xid()
+
+    def close(self) -> None:
+        """Stop watching XID errors, free GPM buffers and shut NVML down; safe to call twice."""
+        with self._lock:
+            self._xid_wanted = False
+            self._stop_xid(wait=True)
             for device in self._devices:
                 self._free_gpm(device)
             self._devices = []
@@ -333,6 +511,20 @@ class GpuCollector:
             self.error = "no NVIDIA GPU found"
         else:
             self._set_error()
+        self._start_xid()
+
+    def _start_xid(self) -> None:
+        if not self._xid_wanted or not self._initialized or not self._devices:
+            return
+        if self._xid is not None and self._xid.running:
+            return
+        self._xid = XidWatcher(self._library, [(device.index, device.handle) for device in self._devices])
+        self._xid.start()
+
+    def _stop_xid(self, wait: bool) -> None:
+        if self._xid is not None:
+            self._xid.stop(timeout=2.0 if wait else 0.0)
+            self._xid = None
 
     def _init_error(self, error: Exception) -> str:
         name = self._code_name(error) or ""
@@ -360,6 +552,8 @@ class GpuCollector:
             power_limit = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
             if power_limit is None:
                 power_limit = self._optional(nvml.nvmlDeviceGetPowerManagementLimit, handle)
+            max_clock = getattr(nvml, "nvmlDeviceGetMaxClockInfo", None)
+            clock_sm_max = self._optional(max_clock, handle, nvml.NVML_CLOCK_SM) if max_clock is not None else None
             device = _Device(
                 index=index,
                 handle=handle,
@@ -369,6 +563,7 @@ class GpuCollector:
                 power_limit=power_limit / 1000.0 if power_limit is not None else None,
                 memory_version=memory_version,
                 gpm=self._gpm_supported(handle),
+                clock_sm_max=int(clock_sm_max) if clock_sm_max is not None else None,
             )
         except (_DeviceLost, _LibraryFailed) as error:
             return None, f"unavailable ({error})"
@@ -425,6 +620,7 @@ class GpuCollector:
 
     def _fail_library(self, reason: str) -> None:
         log.warning("NVML failed: %s", reason)
+        self._stop_xid(wait=False)
         for device in self._devices:
             self._free_gpm(device)
         self._devices = []
@@ -454,6 +650,7 @@ class GpuCollector:
             self._set_error()
             return
         if self._initialized:
+            self._stop_xid(wait=True)
             for device in self._devices:
                 self._free_gpm(device)
             self._devices = []
@@ -471,12 +668,13 @@ class GpuCollector:
         try:
             return function(*args)
         except Exception as error:  # noqa: BLE001 - pynvml also raises non-NVMLError (version mismatch)
-            code_name = self._code_name(error) if isinstance(error, self._library.NVMLError) else None
+            is_nvml = isinstance(error, self._library.NVMLError)
+            code_name = self._code_name(error) if is_nvml else None
             if code_name in _DEVICE_LOST_ERRORS:
                 raise _DeviceLost(_describe(error)) from None
             if code_name in _LIBRARY_ERRORS:
                 raise _LibraryFailed(_describe(error)) from None
-            raise _Absent(_describe(error)) from None
+            raise _Absent(_describe(error), permanent=not is_nvml or code_name in _PERMANENT_ABSENT_ERRORS) from None
 
     def _code_name(self, error: Exception) -> str | None:
         """The NVML_ERROR_* name of an NVMLError's code, or None for another error."""
@@ -520,6 +718,7 @@ class GpuCollector:
             power_limit=device.power_limit,
             clock_sm=int(clock_sm) if clock_sm is not None else None,
             clock_memory=int(clock_memory) if clock_memory is not None else None,
+            clock_sm_max=device.clock_sm_max,
             pcie_rx=gpm.get("pcie_rx"),
             pcie_tx=gpm.get("pcie_tx"),
             sm_activity=gpm.get("sm_activity"),
@@ -572,7 +771,155 @@ class GpuCollector:
         return {
             "temperature": float(temperature) if temperature is not None else None,
             "throttle_reasons": decode_clock_events(int(mask)) if mask is not None else None,
+            **self._health_fields(device),
+            **self._mig_fields(device),
         }
+
+    # ---- health (slow tier): each call tried until the GPU says it does not support it --------------
+
+    def _health_call(self, device: _Device, key: str, function: Callable[..., Any] | None, *args: Any) -> Any:
+        """The value of an optional health call, or None; a call the GPU does not support is not made again."""
+        if key in device.unsupported:
+            return None
+        if function is None:
+            device.unsupported.add(key)
+            return None
+        try:
+            return self._call(function, device.handle, *args)
+        except _Absent as absent:
+            if absent.permanent:
+                device.unsupported.add(key)
+            return None
+
+    def _health_fields(self, device: _Device) -> dict[str, Any]:
+        nvml, call = self._library, self._health_call
+        fan = call(device, "fan", getattr(nvml, "nvmlDeviceGetFanSpeed", None))
+        energy = call(device, "energy", getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None))
+        power_limit = call(device, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
+        if power_limit is not None:
+            device.power_limit = power_limit / 1000.0  # it can change while running (nvidia-smi -pl)
+        fields: dict[str, Any] = {
+            "fan_speed": float(fan) if fan is not None else None,
+            "energy_total": energy / 1000.0 if energy is not None else None,
+            **self._ecc_fields(device),
+            **self._remapped_fields(device),
+            **self._nvlink_rates(device),
+        }
+        return fields
+
+    def _ecc_fields(self, device: _Device) -> dict[str, int | None]:
+        nvml = self._library
+        function = getattr(nvml, "nvmlDeviceGetTotalEccErrors", None)
+        fields: dict[str, int | None] = {}
+        for name, error_type, counter in (
+            ("ecc_corrected_volatile", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),
+            ("ecc_uncorrected_volatile", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
+            ("ecc_corrected_aggregate", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC"),
+            ("ecc_uncorrected_aggregate", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC"),
+        ):
+            count = self._health_call(device, name, function, getattr(nvml, error_type), getattr(nvml, counter))
+            fields[name] = int(count) if count is not None else None
+        return fields
+
+    def _remapped_fields(self, device: _Device) -> dict[str, Any]:
+        nvml, call = self._library, self._health_call
+        rows = call(device, "remapped_rows", getattr(nvml, "nvmlDeviceGetRemappedRows", None))
+        fields: dict[str, Any] = {
+            "remapped_rows_correctable": int(rows[0]) if rows is not None else None,
+            "remapped_rows_uncorrectable": int(rows[1]) if rows is not None else None,
+            "remapped_rows_pending": bool(rows[2]) if rows is not None else None,
+            "remapped_rows_failed": bool(rows[3]) if rows is not None else None,
+            "retired_pages": None,
+            "retired_pages_pending": None,
+        }
+        if rows is not None:
+            return fields  # Ampere and later remap rows instead of retiring pages
+        retired = getattr(nvml, "nvmlDeviceGetRetiredPages", None)
+        single = call(device, "retired_pages", retired, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        double = call(device, "retired_pages", retired, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        if single is not None and double is not None:
+            fields["retired_pages"] = len(single) + len(double)
+        pending = call(device, "retired_pages_pending", getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None))
+        fields["retired_pages_pending"] = bool(pending) if pending is not None else None
+        return fields
+
+    def _nvlink_rates(self, device: _Device) -> dict[str, float | None]:
+        """NVLink data rx/tx in bytes/s, from the KiB counters of two readings one slow tick apart."""
+        absent: dict[str, float | None] = {"nvlink_rx": None, "nvlink_tx": None}
+        totals = self._nvlink_totals(device)
+        if totals is None:
+            device.nvlink_previous = None
+            return absent
+        now = self._clock()
+        previous, device.nvlink_previous = device.nvlink_previous, (now, *totals)
+        if previous is None or now <= previous[0] or totals[0] < previous[1] or totals[1] < previous[2]:
+            return absent  # a first reading, or counters that went back (reset)
+        seconds = now - previous[0]
+        return {
+            "nvlink_rx": (totals[0] - previous[1]) * 1024.0 / seconds,
+            "nvlink_tx": (totals[1] - previous[2]) * 1024.0 / seconds,
+        }
+
+    def _nvlink_totals(self, device: _Device) -> tuple[float, float] | None:
+        """KiB received and sent over all NVLinks so far: the all-links scope, else the links summed one by one."""
+        nvml = self._library
+        function = getattr(nvml, "nvmlDeviceGetFieldValues", None)
+        rx_field = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None)
+        tx_field = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None)
+        if rx_field is None or tx_field is None:
+            return None
+        if "nvlink_all" not in device.unsupported:
+            values = self._health_call(device, "nvlink_all", function, [(rx_field, ALL_LINKS), (tx_field, ALL_LINKS)])
+            if values is None:
+                return None
+            received, sent = _field_numbers(nvml, values)
+            if received is not None and sent is not None:
+                return received, sent
+            device.unsupported.add("nvlink_all")  # the call works, the all-links scope does not: sum the links
+        links = range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+        per_link = [(field_id, link) for link in links for field_id in (rx_field, tx_field)]
+        values = self._health_call(device, "nvlink_per_link", function, per_link)
+        numbers = _field_numbers(nvml, values) if values is not None else []
+        if all(number is None for number in numbers):
+            if values is not None:
+                device.unsupported.add("nvlink_per_link")  # no NVLink on this GPU
+            return None
+        return sum(number or 0.0 for number in numbers[0::2]), sum(number or 0.0 for number in numbers[1::2])
+
+    # ---- MIG (slow tier) --------------------------------------------------------------------------
+
+    def _mig_fields(self, device: _Device) -> dict[str, Any]:
+        nvml = self._library
+        mode = self._health_call(device, "mig", getattr(nvml, "nvmlDeviceGetMigMode", None))
+        if mode is None:
+            return {"mig_mode": None, "mig_instances": ()}
+        enabled = int(mode[0]) == MIG_ENABLED
+        return {"mig_mode": enabled, "mig_instances": self._mig_instances(device) if enabled else ()}
+
+    def _mig_instances(self, device: _Device) -> tuple[MigSample, ...]:
+        nvml, optional = self._library, self._optional
+        count = self._health_call(device, "mig_count", getattr(nvml, "nvmlDeviceGetMaxMigDeviceCount", None)) or 0
+        instances = []
+        for slot in range(int(count)):
+            handle = optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, device.handle, slot)
+            if handle is None:
+                continue  # an empty slot
+            if device.memory_version is not None:
+                memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle, device.memory_version)
+            else:
+                memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+            gpu_instance = optional(nvml.nvmlDeviceGetGpuInstanceId, handle)
+            compute_instance = optional(nvml.nvmlDeviceGetComputeInstanceId, handle)
+            instances.append(MigSample(
+                index=slot,
+                uuid=str(optional(nvml.nvmlDeviceGetUUID, handle) or ""),
+                name=str(optional(nvml.nvmlDeviceGetName, handle) or ""),
+                gpu_instance_id=int(gpu_instance) if gpu_instance is not None else None,
+                compute_instance_id=int(compute_instance) if compute_instance is not None else None,
+                memory_used=int(memory.used) if memory is not None else None,
+                memory_total=int(memory.total) if memory is not None else None,
+            ))
+        return tuple(instances)
 
     def _pcie_throughput(self, device: _Device) -> dict[str, float | None]:
         """PCIe rx/tx in bytes/s from nvmlDeviceGetPcieThroughput (KB/s); any failure leaves them absent."""
@@ -633,6 +980,18 @@ class GpuCollector:
                 latest[sample.pid] = sample
             device.process_timestamp = max(device.process_timestamp, int(sample.timeStamp))
         return {pid: float(sample.smUtil) for pid, sample in latest.items()}
+
+
+def _field_numbers(nvml: NvmlModule, values: Any) -> list[float | None]:
+    """The numbers of nvmlDeviceGetFieldValues' results, None for each field that failed."""
+    members = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by NVML_VALUE_TYPE_*
+    numbers: list[float | None] = []
+    for value in values:
+        if value.nvmlReturn != nvml.NVML_SUCCESS or not 0 <= value.valueType < len(members):
+            numbers.append(None)
+        else:
+            numbers.append(float(getattr(value.value, members[value.valueType])))
+    return numbers
 
 
 def _describe(error: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""The live sampler: a fast thread (GPU fast fields, host) and a slow one (NVML slow fields, processes): Snapshots."""
+"""The live sampler: a fast thread (GPU fast fields, host) and a slow one (NVML slow fields and health, processes)."""
 
 from __future__ import annotations
 
@@ -166,6 +166,10 @@ class Sampler:
             self._sleep(self._fast_wake, self._interval - (time.monotonic() - started))
 
     def _run_slow(self) -> None:
+        try:
+            self.gpu.watch_xid_events()
+        except Exception:  # the sampler thread never dies
+            log.exception("starting the XID event thread failed")
         while not self._stopped.is_set():
             if self._paused:
                 self._slow_wake.wait()
@@ -230,7 +234,7 @@ def _merge(gpu: GpuSample, slow_fields: dict[str, Any] | None) -> GpuSample:
     """The fast sample with the slow tier's fields; a value the fast tier already has (GPM PCIe) wins."""
     if not slow_fields:
         return gpu
-    updates = {name: value for name, value in slow_fields.items() if getattr(gpu, name) is None}
+    updates = {name: value for name, value in slow_fields.items() if getattr(gpu, name) in (None, ())}
     return replace(gpu, **updates) if updates else gpu
 
 

@@ -10,6 +10,43 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 
+XID_EVENTS_KEPT = 16
+"""Recent XID errors kept per GPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigSample:
+    """One MIG instance of a GPU in MIG mode."""
+
+    index: int
+    """Its index under the parent GPU."""
+    uuid: str = ""
+    name: str = ""
+    """E.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb"."""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_used: int | None = None
+    """Bytes."""
+    memory_total: int | None = None
+    """Bytes."""
+
+    @property
+    def memory_percent(self) -> float | None:
+        if self.memory_used is None or not self.memory_total:
+            return None
+        return 100.0 * self.memory_used / self.memory_total
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One XID error NVML reported for a GPU."""
+
+    timestamp: float
+    """Seconds since the epoch, when gpumon received it."""
+    xid: int
+    """The XID code (e.g. 79: the GPU fell off the bus)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU at one instant. Every metric is None where the GPU or driver does not report it."""
@@ -49,6 +86,38 @@ class GpuSample:
     """GPM percent of cycles any tensor pipe was active (Hopper+)."""
     dram_bandwidth: float | None = None
     """GPM percent of peak DRAM bandwidth used (Hopper+)."""
+    # ---- health (slow tier; None where the GPU or driver does not report it)
+    clock_sm_max: int | None = None
+    """MHz: the highest SM clock this GPU runs at (read once)."""
+    fan_speed: float | None = None
+    """Percent of the fan's maximum speed (None on passively cooled GPUs)."""
+    energy_total: float | None = None
+    """Joules consumed since the driver was loaded."""
+    nvlink_rx: float | None = None
+    """Bytes/s of NVLink data received, all links together."""
+    nvlink_tx: float | None = None
+    """Bytes/s of NVLink data sent, all links together."""
+    ecc_corrected_volatile: int | None = None
+    """Corrected ECC errors since the last driver load."""
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    """Corrected ECC errors over the GPU's life."""
+    ecc_uncorrected_aggregate: int | None = None
+    remapped_rows_correctable: int | None = None
+    """Memory rows remapped after correctable errors (Ampere+)."""
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    """A remap waits for the next GPU reset."""
+    remapped_rows_failed: bool | None = None
+    """A remap failed: the GPU needs service."""
+    retired_pages: int | None = None
+    """Memory pages retired after ECC errors (before Ampere), both causes."""
+    retired_pages_pending: bool | None = None
+    mig_mode: bool | None = None
+    """MIG mode is on (the GPU is split into MIG instances)."""
+    mig_instances: tuple[MigSample, ...] = ()
+    xid_events: tuple[XidEvent, ...] | None = None
+    """The most recent XID errors (at most XID_EVENTS_KEPT); None where they are not watched."""
 
     @property
     def memory_percent(self) -> float | None:
@@ -248,15 +317,30 @@ def _or_none(check: Checker) -> Checker:
 _text_or_none = _or_none(_text)
 
 
-def _list_of(check: Checker, length: int | None = None) -> Checker:
+def _flag(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: expected true or false, got {_got(value)}")
+    return value
+
+
+def _list_of(check: Checker, length: int | None = None, most: int | None = None) -> Checker:
     def checked(value: object, where: str) -> tuple[Any, ...]:
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list, got {_got(value)}")
         if length is not None and len(value) != length:
             raise ValueError(f"{where}: expected a list of {length}, got {len(value)} items")
+        if most is not None and len(value) > most:
+            raise ValueError(f"{where}: expected at most {most} items, got {len(value)}")
         return tuple(check(item, f"{where}[{index}]") for index, item in enumerate(value))
 
     return checked
+
+
+def _xid_event(value: object, where: str) -> XidEvent:
+    data = _fields(value, where)
+    return XidEvent(
+        timestamp=_required(data, "timestamp", _timestamp, where), xid=_required(data, "xid", _count, where)
+    )
 
 
 _GPU_FIGURES: dict[str, Checker] = {
@@ -276,8 +360,28 @@ _GPU_FIGURES: dict[str, Checker] = {
     "sm_occupancy": _percent,
     "tensor_activity": _percent,
     "dram_bandwidth": _percent,
+    "clock_sm_max": _count,
+    "fan_speed": _percent,
+    "energy_total": _non_negative,
+    "nvlink_rx": _non_negative,
+    "nvlink_tx": _non_negative,
+    "ecc_corrected_volatile": _count,
+    "ecc_uncorrected_volatile": _count,
+    "ecc_corrected_aggregate": _count,
+    "ecc_uncorrected_aggregate": _count,
+    "remapped_rows_correctable": _count,
+    "remapped_rows_uncorrectable": _count,
+    "remapped_rows_pending": _flag,
+    "remapped_rows_failed": _flag,
+    "retired_pages": _count,
+    "retired_pages_pending": _flag,
+    "mig_mode": _flag,
+    "xid_events": _list_of(_xid_event, most=XID_EVENTS_KEPT),
 }
 """GpuSample's optional figures (each may be null)."""
+
+MAX_MIG_INSTANCES = 64
+"""More MIG instances than any GPU can hold (7 on an H100) means a corrupt line."""
 
 
 def _gpu(value: object, where: str) -> GpuSample:
@@ -287,6 +391,27 @@ def _gpu(value: object, where: str) -> GpuSample:
         index=_required(data, "index", _count, where),
         uuid=_required(data, "uuid", _text, where),
         name=_required(data, "name", _text, where),
+        mig_instances=_optional(data, "mig_instances", _list_of(_mig, most=MAX_MIG_INSTANCES), where, ()),
+        **figures,
+    )
+
+
+_MIG_FIGURES: dict[str, Checker] = {
+    "gpu_instance_id": _count,
+    "compute_instance_id": _count,
+    "memory_used": _count,
+    "memory_total": _count,
+}
+"""MigSample's optional figures (each may be null)."""
+
+
+def _mig(value: object, where: str) -> MigSample:
+    data = _fields(value, where)
+    figures = {name: _optional(data, name, _or_none(check), where, None) for name, check in _MIG_FIGURES.items()}
+    return MigSample(
+        index=_required(data, "index", _count, where),
+        uuid=_optional(data, "uuid", _text, where, ""),
+        name=_optional(data, "name", _text, where, ""),
         **figures,
     )
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
+import threading
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -52,8 +53,44 @@ class FakeDevice:
     """(pid, timestamp us, SM%)."""
     unsupported: set[str] = field(default_factory=set)
     """Names of NVML functions that raise NotSupported on this device."""
+    not_ready: set[str] = field(default_factory=set)
+    """Names of NVML functions that raise NotReady (a passing failure) on this device."""
     memory_v2: bool = True
     lost: bool = False
+    # ---- health
+    clock_sm_max: int = 1980
+    fan_percent: int = 45
+    energy_mj: int = 123_456_789
+    ecc: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(NVML_MEMORY_ERROR_TYPE_*, NVML_*_ECC) -> count; missing ones are 0."""
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """(correctable, uncorrectable, pending, failure) as nvmlDeviceGetRemappedRows returns them."""
+    retired_pages: dict[int, list[int]] = field(default_factory=dict)
+    """NVML_PAGE_RETIREMENT_CAUSE_* -> page addresses (asked only where remapped rows are unsupported)."""
+    retired_pages_pending: int = 0
+    nvlink_kib: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX/TX, link) -> KiB so far; absent links are not supported."""
+    nvlink_all_links: bool = True
+    """The all-links scope (0xFFFFFFFF) is supported (else only one link at a time)."""
+    mig_mode: int = 0
+    mig_devices: list[FakeMigDevice | None] = field(default_factory=list)
+    """MIG device slots (None: an empty slot); nvmlDeviceGetMaxMigDeviceCount is their number."""
+    xid_events: bool = True
+    """The GPU supports XID event registration."""
+
+
+@dataclass
+class FakeMigDevice:
+    name: str = "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    uuid: str = "MIG-00000000-0000-0000-0000-000000000000"
+    memory_total: int = 10 * GIB
+    memory_used: int = 2 * GIB
+    memory_used_v1: int = 2 * GIB + 64 * 1024**2
+    memory_v2: bool = True
+    gpu_instance_id: int = 7
+    compute_instance_id: int = 0
+    lost: bool = False
+    unsupported: set[str] = field(default_factory=set)
 
 
 class FakeGpmSample:
@@ -90,6 +127,13 @@ class FakeNvml:
         self.calls: Counter[str] = Counter()
         self.allocated: list[FakeGpmSample] = []
         self._sequence = 0
+        self.event_sets: list[FakeEventSet] = []
+
+    def post_xid(self, index: int, xid: int) -> None:
+        """An XID error on GPU `index`: every event set it is registered on receives it."""
+        device = self.devices[index]
+        for event_set in self.event_sets:
+            event_set.post(device, xid)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith(("NVML_", "nvmlMemory_v")):
@@ -98,7 +142,7 @@ class FakeNvml:
 
     # ---- plumbing ------------------------------------------------------------------------------
 
-    def _enter(self, function: str, handle: FakeDevice | None = None) -> None:
+    def _enter(self, function: str, handle: FakeDevice | FakeMigDevice | None = None) -> None:
         self.calls[function] += 1
         if self.broken is not None:
             raise nvml_error(self.broken)
@@ -109,6 +153,8 @@ class FakeNvml:
                 raise nvml_error("NVML_ERROR_GPU_IS_LOST")
             if function in handle.unsupported:
                 raise nvml_error("NVML_ERROR_NOT_SUPPORTED")
+            if function in getattr(handle, "not_ready", ()):
+                raise nvml_error("NVML_ERROR_NOT_READY")
 
     # ---- library -------------------------------------------------------------------------------
 
@@ -140,11 +186,11 @@ class FakeNvml:
 
     # ---- static --------------------------------------------------------------------------------
 
-    def nvmlDeviceGetName(self, handle: FakeDevice) -> str:
+    def nvmlDeviceGetName(self, handle: FakeDevice | FakeMigDevice) -> str:
         self._enter("nvmlDeviceGetName", handle)
         return handle.name
 
-    def nvmlDeviceGetUUID(self, handle: FakeDevice) -> str:
+    def nvmlDeviceGetUUID(self, handle: FakeDevice | FakeMigDevice) -> str:
         self._enter("nvmlDeviceGetUUID", handle)
         return handle.uuid
 
@@ -162,7 +208,7 @@ class FakeNvml:
         self._enter("nvmlDeviceGetUtilizationRates", handle)
         return SimpleNamespace(gpu=handle.utilization_gpu, memory=handle.utilization_memory)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeDevice, version: Any = None) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeDevice | FakeMigDevice, version: Any = None) -> Any:
         self._enter("nvmlDeviceGetMemoryInfo", handle)
         if version:
             if not handle.memory_v2:
@@ -256,6 +302,137 @@ class FakeNvml:
         if not samples:
             raise nvml_error("NVML_ERROR_NOT_FOUND")
         return samples
+
+    # ---- health --------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: FakeDevice, clock_type: int) -> int:
+        self._enter("nvmlDeviceGetMaxClockInfo", handle)
+        return handle.clock_sm_max
+
+    def nvmlDeviceGetFanSpeed(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetFanSpeed", handle)
+        return handle.fan_percent
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
+        return handle.energy_mj
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeDevice, error_type: int, counter_type: int) -> int:
+        self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        return handle.ecc.get((error_type, counter_type), 0)
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeDevice) -> tuple[int, int, int, int]:
+        self._enter("nvmlDeviceGetRemappedRows", handle)
+        return handle.remapped_rows
+
+    def nvmlDeviceGetRetiredPages(self, handle: FakeDevice, cause: int) -> list[int]:
+        self._enter("nvmlDeviceGetRetiredPages", handle)
+        return list(handle.retired_pages.get(cause, []))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        return handle.retired_pages_pending
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeDevice, field_ids: list[tuple[int, int]]) -> list[Any]:
+        """Like NVML: the call succeeds, each field says by its own nvmlReturn whether it worked."""
+        self._enter("nvmlDeviceGetFieldValues", handle)
+        values = []
+        for field_id, scope in field_ids:
+            if scope == 0xFFFFFFFF and handle.nvlink_all_links:
+                known = [kib for (fid, _), kib in handle.nvlink_kib.items() if fid == field_id]
+                kib: float | None = sum(known) if known else None
+            else:
+                kib = handle.nvlink_kib.get((field_id, scope))
+            values.append(SimpleNamespace(
+                fieldId=field_id, scopeId=scope, timestamp=0, latencyUsec=0,
+                valueType=real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                nvmlReturn=real.NVML_SUCCESS if kib is not None else real.NVML_ERROR_NOT_SUPPORTED,
+                value=SimpleNamespace(ullVal=int(kib or 0)),
+            ))
+        return values
+
+    # ---- MIG -----------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, handle: FakeDevice) -> list[int]:
+        self._enter("nvmlDeviceGetMigMode", handle)
+        return [handle.mig_mode, handle.mig_mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", handle)
+        return len(handle.mig_devices)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeDevice, index: int) -> FakeMigDevice:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if not handle.mig_mode:
+            raise nvml_error("NVML_ERROR_INVALID_ARGUMENT")
+        mig = handle.mig_devices[index]
+        if mig is None:
+            raise nvml_error("NVML_ERROR_NOT_FOUND")
+        return mig
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMigDevice) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId", handle)
+        return handle.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeMigDevice) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId", handle)
+        return handle.compute_instance_id
+
+    # ---- events --------------------------------------------------------------------------------
+
+    def nvmlDeviceGetIndex(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetIndex", handle)
+        return next(index for index, device in enumerate(self.devices) if device is handle)
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._enter("nvmlEventSetCreate")
+        event_set = FakeEventSet()
+        self.event_sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeDevice, event_types: int, event_set: FakeEventSet) -> None:
+        self._enter("nvmlDeviceRegisterEvents", handle)
+        if not handle.xid_events or event_types & ~real.nvmlEventTypeXidCriticalError:
+            raise nvml_error("NVML_ERROR_NOT_SUPPORTED")
+        event_set.devices.append(handle)
+
+    def nvmlEventSetWait_v2(self, event_set: FakeEventSet, timeout_ms: int) -> Any:
+        self._enter("nvmlEventSetWait_v2")
+        assert not event_set.freed, "event set used after nvmlEventSetFree"
+        return event_set.wait(timeout_ms)
+
+    def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
+        self.calls["nvmlEventSetFree"] += 1
+        event_set.freed = True
+
+
+class FakeEventSet:
+    """An NVML event set: registered devices and a queue of events that wait() hands out."""
+
+    def __init__(self) -> None:
+        self.devices: list[FakeDevice] = []
+        self.freed = False
+        self.waits = 0
+        self._queue: deque[Any] = deque()
+        self._ready = threading.Condition()
+
+    def post(self, device: FakeDevice, xid: int) -> None:
+        if any(device is registered for registered in self.devices):
+            with self._ready:
+                self._queue.append(SimpleNamespace(
+                    device=device, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid,
+                    gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF,
+                ))
+                self._ready.notify_all()
+
+    def wait(self, timeout_ms: int) -> Any:
+        self.waits += 1
+        with self._ready:
+            if not self._queue:
+                self._ready.wait(timeout_ms / 1000.0)
+            if not self._queue:
+                raise nvml_error("NVML_ERROR_TIMEOUT")
+            return self._queue.popleft()
 
 
 class FakeClock:

@@ -1,0 +1,230 @@
+"""GPU health on the slow tier against a fake pynvml: fan, energy, power limit, ECC, remapped rows / retired pages,
+NVLink rates, MIG instances (no MIG hardware was available: the fake stands in), and XID events on their own thread."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pynvml as real
+import pytest
+from fake_nvml import GIB, FakeClock, FakeDevice, FakeMigDevice, FakeNvml
+
+from gpumon.sampling.nvml import GpuCollector
+from gpumon.sampling.sampler import Sampler
+from gpumon.sampling.snapshot import XID_EVENTS_KEPT, GpuSample, MigSample, Snapshot
+
+WAIT = 5.0
+"""Upper bound on waiting for the XID thread; tests never assert on timing."""
+RX, TX = real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+
+
+def make_collector(nvml: FakeNvml, clock: FakeClock | None = None) -> GpuCollector:
+    return GpuCollector(nvml=nvml, retry_interval=10.0, clock=clock or FakeClock())
+
+
+def wait_until(condition: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_health_fields_map_with_units() -> None:
+    ecc = {
+        (real.NVML_MEMORY_ERROR_TYPE_CORRECTED, real.NVML_VOLATILE_ECC): 3,
+        (real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, real.NVML_VOLATILE_ECC): 0,
+        (real.NVML_MEMORY_ERROR_TYPE_CORRECTED, real.NVML_AGGREGATE_ECC): 41,
+        (real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, real.NVML_AGGREGATE_ECC): 2,
+    }
+    device = FakeDevice(gpm=False, ecc=ecc, remapped_rows=(5, 1, 1, 0), energy_mj=9_876_543)
+    collector = make_collector(FakeNvml([device]))
+
+    (gpu,) = collector.collect_fast()
+    fields = collector.collect_slow().fields[0]
+
+    assert gpu.clock_sm_max == 1980
+    assert fields["fan_speed"] == 45.0
+    assert fields["energy_total"] == pytest.approx(9876.543)  # mJ -> J
+    assert (fields["ecc_corrected_volatile"], fields["ecc_uncorrected_volatile"]) == (3, 0)
+    assert (fields["ecc_corrected_aggregate"], fields["ecc_uncorrected_aggregate"]) == (41, 2)
+    assert (fields["remapped_rows_correctable"], fields["remapped_rows_uncorrectable"]) == (5, 1)
+    assert fields["remapped_rows_pending"] is True and fields["remapped_rows_failed"] is False
+    assert fields["retired_pages"] is None, "a GPU that remaps rows does not retire pages"
+    assert fields["mig_mode"] is False and fields["mig_instances"] == ()
+    assert fields["xid_events"] is None, "XID errors are not watched until asked"
+
+
+def test_the_power_limit_follows_a_change_while_running() -> None:
+    device = FakeDevice(gpm=False)
+    collector = make_collector(FakeNvml([device]))
+    assert collector.collect_fast()[0].power_limit == pytest.approx(700.0)
+    device.power_limit_mw = 500_000  # nvidia-smi -pl 500
+    collector.collect_slow()
+    assert collector.collect_fast()[0].power_limit == pytest.approx(500.0)
+
+
+def test_retired_pages_where_rows_are_not_remapped() -> None:
+    device = FakeDevice(
+        gpm=False,
+        unsupported={"nvmlDeviceGetRemappedRows"},
+        retired_pages={
+            real.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: [0x1000, 0x2000],
+            real.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: [0x3000],
+        },
+        retired_pages_pending=1,
+    )
+    fields = make_collector(FakeNvml([device])).collect_slow().fields[0]
+    assert fields["remapped_rows_correctable"] is None and fields["remapped_rows_pending"] is None
+    assert fields["retired_pages"] == 3 and fields["retired_pages_pending"] is True
+
+
+def test_unsupported_health_calls_are_not_retried_but_passing_failures_are() -> None:
+    device = FakeDevice(
+        gpm=False,
+        unsupported={"nvmlDeviceGetFanSpeed", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMigMode"},
+        not_ready={"nvmlDeviceGetTotalEnergyConsumption"},
+    )
+    nvml = FakeNvml([device])
+    collector = make_collector(nvml)
+
+    for _ in range(4):
+        fields = collector.collect_slow().fields[0]
+        assert fields["fan_speed"] is None and fields["ecc_uncorrected_aggregate"] is None
+        assert fields["energy_total"] is None and fields["mig_mode"] is None
+
+    assert nvml.calls["nvmlDeviceGetFanSpeed"] == 1
+    assert nvml.calls["nvmlDeviceGetTotalEccErrors"] == 4, "one try for each of the 4 counters, then none"
+    assert nvml.calls["nvmlDeviceGetMigMode"] == 1
+    assert nvml.calls["nvmlDeviceGetTotalEnergyConsumption"] == 4, "NotReady passes: tried again every tick"
+    device.not_ready.clear()
+    assert collector.collect_slow().fields[0]["energy_total"] == pytest.approx(123456.789)
+
+
+def test_nvlink_rates_from_the_all_links_counters() -> None:
+    device = FakeDevice(gpm=False, nvlink_kib={(RX, 0): 1000, (TX, 0): 500, (RX, 1): 1000, (TX, 1): 500})
+    clock = FakeClock()
+    collector = make_collector(FakeNvml([device]), clock)
+
+    first = collector.collect_slow().fields[0]
+    assert first["nvlink_rx"] is None and first["nvlink_tx"] is None, "a rate needs two readings"
+    device.nvlink_kib.update({(RX, 0): 1000 + 2048, (RX, 1): 1000 + 2048, (TX, 0): 500 + 1024})
+    clock.advance(2.0)
+    second = collector.collect_slow().fields[0]
+
+    assert second["nvlink_rx"] == pytest.approx(4096 * 1024 / 2.0)
+    assert second["nvlink_tx"] == pytest.approx(1024 * 1024 / 2.0)
+
+
+def test_nvlink_links_are_summed_where_the_all_links_scope_is_missing() -> None:
+    device = FakeDevice(gpm=False, nvlink_all_links=False, nvlink_kib={(RX, 3): 0, (TX, 3): 0, (RX, 7): 0, (TX, 7): 0})
+    nvml = FakeNvml([device])
+    clock = FakeClock()
+    collector = make_collector(nvml, clock)
+
+    collector.collect_slow()
+    device.nvlink_kib.update({(RX, 3): 1024, (RX, 7): 3072, (TX, 7): 512})
+    clock.advance(1.0)
+    fields = collector.collect_slow().fields[0]
+
+    assert fields["nvlink_rx"] == pytest.approx(4096 * 1024)
+    assert fields["nvlink_tx"] == pytest.approx(512 * 1024)
+    assert nvml.calls["nvmlDeviceGetFieldValues"] == 3, "the all-links scope is asked once, then the links"
+
+
+def test_a_gpu_without_nvlink_is_asked_twice_then_never() -> None:
+    nvml = FakeNvml([FakeDevice(gpm=False)])
+    collector = make_collector(nvml)
+    for _ in range(5):
+        fields = collector.collect_slow().fields[0]
+    assert fields["nvlink_rx"] is None and fields["nvlink_tx"] is None
+    assert nvml.calls["nvmlDeviceGetFieldValues"] == 2, "the all-links scope, then the links one by one"
+
+
+def test_mig_instances_are_read_when_mig_mode_is_on() -> None:
+    small = FakeMigDevice(uuid="MIG-a", gpu_instance_id=7)
+    large = FakeMigDevice(
+        name="NVIDIA H100 80GB HBM3 MIG 3g.40gb", uuid="MIG-b", memory_total=40 * GIB, memory_used=30 * GIB,
+        gpu_instance_id=1, compute_instance_id=0,
+    )
+    device = FakeDevice(gpm=False, utilization_gpu=0, mig_mode=1, mig_devices=[small, None, large])
+    fields = make_collector(FakeNvml([device])).collect_slow().fields[0]
+
+    assert fields["mig_mode"] is True
+    assert fields["mig_instances"] == (
+        MigSample(index=0, uuid="MIG-a", name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", gpu_instance_id=7,
+                  compute_instance_id=0, memory_used=2 * GIB, memory_total=10 * GIB),
+        MigSample(index=2, uuid="MIG-b", name="NVIDIA H100 80GB HBM3 MIG 3g.40gb", gpu_instance_id=1,
+                  compute_instance_id=0, memory_used=30 * GIB, memory_total=40 * GIB),
+    ), "the empty slot 1 is skipped"
+    assert fields["mig_instances"][1].memory_percent == pytest.approx(75.0)
+
+
+def test_xid_events_are_watched_on_their_own_thread_and_kept_bounded() -> None:
+    nvml = FakeNvml([FakeDevice(gpm=False, uuid="GPU-a"), FakeDevice(gpm=False, uuid="GPU-b", xid_events=False)])
+    collector = make_collector(nvml)
+    try:
+        collector.watch_xid_events()
+        first = collector.collect_slow().fields
+        assert first[0]["xid_events"] == () and first[1]["xid_events"] is None, "GPU 1 cannot register: N/A"
+
+        nvml.post_xid(0, 79)
+        assert wait_until(lambda: bool(collector.collect_slow().fields[0]["xid_events"]))
+        (event,) = collector.collect_slow().fields[0]["xid_events"]
+        assert event.xid == 79 and abs(event.timestamp - time.time()) < 60
+
+        for code in range(100, 100 + 2 * XID_EVENTS_KEPT):
+            nvml.post_xid(0, code)
+        last = 100 + 2 * XID_EVENTS_KEPT - 1
+        assert wait_until(lambda: collector.collect_slow().fields[0]["xid_events"][-1].xid == last)
+        kept = collector.collect_slow().fields[0]["xid_events"]
+        assert len(kept) == XID_EVENTS_KEPT and kept[0].xid == last - XID_EVENTS_KEPT + 1
+    finally:
+        collector.close()
+    (event_set,) = nvml.event_sets
+    assert event_set.freed, "close() ends the thread, which frees its event set"
+    assert nvml.initialized == 0
+
+
+def test_xid_watching_ends_when_nvml_fails_and_restarts_when_it_recovers() -> None:
+    nvml = FakeNvml([FakeDevice(gpm=False)])
+    clock = FakeClock()
+    collector = GpuCollector(nvml=nvml, retry_interval=10.0, clock=clock)
+    try:
+        collector.watch_xid_events()
+        nvml.broken = "NVML_ERROR_DRIVER_NOT_LOADED"
+        assert collector.collect_fast() == ()
+        assert wait_until(lambda: nvml.event_sets[0].freed), "the thread sees NVML fail, frees its set and ends"
+
+        nvml.broken = None
+        clock.advance(10.0)
+        collector.collect_fast()
+        assert len(nvml.event_sets) == 2, "NVML came back: a new event set"
+        nvml.post_xid(0, 48)
+        assert wait_until(lambda: (collector.collect_slow().fields[0]["xid_events"] or [None])[-1] is not None)
+    finally:
+        collector.close()
+
+
+def test_the_sampler_delivers_health_mig_and_xid_events_and_they_survive_a_recording() -> None:
+    device = FakeDevice(gpm=False, mig_mode=1, mig_devices=[FakeMigDevice()])
+    nvml = FakeNvml([device])
+    sampler = Sampler(interval=0.05, slow_interval=0.05, gpu=GpuCollector(nvml=nvml))
+    delivered: list[Snapshot] = []
+    sampler.start(delivered.append)
+    try:
+        assert wait_until(lambda: bool(nvml.event_sets) and bool(nvml.event_sets[0].devices))
+        nvml.post_xid(0, 94)
+        assert wait_until(lambda: bool(delivered) and bool(delivered[-1].gpus[0].xid_events))
+    finally:
+        sampler.stop()
+    gpu: GpuSample = delivered[-1].gpus[0]
+    assert gpu.fan_speed == 45.0 and gpu.energy_total is not None and gpu.mig_mode is True
+    assert len(gpu.mig_instances) == 1 and gpu.xid_events is not None and gpu.xid_events[-1].xid == 94
+    assert nvml.event_sets[0].freed
+
+    line = json.dumps(delivered[-1].to_dict())
+    assert Snapshot.from_dict(json.loads(line)) == delivered[-1]
