@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon import units
-from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, Signals
+from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
 
 INPUT_BOUND = "input_bound"
 HOST_SYNC = "host_sync"
@@ -23,9 +23,10 @@ TRANSFER_BOUND = "transfer_bound"
 LOW_PRECISION = "low_precision"
 MEMORY_IMBALANCE = "memory_imbalance"
 IO_BOUND = "io_bound"
+THROTTLED = "throttled"
 HEALTHY = "healthy"
 CATEGORIES = (INPUT_BOUND, HOST_SYNC, LAUNCH_BOUND, TRANSFER_BOUND, LOW_PRECISION, MEMORY_IMBALANCE, IO_BOUND,
-              HEALTHY)
+              THROTTLED, HEALTHY)
 
 HEADLINES = {
     INPUT_BOUND: "Input-bound: the training loop waits for its data",
@@ -35,6 +36,7 @@ HEADLINES = {
     TRANSFER_BOUND: "Transfer-bound: host-to-device copies hold the GPU back",
     LOW_PRECISION: "Low precision math: fp32 where tensor cores could run bf16/TF32",
     MEMORY_IMBALANCE: "Memory imbalance: one GPU carries more than the others",
+    THROTTLED: "Throttled: the GPU slows its own clocks (heat or power)",
     HEALTHY: "Healthy: nothing big to fix",
 }
 
@@ -52,6 +54,9 @@ ADVICE = {
                    "channels_last for convolutions.",
     MEMORY_IMBALANCE: "Replace nn.DataParallel with DistributedDataParallel (one process per GPU), so no GPU "
                       "gathers the others' outputs.",
+    THROTTLED: "Nothing to change in the training script: the GPU lowers its clocks by itself. Check its cooling "
+               "(airflow, fans, inlet temperature) and its power limit (nvidia-smi -q -d PERFORMANCE,POWER,"
+               "TEMPERATURE; nvidia-smi -pl where allowed), or ask the machine's administrator.",
     HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
 }
 
@@ -89,6 +94,12 @@ BUSY_SM = 40.0
 TENSOR_LOW = 10.0
 IMBALANCE_RATIO = 1.3
 IMBALANCE_BYTES = 1 << 30
+THROTTLE_SHARE = 0.2
+"""Throttled this share of the window (or more) is worth a look."""
+GPU_BOUND_SHARE = 0.6
+"""The hook's GPU share of each step at or above which the job is GPU-bound."""
+UNKNOWN_CLOCK_LOSS = 0.25
+"""The clock lost while throttled, assumed where the SM clock or its maximum is unknown."""
 MIN_SEVERITY = 0.15
 """A candidate costing less than this share of the time is not worth naming."""
 PYSPY_CONFIDENCE = 0.7
@@ -412,8 +423,50 @@ def rule_memory_imbalance(signals: Signals) -> Candidate | None:
     return Candidate(MEMORY_IMBALANCE, severity, confidence, evidence, numbers)
 
 
+def gpu_bound(signals: Signals) -> bool:
+    """The GPU is what limits the job: busy by NVML, or covering most of each step by the hook's CUDA events."""
+    return gpu_busy(signals) or (signals.gpu_share is not None and signals.gpu_share >= GPU_BOUND_SHARE)
+
+
+_THROTTLE_KINDS = (("thermal", "thermal slowdown"), ("power", "power cap"), ("slowdown", "hardware clock slowdown"))
+
+
+def _worst_throttle(gpu: GpuSignals) -> tuple[str, str, float]:
+    """(kind, how to say it, share of the window) of the GPU's most frequent kind of throttling."""
+    shares = {"thermal": gpu.throttle_thermal, "power": gpu.throttle_power, "slowdown": gpu.throttle_slowdown}
+    kind, text = max(_THROTTLE_KINDS, key=lambda pair: shares[pair[0]] or 0.0)
+    return kind, text, shares[kind] or 0.0
+
+
+def rule_throttled(signals: Signals) -> Candidate | None:
+    """throttled: a GPU-bound job whose GPU lowers its clocks (thermal, power or hardware slowdown)."""
+    if not signals.has_gpu or not gpu_bound(signals):
+        return None
+    throttled = [(gpu, *_worst_throttle(gpu)) for gpu in signals.gpus]
+    throttled = [entry for entry in throttled if entry[3] >= THROTTLE_SHARE]
+    if not throttled:
+        return None
+    gpu, kind, text, share = max(throttled, key=lambda entry: entry[3])
+    clock, top = gpu.throttled_clock_sm, gpu.clock_sm_max
+    loss = max(0.0, 1.0 - clock / top) if clock is not None and top else None
+    detail = None
+    if kind == "thermal" and gpu.throttled_temperature is not None:
+        detail = f" at {gpu.throttled_temperature:.0f} C"
+    elif kind == "power" and gpu.power is not None and gpu.power_limit:
+        detail = f" at {gpu.power:.0f} of {gpu.power_limit:.0f} W"
+    where = f"GPU {gpu.index}: " if len(signals.gpus) > 1 else ""
+    clock_text = f"SM clock {clock:.0f} of {top:.0f} MHz" if clock is not None and top else None
+    evidence = _join(f"{where}{text} {pct(share)} of the window{detail or ''}", clock_text, _gpu_part(signals))
+    numbers = {"gpu": gpu.index, "reason": kind, "share": _round(share), "clock_sm": _round(clock),
+               "clock_sm_max": _round(top), "temperature": _round(gpu.throttled_temperature),
+               "power": _round(gpu.power), "power_limit": _round(gpu.power_limit),
+               "gpu_util": _round(signals.gpu_util), "gpu_share": _round(signals.gpu_share)}
+    severity = share * (loss if loss is not None else UNKNOWN_CLOCK_LOSS)
+    return Candidate(THROTTLED, severity, 0.8 if loss is not None else 0.5, evidence, numbers)
+
+
 RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
-    rule_data, rule_host_sync, rule_launch, rule_transfer, rule_precision, rule_memory_imbalance)
+    rule_data, rule_host_sync, rule_launch, rule_transfer, rule_precision, rule_memory_imbalance, rule_throttled)
 
 
 def _finding(candidate: Candidate, source: str) -> Finding:

@@ -17,7 +17,7 @@ from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
 from gpumon.jobs.pyspy import EstimateView
 from gpumon.jobs.source import JobView
 from gpumon.jobs.step_sums import WindowSums, window_sums
-from gpumon.sampling.snapshot import ProcessSample, Snapshot
+from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 
 SOURCE_HOOK = "hook"
 SOURCE_PYSPY = "py-spy"
@@ -45,6 +45,27 @@ class GpuSignals:
     pcie_rx: float | None = None
     """Bytes/s host to device."""
     pcie_tx: float | None = None
+    # -- clocks and throttling (NVML slow tier); shares are of the samples whose throttle reasons are known
+    throttle_thermal: float | None = None
+    """Share of the window with a thermal slowdown (sw_thermal, hw_thermal)."""
+    throttle_power: float | None = None
+    """Share of the window held at the power cap (sw_power_cap, hw_power_brake)."""
+    throttle_slowdown: float | None = None
+    """Share of the window with a hardware clock slowdown (hw_slowdown, board_limit, reliability)."""
+    throttled_temperature: float | None = None
+    """Mean degrees C while throttled (or over the window when never throttled)."""
+    throttled_clock_sm: float | None = None
+    """Mean SM clock in MHz while throttled (or over the window when never throttled)."""
+    clock_sm_max: float | None = None
+    """MHz: the GPU's highest SM clock."""
+    power: float | None = None
+    """Mean watts."""
+    power_limit: float | None = None
+
+
+THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake"})
+SLOWDOWN_REASONS = frozenset({"hw_slowdown", "board_limit", "reliability"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +243,22 @@ def job_gpu_indices(snapshots: Sequence[Snapshot], pids: Sequence[int], uuids: S
     return sorted(indices)
 
 
+def _throttle_values(samples: Sequence[GpuSample]) -> dict[str, float | None]:
+    """Shares of the samples with each kind of throttling, and the temperature and SM clock while throttled."""
+    known = [gpu for gpu in samples if gpu.throttle_reasons is not None]
+    if not known:
+        return {}
+    values: dict[str, float | None] = {}
+    for name, reasons in (("throttle_thermal", THERMAL_REASONS), ("throttle_power", POWER_REASONS),
+                          ("throttle_slowdown", SLOWDOWN_REASONS)):
+        values[name] = sum(1 for gpu in known if reasons & set(gpu.throttle_reasons or ())) / len(known)
+    every = THERMAL_REASONS | POWER_REASONS | SLOWDOWN_REASONS
+    throttled = [gpu for gpu in known if every & set(gpu.throttle_reasons or ())] or known
+    values["throttled_temperature"] = _mean(gpu.temperature for gpu in throttled)
+    values["throttled_clock_sm"] = _mean(gpu.clock_sm for gpu in throttled)
+    return values
+
+
 def gpu_signals(snapshots: Sequence[Snapshot], index: int) -> GpuSignals:
     samples = [gpu for snapshot in snapshots for gpu in snapshot.gpus if gpu.index == index]
     return GpuSignals(
@@ -235,6 +272,10 @@ def gpu_signals(snapshots: Sequence[Snapshot], index: int) -> GpuSignals:
         memory_total=_mean(g.memory_total for g in samples),
         pcie_rx=_mean(g.pcie_rx for g in samples),
         pcie_tx=_mean(g.pcie_tx for g in samples),
+        clock_sm_max=max((g.clock_sm_max for g in samples if g.clock_sm_max is not None), default=None),
+        power=_mean(g.power for g in samples),
+        power_limit=_mean(g.power_limit for g in samples),
+        **_throttle_values(samples),
     )
 
 

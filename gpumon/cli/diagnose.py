@@ -21,7 +21,8 @@ def register(subparsers: Subparsers) -> None:
     parser = subcommand(
         subparsers, "diagnose", help="name what holds a training job back", handler=run_diagnose,
         description="Watch a training job for a while and name its bottleneck (input_bound, host_sync, "
-        "launch_bound, transfer_bound, low_precision, memory_imbalance, io_bound or healthy) with the evidence. "
+        "launch_bound, transfer_bound, low_precision, memory_imbalance, io_bound, throttled or healthy) with the "
+        "evidence. "
         "Either run CMD with the hook (and stop it after --duration), or watch a running job (--pid).")
     parser.add_argument("--pid", type=pid_number, default=None, help="a running job (its hook, else py-spy)")
     parser.add_argument("--duration", type=positive_seconds, default=20.0,
