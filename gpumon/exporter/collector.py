@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from gpumon import __version__
 from gpumon.exporter.labels import PlacementCache, label_value
-from gpumon.exporter.metrics import EnergyMeter, gpu_families, host_families, process_families
+from gpumon.exporter.metrics import EnergyMeter, XidCounter, gpu_families, host_families, process_families
 from gpumon.sampling.snapshot import Snapshot
 
 
@@ -41,12 +41,14 @@ class SnapshotCollector(Collector):
         self.extra = extra
         self.source = source
         self.energy = EnergyMeter()
+        self.xid = XidCounter()
         self.latest: Snapshot | None = None
         self._build_lock = threading.Lock()
         """One scrape builds at a time: the placement cache is not shared between threads."""
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self.energy.add(snapshot)
+        self.xid.add(snapshot)
         self.latest = snapshot
 
     def host(self, snapshot: Snapshot | None) -> str:
@@ -61,7 +63,7 @@ class SnapshotCollector(Collector):
             families: list[Metric] = [self._info(host, snapshot)]
             if snapshot is not None:
                 families.extend(host_families(snapshot, host))
-                families.extend(gpu_families(snapshot, host, self.energy.joules))
+                families.extend(gpu_families(snapshot, host, self.energy.joules, self.xid.tallies))
                 families.extend(process_families(snapshot, host, self.placements, self.full_command))
             if self.extra is not None:
                 families.extend(self.extra.families(host))

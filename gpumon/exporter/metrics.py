@@ -7,7 +7,7 @@ Every label value from outside (GPU names, commands, environment) goes through l
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -75,17 +75,47 @@ GPU_GAUGES = (
     GpuGauge("gpumon_gpu_temperature_celsius", "GPU temperature.", "temperature"),
     GpuGauge("gpumon_gpu_clock_sm_hertz", "SM clock.", "clock_sm", MHZ),
     GpuGauge("gpumon_gpu_clock_memory_hertz", "Memory clock.", "clock_memory", MHZ),
+    GpuGauge("gpumon_gpu_clock_sm_max_hertz", "Highest SM clock this GPU runs at.", "clock_sm_max", MHZ),
+    GpuGauge("gpumon_gpu_fan_speed_ratio", "Fan speed, share of its maximum, 0-1.", "fan_speed", PERCENT),
+    GpuGauge("gpumon_gpu_nvlink_rx_bytes_per_second", "NVLink data received, all links.", "nvlink_rx"),
+    GpuGauge("gpumon_gpu_nvlink_tx_bytes_per_second", "NVLink data sent, all links.", "nvlink_tx"),
+    GpuGauge(
+        "gpumon_gpu_remapped_rows_pending",
+        "1 while a memory row remap waits for the next GPU reset.",
+        "remapped_rows_pending",
+    ),
+    GpuGauge(
+        "gpumon_gpu_remapped_rows_failed",
+        "1 when a memory row remap failed: the GPU needs service.",
+        "remapped_rows_failed",
+    ),
+    GpuGauge(
+        "gpumon_gpu_retired_pages", "Memory pages retired after ECC errors (GPUs before Ampere).", "retired_pages"
+    ),
+    GpuGauge(
+        "gpumon_gpu_retired_pages_pending",
+        "1 while a page retirement waits for the next GPU reset.",
+        "retired_pages_pending",
+    ),
+    GpuGauge("gpumon_gpu_mig_mode", "1 when the GPU is split into MIG instances.", "mig_mode"),
 )
 """A GPU whose driver does not report a field has no series for it (no made-up zeros)."""
 
-XID_HELP = (
-    "XID errors seen. NOT SAMPLED YET: gpumon does not read NVML XID events, so this stays 0; "
-    "it exists so alert rules and dashboards can be written against its final name."
+ECC_COUNTERS = (
+    ("corrected", "volatile", "ecc_corrected_volatile"),
+    ("uncorrected", "volatile", "ecc_uncorrected_volatile"),
+    ("corrected", "aggregate", "ecc_corrected_aggregate"),
+    ("uncorrected", "aggregate", "ecc_uncorrected_aggregate"),
 )
+"""(kind, scope, GpuSample field): volatile since the driver loaded, aggregate over the GPU's life."""
+REMAPPED_ROWS = (("correctable", "remapped_rows_correctable"), ("uncorrectable", "remapped_rows_uncorrectable"))
 
 
-def gpu_families(snapshot: Snapshot, host: str, energy: dict[str, float]) -> Iterator[Metric]:
-    """Every per-GPU family; `energy` maps a GPU uuid to the joules integrated from its sampled power."""
+def gpu_families(
+    snapshot: Snapshot, host: str, energy: Mapping[str, float], xid: Mapping[str, XidTally] | None = None
+) -> Iterator[Metric]:
+    """Every per-GPU family; `energy` maps a GPU uuid to the joules integrated from its sampled power (used where
+    the driver has no energy counter), `xid` to the XID errors counted so far."""
     gpus = snapshot.gpus
     keys = [_gpu_key(gpu, host) for gpu in gpus]
     for gauge in GPU_GAUGES:
@@ -105,10 +135,31 @@ def gpu_families(snapshot: Snapshot, host: str, energy: dict[str, float]) -> Ite
     )
     joules = CounterMetricFamily(
         "gpumon_gpu_energy_joules",
-        "Energy drawn since the exporter started, integrated from sampled power.",
-        labels=GPU_LABELS,
+        "Energy drawn: the driver's counter since it loaded, else integrated from sampled "
+        "power since the exporter started (source label).",
+        labels=(*GPU_LABELS, "source"),
     )
-    xid = CounterMetricFamily("gpumon_gpu_xid_errors", XID_HELP, labels=GPU_LABELS)
+    ecc = CounterMetricFamily(
+        "gpumon_gpu_ecc_errors",
+        "ECC errors: volatile since the driver loaded, aggregate over the GPU's life.",
+        labels=(*GPU_LABELS, "kind", "scope"),
+    )
+    remapped = GaugeMetricFamily(
+        "gpumon_gpu_remapped_rows",
+        "Memory rows remapped, by the errors' cause (Ampere+).",
+        labels=(*GPU_LABELS, "cause"),
+    )
+    xid_errors = CounterMetricFamily(
+        "gpumon_gpu_xid_errors", "XID errors NVML reported since the exporter started.", labels=GPU_LABELS
+    )
+    last_xid = GaugeMetricFamily(
+        "gpumon_gpu_last_xid", "The code of the last XID error seen, 0 for none yet.", labels=GPU_LABELS
+    )
+    mig_memory = GaugeMetricFamily(
+        "gpumon_gpu_mig_memory_used_bytes",
+        "Memory used in one MIG instance.",
+        labels=(*GPU_LABELS, "mig", "mig_uuid", "profile"),
+    )
     driver = label_value(snapshot.driver_version or "")
     for gpu, key in zip(gpus, keys, strict=True):
         info.add_metric((*key, label_value(gpu.name), driver), 1.0)
@@ -116,10 +167,29 @@ def gpu_families(snapshot: Snapshot, host: str, energy: dict[str, float]) -> Ite
             active = set(gpu.throttle_reasons)
             for reason in (*THROTTLE_REASONS, *sorted(active.difference(THROTTLE_REASONS))):
                 throttle.add_metric((*key, label_value(reason)), 1.0 if reason in active else 0.0)
-        if gpu.uuid in energy:
-            joules.add_metric(key, energy[gpu.uuid])
-        xid.add_metric(key, 0.0)
-    yield from (info, throttle, joules, xid)
+        if gpu.energy_total is not None:
+            joules.add_metric((*key, "driver"), gpu.energy_total)
+        elif gpu.uuid in energy:
+            joules.add_metric((*key, "integrated"), energy[gpu.uuid])
+        for kind, scope, name in ECC_COUNTERS:
+            count = getattr(gpu, name)
+            if count is not None:
+                ecc.add_metric((*key, kind, scope), float(count))
+        for cause, name in REMAPPED_ROWS:
+            rows = getattr(gpu, name)
+            if rows is not None:
+                remapped.add_metric((*key, cause), float(rows))
+        tally = xid.get(gpu.uuid) if xid is not None else None
+        if tally is not None:
+            xid_errors.add_metric(key, float(tally.count))
+            last_xid.add_metric(key, float(tally.last))
+        for instance in gpu.mig_instances:
+            if instance.memory_used is not None:
+                mig_memory.add_metric(
+                    (*key, str(instance.index), label_value(instance.uuid), label_value(instance.name)),
+                    float(instance.memory_used),
+                )
+    yield from (info, throttle, joules, ecc, remapped, xid_errors, last_xid, mig_memory)
 
 
 def _gpu_key(gpu: GpuSample, host: str) -> tuple[str, str, str]:
@@ -212,3 +282,36 @@ class EnergyMeter:
                 gap = snapshot.timestamp - previous[0]
                 joules[gpu.uuid] += gap * (previous[1] + gpu.power) / 2
         self.joules = joules
+
+
+@dataclass(frozen=True, slots=True)
+class XidTally:
+    """XID errors counted for one GPU: how many, the last code, and the newest event's time (to spot new ones)."""
+
+    count: int = 0
+    last: int = 0
+    newest: float = float("-inf")
+
+
+class XidCounter:
+    """Counts the XID errors in the snapshots' sliding window of recent events, each once (by its timestamp).
+
+    A GPU whose events are not watched (xid_events None) gets no tally, so it shows no series rather than a 0."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[str, XidTally] = {}
+
+    def add(self, snapshot: Snapshot) -> None:
+        """Called on the sampling thread; `tallies` is replaced whole."""
+        tallies = dict(self.tallies)
+        for gpu in snapshot.gpus:
+            if gpu.xid_events is None:
+                continue
+            tally = tallies.get(gpu.uuid, XidTally())
+            new = sorted(
+                (event for event in gpu.xid_events if event.timestamp > tally.newest), key=lambda event: event.timestamp
+            )
+            if new:
+                tally = XidTally(count=tally.count + len(new), last=new[-1].xid, newest=new[-1].timestamp)
+            tallies[gpu.uuid] = tally
+        self.tallies = tallies

@@ -13,7 +13,7 @@ from gpumon.exporter.collector import SnapshotCollector
 from gpumon.exporter.labels import PlacementCache
 from gpumon.exporter.metrics import GPU_GAUGES, THROTTLE_REASONS, EnergyMeter
 from gpumon.sampling.recording import read_recording
-from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
+from gpumon.sampling.snapshot import GpuSample, MigSample, ProcessSample, Snapshot, XidEvent
 
 
 def exposition(collector: SnapshotCollector) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -53,13 +53,13 @@ def test_gpu_metrics_match_the_recording(training: list[Snapshot]) -> None:
     assert only(found["gpumon_gpu_sm_active_ratio"])[1] == pytest.approx(gpu.sm_activity / 100)
     assert only(found["gpumon_gpu_clock_sm_hertz"])[1] == gpu.clock_sm * 1e6
     assert only(found["gpumon_gpu_pcie_rx_bytes_per_second"])[1] == pytest.approx(gpu.pcie_rx)
-    for gauge in GPU_GAUGES:
-        assert gauge.name in found, gauge.name
+    for gauge in GPU_GAUGES:  # a series exactly for each field the recording holds
+        assert (gauge.name in found) == (getattr(gpu, gauge.field) is not None), gauge.name
     info_labels, _ = only(found["gpumon_gpu_info"])
     assert info_labels["model"] == gpu.name and info_labels["driver"] == snapshot.driver_version
     reasons = {labels["reason"]: value for labels, value in found["gpumon_gpu_throttle_reason"]}
     assert set(reasons) == set(THROTTLE_REASONS) and set(reasons.values()) == {0.0}
-    assert only(found["gpumon_gpu_xid_errors_total"])[1] == 0.0
+    assert "gpumon_gpu_xid_errors_total" not in found  # not watched in this recording: no made-up 0
     assert only(found["gpumon_gpu_sampling_up"])[1] == 1.0
     assert only(found["gpumon_snapshot_timestamp_seconds"])[1] == snapshot.timestamp
 
@@ -163,3 +163,58 @@ def test_energy_over_a_real_recording(training: list[Snapshot]) -> None:
     duration = training[-1].timestamp - training[0].timestamp
     low, high = min(powers) * duration, max(powers) * duration  # type: ignore[type-var]  # all checked not None
     assert low <= joules <= high
+
+
+def test_health_fields_and_xid_errors_counted_once() -> None:
+    health = GpuSample(
+        index=1,
+        uuid="GPU-h",
+        name="H100",
+        clock_sm_max=1980,
+        fan_speed=40.0,
+        energy_total=123456.0,
+        nvlink_rx=2e9,
+        nvlink_tx=1e9,
+        ecc_corrected_volatile=3,
+        ecc_uncorrected_volatile=0,
+        ecc_corrected_aggregate=10,
+        ecc_uncorrected_aggregate=1,
+        remapped_rows_correctable=2,
+        remapped_rows_uncorrectable=0,
+        remapped_rows_pending=True,
+        remapped_rows_failed=False,
+        mig_mode=True,
+        mig_instances=(MigSample(index=0, uuid="MIG-\x1b", name="H100 MIG 1g.10gb", memory_used=5),),
+        xid_events=(XidEvent(timestamp=100.0, xid=13),),
+    )
+    collector = replaying()
+    collector.on_snapshot(Snapshot(timestamp=101.0, gpus=(health,)))
+    found = exposition(collector)
+    assert only(found["gpumon_gpu_clock_sm_max_hertz"])[1] == 1980e6
+    assert only(found["gpumon_gpu_fan_speed_ratio"])[1] == pytest.approx(0.4)
+    assert only(found["gpumon_gpu_nvlink_rx_bytes_per_second"])[1] == 2e9
+    assert only(found["gpumon_gpu_remapped_rows_pending"])[1] == 1.0
+    assert only(found["gpumon_gpu_remapped_rows_failed"])[1] == 0.0
+    assert only(found["gpumon_gpu_mig_mode"])[1] == 1.0
+    energy_labels, joules = only(found["gpumon_gpu_energy_joules_total"])
+    assert (energy_labels["source"], joules) == ("driver", 123456.0)
+    ecc = {(labels["kind"], labels["scope"]): value for labels, value in found["gpumon_gpu_ecc_errors_total"]}
+    assert ecc == {
+        ("corrected", "volatile"): 3,
+        ("uncorrected", "volatile"): 0,
+        ("corrected", "aggregate"): 10,
+        ("uncorrected", "aggregate"): 1,
+    }
+    rows = {labels["cause"]: value for labels, value in found["gpumon_gpu_remapped_rows"]}
+    assert rows == {"correctable": 2, "uncorrectable": 0}
+    mig, used = only(found["gpumon_gpu_mig_memory_used_bytes"])
+    assert (mig["mig"], mig["mig_uuid"], mig["profile"], used) == ("0", "MIG-\\x1b", "H100 MIG 1g.10gb", 5)
+    assert only(found["gpumon_gpu_xid_errors_total"])[1] == 1
+    assert only(found["gpumon_gpu_last_xid"])[1] == 13
+    # the same event again in the next snapshot's window counts once; a new one counts
+    later = replace(health, xid_events=(XidEvent(timestamp=100.0, xid=13), XidEvent(timestamp=105.0, xid=79)))
+    collector.on_snapshot(Snapshot(timestamp=102.0, gpus=(health,)))
+    collector.on_snapshot(Snapshot(timestamp=106.0, gpus=(later,)))
+    found = exposition(collector)
+    assert only(found["gpumon_gpu_xid_errors_total"])[1] == 2
+    assert only(found["gpumon_gpu_last_xid"])[1] == 79
