@@ -1,0 +1,141 @@
+"""A GPU's health under its header: NVLink, ECC, memory repairs, XID errors, fan and energy (N/A where the GPU does
+not report one), and each MIG instance as its own small memory gauge."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+
+from gpumon import units
+from gpumon.printable import printable
+from gpumon.sampling.snapshot import GpuSample, MigSample
+from gpumon.tui.bar import bar
+
+NOT_AVAILABLE = "N/A"
+MIG_BAR_WIDTH = 8
+MIG_NAME_WIDTH = 10
+_GAP = "  "
+_ALARM = "bold white on red"
+_DIM = "bright_black"
+
+_HEALTH_FIELDS = (
+    "fan_speed", "energy_total", "nvlink_rx", "nvlink_tx", "ecc_corrected_volatile", "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "remapped_rows_correctable", "retired_pages",
+    "xid_events", "mig_mode",
+)
+
+
+def has_health(gpu: GpuSample) -> bool:
+    """Whether the sample carries any health figure (recordings made before them carry none: no line is shown)."""
+    return any(getattr(gpu, name) is not None for name in _HEALTH_FIELDS) or bool(gpu.mig_instances)
+
+
+def _item(label: str, value: str, style: str = "") -> Text:
+    text = Text(label + " ", style=_DIM, no_wrap=True, end="")
+    text.append(value, style=_DIM if value == NOT_AVAILABLE else style)
+    return text
+
+
+def _nvlink(gpu: GpuSample) -> Text:
+    if gpu.nvlink_rx is None and gpu.nvlink_tx is None:
+        return _item("NVLink", NOT_AVAILABLE)
+    received, sent = (units.rate(rate, compact=True, binary=True) for rate in (gpu.nvlink_rx, gpu.nvlink_tx))
+    return _item("NVLink", f"↓{received} ↑{sent}")
+
+
+def _ecc(gpu: GpuSample) -> Text:
+    """'ECC 3/0 life 41/2': corrected/uncorrected since the driver loaded, and over the GPU's life."""
+    volatile = (gpu.ecc_corrected_volatile, gpu.ecc_uncorrected_volatile)
+    aggregate = (gpu.ecc_corrected_aggregate, gpu.ecc_uncorrected_aggregate)
+    if all(count is None for count in (*volatile, *aggregate)):
+        return _item("ECC", NOT_AVAILABLE)
+    text = _item("ECC", "/".join(units.count(count) for count in volatile),
+                 _ALARM if (gpu.ecc_uncorrected_volatile or 0) > 0 else "")
+    if any(count is not None for count in aggregate):
+        text.append(" life ", style=_DIM)
+        text.append("/".join(units.count(count) for count in aggregate),
+                    style="yellow" if (gpu.ecc_uncorrected_aggregate or 0) > 0 else "")
+    return text
+
+
+def _memory_repairs(gpu: GpuSample) -> Text:
+    """Remapped rows (correctable/uncorrectable) on Ampere and later, retired pages before."""
+    if gpu.remapped_rows_correctable is not None or gpu.remapped_rows_uncorrectable is not None:
+        rows = f"{units.count(gpu.remapped_rows_correctable)}/{units.count(gpu.remapped_rows_uncorrectable)}"
+        text = _item("remap", rows)
+        if gpu.remapped_rows_failed:
+            text.append(" FAILED", style=_ALARM)
+        elif gpu.remapped_rows_pending:
+            text.append(" pending reset", style="yellow")
+        return text
+    if gpu.retired_pages is not None:
+        text = _item("retired", units.count(gpu.retired_pages), "yellow" if gpu.retired_pages else "")
+        if gpu.retired_pages_pending:
+            text.append(" pending reset", style="yellow")
+        return text
+    return _item("remap", NOT_AVAILABLE)
+
+
+def _xid(gpu: GpuSample) -> Text:
+    """'XID 79 at 12:03:11 (+2)': the latest XID error and how many came before it."""
+    events = gpu.xid_events
+    if events is None:
+        return _item("XID", NOT_AVAILABLE)
+    if not events:
+        return _item("XID", "none")
+    latest = events[-1]
+    when = time.strftime("%H:%M:%S", time.localtime(latest.timestamp))
+    earlier = f" (+{len(events) - 1})" if len(events) > 1 else ""
+    return _item("XID", f"{latest.xid} at {when}{earlier}", _ALARM)
+
+
+def health_text(gpu: GpuSample) -> Text:
+    """One line: 'NVLink ↓1.2G/s ↑0.8G/s  ECC 0/0 life 3/0  remap 0/0  XID none  fan N/A  energy 1.2MJ'."""
+    energy = f"{units.count(gpu.energy_total)}J" if gpu.energy_total is not None else NOT_AVAILABLE
+    fan = units.percent(gpu.fan_speed) if gpu.fan_speed is not None else NOT_AVAILABLE
+    parts = [_nvlink(gpu), _ecc(gpu), _memory_repairs(gpu), _xid(gpu), _item("fan", fan), _item("energy", energy)]
+    text = Text("  ", no_wrap=True, end="")
+    for index, part in enumerate(parts):
+        if index:
+            text.append(_GAP)
+        text.append_text(part)
+    return text
+
+
+def mig_gauge(instance: MigSample) -> Text:
+    """'1g.10gb ██▎····· 23%': one MIG instance's memory in use."""
+    profile = instance.name.rsplit("MIG", 1)[-1].strip() or f"MIG {instance.index}"
+    text = Text(printable(profile)[:MIG_NAME_WIDTH].ljust(MIG_NAME_WIDTH) + " ", no_wrap=True, end="")
+    text.append_text(bar(instance.memory_percent, MIG_BAR_WIDTH, "cyan"))
+    text.append(units.percent(instance.memory_percent).rjust(5), style="cyan")
+    return text
+
+
+def mig_lines(gpu: GpuSample, width: int) -> list[Text]:
+    """The GPU's MIG instances as small gauges, as many to a line as fit the width."""
+    if not gpu.mig_instances:
+        return []
+    lines: list[Text] = []
+    line = Text("  MIG", style="bold", no_wrap=True, end="")
+    placed = 0
+    for instance in gpu.mig_instances:
+        gauge = mig_gauge(instance)
+        if placed and line.cell_len + len(_GAP) + gauge.cell_len > width:
+            lines.append(line)
+            line = Text("     ", no_wrap=True, end="")
+            placed = 0
+        line.append(_GAP)
+        line.append_text(gauge)
+        placed += 1
+    lines.append(line)
+    return lines
+
+
+def health_lines(gpu: GpuSample, width: int) -> list[Text]:
+    """The health line (cut to the width) and the MIG gauges; nothing for a sample without health figures."""
+    if not has_health(gpu):
+        return []
+    line = health_text(gpu)
+    line.truncate(width)
+    return [line, *mig_lines(gpu, width)]

@@ -1,0 +1,74 @@
+"""The GPU health line and MIG gauges (gpumon/tui/gpu_health.py), alone and in the GPU pane."""
+
+from __future__ import annotations
+
+from tui_support import GIB, gpu, snapshot
+
+from gpumon.sampling.history import History
+from gpumon.sampling.snapshot import MigSample, XidEvent
+from gpumon.tui.gpu_health import health_lines
+from gpumon.tui.gpu_pane import gpu_lines
+
+HEALTHY = dict(
+    nvlink_rx=1.5 * GIB, nvlink_tx=0.5 * GIB, ecc_corrected_volatile=0, ecc_uncorrected_volatile=0,
+    ecc_corrected_aggregate=41, ecc_uncorrected_aggregate=0, remapped_rows_correctable=0,
+    remapped_rows_uncorrectable=0, remapped_rows_pending=False, remapped_rows_failed=False, xid_events=(),
+    energy_total=2_500_000.0, mig_mode=False,
+)
+
+
+def test_a_sample_without_health_figures_adds_no_line() -> None:
+    """Recordings made before the health fields, and the screenshots built from them, stay as they were."""
+    assert health_lines(gpu(0), 160) == []
+
+
+def test_the_health_line_shows_each_figure_and_n_a_where_unsupported() -> None:
+    (line,) = health_lines(gpu(0, **HEALTHY), 160)
+    assert line.plain == "  NVLink ↓1.5G/s ↑512M/s  ECC 0/0 life 41/0  remap 0/0  XID none  fan N/A  energy 2.5MJ"
+    assert line.cell_len <= 160
+
+    (bare,) = health_lines(gpu(0, energy_total=10.0), 160)
+    assert bare.plain == "  NVLink N/A  ECC N/A  remap N/A  XID N/A  fan N/A  energy 10J"
+
+
+def test_errors_stand_out() -> None:
+    xids = (XidEvent(1_795_000_000.0, 48), XidEvent(1_795_000_100.0, 79))
+    (line,) = health_lines(gpu(0, **{**HEALTHY, "ecc_uncorrected_volatile": 2, "remapped_rows_failed": True,
+                                     "xid_events": xids}), 200)
+    assert "ECC 0/2" in line.plain and "remap 0/0 FAILED" in line.plain
+    assert "XID 79 at 11:08:20 (+1)" in line.plain  # TZ=UTC (conftest)
+    alarms = {line.plain[span.start:span.end] for span in line.spans if span.style == "bold white on red"}
+    assert {"0/2", " FAILED", "79 at 11:08:20 (+1)"} <= alarms
+
+
+def test_retired_pages_where_rows_are_not_remapped() -> None:
+    (line,) = health_lines(gpu(0, retired_pages=3, retired_pages_pending=True), 160)
+    assert "retired 3 pending reset" in line.plain
+
+
+def test_each_mig_instance_is_its_own_gauge_wrapped_to_the_width() -> None:
+    instances = tuple(
+        MigSample(index=slot, name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", memory_used=slot * GIB, memory_total=10 * GIB)
+        for slot in range(7)
+    )
+    lines = health_lines(gpu(0, **{**HEALTHY, "mig_mode": True, "mig_instances": instances}), 80)
+    gauges = [line.plain for line in lines[1:]]
+    assert len(gauges) >= 3 and all(len(text) <= 80 for text in gauges)
+    joined = " ".join(gauges)
+    assert joined.count("1g.10gb") == 7 and " 0%" in joined and "60%" in joined
+
+
+def test_a_hostile_mig_name_is_shown_printable() -> None:
+    hostile = MigSample(index=0, name="MIG \x1b[2J", memory_used=1, memory_total=2)
+    lines = health_lines(gpu(0, mig_mode=True, mig_instances=(hostile,)), 80)
+    assert "\x1b" not in "".join(line.plain for line in lines) and "\\x1b" in lines[-1].plain
+
+
+def test_the_gpu_pane_shows_health_under_the_header_and_still_fits() -> None:
+    history = History()
+    shot = snapshot(gpus=(gpu(0, **HEALTHY), gpu(1, **HEALTHY)))
+    history.add(shot)
+    lines = gpu_lines(shot, history, 160, max_lines=30)
+    texts = [line.plain for line in lines]
+    assert sum(1 for text in texts if text.startswith("  NVLink ")) == 2
+    assert len(lines) <= 30
