@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpumon import __version__
-from gpumon.cli import attach, demo, diagnose, experiment, jobs, record, replay, run, snapshot
+from gpumon.cli import attach, demo, diagnose, experiment, exporter, jobs, record, replay, run, snapshot
 from gpumon.cli.base import CliError, Parser, add_interval_argument, run_handler
 from gpumon.cli.dashboard import run_dashboard
 
-COMMANDS = (snapshot, record, replay, run, attach, jobs, diagnose, experiment, demo)
+COMMANDS = (snapshot, record, replay, run, attach, jobs, diagnose, experiment, demo, exporter)
 
 __all__ = ["CliError", "build_parser", "main"]
 
