@@ -29,7 +29,8 @@ from gpumon.advisor.measure import (
     measurement_from,
     sleep_checked,
 )
-from gpumon.advisor.results import CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantResult
+from gpumon.advisor.results import (CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantIdentity,
+                                    VariantResult)
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.jobstate import HookedView
 from gpumon.jobs.launch import LaunchedJob, LaunchError
@@ -79,9 +80,11 @@ def confirm_knobs(change: Mapping[str, Any], view: HookedView | None, acknowledg
         dict[str, str], list[str]]:
     """How each knob of `change` is known to be in effect ("hook", "script", "observed"), and the ones that are not
     (with why)."""
-    state = (view.state or {}) if view is not None else {}
-    knob_state = state.get("knobs") if isinstance(state.get("knobs"), Mapping) else {}
-    applied_by_hook = knob_state.get("applied") if isinstance(knob_state.get("applied"), Mapping) else {}
+    state: Mapping[str, Any] = (view.state or {}) if view is not None else {}
+    knobs_field = state.get("knobs")
+    knob_state: Mapping[str, Any] = knobs_field if isinstance(knobs_field, Mapping) else {}
+    applied_field = knob_state.get("applied")
+    applied_by_hook: Mapping[str, Any] = applied_field if isinstance(applied_field, Mapping) else {}
     loaders = view.dataloaders if view is not None else []
     precision = view.precision if view is not None else {}
     confirmed: dict[str, str] = {}
@@ -194,7 +197,7 @@ class TrialRunner:
         out_path = self.log_dir / f"{stem}.log"
         ack_path = self.log_dir / f"{stem}.ack.json"
         self.logs.append(out_path)
-        result = dict(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
+        result = VariantIdentity(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
         if self.cancel.is_set():
             return VariantResult(**result, status=CANCELLED, reason="cancelled")
         try:
@@ -235,9 +238,10 @@ class TrialRunner:
                 self.on_job(None, label)
 
     def _measure(self, launch: LaunchedJob, job: AttachedJob, steps: StepLog,
-                 attach_listener: Callable[[], None], out_path: Path, ack_path: Path, result: dict[str, Any],
+                 attach_listener: Callable[[], None], out_path: Path, ack_path: Path, result: VariantIdentity,
                  diagnose_syncs: bool) -> VariantResult:
         label = result["label"]
+        result = VariantIdentity(**result, pid=launch.pid)
 
         def alive() -> str | None:
             attach_listener()
@@ -248,7 +252,7 @@ class TrialRunner:
             view = job.view() if job.clients else None
             if view is not None and view.memory and (view.memory.get("ooms") or 0) > 0:
                 status = OOM
-            return VariantResult(**result, status=status, reason=f"{reason} ({stage})", pid=launch.pid)
+            return VariantResult(**result, status=status, reason=f"{reason} ({stage})")
 
         # Progress fractions of one variant: start-up to 0.15, warm-up to 0.3, the windows to 0.9.
         try:
@@ -256,7 +260,7 @@ class TrialRunner:
             while steps.steps == 0:
                 self._say(f"{label}: waiting for the first step", 0.05)
                 if time.monotonic() - started > self.startup_timeout_s:
-                    return VariantResult(**result, status=TIMEOUT, pid=launch.pid,
+                    return VariantResult(**result, status=TIMEOUT,
                                          reason=f"no training step within {self.startup_timeout_s:g} s")
                 try:
                     sleep_checked(0.2, self.cancel, alive)
@@ -282,7 +286,7 @@ class TrialRunner:
                 except Exception:  # noqa: BLE001 - the sync count is optional evidence
                     diagnosis = None
         except Cancelled:
-            return VariantResult(**result, status=CANCELLED, reason="cancelled", pid=launch.pid)
+            return VariantResult(**result, status=CANCELLED, reason="cancelled")
         except RuntimeError:
             return ended_early("while it was measured")
         acknowledged = _read_ack(ack_path)
@@ -301,8 +305,10 @@ class TrialRunner:
             status, reason = NOT_APPLIED, "; ".join(missing)
         if memory and (memory.get("ooms") or 0) > 0:
             status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"
+        if view is not None:
+            result = VariantIdentity(**{**result, "pid": view.pid})
         return VariantResult(**result, status=status, reason=reason, measurement=measurement, signals=signals,
-                             applied=confirmed, pid=view.pid if view is not None else launch.pid)
+                             applied=confirmed)
 
 
 def outcome_line(variant: VariantResult) -> str:

@@ -340,6 +340,8 @@ class JobState:
     def apply(self, message: Mapping[str, Any]) -> str | None:
         """Take one decoded message; return its type when it changed what a view shows, else None."""
         kind = message.get("type")
+        if not isinstance(kind, str):
+            kind = None
         with self._lock:
             self._last_message = self._clock()
             message_t = _clean_float(message.get("t"))
