@@ -66,6 +66,19 @@ class Hello(_HelloFields, total=False):
     socket_refused: str | None  # socket directories the hook refused (and why) before the one it serves in
 
 
+class StepBudget(TypedDict, total=False):
+    data_worker_ms: float  # data wait not spent collating: the workers' queue, or (no workers) Dataset.__getitem__
+    data_collate_ms: float  # the main process's collate_fn (num_workers 0); 0 with workers, which collate themselves
+    h2d_ms: float  # host time in host->device copy calls (Tensor.to / cuda / copy_)
+    h2d_bytes: int
+    h2d_pageable_bytes: int  # of h2d_bytes, copied from pageable (not pinned) host memory
+    h2d_copies: int
+    sync_wait_ms: float  # host time blocked in calls that wait for the GPU (.item(), .cpu(), synchronize, ...)
+    syncs: int  # such calls timed
+    gpu_ms: float | None  # the record's gpu_ms again (None: not measured)
+    rest_ms: float  # the rest of the Python step: wall_ms minus data, copies and sync waits
+
+
 class StepRecord(TypedDict, total=False):
     seq: int  # 1, 2, 3, ... per process; consecutive
     t: float  # unix time at the end of the step
@@ -75,6 +88,7 @@ class StepRecord(TypedDict, total=False):
     samples: int | None  # batch size(s) fetched during the step; None: unknown
     syncs: int  # host-device synchronizations; present only inside a diagnosis window
     source: str  # one of STEP_SOURCES
+    budget: StepBudget  # where the step's time went; only on sampled steps (one in BUDGET_EVERY, every step of a diagnosis)
 
 
 class StepStats(TypedDict, total=False):
