@@ -1,4 +1,4 @@
-"""Fixed-capacity ring buffers of every numeric metric, covering at least ten minutes of samples."""
+"""Fixed-capacity ring buffers of every numeric metric and of per-GPU events, covering at least ten minutes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 from array import array
 from collections.abc import Iterator
 
-from gpumon.sampling.snapshot import Snapshot
+from gpumon.sampling.snapshot import GpuSample, Snapshot
 
 HISTORY_SECONDS = 600.0
 FASTEST_INTERVAL = 0.1
@@ -24,6 +24,19 @@ _GPU_METRICS = (
     "pcie_rx",
     "pcie_tx",
 )
+
+
+PROCESS_STARTED = 1
+"""Event bits of a GPU's `events` series: a process began using the GPU in this sample..."""
+PROCESS_ENDED = 2
+"""... one stopped using it ..."""
+THROTTLED = 4
+"""... its clocks are held back (any clock-event reason but idle)."""
+
+
+def active_throttle_reasons(gpu: GpuSample) -> tuple[str, ...]:
+    """The clock-event reasons that hold clocks back: all of them except idle."""
+    return tuple(reason for reason in gpu.throttle_reasons or () if "idle" not in reason.lower())
 
 
 class RingBuffer:
@@ -43,10 +56,11 @@ class RingBuffer:
     def __len__(self) -> int:
         return self._count
 
-    def last(self, count: int) -> list[float | None]:
-        """The newest `count` values (fewer if fewer were stored), oldest first."""
-        count = max(0, min(count, self._count))
-        start = (self._next - count) % self.capacity
+    def last(self, count: int, skip: int = 0) -> list[float | None]:
+        """The newest `count` values (fewer if fewer were stored), oldest first; `skip` newest values left out."""
+        skip = max(0, min(skip, self._count))
+        count = max(0, min(count, self._count - skip))
+        start = (self._next - skip - count) % self.capacity
         if start + count <= self.capacity:
             raw = self._values[start : start + count]
         else:
@@ -76,18 +90,55 @@ def snapshot_metrics(snapshot: Snapshot) -> dict[str, float | None]:
     return metrics
 
 
+def gpu_pids(snapshot: Snapshot) -> dict[int, frozenset[int]]:
+    """Per GPU index, the pids of the processes using it."""
+    pids: dict[int, set[int]] = {gpu.index: set() for gpu in snapshot.gpus}
+    for process in snapshot.processes:
+        for index in process.gpu_indices:
+            if index in pids:
+                pids[index].add(process.pid)
+    return {index: frozenset(found) for index, found in pids.items()}
+
+
+def gpu_events(snapshot: Snapshot, pids: dict[int, frozenset[int]],
+               previous_pids: dict[int, frozenset[int]]) -> dict[int, int]:
+    """Per GPU index, the event bits of this sample given its pids and those of the previous sample (a GPU's first
+    sample starts nothing: its processes were there before gpumon)."""
+    events: dict[int, int] = {}
+    for gpu in snapshot.gpus:
+        bits = THROTTLED if active_throttle_reasons(gpu) else 0
+        before = previous_pids.get(gpu.index)
+        if before is not None:
+            now = pids[gpu.index]
+            bits |= (PROCESS_STARTED if now - before else 0) | (PROCESS_ENDED if before - now else 0)
+        events[gpu.index] = bits
+    return events
+
+
 class History:
-    """Per-metric ring buffers fed one snapshot at a time; safe to read from another thread."""
+    """Per-metric ring buffers fed one snapshot at a time; safe to read from another thread.
+
+    Besides the metrics, each GPU has an `events` series (gpu0.events: PROCESS_STARTED | PROCESS_ENDED | THROTTLED
+    bits per sample), and `added` counts the snapshots ever added, so a view can tell how far the buffers moved.
+    """
 
     def __init__(self, seconds: float = HISTORY_SECONDS, fastest_interval: float = FASTEST_INTERVAL) -> None:
         self.capacity = max(1, math.ceil(seconds / fastest_interval))
         self._series: dict[str, RingBuffer] = {}
         self._timestamps = RingBuffer(self.capacity)
         self._lock = threading.Lock()
+        self._gpu_pids: dict[int, frozenset[int]] = {}
+        self.added = 0
+        """Snapshots added since the start (the buffers keep the newest `capacity` of them)."""
 
     def add(self, snapshot: Snapshot) -> None:
         metrics = snapshot_metrics(snapshot)
+        pids = gpu_pids(snapshot)
+        for index, bits in gpu_events(snapshot, pids, self._gpu_pids).items():
+            metrics[f"gpu{index}.events"] = float(bits)
+        self._gpu_pids = pids
         with self._lock:
+            self.added += 1
             self._timestamps.append(snapshot.timestamp)
             for key, series in self._series.items():
                 if key not in metrics:
@@ -98,15 +149,29 @@ class History:
                     known = self._series[key] = RingBuffer(self.capacity)
                 known.append(value)
 
-    def last(self, key: str, count: int) -> list[float | None]:
-        """The newest `count` values of one metric, oldest first; empty for an unknown key."""
+    def last(self, key: str, count: int, skip: int = 0) -> list[float | None]:
+        """The newest `count` values of one metric, oldest first, leaving out the `skip` newest; empty for an unknown
+        key."""
         with self._lock:
             series = self._series.get(key)
-            return series.last(count) if series is not None else []
+            return series.last(count, skip) if series is not None else []
 
-    def timestamps(self, count: int) -> list[float | None]:
+    def between(self, key: str, start: int, end: int) -> list[float | None]:
+        """The values of samples `start` to `end` - 1 (absolute indices, as `added` counts them), one per sample:
+        None where not kept (too old, not yet added, or before the metric appeared)."""
         with self._lock:
-            return self._timestamps.last(count)
+            added = self.added
+            series = self._series.get(key)
+            first = max(start, added - len(series) if series is not None else added)
+            last = min(end, added)
+            if series is None or last <= first:
+                return [None] * max(0, end - start)
+            values = series.last(last - first, added - last)
+        return [None] * (first - start) + values + [None] * (end - last)
+
+    def timestamps(self, count: int, skip: int = 0) -> list[float | None]:
+        with self._lock:
+            return self._timestamps.last(count, skip)
 
     def keys(self) -> list[str]:
         with self._lock:

@@ -33,7 +33,12 @@ class _Tracked:
 class _GpuUse:
     gpu_indices: list[int] = field(default_factory=list)
     memory: int | None = None
-    sm_percent: float | None = None
+    sm_percents: list[float] = field(default_factory=list)
+
+    @property
+    def sm_percent(self) -> float | None:
+        """The mean over its GPUs that report one (a process on two busy GPUs is 90%, not 180%), at most 100."""
+        return min(100.0, sum(self.sm_percents) / len(self.sm_percents)) if self.sm_percents else None
 
 
 class ProcessCollector:
@@ -164,7 +169,8 @@ class ProcessCollector:
 
 
 def _group_by_pid(gpu_processes: Iterable[GpuProcess]) -> dict[int, _GpuUse]:
-    """NVML's per-GPU entries folded into one per pid: GPU indices, memory and SM% summed over GPUs."""
+    """NVML's per-GPU entries folded into one per pid: GPU indices and memory summed over GPUs, their SM% kept for
+    the mean."""
     grouped: dict[int, _GpuUse] = {}
     for entry in gpu_processes:
         use = grouped.setdefault(entry.pid, _GpuUse())
@@ -174,7 +180,7 @@ def _group_by_pid(gpu_processes: Iterable[GpuProcess]) -> dict[int, _GpuUse]:
         if entry.used_memory is not None:
             use.memory = (use.memory or 0) + entry.used_memory
         if entry.sm_percent is not None:
-            use.sm_percent = (use.sm_percent or 0.0) + entry.sm_percent
+            use.sm_percents.append(entry.sm_percent)
     return grouped
 
 

@@ -27,6 +27,7 @@ from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GpuPane
+from gpumon.tui.graph import GraphStyle
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
 from gpumon.tui.job_picker import JobPicker
@@ -38,8 +39,8 @@ WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
 JOB_TALL = 45
 """With a job attached on a narrow terminal, from this many lines the CPU and disk panes are shown too."""
-MAX_GRAPH_ROWS = 3
-"""The tallest GPU sparklines the t key gives, in lines."""
+GRAPH_SCROLL_STEP = 0.25
+"""The arrow keys scroll the paused GPU graphs by this share of their width."""
 STALE_AFTER_INTERVALS = 5
 ADVISOR_NEEDS_A_JOB = "the advisor needs a job: gpumon run -- python train.py … or gpumon attach PID"
 """A live source that has not delivered for this many intervals (and at least 3 s) is marked stale."""
@@ -88,8 +89,14 @@ class GpumonApp(App[None]):
         Binding("minus", "slower", "Slower", key_display="-", id="slower", tooltip="Longer interval (replay: slower)"),
         Binding("s", "cycle_sort", "Sort", id="sort", tooltip="Sort processes by the next column"),
         Binding("S", "reverse_sort", "Reverse", id="reverse-sort", show=False, tooltip="Reverse the process order"),
-        Binding("t", "taller_graphs", "Tall graphs", id="graph-height", show=False,
-                tooltip="GPU sparklines 1, 2 or 3 lines tall, where the pane has the room"),
+        Binding("t", "toggle_graph_style", "Graph style", id="graph-style", show=False,
+                tooltip="GPU graphs in braille (2x4 dots a cell) or block characters"),
+        Binding("left", "scroll_graphs(1)", "Back", key_display="←", id="graphs-back", priority=True,
+                tooltip="While paused: scroll the GPU graphs back through the history"),
+        Binding("right", "scroll_graphs(-1)", "Forward", key_display="→", id="graphs-forward", priority=True,
+                tooltip="While paused: scroll the GPU graphs forward"),
+        Binding("end", "scroll_graphs(0)", "Newest", id="graphs-newest", show=False, priority=True,
+                tooltip="While paused: back to the newest samples"),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
         Binding("a", "toggle_advisor", "Advisor", id="advisor", show=False, tooltip="The advisor (needs a job)"),
@@ -201,7 +208,10 @@ class GpumonApp(App[None]):
         width, height = size
         wide = width >= WIDE
         if self._job_pane is None:
-            self._gpu_pane.max_lines = max(4, int((height - 2) * (0.6 if wide else 0.3)))
+            # Wide, the GPU pane shares the top with the CPU and disk panes; narrow, they sit under it, and the
+            # process table keeps room for a title, a header and about seven rows.
+            self._gpu_pane.max_lines = max(4, int((height - 2) * 0.62) if wide else min(int((height - 2) * 0.6),
+                                                                                         height - 18))
             self._cpu_pane.max_core_rows = max(1, (height - 2) // 8) if wide else 1
             return
         # With a job the job pane takes the room: the GPU pane gets less and, when short, the CPU and disk panes go.
@@ -249,6 +259,7 @@ class GpumonApp(App[None]):
 
     def action_toggle_pause(self) -> None:
         if self.source.paused:
+            self._gpu_pane.scroll_graphs(0)
             self.source.resume()
         else:
             self.source.pause()
@@ -262,11 +273,22 @@ class GpumonApp(App[None]):
         self.source.slower()
         self._update_titles()
 
-    def action_taller_graphs(self) -> None:
-        """Cycle the GPU pane's sparklines through 1, 2 and 3 lines tall."""
-        rows = self._gpu_pane.graph_rows % MAX_GRAPH_ROWS + 1
-        self._gpu_pane.set_graph_rows(rows)
-        self.notify(f"GPU graphs {rows} line{'s' if rows > 1 else ''} tall (where they fit)", timeout=3)
+    def action_toggle_graph_style(self) -> None:
+        """Draw the GPU graphs in braille or in block characters."""
+        style = GraphStyle.BLOCKS if self._gpu_pane.graph_style is GraphStyle.BRAILLE else GraphStyle.BRAILLE
+        self._gpu_pane.set_graph_style(style)
+        self.notify(f"GPU graphs in {style.value}", timeout=3)
+
+    def action_scroll_graphs(self, quarters: int) -> None:
+        """While paused: scroll the GPU graphs back (1) or forward (-1) by a quarter of their width; 0: the newest."""
+        pane = self._gpu_pane
+        pane.scroll_graphs(round(quarters * GRAPH_SCROLL_STEP * pane.graph_samples()))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The arrows scroll the graphs only while paused on the dashboard; otherwise they go to the process table.
+        if action == "scroll_graphs":
+            return self.paused and self.screen is self.screen_stack[0]
+        return True
 
     def action_cycle_sort(self) -> None:
         self._process_table.cycle_sort()

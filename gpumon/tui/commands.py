@@ -24,7 +24,7 @@ class GpumonCommands(Provider):
             ("Faster: shorter interval", app.action_faster, "+: sample more often (replay: play faster)"),
             ("Slower: longer interval", app.action_slower, "-: sample less often (replay: play slower)"),
             ("Reverse process sort order", app.action_reverse_sort, "S: biggest first / smallest first"),
-            ("Taller GPU graphs", app.action_taller_graphs, "t: sparklines 1, 2 or 3 lines tall where they fit"),
+            ("GPU graph style: braille / blocks", app.action_toggle_graph_style, "t: braille dots or block characters"),
             ("Help: keys and fields", app.action_help, "?: what each pane and field means"),
             ("Quit gpumon", app.action_quit, "q"),
         ]

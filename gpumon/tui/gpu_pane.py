@@ -1,66 +1,79 @@
-"""The GPU pane: per GPU a compact block of gauges with fixed-scale sparklines, clocks, power and throttling."""
+"""The GPU pane: per GPU a header of vitals and history graphs of its gauges (0-100%, braille or blocks) that fill
+the pane, over a time axis with event marks; two lines per GPU, or one, where many GPUs must fit."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rich.text import Span, Text
 
 from gpumon import units
 from gpumon.printable import printable
-from gpumon.sampling.history import History
+from gpumon.sampling.history import History, active_throttle_reasons
 from gpumon.sampling.snapshot import GpuSample, Snapshot
-from gpumon.tui.bar import bar, gauge_line
+from gpumon.tui.bar import bar, bar_spans
 from gpumon.tui.format import short_gpu_name
+from gpumon.tui.gpu_health import health_lines
+from gpumon.tui.graph import (
+    Graph,
+    GraphStyle,
+    Window,
+    event_marks,
+    graph_spans,
+    seconds_per_sample,
+    time_axis,
+    window_for,
+    y_marks,
+)
 from gpumon.tui.pane import Pane
-from gpumon.tui.sparkline import spark_rows
 from gpumon.units import MISSING
 
 LABEL_WIDTH = 7
 PERCENT_WIDTH = 4
-_DENSITIES = (("full", True), ("full", False), ("pair", True), ("pair", False), ("line", False))
-"""From most to least detailed: one gauge per line, two per line, one line per GPU; with or without the extra
-gauges a wide pane can show."""
-_SEPARATOR = " │ "
+LABEL_COLUMN = LABEL_WIDTH + PERCENT_WIDTH + 1
+"""'Util    44% ': the gauge's label and value left of its graph (its bar on the next row)."""
+Y_AXIS_WIDTH = 4
+GRAPH_OFFSET = LABEL_COLUMN + Y_AXIS_WIDTH
+"""Where a graph's first cell is in a full-density line."""
+MAX_PRIMARY_ROWS = 12
+"""The tallest utilization and memory graphs..."""
+MAX_SECONDARY_ROWS = 6
+"""... and SM and tensor activity graphs, in rows."""
+_COMPACT_SEPARATOR = "  "
 
 
 @dataclass(frozen=True, slots=True)
 class Gauge:
-    """One percentage of one GPU: its label, value, history key and colour."""
+    """One percentage of one GPU: its label, value, history key and colour; `details` are related figures shown
+    under its label where its graph is tall enough."""
 
     label: str
     short_label: str
     value: float | None
     history_key: str
     style: str
+    primary: bool = True
+    details: tuple[tuple[str, float | None], ...] = ()
 
 
-WIDE_GAUGES = 90
-"""From this pane width, full density also shows memory bandwidth, SM occupancy and DRAM bandwidth."""
-
-
-def gauges(gpu: GpuSample, *, wide: bool = False) -> list[Gauge]:
-    """GPU-Util and memory always; SM and tensor activity only where the GPU has GPM; more when wide."""
+def gauges(gpu: GpuSample) -> list[Gauge]:
+    """GPU-Util and memory always; SM and tensor activity only where the GPU has GPM. Memory bandwidth, SM occupancy
+    and DRAM bandwidth go under the label of the gauge they explain."""
     prefix = f"gpu{gpu.index}."
+    memory_details: tuple[tuple[str, float | None], ...] = (("Mem bw", gpu.utilization_memory),)
+    if gpu.has_gpm:
+        memory_details += (("DRAM", gpu.dram_bandwidth),)
     rows = [
         Gauge("Util", "U", gpu.utilization_gpu, prefix + "utilization_gpu", "green"),
-        Gauge("Mem", "M", gpu.memory_percent, prefix + "memory_percent", "cyan"),
+        Gauge("Mem", "M", gpu.memory_percent, prefix + "memory_percent", "cyan", details=memory_details),
     ]
     if gpu.has_gpm:
-        rows.append(Gauge("SM act", "SM", gpu.sm_activity, prefix + "sm_activity", "magenta"))
-        rows.append(Gauge("Tensor", "T", gpu.tensor_activity, prefix + "tensor_activity", "blue"))
-    if wide:
-        rows.append(Gauge("Mem bw", "MB", gpu.utilization_memory, prefix + "utilization_memory", "cyan"))
-        if gpu.has_gpm:
-            rows.append(Gauge("SM occ", "O", gpu.sm_occupancy, prefix + "sm_occupancy", "magenta"))
-            rows.append(Gauge("DRAM", "D", gpu.dram_bandwidth, prefix + "dram_bandwidth", "cyan"))
+        rows.append(Gauge("SM act", "SM", gpu.sm_activity, prefix + "sm_activity", "magenta", primary=False,
+                          details=(("SM occ", gpu.sm_occupancy),)))
+        rows.append(Gauge("Tensor", "T", gpu.tensor_activity, prefix + "tensor_activity", "blue", primary=False))
     return rows
-
-
-def active_throttle_reasons(gpu: GpuSample) -> tuple[str, ...]:
-    """The clock-event reasons that hold clocks back: all of them except idle."""
-    return tuple(reason for reason in gpu.throttle_reasons or () if "idle" not in reason.lower())
 
 
 def throttle_text(gpu: GpuSample) -> Text:
@@ -124,43 +137,137 @@ def header_lines(gpu: GpuSample, width: int, job: bool = False) -> list[Text]:
     return [first, transfers]
 
 
-def gauge_text(gauge: Gauge, history: History, width: int) -> Text:
-    """'Util   ████▌··· 97% ▁▂▃▅▇█': label, bar, percent and a 0-100% sparkline filling the width."""
-    return gauge_lines(gauge, history, width)[0]
+GraphCache = dict[tuple[str, int, GraphStyle], Graph]
+"""(history key, rows, style) -> the Graph kept between redraws."""
 
 
-def gauge_lines(gauge: Gauge, history: History, width: int, graph_rows: int = 1) -> list[Text]:
-    """gauge_text with its sparkline `graph_rows` lines tall: the gauge on the first line, the graph below it
-    in the same columns (one line where there is no room for a sparkline)."""
-    bar_width = max(6, min(25, width // 4))
-    spark_width = max(0, width - LABEL_WIDTH - bar_width - PERCENT_WIDTH - 2)
-    graph = spark_rows(history.last(gauge.history_key, spark_width), graph_rows, spark_width) if spark_width else [""]
-    lines = [gauge_line(gauge.label.ljust(LABEL_WIDTH), gauge.value, bar_width, PERCENT_WIDTH, graph[0], gauge.style)]
-    offset = width - spark_width
-    for row in graph[1:]:
-        lines.append(Text(" " * offset + row, no_wrap=True, end="", spans=[Span(offset, offset + len(row), gauge.style)]))
+@dataclass(frozen=True, slots=True)
+class GraphView:
+    """What every graph of the pane shows: the style, how far back it is scrolled, and the graphs kept."""
+
+    history: History
+    style: GraphStyle = GraphStyle.BRAILLE
+    skip: int = 0
+    """Samples scrolled back from the newest."""
+    cache: GraphCache | None = None
+
+    def graph_lines(self, key: str, rows: int, width: int) -> tuple[list[str], int]:
+        """A graph's rows, top first, and how many cells on its left have no history yet."""
+        window = window_for(self.history, self.style, width, self.skip)
+        cache = self.cache if self.cache is not None else {}
+        graph = cache.get((key, rows, self.style))
+        if graph is None:
+            if len(cache) >= _GRAPH_CACHE_MAX:
+                cache.clear()
+            graph = cache[(key, rows, self.style)] = Graph(self.style, rows)
+        return graph.lines(self.history, key, window), window.empty_cells
+
+    def window(self, width: int) -> Window:
+        return window_for(self.history, self.style, width, self.skip)
+
+
+_GRAPH_CACHE_MAX = 128
+
+
+def detail_text(label: str, value: float | None) -> str:
+    return label.ljust(LABEL_WIDTH) + units.percent(value).rjust(PERCENT_WIDTH)
+
+
+def gauge_graph_lines(gauge: Gauge, view: GraphView, width: int, rows: int) -> list[Text]:
+    """'Util    44% 100┤⣿⣿⣿…': the label and value, then the gauge's bar and details under it, beside its y-axis and
+    its graph `rows` tall filling the width."""
+    graph_width = max(1, width - GRAPH_OFFSET)
+    graph, empty = view.graph_lines(gauge.history_key, rows, graph_width)
+    marks = y_marks(rows)
+    lines: list[Text] = []
+    for row, (cells, mark) in enumerate(zip(graph, marks, strict=True)):
+        spans: list[Span] = []
+        if row == 0:
+            label = f"{gauge.label.ljust(LABEL_WIDTH)}{units.percent(gauge.value).rjust(PERCENT_WIDTH)} "
+            spans.append(Span(LABEL_WIDTH, LABEL_COLUMN - 1, gauge.style))
+        elif row == 1:
+            bar_cells, spans = bar_spans(gauge.value, LABEL_COLUMN - 1, gauge.style, 0)
+            label = bar_cells + " "
+        elif row - 2 < len(gauge.details):
+            label = detail_text(*gauge.details[row - 2]) + " "
+            spans.append(Span(0, LABEL_COLUMN, "bright_black"))
+        else:
+            label = " " * LABEL_COLUMN
+        spans.append(Span(LABEL_COLUMN, GRAPH_OFFSET, "bright_black"))
+        spans.extend(graph_spans(cells, GRAPH_OFFSET, empty, gauge.style))
+        lines.append(Text(label + mark + cells, no_wrap=True, end="", spans=spans))
     return lines
 
 
-def gpu_block(gpu: GpuSample, history: History, width: int, density: str, extra: bool = False,
-              job: bool = False, graph_rows: int = 1) -> list[Text]:
-    """The lines of one GPU at a density ('full', 'pair' or 'line'), with the extra gauges if asked and wide;
-    at 'full' each sparkline `graph_rows` lines tall."""
-    rows = gauges(gpu, wide=extra and width >= WIDE_GAUGES)
-    if density == "line":
-        return [one_line(gpu, rows, width, job)]
-    lines = header_lines(gpu, width, job)
-    if density == "full":
-        lines.extend(line for gauge in rows for line in gauge_lines(gauge, history, width, graph_rows))
-        return lines
-    cell_width = (width - len(_SEPARATOR)) // 2
-    for left, right in zip(rows[::2], rows[1::2] + [None]):
-        line = gauge_text(left, history, cell_width)
-        if right is not None:
-            line.append(_SEPARATOR, style="bright_black")
-            line.append_text(gauge_text(right, history, cell_width))
-        lines.append(line)
+def axis_line(gpu: GpuSample, view: GraphView, width: int) -> Text:
+    """The time axis under a GPU's graphs, with its events (processes starting and ending, throttling) marked."""
+    graph_width = max(1, width - GRAPH_OFFSET)
+    window = view.window(graph_width)
+    spc = view.style.samples_per_cell
+    events = view.history.between(f"gpu{gpu.index}.events", window.first_cell * spc, window.end)
+    per_sample = seconds_per_sample(view.history, skip=view.skip)
+    seconds_per_cell = per_sample * spc if per_sample is not None else None
+    skipped = view.skip * per_sample if per_sample is not None else 0.0
+    axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, view.style))
+    prefix = Text(" " * LABEL_COLUMN + "   └", style="bright_black", no_wrap=True, end="")
+    return Text.assemble(prefix, axis, no_wrap=True, end="")
+
+
+READABLE_ROWS = 4
+"""Utilization and memory graphs grow to this many rows before the others grow beyond two."""
+
+
+def allot_rows(available: int, gauges_: list[Gauge]) -> list[int] | None:
+    """Graph rows per gauge within `available` lines: at least one each; then utilization and memory up to
+    READABLE_ROWS, the others up to two, and from there the first two growing twice as fast as the others, up to
+    their caps. None where even one row each does not fit."""
+    if available < len(gauges_):
+        return None
+    rows = [1] * len(gauges_)
+    spare = available - len(gauges_)
+    stages = [(READABLE_ROWS, 2), (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)]
+    weights = [2 if gauge.primary else 1 for gauge in gauges_]
+    for primary_cap, secondary_cap in stages:
+        caps = [primary_cap if gauge.primary else secondary_cap for gauge in gauges_]
+        while spare:
+            growable = [index for index in range(len(rows)) if rows[index] < caps[index]]
+            if not growable:
+                break
+            grow = min(growable, key=lambda index: (rows[index] / weights[index], index))
+            rows[grow] += 1
+            spare -= 1
+    return rows
+
+
+def graph_block(gpu: GpuSample, view: GraphView, width: int, rows: list[int], axis: bool, job: bool) -> list[Text]:
+    """A GPU's header, its gauges' graphs `rows` tall and, if asked, the time axis under them."""
+    lines = header_lines(gpu, width, job) + health_lines(gpu, width)
+    for gauge, gauge_rows in zip(gauges(gpu), rows, strict=True):
+        lines.extend(gauge_graph_lines(gauge, view, width, gauge_rows))
+    if axis:
+        lines.append(axis_line(gpu, view, width))
     return lines
+
+
+def compact_lines(gpu: GpuSample, view: GraphView, width: int, job: bool = False) -> tuple[list[Text], int]:
+    """Two lines: the one-line summary, and one-row graphs of every gauge side by side ('U ⣿⣿⣿  M ⣀⣀⣀ …'); and the
+    graphs' width (0 where they do not fit and only the summary is shown)."""
+    rows = gauges(gpu)
+    labels = [f"{gauge.short_label} " for gauge in rows]
+    room = width - 2 - sum(len(label) for label in labels) - len(_COMPACT_SEPARATOR) * (len(rows) - 1)
+    graph_width = room // len(rows)
+    if graph_width < 4:
+        return [one_line(gpu, rows, width, job)], 0
+    plain = "  "
+    spans: list[Span] = []
+    for index, (gauge, label) in enumerate(zip(rows, labels, strict=True)):
+        if index:
+            plain += _COMPACT_SEPARATOR
+        plain += label
+        (cells,), empty = view.graph_lines(gauge.history_key, 1, graph_width)
+        spans.extend(graph_spans(cells, len(plain), empty, gauge.style))
+        plain += cells
+    return [one_line(gpu, rows, width, job), Text(plain, no_wrap=True, end="", spans=spans)], graph_width
 
 
 def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -> Text:
@@ -186,31 +293,56 @@ def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -
 
 
 def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int,
-              job_uuids: frozenset[str] = frozenset(), graph_rows: int = 1) -> list[Text]:
-    """The pane's lines: the error line, or every GPU at the most detailed density that fits max_lines.
+              job_uuids: frozenset[str] = frozenset(), view: GraphView | None = None) -> list[Text]:
+    """The pane's lines: the error line, or every GPU at the most detailed layout that fits max_lines: graphs as tall
+    as fit with a time axis, one-row graphs without it, two lines per GPU, one line per GPU.
 
     job_uuids: the GPUs the attached job computes on, marked.
-    graph_rows: sparklines this many lines tall where that fits max_lines (else one line, as without).
     """
+    return layout(snapshot, history, width, max_lines, job_uuids, view).lines
+
+
+class Layout(NamedTuple):
+    """gpu_lines, and how wide their graphs are where no time axis says what they span (0: an axis does, or none)."""
+
+    lines: list[Text]
+    unlabelled_graph_cells: int = 0
+
+
+def layout(snapshot: Snapshot, history: History, width: int, max_lines: int,
+           job_uuids: frozenset[str] = frozenset(), view: GraphView | None = None) -> Layout:
+    """See gpu_lines."""
     if snapshot.gpu_error:
         message = printable(snapshot.gpu_error)
         if not message.lower().startswith("gpu"):
             message = f"GPU: {message}"
-        return [Text(message, style="bold yellow")]
+        return Layout([Text(message, style="bold yellow")])
     if not snapshot.gpus:
-        return [Text("GPU: no NVIDIA GPU found", style="bold yellow")]
-    lines: list[Text] = []
-    tall = [("full", True, graph_rows), ("full", False, graph_rows)] if graph_rows > 1 else []
-    for density, extra, rows in [*tall, *((density, extra, 1) for density, extra in _DENSITIES)]:
-        lines = [line for gpu in snapshot.gpus
-                 for line in gpu_block(gpu, history, width, density, extra, gpu.uuid in job_uuids, rows)]
-        if len(lines) <= max_lines:
-            break
-    return lines
+        return Layout([Text("GPU: no NVIDIA GPU found", style="bold yellow")])
+    view = view if view is not None else GraphView(history)
+    gpus = snapshot.gpus
+    per_gpu = max_lines // len(gpus)
+    headers = [len(header_lines(gpu, width, gpu.uuid in job_uuids)) + len(health_lines(gpu, width)) for gpu in gpus]
+    if width > GRAPH_OFFSET + 8:
+        for axis in (True, False):
+            allotted = [allot_rows(per_gpu - header - axis, gauges(gpu))
+                        for gpu, header in zip(gpus, headers, strict=True)]
+            if all(rows is not None for rows in allotted) and (axis or all(max(rows or [1]) == 1 for rows in allotted)):
+                lines = [line for gpu, rows in zip(gpus, allotted, strict=True)
+                         for line in graph_block(gpu, view, width, rows or [], axis, gpu.uuid in job_uuids)]
+                return Layout(lines, 0 if axis else width - GRAPH_OFFSET)
+    if 2 * len(gpus) <= max_lines:
+        blocks = [compact_lines(gpu, view, width, gpu.uuid in job_uuids) for gpu in gpus]
+        lines = [line for block, _ in blocks for line in block]
+        return Layout(lines, min(cells for _, cells in blocks))
+    return Layout([one_line(gpu, gauges(gpu), width, gpu.uuid in job_uuids) for gpu in gpus])
 
 
 class GpuPane(Pane):
-    """Per GPU: utilization, memory, SM and tensor activity (where GPM exists) with history, and vitals."""
+    """Per GPU: utilization, memory, SM and tensor activity (where GPM exists) as history graphs, and vitals.
+
+    While the dashboard is paused, the graphs can be scrolled back through the history (`scroll`).
+    """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -219,29 +351,68 @@ class GpuPane(Pane):
         self.border_title = "GPU"
         self.job_uuids: frozenset[str] = frozenset()
         """UUIDs of the GPUs the attached job computes on (their names are highlighted)."""
-        self.graph_rows = 1
-        """Lines per sparkline where the pane has the room (the t key cycles 1, 2, 3)."""
+        self.graph_style = GraphStyle.BRAILLE
+        self.scrolled_back = 0
+        """Samples the graphs are scrolled back from the newest (only while paused)."""
+        self._graphs: GraphCache = {}
         self._shown: tuple[Snapshot, History] | None = None
 
     def show(self, snapshot: Snapshot, history: History) -> None:
         self._shown = (snapshot, history)
         max_lines = self.max_lines
         job_uuids = self.job_uuids
-        graph_rows = self.graph_rows
+        view = GraphView(history, self.graph_style, self.scrolled_back, self._graphs)
+        unlabelled = [0]
+
+        def build(width: int) -> list[Text]:
+            lines, unlabelled[0] = layout(snapshot, history, width, max_lines, job_uuids, view)
+            return lines
+
+        self.show_lines(build)
+        self.set_title(self._title(snapshot, view, unlabelled[0]))
+
+    def _title(self, snapshot: Snapshot, view: GraphView, unlabelled_graph_cells: int) -> str:
+        """'GPU · driver 580.95 · job on GPU0', with how far the graphs are scrolled back, and what they span where
+        no time axis says it."""
         title = f"GPU · driver {snapshot.driver_version}" if snapshot.driver_version else "GPU"
-        marked = [gpu.index for gpu in snapshot.gpus if gpu.uuid in job_uuids]
+        marked = [gpu.index for gpu in snapshot.gpus if gpu.uuid in self.job_uuids]
         if marked:
             title += " · job on " + ", ".join(f"GPU{index}" for index in marked)
-        self.set_title(title)
-        self.show_lines(lambda width: gpu_lines(snapshot, history, width, max_lines, job_uuids, graph_rows))
+        per_sample = seconds_per_sample(view.history, skip=view.skip) if snapshot.gpus else None
+        if per_sample is None:
+            return title
+        if self.scrolled_back:
+            title += f" · ◀ {units.seconds(self.scrolled_back * per_sample)} back (← →, End)"
+        if unlabelled_graph_cells:
+            span = unlabelled_graph_cells * self.graph_style.samples_per_cell * per_sample
+            title += f" · graphs: last {units.seconds(span)}"
+        return title
 
-    def set_graph_rows(self, rows: int) -> None:
-        """Draw the sparklines `rows` lines tall where they fit; redraws at once."""
-        if rows == self.graph_rows:
-            return
-        self.graph_rows = rows
+    def graph_samples(self) -> int:
+        """Samples across a full-width graph."""
+        return max(1, self.size.width - GRAPH_OFFSET) * self.graph_style.samples_per_cell
+
+    def redraw(self) -> None:
         if self._shown is not None:
             self.show(*self._shown)
+
+    def set_graph_style(self, style: GraphStyle) -> None:
+        """Draw the graphs in braille or blocks; redraws at once."""
+        if style is not self.graph_style:
+            self.graph_style = style
+            self.redraw()
+
+    def scroll_graphs(self, samples: int) -> None:
+        """Move the graphs back (positive) or forward through the history, by samples; 0 returns to the newest."""
+        shown = self._shown
+        if shown is None:
+            return
+        history = shown[1]
+        oldest = max(0, len(history) - self.graph_samples() // 2)
+        back = 0 if samples == 0 else max(0, min(oldest, self.scrolled_back + samples))
+        if back != self.scrolled_back:
+            self.scrolled_back = back
+            self.redraw()
 
     def mark_job(self, uuids: Iterable[str]) -> None:
         """Highlight the GPUs with these UUIDs (the attached job's); redraws at once when that changes."""
@@ -249,5 +420,4 @@ class GpuPane(Pane):
         if marked == self.job_uuids:
             return
         self.job_uuids = marked
-        if self._shown is not None:
-            self.show(*self._shown)
+        self.redraw()

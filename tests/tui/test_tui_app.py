@@ -10,9 +10,11 @@ from gpumon.sampling.snapshot import CpuSample
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
-from gpumon.tui.gpu_pane import GpuPane
+from gpumon.tui.gpu_pane import GRAPH_OFFSET, GpuPane
+from gpumon.tui.graph import GraphStyle
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.process_table import ProcessTable
+from gpumon.tui.sparkline import BLOCKS
 from gpumon.tui.title_bar import TitleBar
 from tui_support import GIB, FakeSource, gpu, process, snapshot, widget_text
 
@@ -306,22 +308,29 @@ def _row_pids(table: ProcessTable) -> list[int]:
     return [table.get_row_at(index)[0].pid for index in range(table.row_count)]
 
 
-async def test_t_makes_the_gpu_graphs_taller_where_the_pane_has_room() -> None:
+def _graph_cells(pane_text: str) -> str:
+    """The graph cells of a GPU pane's text: right of the y-axis."""
+    return "".join(line[GRAPH_OFFSET:] for line in pane_text.splitlines()
+                   if len(line) > GRAPH_OFFSET and line[GRAPH_OFFSET - 1] in "┤│")
+
+
+async def test_t_switches_the_gpu_graphs_between_braille_and_blocks() -> None:
     source = FakeSource()
     app = GpumonApp(source)
     async with app.run_test(size=(160, 50)) as pilot:
-        source.push(two_jobs())
+        source.push(*(two_jobs(1_795_000_000.0 + index) for index in range(5)))
         await pilot.pause()
         pane = app.query_one(GpuPane)
-        flat = len(pane.lines(pane.size.width))
+        braille = widget_text(pane)
+        assert any("\u2801" <= char <= "\u28ff" for char in _graph_cells(braille))
+        assert not any(char in BLOCKS for char in _graph_cells(braille))
         await pilot.press("t")
         await pilot.pause()
-        assert pane.graph_rows == 2
-        two = len(pane.lines(pane.size.width))
+        blocks = widget_text(pane)
+        assert pane.graph_style is GraphStyle.BLOCKS
+        assert not any("\u2801" <= char <= "\u28ff" for char in _graph_cells(blocks))
+        assert "█" in _graph_cells(blocks)
+        assert len(blocks.splitlines()) == len(braille.splitlines()), "the same layout, drawn differently"
         await pilot.press("t")
         await pilot.pause()
-        three = len(pane.lines(pane.size.width))
-        assert flat < two and three - flat == 2 * (two - flat), "every gauge gains one line per graph row"
-        await pilot.press("t")
-        await pilot.pause()
-        assert pane.graph_rows == 1 and len(pane.lines(pane.size.width)) == flat
+        assert pane.graph_style is GraphStyle.BRAILLE and widget_text(pane) == braille

@@ -11,7 +11,7 @@ from gpumon.tui.bar import bar_string
 from gpumon.tui.cpu_pane import core_lines, cpu_lines
 from gpumon.tui.disk_pane import rate_sparkline
 from gpumon.tui.format import format_state, short_gpu_name
-from gpumon.tui.gpu_pane import gpu_lines, header_lines
+from gpumon.tui.gpu_pane import GRAPH_OFFSET, gpu_lines, header_lines
 from gpumon.tui.process_table import LAST_BRANCH, tree_order
 from gpumon.tui.sparkline import BLOCKS, Sparkline, spark_rows, spark_string
 
@@ -50,24 +50,31 @@ def test_tall_sparkline_stacks_its_levels_and_one_row_is_spark_string() -> None:
     assert spark_rows([], 2, 3) == ["   ", "   "]
 
 
-def test_gpu_lines_draw_taller_graphs_where_they_fit_and_one_line_where_not() -> None:
+def test_gpu_graphs_grow_with_the_room_and_every_row_lines_up_with_its_label() -> None:
     one = snapshot(gpus=(gpu(0),))
     history = History()
     for util in (10.0, 60.0, 100.0):
         history.add(snapshot(gpus=(gpu(0, utilization_gpu=util),)))
-    flat = gpu_lines(one, history, 120, max_lines=30)
-    tall = gpu_lines(one, history, 120, max_lines=30, graph_rows=3)
     header = len(header_lines(one.gpus[0], 120))
-    assert len(tall) == header + 3 * (len(flat) - header)
-    util_first, util_second, util_third = tall[header:header + 3]
-    assert util_first.plain.startswith("Util") and util_second.plain.startswith(" ")
-    # The graph lines sit in the sparkline's columns: 100% fills all three lines at the newest column, 10% only
-    # the bottom line's lower part three columns back.
-    assert util_first.plain[-1] == util_second.plain[-1] == util_third.plain[-1] == "█"
-    assert util_first.plain[-3] == util_second.plain[-3] == " " and util_third.plain[-3] in BLOCKS[:3]
+    short = gpu_lines(one, history, 120, max_lines=header + 4)
+    tall = gpu_lines(one, history, 120, max_lines=30)
+    assert len(short) == header + 4 and len(tall) == 30
+    mem = next(index for index, line in enumerate(tall) if line.plain.startswith("Mem"))
+    util = [line.plain for line in tall[header:mem]]
+    assert len(util) >= 4
+    assert util[0].startswith("Util") and util[0][GRAPH_OFFSET - 4 : GRAPH_OFFSET] == "100┤"
+    assert util[-1][GRAPH_OFFSET - 4 : GRAPH_OFFSET] == "  0┤"
+    # Every row of the graph starts in the same column, right of its y-axis (the old tall mode started the second
+    # row mid-line), and is as wide as the rest of the line.
+    assert all(line[GRAPH_OFFSET - 1] in "┤│" and len(line) == 120 for line in util)
+    # Braille: two samples a cell. The newest (100%) fills the left dots of the last cell in every row; the cell
+    # before holds 10% (left dots in the bottom tenth of the rows) and 60% (right dots in the bottom 60%).
+    left, right = 0x47, 0xB8
+    dots = [ord(line[-2]) - 0x2800 if line[-2] != " " else 0 for line in util]
+    assert all((ord(line[-1]) - 0x2800) & left == left for line in util)
+    assert 1 <= sum(bool(cell & left) for cell in dots) <= 1 + len(util) // 5
+    assert abs(sum(bool(cell & right) for cell in dots) / len(util) - 0.6) <= 0.15
     assert all(line.cell_len <= 120 for line in tall)
-    cramped = gpu_lines(one, history, 120, max_lines=len(flat), graph_rows=3)
-    assert [line.plain for line in cramped] == [line.plain for line in flat], "no room: one-line graphs as before"
 
 
 def test_rate_sparkline_scales_to_the_peak_of_the_window() -> None:
@@ -138,12 +145,16 @@ def test_cpu_lines_wrap_the_summary_instead_of_cutting_it() -> None:
         assert part in joined
 
 
-def test_gpu_lines_fall_back_to_one_line_per_gpu_when_many_gpus_must_fit() -> None:
+def test_gpu_lines_fall_back_to_two_lines_then_one_line_per_gpu_when_many_gpus_must_fit() -> None:
     eight = snapshot(gpus=tuple(gpu(index) for index in range(8)))
     history = History()
     history.add(eight)
     roomy = gpu_lines(eight, history, 80, max_lines=100)
-    assert len(roomy) == 8 * 6  # two header lines and four gauges per GPU
+    assert len(roomy) == 96 and sum(line.plain.startswith("Util") for line in roomy) == 8
+    compact = gpu_lines(eight, history, 80, max_lines=16)
+    assert len(compact) == 16
+    assert [line.plain.split()[0] for line in compact[::2]] == [str(index) for index in range(8)]
+    assert all(line.plain.split()[:1] == ["U"] for line in compact[1::2]), "a one-row graph of each gauge"
     tight = gpu_lines(eight, history, 80, max_lines=8)
     assert len(tight) == 8
     assert all(line.cell_len <= 80 for line in tight)

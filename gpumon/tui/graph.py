@@ -1,0 +1,241 @@
+"""History graphs on a fixed 0-100% scale: braille (2x4 dots a cell, as btop draws them) or block characters, kept
+between redraws and moved a column at a time; and the time axis beneath them, with event markers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from itertools import pairwise
+
+from rich.text import Span, Text
+
+from gpumon.sampling.history import PROCESS_ENDED, PROCESS_STARTED, THROTTLED, History
+
+
+class GraphStyle(Enum):
+    """How a graph's cells are drawn."""
+
+    BRAILLE = "braille"
+    """2 samples a cell, 4 levels a row: twice the history and half the steps of blocks in the same room."""
+    BLOCKS = "blocks"
+    """1 sample a cell, 8 levels a row: for fonts without braille."""
+
+    @property
+    def samples_per_cell(self) -> int:
+        return 2 if self is GraphStyle.BRAILLE else 1
+
+    @property
+    def levels_per_row(self) -> int:
+        return 4 if self is GraphStyle.BRAILLE else 8
+
+
+MAX_ROWS = 16
+"""The tallest graph drawn, in rows (bounds the column cache)."""
+NO_DATA = "·"
+"""The bottom cell of a column before the history begins: the span still to fill reads as a dotted baseline."""
+NO_DATA_STYLE = "bright_black"
+_BLOCKS = "▁▂▃▄▅▆▇█"
+# Braille dot bits filled from the bottom up: the left column's dots 7, 3, 2, 1 and the right column's 8, 6, 5, 4.
+_LEFT_DOTS = (0, 0x40, 0x44, 0x46, 0x47)
+_RIGHT_DOTS = (0, 0x80, 0xA0, 0xB0, 0xB8)
+
+
+def height(value: float | None, rows: int, style: GraphStyle) -> int:
+    """A sample's height in levels on the 0-100% scale: 0 for a missing sample, 1 (the bottom level) for 0% and
+    every level of every row for 100%."""
+    if value is None or value != value:
+        return 0
+    top = rows * style.levels_per_row - 1
+    fraction = min(1.0, max(0.0, value / 100.0))
+    return 1 + int(fraction * top + 0.5)
+
+
+_COLUMNS: dict[tuple[GraphStyle, int, tuple[int, ...]], tuple[str, ...]] = {}
+"""(style, rows, sample heights) -> the column's characters, top row first; bounded by MAX_ROWS."""
+
+
+def column(style: GraphStyle, rows: int, heights: tuple[int, ...]) -> tuple[str, ...]:
+    """One cell column of a graph `rows` tall from the heights of its samples (one for blocks, two for braille)."""
+    key = (style, rows, heights)
+    cells = _COLUMNS.get(key)
+    if cells is None:
+        levels = style.levels_per_row
+        chars: list[str] = []
+        for row in range(rows - 1, -1, -1):
+            fills = [min(levels, max(0, sample - levels * row)) for sample in heights]
+            if style is GraphStyle.BRAILLE:
+                left, right = [*fills, 0][:2]
+                dots = _LEFT_DOTS[left] | _RIGHT_DOTS[right]
+                chars.append(chr(0x2800 + dots) if dots else " ")
+            else:
+                chars.append(_BLOCKS[fills[0] - 1] if fills[0] else " ")
+        cells = _COLUMNS[key] = tuple(chars)
+    return cells
+
+
+def _no_data_column(rows: int) -> tuple[str, ...]:
+    return (" ",) * (rows - 1) + (NO_DATA,)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Which samples a graph `width` cells wide shows: the cells up to the one holding the sample just before `end`
+    (History.added minus the samples scrolled back), aligned so a cell always holds the same samples."""
+
+    style: GraphStyle
+    width: int
+    end: int
+    first_kept: int
+    """The oldest sample the history still holds (absolute index); older cells show no data."""
+
+    @property
+    def last_cell(self) -> int:
+        return (self.end - 1) // self.style.samples_per_cell
+
+    @property
+    def first_cell(self) -> int:
+        return self.last_cell - self.width + 1
+
+    @property
+    def empty_cells(self) -> int:
+        """Cells on the left with no sample at all (before the history began)."""
+        return min(self.width, max(0, self.first_kept // self.style.samples_per_cell - self.first_cell))
+
+
+class Graph:
+    """One series drawn `rows` tall in a `Window`, kept between redraws.
+
+    When the window moves on by a few samples, the cached rows are shifted by the cells that scrolled out and only the
+    cells holding the new samples are drawn (the newest braille cell is redrawn when its second sample arrives).
+    """
+
+    def __init__(self, style: GraphStyle, rows: int) -> None:
+        self.style = style
+        self.rows = max(1, min(MAX_ROWS, rows))
+        self._window: Window | None = None
+        self._lines: list[str] = []
+
+    def lines(self, history: History, key: str, window: Window) -> list[str]:
+        """The graph's rows, top first, each window.width cells."""
+        previous = self._window
+        spc = self.style.samples_per_cell
+        if (previous is not None and previous.width == window.width and previous.style is window.style
+                and window.end >= previous.end and window.last_cell - previous.last_cell < window.width):
+            if window.end == previous.end:
+                return self._lines
+            shift = window.last_cell - previous.last_cell
+            start = previous.last_cell * spc
+            new = self._columns(history, key, window, start)
+            self._lines = [line[shift : window.width - 1] + "".join(cells)
+                           for line, cells in zip(self._lines, zip(*new, strict=True), strict=True)]
+        else:
+            columns = self._columns(history, key, window, window.first_cell * spc)
+            self._lines = ["".join(cells) for cells in zip(*columns, strict=True)]
+        self._window = window
+        return self._lines
+
+    def _columns(self, history: History, key: str, window: Window, start: int) -> list[tuple[str, ...]]:
+        """The columns of the cells from the one holding sample `start` to the window's last."""
+        spc, rows, style = self.style.samples_per_cell, self.rows, self.style
+        heights = [height(value, rows, style) for value in history.between(key, start, window.end)]
+        heights += [0] * (-len(heights) % spc)
+        columns: list[tuple[str, ...]] = []
+        for offset in range(0, len(heights), spc):
+            if start + offset + spc <= window.first_kept:
+                columns.append(_no_data_column(rows))
+            else:
+                columns.append(column(style, rows, tuple(heights[offset : offset + spc])))
+        return columns
+
+
+def graph_spans(line: str, offset: int, empty_cells: int, style: str) -> list[Span]:
+    """The spans of a graph row placed at `offset`: the cells before the history dim, the rest in `style`."""
+    spans = [Span(offset, offset + empty_cells, NO_DATA_STYLE)] if empty_cells else []
+    if style and empty_cells < len(line):
+        spans.append(Span(offset + empty_cells, offset + len(line), style))
+    return spans
+
+
+def window_for(history: History, style: GraphStyle, width: int, skip: int = 0) -> Window:
+    """The window of a graph `width` cells wide whose newest sample is `skip` samples before the newest recorded."""
+    added = history.added
+    return Window(style, width, max(0, added - skip), max(0, added - len(history)))
+
+
+def seconds_per_sample(history: History, count: int = 64, skip: int = 0) -> float | None:
+    """The usual spacing of recent samples (the median gap), or None before there are two."""
+    stamps = [stamp for stamp in history.timestamps(count, skip) if stamp is not None]
+    gaps = sorted(later - earlier for earlier, later in pairwise(stamps) if later > earlier)
+    return gaps[len(gaps) // 2] if gaps else None
+
+
+def age(seconds: float) -> str:
+    """A compact time span for an axis label: '45s', '2.5s', '4m30s', '1h05m'."""
+    if seconds < 9.95:
+        return f"{seconds:.1f}s".replace(".0s", "s")
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
+    hours, rest = divmod(whole // 60, 60)
+    return f"{hours}h{rest:02d}m"
+
+
+EVENT_MARKS = ((THROTTLED, "!", "bold red"), (PROCESS_ENDED, "▾", "bold yellow"), (PROCESS_STARTED, "▴", "bold green"))
+"""Event bit, its mark on the time axis and the mark's style, the first that applies winning."""
+XID_MARK = ("X", "bold white on red")
+
+
+def event_marks(events: Sequence[float | None], style: GraphStyle) -> list[tuple[str, str] | None]:
+    """Per cell, the mark of the events of its samples (None where none happened)."""
+    spc = style.samples_per_cell
+    marks: list[tuple[str, str] | None] = []
+    for offset in range(0, len(events), spc):
+        bits = 0
+        for value in events[offset : offset + spc]:
+            if value is not None and value == value:
+                bits |= int(value)
+        marks.append(next(((mark, mark_style) for bit, mark, mark_style in EVENT_MARKS if bits & bit), None))
+    return marks
+
+
+def time_axis(width: int, seconds_per_cell: float | None, skipped_seconds: float,
+              marks: Sequence[tuple[str, str] | None] = ()) -> Text:
+    """The axis under graphs `width` cells wide: '-1m20s──────-1m──────-40s──────-20s──now': the ages of the left
+    edges of the first cell and of the quarter points, and 'now' at the right end (an age there when scrolled back);
+    the event `marks` (one per cell, right-aligned) drawn over it."""
+    cells = ["─"] * width
+    if seconds_per_cell is not None and width >= 12:
+        free_from = 0
+        for point in (0, width // 4, width // 2, 3 * width // 4, width - 1):
+            seconds = (width - point if point < width - 1 else 0) * seconds_per_cell + skipped_seconds
+            label = "now" if seconds <= 0 else "-" + age(seconds)
+            begin = 0 if point == 0 else width - len(label) if point == width - 1 else point - len(label) // 2
+            if begin >= free_from and begin + len(label) <= width:
+                cells[begin : begin + len(label)] = label
+                free_from = begin + len(label) + 1
+    offset = width - len(marks)
+    spans: list[Span] = []
+    for index, mark in enumerate(marks):
+        cell = offset + index
+        if mark is not None and 0 <= cell < width:
+            cells[cell] = mark[0]
+            spans.append(Span(cell, cell + 1, mark[1]))
+    return Text("".join(cells), style="bright_black", no_wrap=True, end="", spans=spans)
+
+
+def axis_span(width: int, seconds_per_cell: float | None) -> str:
+    """How much time a graph `width` cells wide spans, e.g. '1m20s' (for a title when there is no axis line)."""
+    if seconds_per_cell is None:
+        return "…"
+    return age(width * seconds_per_cell)
+
+
+def y_marks(rows: int) -> list[str]:
+    """The y-axis beside a graph `rows` tall, 4 cells a row: '100┤' at the top, '  0┤' at the bottom."""
+    if rows == 1:
+        return ["   ┤"]
+    return ["100┤", *(["   │"] * (rows - 2)), "  0┤"]
