@@ -1,0 +1,227 @@
+"""The dashboard's config file ($XDG_CONFIG_HOME/gpumon/config.toml): typed Settings, read leniently, one key saved.
+
+Reading: an unknown key or a bad value is one warning line naming the key, and that setting keeps its default; a file
+that does not parse is one line and every default. Python 3.10 has no tomllib (and gpumon does not depend on tomli):
+there the file is ignored with one line.
+
+Writing (the theme picked in the command palette): `save_setting` rewrites or adds one top-level `key = value` line
+and keeps every other line, comment and unknown key as it was; the result is parsed back before it replaces the file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from gpumon.sampling.source import MAX_INTERVAL, MIN_INTERVAL
+
+
+def _load_toml_parser() -> tuple[Callable[[str], dict[str, Any]], type[ValueError]] | None:
+    """tomllib's loads and its error (Python 3.11+), or None (Python 3.10)."""
+    try:
+        tomllib = importlib.import_module("tomllib")
+    except ImportError:
+        return None
+    return tomllib.loads, tomllib.TOMLDecodeError
+
+
+TOML = _load_toml_parser()
+
+GRAPH_STYLES = ("braille", "blocks")
+"""The GPU graphs' styles (gpumon.tui.graph.GraphStyle values)."""
+PANES = ("gpu", "cpu", "disk", "processes")
+"""The panes `hidden_panes` may name."""
+SORT_KEYS = ("gpu_memory", "sm_percent", "cpu_percent", "rss", "read", "write", "pid", "command")
+"""The process table's sort columns (gpumon.tui.process_table.SORT_COLUMNS keys)."""
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file larger than this is not read (it cannot be one we or a person wrote)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the config file sets; every field has the default used without a file."""
+
+    interval: float = 1.0
+    """Seconds between samples (the command line's --interval wins)."""
+    theme: str = "textual-dark"
+    """A Textual theme name; the one picked in the command palette is saved here."""
+    graph_style: str = "braille"
+    """The GPU graphs: braille (2x4 dots a cell) or blocks."""
+    hidden_panes: tuple[str, ...] = ()
+    """Panes not shown: any of gpu, cpu, disk, processes."""
+    read_only: bool = False
+    """No process control (no signals); --read-only sets it too."""
+    default_sort: str = "gpu_memory"
+    """The process table's first sort column."""
+
+
+def config_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """$XDG_CONFIG_HOME/gpumon/config.toml, or ~/.config/gpumon/config.toml (a relative XDG_CONFIG_HOME is ignored,
+    as the XDG spec says)."""
+    base = environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path(environ.get("HOME") or Path.home()) / ".config"
+    return root / "gpumon" / "config.toml"
+
+
+def _interval(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_INTERVAL <= value <= MAX_INTERVAL:
+        raise ValueError(f"a number of seconds from {MIN_INTERVAL:g} to {MAX_INTERVAL:g}")
+    return float(value)
+
+
+def _name(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", value):
+        raise ValueError("a theme name (letters, digits, - _ .)")
+    return value
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if value not in choices:
+            raise ValueError("one of " + ", ".join(choices))
+        return str(value)
+    return check
+
+
+def _panes(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(pane in PANES for pane in value):
+        raise ValueError("a list of " + ", ".join(PANES))
+    return tuple(dict.fromkeys(value))
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("true or false")
+    return value
+
+
+_CHECKS = {
+    "interval": _interval,
+    "theme": _name,
+    "graph_style": _choice(GRAPH_STYLES),
+    "hidden_panes": _panes,
+    "read_only": _bool,
+    "default_sort": _choice(SORT_KEYS),
+}
+assert set(_CHECKS) == {field.name for field in fields(Settings)}
+
+
+def _shown(value: object) -> str:
+    """A bad value, short and printable, for a warning."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def settings_from(data: Mapping[str, Any], source: str = "config") -> tuple[Settings, list[str]]:
+    """Settings from a parsed TOML table, and one warning line per unknown key or bad value (which keeps its
+    default)."""
+    warnings: list[str] = []
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        check = _CHECKS.get(key)
+        if check is None:
+            warnings.append(f"{source}: unknown key {key!r} ignored (known: {', '.join(_CHECKS)})")
+            continue
+        try:
+            values[key] = check(value)
+        except ValueError as error:
+            warnings.append(f"{source}: {key} = {_shown(value)} is not {error}; the default is used")
+    return replace(Settings(), **values), warnings
+
+
+def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
+    """The settings in the config file (defaults where there is none), and one line per problem."""
+    path = config_path() if path is None else path
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        return Settings(), []
+    except OSError as error:
+        return Settings(), [f"config: cannot read {path}: {error.strerror or error}; defaults used"]
+    if len(raw) > MAX_CONFIG_BYTES:
+        return Settings(), [f"config: {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; defaults used"]
+    if TOML is None:
+        return Settings(), [f"config: Python 3.10 has no tomllib; {path} is ignored (defaults used)"]
+    loads, toml_error = TOML
+    try:
+        data = loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, toml_error) as error:
+        return Settings(), [f"config: {path}: {error}; defaults used"]
+    return settings_from(data, f"config {path}")
+
+
+def toml_value(value: str | bool | float | tuple[str, ...]) -> str:
+    """A flat value in TOML: strings as basic strings (JSON's escapes are TOML's), booleans, numbers, string lists."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(json.dumps(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+_TABLE_HEADER = re.compile(r"\s*\[")
+
+
+def _with_setting(text: str, key: str, value: str) -> str:
+    """The file's text with the top-level `key = ...` line replaced, or a new one added before the first table."""
+    lines = text.splitlines(keepends=True)
+    assignment = re.compile(rf"\s*{re.escape(key)}\s*=")
+    new_line = f"{key} = {value}\n"
+    first_table = next((index for index, line in enumerate(lines) if _TABLE_HEADER.match(line)), len(lines))
+    for index in range(first_table):
+        if assignment.match(lines[index]):
+            lines[index] = new_line
+            return "".join(lines)
+    if first_table and not lines[first_table - 1].endswith("\n"):
+        lines[first_table - 1] += "\n"
+    lines.insert(first_table, new_line)
+    return "".join(lines)
+
+
+def save_setting(key: str, value: str | bool | float | tuple[str, ...], path: Path | None = None) -> str | None:
+    """Set one top-level key in the config file, keeping everything else; None when saved, else why not (one line).
+
+    The new text is parsed back and must hold the new value and every other key unchanged before it replaces the
+    file (atomically), so a file we cannot edit line by line is left alone.
+    """
+    if key not in _CHECKS:
+        return f"config: {key!r} is not a setting"
+    if TOML is None:
+        return "config: Python 3.10 has no tomllib; the setting is not saved"
+    loads, toml_error = TOML
+    path = config_path() if path is None else path
+    try:
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        before = loads(old)
+        new = _with_setting(old, key, toml_value(value))
+        after = loads(new)
+    except (OSError, UnicodeDecodeError, toml_error) as error:
+        return f"config: {key} not saved to {path}: {error}"
+    expected = dict(before, **{key: list(value) if isinstance(value, tuple) else value})
+    if after != expected:
+        return f"config: {key} not saved: {path} has a layout gpumon cannot edit line by line"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=".config.", suffix=".toml", dir=path.parent)
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                file.write(new)
+            if path.exists():
+                os.chmod(temporary, path.stat().st_mode & 0o777)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as error:
+        return f"config: {key} not saved to {path}: {error.strerror or error}"
+    return None
