@@ -13,6 +13,7 @@ from gpumon.cli.base import CliError, Parser, Subparsers, interval_seconds, posi
 
 if TYPE_CHECKING:
     from gpumon.exporter.jobs import JobMetrics
+    from gpumon.sampling.snapshot import Snapshot
     from gpumon.sampling.source import SnapshotSource
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -95,14 +96,21 @@ def run_exporter(args: argparse.Namespace) -> int:
         raise CliError("--tls-client-ca needs --tls-cert and --tls-key")
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert is not None else None
     source = _source(args)
-    jobs = None if args.no_jobs or args.replay is not None else _job_metrics()
+    replay = args.replay is not None
+    jobs = None if args.no_jobs or replay else _job_metrics(args.full_command, source)
     collector = SnapshotCollector(
         args.host_label,
         full_command=args.full_command,
         extra=jobs,
-        placements=PlacementCache(enabled=args.replay is None),
-        source="replay" if args.replay is not None else "live",
+        placements=PlacementCache(enabled=not replay),
+        source="replay" if replay else "live",
     )
+
+    def post(snapshot: Snapshot) -> None:
+        collector.on_snapshot(snapshot)
+        if jobs is not None:
+            jobs.on_snapshot(snapshot)
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
@@ -114,7 +122,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     try:
         server.start()
-        source.start(collector.on_snapshot)
+        source.start(post)
         if jobs is not None:
             jobs.start()
         print(f"gpumon exporter: serving {server.url} ({source.description})", flush=True)
@@ -153,10 +161,11 @@ def _source(args: argparse.Namespace) -> SnapshotSource:
     return Replayer(snapshots, speed=args.speed, name=args.replay.name)
 
 
-def _job_metrics() -> JobMetrics:
+def _job_metrics(full_command: bool, source: SnapshotSource) -> JobMetrics:
     from gpumon.exporter.jobs import JobMetrics
 
-    return JobMetrics()
+    track = getattr(source, "track_pids", None)  # the live Sampler follows the jobs' processes
+    return JobMetrics(full_command=full_command, track=track)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
