@@ -1,0 +1,96 @@
+"""The config file: typed settings, one line per unknown key or bad value, and saving one key without clobbering."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from gpumon.config import GRAPH_STYLES, SORT_KEYS, Settings, config_path, load_settings, save_setting
+from gpumon.tui.graph import GraphStyle
+from gpumon.tui.process_table import SORT_COLUMNS
+
+
+def test_the_path_follows_xdg_config_home_and_falls_back_to_dot_config() -> None:
+    assert config_path({"XDG_CONFIG_HOME": "/x/cfg", "HOME": "/home/u"}) == Path("/x/cfg/gpumon/config.toml")
+    assert config_path({"HOME": "/home/u"}) == Path("/home/u/.config/gpumon/config.toml")
+    assert config_path({"XDG_CONFIG_HOME": "relative", "HOME": "/home/u"}) == Path("/home/u/.config/gpumon/config.toml")
+
+
+def test_no_file_is_every_default_and_no_warning(tmp_path: Path) -> None:
+    assert load_settings(tmp_path / "absent.toml") == (Settings(), [])
+
+
+def test_every_setting_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('interval = 0.5\ntheme = "nord"\ngraph_style = "blocks"\nhidden_panes = ["disk", "cpu"]\n'
+                    'read_only = true\ndefault_sort = "cpu_percent"\n')
+    settings, warnings = load_settings(path)
+    assert warnings == []
+    assert settings == Settings(interval=0.5, theme="nord", graph_style="blocks", hidden_panes=("disk", "cpu"),
+                                read_only=True, default_sort="cpu_percent")
+
+
+def test_unknown_keys_and_bad_values_are_one_line_each_naming_the_key_and_keep_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('interval = 99\ncolour = "red"\nread_only = "yes"\ngraph_style = "dots"\ntheme = "nord"\n'
+                    'hidden_panes = ["gpu", "clock"]\ndefault_sort = 3\n')
+    settings, warnings = load_settings(path)
+    assert settings == Settings(theme="nord")
+    assert len(warnings) == 6
+    for key, line in zip(["interval", "colour", "read_only", "graph_style", "hidden_panes", "default_sort"],
+                         warnings, strict=True):
+        assert key in line and "\n" not in line
+    assert "unknown key 'colour'" in warnings[1]
+
+
+def test_a_file_that_does_not_parse_is_one_line_and_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("interval = = 1\n")
+    settings, warnings = load_settings(path)
+    assert settings == Settings()
+    assert len(warnings) == 1 and str(path) in warnings[0] and "\n" not in warnings[0]
+    path.write_bytes(b"theme = \"\xff\"\n")
+    assert load_settings(path)[0] == Settings()
+
+
+def test_a_directory_in_place_of_the_file_is_one_line(tmp_path: Path) -> None:
+    settings, warnings = load_settings(tmp_path)
+    assert settings == Settings() and len(warnings) == 1 and "cannot read" in warnings[0]
+
+
+def test_saving_the_theme_keeps_comments_unknown_keys_and_tables(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    original = '# my settings\ninterval = 2.0  # slow box\ntheme = "nord"\nfuture_key = 1\n\n[plugins]\ntheme = "x"\n'
+    path.write_text(original)
+    assert save_setting("theme", "dracula", path) is None
+    text = path.read_text()
+    assert text == original.replace('theme = "nord"', 'theme = "dracula"')
+    assert tomllib.loads(text)["plugins"] == {"theme": "x"}
+
+
+def test_saving_adds_the_key_before_the_first_table_or_creates_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("read_only = true\n[plugins]\na = 1\n")
+    assert save_setting("theme", 'we"ird\\', path) is None
+    data = tomllib.loads(path.read_text())
+    assert data == {"read_only": True, "theme": 'we"ird\\', "plugins": {"a": 1}}
+    fresh = tmp_path / "new" / "gpumon" / "config.toml"
+    assert save_setting("hidden_panes", ("disk",), fresh) is None
+    assert load_settings(fresh) == (Settings(hidden_panes=("disk",)), [])
+
+
+def test_a_file_that_cannot_be_edited_line_by_line_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    tricky = 'note = """\ntheme = "inside a string"\n"""\n'
+    path.write_text(tricky)
+    error = save_setting("theme", "nord", path)
+    assert error is not None and "\n" not in error
+    assert path.read_text() == tricky
+    path.write_text("broken = = 1\n")
+    assert save_setting("theme", "nord", path) is not None
+    assert path.read_text() == "broken = = 1\n"
+
+
+def test_the_choices_match_the_dashboards() -> None:
+    assert tuple(SORT_COLUMNS) == SORT_KEYS
+    assert tuple(style.value for style in GraphStyle) == GRAPH_STYLES
