@@ -218,14 +218,14 @@ READABLE_ROWS = 4
 
 
 def allot_rows(available: int, gauges_: list[Gauge]) -> list[int] | None:
-    """Graph rows per gauge within `available` lines: at least one each; then utilization and memory up to
-    READABLE_ROWS, the others up to two, and from there the first two growing twice as fast as the others, up to
-    their caps. None where even one row each does not fit."""
+    """Graph rows per gauge within `available` lines: one each; then utilization and memory up to READABLE_ROWS; then
+    the others up to two; from there utilization and memory growing twice as fast as the others, up to their caps.
+    None where even one row each does not fit."""
     if available < len(gauges_):
         return None
     rows = [1] * len(gauges_)
     spare = available - len(gauges_)
-    stages = [(READABLE_ROWS, 2), (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)]
+    stages = [(READABLE_ROWS, 1), (READABLE_ROWS, 2), (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)]
     weights = [2 if gauge.primary else 1 for gauge in gauges_]
     for primary_cap, secondary_cap in stages:
         caps = [primary_cap if gauge.primary else secondary_cap for gauge in gauges_]

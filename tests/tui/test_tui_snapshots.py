@@ -1,4 +1,5 @@
-"""Screenshot (SVG) regression tests at 80x24 and 160x50, fed from the recording in conftest.RECORDING.
+"""Screenshot (SVG) regression tests at 80x24, 160x50 and 220x60 with 1, 2 and 8 GPUs, fed from the recording in
+conftest.RECORDING.
 
 Regenerate after an intended change, or after switching RECORDING: python -m pytest tests/tui --snapshot-update
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from textual.pilot import Pilot
 
 from gpumon.sampling.snapshot import Snapshot
@@ -30,16 +32,24 @@ def fed(source: FakeSource, snapshots: list[Snapshot]):  # noqa: ANN201
     return run_before
 
 
-def test_dashboard_80x24(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
-    snapshots = recording[:SHOWN]
-    app, source = dashboard(snapshots, recording_name)
-    assert snap_compare(app, terminal_size=(80, 24), run_before=fed(source, snapshots))
+def with_gpus(snapshots: list[Snapshot], count: int) -> list[Snapshot]:
+    """The recording's GPU copied to `count` GPUs, each a little less busy than the one before (the recordings at
+    hand have one GPU)."""
+    if count == 1:
+        return snapshots
+    return [replace(shown, gpus=tuple(
+        replace(shown.gpus[0], index=index, uuid=f"GPU-{index}",
+                utilization_gpu=None if shown.gpus[0].utilization_gpu is None
+                else shown.gpus[0].utilization_gpu * (1 - index / (2 * count)))
+        for index in range(count))) for shown in snapshots]
 
 
-def test_dashboard_160x50(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
-    snapshots = recording[:SHOWN]
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+@pytest.mark.parametrize("size", [(80, 24), (160, 50), (220, 60)], ids=lambda size: f"{size[0]}x{size[1]}")
+def test_dashboard(snap_compare, recording, recording_name, size: tuple[int, int], gpus: int) -> None:  # noqa: ANN001
+    snapshots = with_gpus(recording[:SHOWN], gpus)
     app, source = dashboard(snapshots, recording_name)
-    assert snap_compare(app, terminal_size=(160, 50), run_before=fed(source, snapshots))
+    assert snap_compare(app, terminal_size=size, run_before=fed(source, snapshots))
 
 
 def test_dashboard_without_nvidia_driver_80x24(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
