@@ -1,0 +1,296 @@
+"""The deployment files against the exporter: the Grafana dashboard's and the alert rules' metric and label names
+are ones the exporter exports, their PromQL parses (promtool), the alerts fire when they should (promtool test
+rules), and the systemd unit and DaemonSet run a command line gpumon accepts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from exporter_helpers import REPO, samples
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from gpumon.advisor.rules import Finding
+from gpumon.advisor.signals import Signals
+from gpumon.cli import build_parser
+from gpumon.exporter.collector import SnapshotCollector
+from gpumon.exporter.jobs import JobMetrics, RankFigures
+from gpumon.exporter.labels import PlacementCache
+from gpumon.sampling.snapshot import GpuSample, MigSample, ProcessSample, Snapshot, XidEvent
+
+DASHBOARD = REPO / "assets" / "grafana" / "gpumon.json"
+DEPLOY = REPO / "docs" / "deploy"
+ALERTS = DEPLOY / "alerts.yml"
+METRIC = re.compile(r"\bgpumon_[a-z_]+\b")
+MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*\"")
+LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+GRAFANA_VARIABLES = {"$host": ".*", "$__rate_interval": "5m"}
+
+
+def _everything_snapshot() -> Snapshot:
+    """A snapshot with every field set, so every family has a series."""
+    gpu = GpuSample(
+        index=0,
+        uuid="GPU-a",
+        name="H100",
+        utilization_gpu=50.0,
+        utilization_memory=20.0,
+        memory_used=1,
+        memory_total=2,
+        temperature=40.0,
+        power=300.0,
+        power_limit=700.0,
+        clock_sm=1980,
+        clock_memory=2619,
+        throttle_reasons=(),
+        pcie_rx=1.0,
+        pcie_tx=1.0,
+        sm_activity=30.0,
+        sm_occupancy=20.0,
+        tensor_activity=5.0,
+        dram_bandwidth=10.0,
+        clock_sm_max=1980,
+        fan_speed=30.0,
+        energy_total=1.0,
+        nvlink_rx=1.0,
+        nvlink_tx=1.0,
+        ecc_corrected_volatile=0,
+        ecc_uncorrected_volatile=0,
+        ecc_corrected_aggregate=0,
+        ecc_uncorrected_aggregate=0,
+        remapped_rows_correctable=0,
+        remapped_rows_uncorrectable=0,
+        remapped_rows_pending=False,
+        remapped_rows_failed=False,
+        retired_pages=0,
+        retired_pages_pending=False,
+        mig_mode=True,
+        mig_instances=(MigSample(index=0, memory_used=1),),
+        xid_events=(XidEvent(timestamp=1.0, xid=79),),
+    )
+    process = ProcessSample(
+        pid=1,
+        command="python train.py",
+        gpu_indices=(0,),
+        gpu_memory=1,
+        sm_percent=1.0,
+        cpu_percent=1.0,
+        rss=1,
+        children=(ProcessSample(pid=2, cpu_percent=1.0, rss=1),),
+    )
+    return Snapshot(timestamp=2.0, gpus=(gpu,), processes=(process,))
+
+
+@pytest.fixture(scope="module")
+def exported() -> dict[str, set[str]]:
+    """Every sample name the exporter can export -> its label names."""
+    jobs = JobMetrics()
+    signals = Signals(
+        step_ms=100.0,
+        data_share=0.5,
+        gpu_share=0.4,
+        steps_per_s=10.0,
+        samples_per_s=80.0,
+        syncs_per_step=1.0,
+        num_workers=2,
+        peak_memory=1,
+    )
+    jobs.figures = (
+        RankFigures(
+            labels=("1", "train.py", "run:r", "r", "0", "0", "2", "", "", "", "", ""),
+            signals=signals,
+            syncs_per_step=1.0,
+            peak_memory=1.0,
+            steps_total=5,
+            finding=Finding(category="input_bound", evidence="", confidence=0.9, severity=0.5),
+        ),
+    )
+    collector = SnapshotCollector("h", placements=PlacementCache(enabled=False), extra=jobs)
+    collector.on_snapshot(_everything_snapshot())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    found = samples(generate_latest(registry).decode())
+    names = {name: set().union(*(labels.keys() for labels, _ in rows)) for name, rows in found.items()}
+    names["job"] = names["instance"] = set()  # not metrics: Prometheus' own labels, named in PromQL text
+    return names
+
+
+def _dashboard_targets(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    targets: list[dict[str, Any]] = []
+    for panel in dashboard["panels"]:
+        targets.extend(panel.get("targets", []))
+        for inner in panel.get("panels", []):
+            targets.extend(inner.get("targets", []))
+    return targets
+
+
+def _labels_of(expression: str, exported: dict[str, set[str]]) -> set[str]:
+    names = METRIC.findall(expression)
+    assert names, expression
+    for name in names:
+        assert name in exported, f"{name} (in {expression!r}) is not a metric the exporter exports"
+    return set().union(*(exported[name] for name in names))
+
+
+def test_dashboard_is_importable_and_queries_exported_names(exported: dict[str, set[str]]) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["title"] and dashboard["uid"] and isinstance(dashboard["schemaVersion"], int)
+    assert dashboard["__inputs"][0]["pluginId"] == "prometheus"
+    targets = _dashboard_targets(dashboard)
+    assert len(targets) >= 15
+    for target in targets:
+        expression = target["expr"]
+        labels = _labels_of(expression, exported) | {"host"}
+        for label in MATCHER.findall(expression):
+            assert label in labels, f"label {label!r} of {expression!r} is not exported"
+        for label in LEGEND_LABEL.findall(target.get("legendFormat", "")):
+            assert label in labels, f"legend label {label!r} of {expression!r} is not exported"
+    variables = dashboard["templating"]["list"]
+    host_query = next(v for v in variables if v["name"] == "host")["query"]["query"]
+    assert _labels_of(host_query, exported) >= {"host"}
+    for family in (
+        "gpumon_gpu_utilization_ratio",
+        "gpumon_gpu_sm_active_ratio",
+        "gpumon_job_data_wait_ratio",
+        "gpumon_job_finding",
+        "gpumon_process_gpu_memory_bytes",
+    ):
+        assert any(family in target["expr"] for target in targets), family
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("no promtool (the Debian package `prometheus`; .ci/run installs it where it can)")
+    return found
+
+
+def _promtool_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_dashboard_promql_parses(tmp_path: Path) -> None:
+    _promtool()
+    expressions = [target["expr"] for target in _dashboard_targets(json.loads(DASHBOARD.read_text()))]
+    rules = {"groups": [{"name": "dashboard", "rules": []}]}
+    for number, expression in enumerate(expressions):
+        for variable, value in GRAFANA_VARIABLES.items():
+            expression = expression.replace(variable, value)
+        rules["groups"][0]["rules"].append({"record": f"dashboard:query_{number}", "expr": expression})
+    (tmp_path / "dashboard.yml").write_text(json.dumps(rules))  # JSON is YAML
+    result = _promtool_run("check", "rules", "dashboard.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alert_rules_name_exported_metrics(exported: dict[str, set[str]]) -> None:
+    text = ALERTS.read_text()
+    expressions = re.findall(r"^\s*expr:\s*(.+)$", text, flags=re.MULTILINE)
+    assert len(expressions) == 3
+    for expression in expressions:
+        labels = _labels_of(expression, exported)
+        for label in MATCHER.findall(expression):
+            assert label in labels, (label, expression)
+
+
+ALERT_TESTS = """
+rule_files: [alerts.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'gpumon_job_data_wait_ratio{host="a",pid="7",rank="0",job="run:r",command="train.py"}'
+        values: '0.5x20'
+      - series: 'gpumon_job_data_wait_ratio{host="a",pid="8",rank="1",job="run:r",command="train.py"}'
+        values: '0.1x20'
+      - series: 'gpumon_job_finding{host="a",pid="7",rank="0",job="run:r",command="train.py",category="input_bound"}'
+        values: '0.8x20'
+      - series: 'gpumon_gpu_xid_errors_total{host="a",gpu="0",uuid="GPU-a"}'
+        values: '0 0 0 1 1 1'
+      - series: 'gpumon_gpu_last_xid{host="a",gpu="0",uuid="GPU-a"}'
+        values: '0 0 0 79 79 79'
+    alert_rule_test:
+      - eval_time: 9m
+        alertname: GpumonJobDataWait
+        exp_alerts: []
+      - eval_time: 11m
+        alertname: GpumonJobDataWait
+        exp_alerts:
+          - exp_labels: {severity: warning, host: a, pid: "7", rank: "0", job: "run:r", command: train.py}
+            exp_annotations:
+              summary: train.py (pid 7 on a) waits on data
+              description: >-
+                Rank 0 of run:r spent 50% of each step waiting for the next batch for 10 minutes.
+                Run `gpumon diagnose` or `gpumon attach` on it.
+      - eval_time: 11m
+        alertname: GpumonJobInputBound
+        exp_alerts:
+          - exp_labels: {severity: warning, host: a, pid: "7", rank: "0", job: "run:r", command: train.py,
+                         category: input_bound}
+            exp_annotations:
+              summary: train.py on a is input bound
+              description: >-
+                gpumon's advisor has diagnosed rank 0 of run:r as input_bound (confidence 0.8) for 10 minutes:
+                the GPU waits for the DataLoader.
+      - eval_time: 2m
+        alertname: GpumonGpuXidError
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: GpumonGpuXidError
+        exp_alerts:
+          - exp_labels: {severity: critical, host: a, gpu: "0", uuid: GPU-a}
+            exp_annotations:
+              summary: XID 79 on GPU 0 of a
+              description: >-
+                GPU GPU-a reported an XID error in the last 10 minutes; see `dmesg` and NVIDIA's XID catalogue.
+"""
+
+
+def test_alert_rules_check_and_fire_when_they_should(tmp_path: Path) -> None:
+    _promtool()
+    shutil.copy(ALERTS, tmp_path / "alerts.yml")
+    checked = _promtool_run("check", "rules", "alerts.yml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    (tmp_path / "tests.yml").write_text(ALERT_TESTS)
+    tested = _promtool_run("test", "rules", "tests.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def _gpumon_arguments(command_line: str) -> list[str]:
+    words = shlex.split(command_line)
+    return words[words.index("exporter") :]
+
+
+def test_systemd_unit_runs_an_accepted_command(tmp_path: Path) -> None:
+    unit = (DEPLOY / "gpumon-exporter.service").read_text()
+    exec_start = re.search(r"^ExecStart=(.+)$", unit, flags=re.MULTILINE)
+    assert exec_start is not None
+    args = build_parser().parse_args(_gpumon_arguments(exec_start.group(1)))
+    assert args.listen.startswith("127.0.0.1:")
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        return
+    gpumon = shutil.which("gpumon")
+    if gpumon is None:
+        return
+    local = tmp_path / "gpumon-exporter.service"
+    local.write_text(unit.replace(exec_start.group(1).split()[0], gpumon))
+    verified = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0 and "gpumon-exporter.service" not in verified.stderr, verified.stderr
+
+
+def test_daemonset_runs_an_accepted_command() -> None:
+    text = (DEPLOY / "daemonset.yaml").read_text()
+    args_block = re.search(r"args:\n((?:\s+- .+\n)+)", text)
+    assert args_block is not None
+    args = [re.sub(r"\s+#.*$", "", line.strip()[2:]) for line in args_block.group(1).splitlines()]
+    args = [arg.replace("$(NODE_NAME)", "node-1") for arg in args]
+    parsed = build_parser().parse_args(args)
+    assert parsed.host_label == "node-1" and parsed.listen.endswith(":9400")
+    assert "hostPID: true" in text and "containerPort: 9400" in text
