@@ -69,6 +69,21 @@ def synthetic_snapshot(timestamp: float, tick: int) -> Snapshot:
             sm_occupancy=20.0,
             tensor_activity=4.0,
             dram_bandwidth=24.0,
+            clock_sm_max=1980,
+            fan_speed=None,
+            energy_total=1.0e9 + tick * 300.0,
+            nvlink_rx=5e9,
+            nvlink_tx=5e9,
+            ecc_corrected_volatile=0,
+            ecc_uncorrected_volatile=0,
+            ecc_corrected_aggregate=3,
+            ecc_uncorrected_aggregate=0,
+            remapped_rows_correctable=0,
+            remapped_rows_uncorrectable=0,
+            remapped_rows_pending=False,
+            remapped_rows_failed=False,
+            mig_mode=False,
+            xid_events=(),
         )
         for index in range(GPUS)
     )
@@ -133,7 +148,8 @@ def main() -> int:
         command = [
             sys.executable,
             "-m",
-            "gpumon.cli.exporter",
+            "gpumon",
+            "exporter",
             "--replay",
             str(recording),
             "--listen",

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpumon.cli.base import CliError, Parser, Subparsers, interval_seconds, positive_float, run_handler, subcommand
+from gpumon.cli.base import CliError, Subparsers, interval_seconds, positive_float, subcommand
 
 if TYPE_CHECKING:
     from gpumon.exporter.jobs import JobMetrics
@@ -166,16 +165,3 @@ def _job_metrics(full_command: bool, source: SnapshotSource) -> JobMetrics:
 
     track = getattr(source, "track_pids", None)  # the live Sampler follows the jobs' processes
     return JobMetrics(full_command=full_command, track=track)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m gpumon.cli.exporter ...`: the command on its own."""
-    parser = Parser(prog="gpumon exporter", description=DESCRIPTION)
-    add_arguments(parser)
-    parser.set_defaults(handler=run_exporter)
-    args = parser.parse_args(argv)
-    return run_handler(args.handler, args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

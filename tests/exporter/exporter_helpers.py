@@ -28,8 +28,8 @@ class Exporter:
 
 @contextmanager
 def running_exporter(*args: str, env: dict[str, str] | None = None) -> Iterator[Exporter]:
-    """`python -m gpumon.cli.exporter --listen 127.0.0.1:0 ARGS`, its URL read from its first line; stopped after."""
-    command = [sys.executable, "-m", "gpumon.cli.exporter", "--listen", "127.0.0.1:0", *args]
+    """`python -m gpumon exporter --listen 127.0.0.1:0 ARGS`, its URL read from its first line; stopped after."""
+    command = [sys.executable, "-m", "gpumon", "exporter", "--listen", "127.0.0.1:0", *args]
     proc = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
     )

@@ -172,7 +172,7 @@ def test_parse_listen() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpumon.cli.exporter", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gpumon", "exporter", *args], cwd=REPO, capture_output=True, text=True, timeout=60
     )
 
 
