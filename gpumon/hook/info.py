@@ -16,6 +16,7 @@ from typing import Any
 from gpumon import __version__ as HOOK_VERSION
 from gpumon import protocol
 from gpumon.hook.runtime import (
+    R_BUDGET,
     R_DATA,
     R_END,
     R_GPU,
@@ -125,6 +126,11 @@ def record_dict(runtime: HookRuntime, record: list[Any]) -> protocol.StepRecord:
     )
     if record[R_SYNCS] is not None:
         out["syncs"] = record[R_SYNCS]
+    budget = record[R_BUDGET]
+    if budget is not None:
+        full = budget.copy()
+        full["gpu_ms"] = out["gpu_ms"]
+        out["budget"] = full
     return out
 
 

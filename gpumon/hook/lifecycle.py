@@ -96,6 +96,7 @@ def uninstall() -> None:
             sys.meta_path.remove(state.watcher)
         if state.runtime is not None:
             state.runtime.active = False
+            state.runtime.budget.stop()
         if state.patches is not None:
             state.patches.remove()
         if state.server is not None:
@@ -207,6 +208,7 @@ def _after_fork_in_child() -> None:
         if state.runtime is not None:
             state.runtime.active = False
             state.runtime.on_first_activity = None
+            state.runtime.budget.stop()  # the step budget's wrappers, if the fork came in a budgeted step
         if state.server is not None:
             state.server.close_in_child()
         if state.watcher is not None and state.watcher in sys.meta_path:

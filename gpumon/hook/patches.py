@@ -52,10 +52,18 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
             return original_next(self)
         try:
             started = runtime.on_fetch_begin()
+            after_fetch = runtime.budget_fetch(self)
         except Exception as exc:  # noqa: BLE001
             runtime.error(exc)
             return original_next(self)
-        batch = original_next(self)
+        try:
+            batch = original_next(self)
+        finally:
+            if after_fetch is not None:
+                try:
+                    after_fetch()
+                except Exception as exc:  # noqa: BLE001
+                    runtime.error(exc)
         try:
             runtime.on_fetch_end(self, batch, started)
         except Exception as exc:  # noqa: BLE001

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
+from gpumon.hook.budget import BUDGET_EVERY, BudgetMeter
 from gpumon.hook.gpu_timer import GpuStepTimer
 from gpumon.hook.sync_counter import SyncCounter
 
@@ -31,7 +32,7 @@ GPU_TIMING_SLOW_STEP_S = 0.020
 """...and every step after one that took at least this long (there the cost is negligible)."""
 
 # Layout of a step record (a list, so the GPU time can be filled in after the fact).
-R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE = range(8)
+R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE, R_BUDGET = range(9)
 
 
 class LoaderEntry:
@@ -137,6 +138,10 @@ class HookRuntime:
         self._diagnosis_id: Any = None
         self._diagnosis_steps: list[int] = []
         self._sync_base = 0
+        # Step time budget (sampled steps).
+        is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
+        self.budget_every = BUDGET_EVERY
+        self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -175,6 +180,12 @@ class HookRuntime:
             elif not self._backward_ever:
                 self.close_step(protocol.SOURCE_DATALOADER)
         return self.clock()
+
+    def budget_fetch(self, iterator: Any) -> Callable[[], None] | None:
+        """On a budgeted step, time this fetch's collate_fn; returns what to call after the fetch (None: nothing)."""
+        if not self.budget.active:
+            return None
+        return self.budget.wrap_collate(iterator)
 
     def on_fetch_end(self, iterator: Any, batch: Any, started: float) -> None:
         now = self.clock()
@@ -280,7 +291,8 @@ class HookRuntime:
             syncs = counter.count - self._sync_base
             self._sync_base = counter.count
         wall = now - self._step_start
-        record = [self.seq, now, wall, self._data_wait, samples, None, syncs, source]
+        budget = self.budget.record(wall, self._data_wait) if self.budget.active else None
+        record = [self.seq, now, wall, self._data_wait, samples, None, syncs, source, budget]
         self.step_source = source
         self._began = True
         self._step_start = now
@@ -289,6 +301,7 @@ class HookRuntime:
         self._samples_known = False
         self._fetched = False
         self._backward_since = False
+        self.budget.begin(self._budget_next_step())
 
         gpu = self.gpu
         if gpu is None:
@@ -311,7 +324,15 @@ class HookRuntime:
             self._drain_control()
 
     def _time_next_step(self, last_wall: float) -> bool:
-        return (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
+        return (self.budget.active or (self.seq + 1) % self.gpu_every == 0
+                or last_wall >= GPU_TIMING_SLOW_STEP_S)
+
+    def _budget_next_step(self) -> bool:
+        """Budget one step in budget_every, and every step of a diagnosis window."""
+        if self.budget_every <= 0:
+            return False
+        counter = self.sync_counter
+        return (self.seq + 1) % self.budget_every == 0 or (counter is not None and counter.active)
 
     def _probe_cuda(self, last_wall: float) -> None:
         """Once the job has initialized CUDA: note its device, and start GPU timing (unless turned off)."""
@@ -338,6 +359,7 @@ class HookRuntime:
             self.records.extend(resolved)
         if self.sync_counter is not None and self.sync_counter.active:
             self._finish_diagnosis()
+        self.budget.stop()
 
     # -- control requests (applied on the training thread) -------------------------------------
 
@@ -450,6 +472,10 @@ class HookRuntime:
         if counter is not None and counter.active:
             return True
         return any(item[0] == "diagnose" for item in copy_while_mutated(self.control))
+
+
+def _never() -> bool:
+    return False
 
 
 def copy_while_mutated(items: Any) -> list[Any]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
+
+from gpumon.hook.user_frame import first_user_frame
 
 SYNC_WARNING_TEXT = "called a synchronizing CUDA operation"
 """What torch warns with (c10 warn_or_error_on_sync) in sync debug mode "warn"."""
@@ -15,7 +18,8 @@ _FILTER_REGEX = ".*" + SYNC_WARNING_TEXT
 
 
 class SyncCounter:
-    """Turns torch.cuda sync debug mode to "warn" and counts the warnings instead of printing them.
+    """Turns torch.cuda sync debug mode to "warn" and counts the warnings instead of printing them, each at the
+    first frame of the job's own code (outside torch, the standard library and site-packages).
 
     Cost, paid only inside the window: each synchronizing call builds a Python warning (a few
     microseconds) on top of the sync itself. `warnings.showwarning` is wrapped and a filter
@@ -81,7 +85,8 @@ class SyncCounter:
                      line: Any = None) -> None:
         if self.active and SYNC_WARNING_TEXT in str(message):
             self.count += 1
-            site = (filename, lineno)
+            # The warning names torch's own line (e.g. torch/storage.py); the site is the job's line that called it.
+            site = first_user_frame(sys._getframe(1)) or (filename, lineno)
             if site in self.sites or len(self.sites) < _MAX_TRACKED_SITES:
                 self.sites[site] += 1
             return

@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--item-sleep-ms", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--collate-sleep-ms", type=float, default=0.0, help="a collate_fn that takes this long")
     parser.add_argument("--start-method", default=None)
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--break-internals", action="store_true")
@@ -87,7 +88,12 @@ def main() -> None:
     dataset = SleepyDataset(args.steps * args.batch, args.item_sleep_ms / 1e3)
     loader = None
     if args.mode not in ("manual_sgd_nodl", "manual_step"):
-        loader = DataLoader(dataset, batch_size=args.batch, num_workers=args.workers,
+        collate = None
+        if args.collate_sleep_ms:
+            def collate(items, pause=args.collate_sleep_ms / 1e3):
+                time.sleep(pause)
+                return torch.utils.data.default_collate(items)
+        loader = DataLoader(dataset, batch_size=args.batch, num_workers=args.workers, collate_fn=collate,
                             multiprocessing_context=args.start_method if args.workers else None,
                             persistent_workers=args.persistent and args.workers > 0)
     if args.break_internals:

@@ -1,0 +1,256 @@
+"""The step time budget: where a sampled step's host time goes (collate, host->device copies, waits on the GPU).
+
+Only sampled steps pay for it: the runtime calls `begin(True)` at the boundary that opens one, which puts
+timing wrappers on a few torch.Tensor methods and torch.cuda.synchronize; `begin(False)` takes them off. The
+wrappers time the CPU-side call on the training thread only, call the original with the same arguments, and
+never add a CUDA call that synchronizes (a stream's `query()` is the only extra call, and it never waits).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from gpumon.protocol.messages import StepBudget
+
+BUDGET_EVERY = 16
+"""One step in this many is budgeted (and every step of a diagnosis window)."""
+
+_MISSING = object()
+_TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu")
+
+
+class BudgetMeter:
+    """Accumulates one sampled step's collate, copy and sync times; `take()` hands them over and resets."""
+
+    def __init__(self, torch: Any, clock: Callable[[], float], is_compiling: Callable[[], bool],
+                 on_error: Callable[[BaseException], None]) -> None:
+        self._torch = torch
+        self._clock = clock
+        self._is_compiling = is_compiling
+        self._on_error = on_error
+        self.active = False
+        self._thread = 0
+        self._depth = 0
+        self._installed: list[tuple[Any, str, Any, Any]] = []
+        self.reset()
+
+    def reset(self) -> None:
+        self.collate_s = 0.0
+        self.h2d_s = 0.0
+        self.h2d_bytes = 0
+        self.h2d_pageable_bytes = 0
+        self.h2d_copies = 0
+        self.sync_s = 0.0
+        self.syncs = 0
+
+    # -- on and off at step boundaries ---------------------------------------------------------
+
+    def begin(self, sampled: bool) -> None:
+        """A step opens: measure it or not (wrappers on or off)."""
+        self.reset()
+        self._depth = 0
+        if sampled and not self.active:
+            self._thread = threading.get_ident()
+            self._install()
+            self.active = True
+        elif not sampled and self.active:
+            self.active = False
+            self._remove()
+
+    def stop(self) -> None:
+        self.active = False
+        self._remove()
+
+    def _install(self) -> None:
+        tensor = getattr(self._torch, "Tensor", None)
+        for name in _TENSOR_METHODS if tensor is not None else ():
+            original = getattr(tensor, name, None)
+            if original is not None:
+                self._put(tensor, name, self._wrap(name, original))
+        cuda = self._torch.cuda
+        synchronize = getattr(cuda, "synchronize", None)
+        if synchronize is not None:
+            self._put(cuda, "synchronize", self._wrap_synchronize(synchronize))
+
+    def _put(self, owner: Any, name: str, wrapper: Any) -> None:
+        previous = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)
+        setattr(owner, name, wrapper)
+        self._installed.append((owner, name, previous, wrapper))
+
+    def _remove(self) -> None:
+        while self._installed:
+            owner, name, previous, wrapper = self._installed.pop()
+            try:
+                current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+                if current is not wrapper:
+                    continue  # someone replaced it meanwhile: theirs stays
+                if previous is _MISSING:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, previous)
+            except Exception as exc:  # noqa: BLE001 - best effort; counted, never raised into the job
+                self._on_error(exc)
+
+    # -- the data wait's collate part ----------------------------------------------------------
+
+    def wrap_collate(self, iterator: Any) -> Callable[[], None] | None:
+        """Time a single-process iterator's collate_fn for this fetch; returns what undoes it (None: nothing to do).
+        Copies and syncs inside the fetch are part of the data wait, not timed twice."""
+        self._depth += 1
+        fetcher: Any = getattr(iterator, "_dataset_fetcher", None)
+        original = getattr(fetcher, "collate_fn", None)
+        if original is None or "collate_fn" not in getattr(fetcher, "__dict__", {}):
+            return self._leave
+        clock = self._clock
+
+        def timed_collate(batch: Any) -> Any:
+            started = clock()
+            try:
+                return original(batch)
+            finally:
+                self.collate_s += clock() - started
+
+        fetcher.collate_fn = timed_collate
+
+        def restore() -> None:
+            self._leave()
+            if fetcher.__dict__.get("collate_fn") is timed_collate:
+                fetcher.collate_fn = original
+
+        return restore
+
+    def _leave(self) -> None:
+        self._depth = max(0, self._depth - 1)
+
+    # -- copies and syncs ------------------------------------------------------------------------
+
+    def _mine(self) -> bool:
+        return self.active and self._depth == 0 and threading.get_ident() == self._thread and not self._is_compiling()
+
+    def _stream_busy(self) -> bool:
+        """Whether the current stream still has queued work (query() never waits); False when unknown."""
+        cuda = self._torch.cuda
+        if not cuda.is_initialized() or cuda.is_current_stream_capturing():
+            return False
+        return not cuda.current_stream().query()
+
+    def _wrap(self, name: str, original: Any) -> Any:
+        meter = self
+
+        def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if not meter._mine():
+                return original(tensor, *args, **kwargs)
+            try:
+                kind, blocking = _classify(name, tensor, args, kwargs)
+                busy = kind == "h2d" and blocking and meter._stream_busy()
+            except Exception as exc:  # noqa: BLE001 - the job's call still happens
+                meter._on_error(exc)
+                return original(tensor, *args, **kwargs)
+            if kind is None:
+                return original(tensor, *args, **kwargs)
+            meter._depth += 1
+            started = meter._clock()
+            try:
+                return original(tensor, *args, **kwargs)
+            finally:
+                meter._depth -= 1
+                meter._count(kind, busy, tensor if kind == "h2d" else None, meter._clock() - started)
+
+        wrapper.__name__ = getattr(original, "__name__", name)
+        wrapper.__qualname__ = getattr(original, "__qualname__", name)
+        wrapper.__doc__ = getattr(original, "__doc__", None)
+        return wrapper
+
+    def _wrap_synchronize(self, original: Any) -> Any:
+        meter = self
+
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            if not meter._mine():
+                return original(*args, **kwargs)
+            meter._depth += 1
+            started = meter._clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                meter._depth -= 1
+                meter._count("sync", False, None, meter._clock() - started)
+
+        synchronize.__name__ = "synchronize"
+        synchronize.__doc__ = getattr(original, "__doc__", None)
+        return synchronize
+
+    def _count(self, kind: str, busy: bool, source: Any, seconds: float) -> None:
+        try:
+            if kind == "h2d" and not busy:
+                nbytes = int(source.numel()) * int(source.element_size())
+                self.h2d_s += seconds
+                self.h2d_bytes += nbytes
+                self.h2d_copies += 1
+                if not source.is_pinned():
+                    self.h2d_pageable_bytes += nbytes
+            else:
+                self.sync_s += seconds
+                self.syncs += 1
+        except Exception as exc:  # noqa: BLE001 - bookkeeping only
+            self._on_error(exc)
+
+    def record(self, wall_s: float, data_s: float) -> StepBudget:
+        """The budget of the step that just ended (times in ms; gpu_ms is added when the record is sent)."""
+        collate = min(self.collate_s, data_s)
+        rest = max(0.0, wall_s - data_s - self.h2d_s - self.sync_s)
+        return StepBudget(
+            data_worker_ms=round((data_s - collate) * 1e3, 4), data_collate_ms=round(collate * 1e3, 4),
+            h2d_ms=round(self.h2d_s * 1e3, 4), h2d_bytes=self.h2d_bytes, h2d_pageable_bytes=self.h2d_pageable_bytes,
+            h2d_copies=self.h2d_copies, sync_wait_ms=round(self.sync_s * 1e3, 4), syncs=self.syncs,
+            rest_ms=round(rest * 1e3, 4),
+        )
+
+
+def _is_cuda_target(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.startswith("cuda")
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True  # a device index is a CUDA device
+    device_type = getattr(value, "type", None)
+    if isinstance(device_type, str) and not hasattr(value, "is_cuda"):
+        return device_type == "cuda"
+    return bool(getattr(value, "is_cuda", False))
+
+
+def _is_cpu_target(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.startswith("cpu")
+    return not hasattr(value, "is_cuda") and getattr(value, "type", None) == "cpu"
+
+
+def _classify(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, bool]:
+    """('h2d' | 'sync' | None, blocking) for one call of a wrapped Tensor method."""
+    on_cuda = bool(tensor.is_cuda)
+    if name in ("item", "tolist", "cpu"):
+        return ("sync" if on_cuda else None), True
+    if name == "cuda":
+        blocking = not kwargs.get("non_blocking", len(args) > 1 and args[1] is True)
+        return (None if on_cuda else "h2d"), blocking
+    if name == "copy_":
+        source = args[0] if args else kwargs.get("src")
+        blocking = not kwargs.get("non_blocking", len(args) > 1 and args[1] is True)
+        source_cuda = bool(getattr(source, "is_cuda", False))
+        if on_cuda and source is not None and not source_cuda:
+            return "h2d", blocking
+        if not on_cuda and source_cuda:
+            return ("sync" if blocking else None), blocking
+        return None, blocking
+    # Tensor.to(device=None, dtype=None, non_blocking=False, copy=False) or to(other_tensor, ...).
+    blocking = not kwargs.get("non_blocking", any(arg is True for arg in args))
+    targets = [*args[:1], kwargs.get("device"), kwargs.get("other")]
+    to_cuda = any(_is_cuda_target(target) for target in targets if target is not None)
+    to_cpu = any(_is_cpu_target(target) for target in targets if target is not None)
+    if not on_cuda and to_cuda:
+        return "h2d", blocking
+    if on_cuda and to_cpu:
+        return ("sync" if blocking else None), blocking
+    return None, blocking

@@ -1,0 +1,148 @@
+"""The step time budget: sampled steps only, parts that add up to the step, the collate split, timing wrappers
+that leave torch as they found it, and sync sites named at the job's own line."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from hook_helpers import collect_records
+
+from gpumon.hook import budget as budget_module
+from gpumon.hook.budget import BUDGET_EVERY, _classify
+from gpumon.hook.runtime import R_BUDGET, HookRuntime
+from gpumon.hook.sync_counter import SYNC_WARNING_TEXT, SyncCounter
+from gpumon.hook.user_frame import first_user_frame, is_library_file
+from gpumon.jobs.connection import HookConnection
+
+PARTS = ("data_worker_ms", "data_collate_ms", "h2d_ms", "sync_wait_ms", "rest_ms")
+
+
+def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -> None:
+    steps = 2 * BUDGET_EVERY + 2
+    job = start_job("--mode", "optimizer", "--steps", str(steps), "--item-sleep-ms", "1", "--collate-sleep-ms", "5")
+    with HookConnection(job.wait_socket()) as conn:
+        job.event("done")
+        records = collect_records(conn, steps)
+    budgeted = sorted(seq for seq, record in records.items() if "budget" in record)
+    assert budgeted == [BUDGET_EVERY, 2 * BUDGET_EVERY]
+    for seq in budgeted:
+        record = records[seq]
+        budget = record["budget"]
+        assert sum(budget[part] for part in PARTS) == pytest.approx(record["wall_ms"], abs=0.01)
+        assert budget["data_worker_ms"] + budget["data_collate_ms"] == pytest.approx(record["data_ms"], abs=0.01)
+        assert 5.0 <= budget["data_collate_ms"] < record["data_ms"]  # the collate_fn's own sleep, not the items'
+        assert budget["data_worker_ms"] >= 8 * 1.0  # eight items of 1 ms in Dataset.__getitem__
+        assert (budget["h2d_bytes"], budget["h2d_copies"], budget["syncs"]) == (0, 0, 0)  # a CPU job
+        assert budget["gpu_ms"] is None
+    assert job.release() == 0, job.stderr()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_timing_wrappers_exist_only_during_a_budgeted_step() -> None:
+    rt = HookRuntime(torch, clock=Clock())
+    before = {name: torch.Tensor.__dict__.get(name) for name in ("to", "item", "cpu", "copy_")}
+    original_sync = torch.cuda.synchronize
+    try:
+        for _ in range(BUDGET_EVERY - 2):
+            rt.on_manual_step(None)
+            assert not rt.budget.active and "item" not in torch.Tensor.__dict__
+        rt.on_manual_step(None)  # closes step BUDGET_EVERY - 1, opens step BUDGET_EVERY
+        assert rt.budget.active and "item" in torch.Tensor.__dict__ and torch.cuda.synchronize is not original_sync
+        # The job's calls behave as before, errors included.
+        assert torch.tensor([2.5]).item() == 2.5
+        assert torch.ones(2).to(torch.float64).dtype == torch.float64
+        with pytest.raises(RuntimeError, match="a Tensor with 2 elements cannot be converted to Scalar"):
+            torch.zeros(2).item()
+        rt.on_manual_step(None)
+        assert rt.records[-1][R_BUDGET] is not None and rt.records[-2][R_BUDGET] is None
+        assert rt.records[-1][R_BUDGET]["syncs"] == 0  # CPU tensors: nothing waited on a GPU
+    finally:
+        rt.budget.stop()
+    assert {name: torch.Tensor.__dict__.get(name) for name in before} == before
+    assert torch.cuda.synchronize is original_sync
+
+
+def test_a_wrapper_someone_else_replaced_is_left_to_them() -> None:
+    rt = HookRuntime(torch, clock=Clock())
+    rt.budget.begin(True)
+    theirs = torch.Tensor.__dict__["tolist"]
+
+    def their_tolist(self: torch.Tensor) -> Any:
+        return theirs(self)
+
+    torch.Tensor.tolist = their_tolist  # type: ignore[method-assign] - another library patching the same method
+    try:
+        rt.budget.begin(False)
+        assert torch.Tensor.__dict__["tolist"] is their_tolist
+    finally:
+        del torch.Tensor.tolist
+        rt.budget.stop()
+    assert "tolist" not in torch.Tensor.__dict__
+
+
+class CudaLike:
+    """Stands in for a CUDA tensor (no GPU here): what _classify reads of one."""
+
+    is_cuda = True
+
+
+@pytest.mark.parametrize(("name", "tensor", "args", "kwargs", "expected"), [
+    ("to", torch.zeros(1), ("cuda",), {}, ("h2d", True)),
+    ("to", torch.zeros(1), (torch.device("cuda", 0),), {"non_blocking": True}, ("h2d", False)),
+    ("to", torch.zeros(1), (), {"device": "cuda:1", "dtype": torch.float16}, ("h2d", True)),
+    ("to", torch.zeros(1), (0,), {}, ("h2d", True)),
+    ("to", torch.zeros(1), (torch.float16,), {}, (None, True)),
+    ("to", torch.zeros(1), ("cpu",), {}, (None, True)),
+    ("to", CudaLike(), ("cpu",), {}, ("sync", True)),
+    ("to", CudaLike(), ("cpu",), {"non_blocking": True}, (None, False)),
+    ("cuda", torch.zeros(1), (), {}, ("h2d", True)),
+    ("cuda", torch.zeros(1), (0, True), {}, ("h2d", False)),
+    ("cuda", CudaLike(), (), {}, (None, True)),
+    ("copy_", CudaLike(), (torch.zeros(1),), {}, ("h2d", True)),
+    ("copy_", torch.zeros(1), (CudaLike(),), {}, ("sync", True)),
+    ("copy_", torch.zeros(1), (torch.zeros(1),), {}, (None, True)),
+    ("item", CudaLike(), (), {}, ("sync", True)),
+    ("item", torch.zeros(1), (), {}, (None, True)),
+    ("tolist", CudaLike(), (), {}, ("sync", True)),
+    ("cpu", CudaLike(), (), {}, ("sync", True)),
+])
+def test_calls_are_told_apart_by_direction(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                                           expected: tuple[str | None, bool]) -> None:
+    assert _classify(name, tensor, args, kwargs) == expected
+
+
+def test_library_files_and_the_jobs_own() -> None:
+    assert is_library_file(torch.__file__)
+    assert is_library_file(warnings.__file__)
+    assert is_library_file(budget_module.__file__)
+    assert is_library_file("<frozen importlib._bootstrap>")
+    assert not is_library_file(__file__)
+    assert first_user_frame(sys._getframe()) == (__file__, sys._getframe().f_lineno)
+
+
+def test_sync_sites_name_the_jobs_line_not_torch() -> None:
+    """torch warns from its own file (torch/storage.py:264 in the issue); the site is the line that called it."""
+    modes = [0]
+    counter = SyncCounter(lambda: modes[0], modes.append)
+    assert counter.start() is None
+    torch_file = torch.storage.__file__
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            line = sys._getframe().f_lineno + 1
+            warnings.warn_explicit(f"x {SYNC_WARNING_TEXT} y", UserWarning, torch_file, 264)
+    finally:
+        counter.stop()
+    assert counter.count == 1
+    assert counter.top_sites() == [{"file": __file__, "line": line, "count": 1}]
