@@ -15,8 +15,10 @@ from textual.containers import Container, Vertical
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import Footer
 
+from gpumon.config import save_setting
 from gpumon.jobs.discovery import AttachError, JobGroup, scan
 from gpumon.jobs.session import AttachedJob
 from gpumon.jobs.source import JobSource
@@ -26,14 +28,17 @@ from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
+from gpumon.tui.filter_input import FilterInput
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import GraphStyle
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
 from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.machine_line import MachineLine
-from gpumon.tui.process_table import ProcessTable
+from gpumon.tui.process_actions import ProcessControl
+from gpumon.tui.process_table import FilterRequested, ProcessTable
 from gpumon.tui.title_bar import TitleBar
+from gpumon.tui.view_options import ViewOptions
 
 WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
@@ -111,9 +116,12 @@ class GpumonApp(App[None]):
     """A live source stopped delivering (STALE in the title bar)."""
 
     def __init__(self, source: SnapshotSource, *, clock: Callable[[], float] = time.time, job: JobSource | None = None,
-                 jobs: Sequence[JobGroup] = (), open_job: JobOpener = AttachedJob.for_group) -> None:
+                 jobs: Sequence[JobGroup] = (), open_job: JobOpener = AttachedJob.for_group,
+                 options: ViewOptions | None = None) -> None:
         super().__init__()
         self.source = source
+        self.options = options or ViewOptions()
+        """Settings, the user and GPUs shown, where a picked theme is saved (process_actions, view_options)."""
         self.clock = clock
         self.snapshot: Snapshot | None = None
         """The snapshot on screen."""
@@ -135,6 +143,8 @@ class GpumonApp(App[None]):
         self._cpu_pane = CpuPane(id="cpu")
         self._disk_pane = DiskPane(id="disk")
         self._process_table = ProcessTable(id="processes")
+        self._process_table.control = ProcessControl(self.options.settings.read_only, self.source.live, self._ranks)
+        self._process_table.user = self.options.user
         yield self._title_bar
         with Container(id="top"):
             yield self._gpu_pane
@@ -146,10 +156,12 @@ class GpumonApp(App[None]):
         if self.job is not None:
             self._job_pane = JobPane(id="job")
             yield self._job_pane
+        yield FilterInput(self._process_table, id="filter")
         yield self._process_table
         yield Footer()
 
     def on_mount(self) -> None:
+        self._apply_settings()
         self._size_panes(self.size)
         self._update_titles()
         self.source.start(self._receive)
@@ -184,6 +196,7 @@ class GpumonApp(App[None]):
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
         """Redraw every pane from one snapshot (the source's history already holds it)."""
+        snapshot = self.options.apply(snapshot)
         self.snapshot = snapshot
         self.stale = False
         history = self.source.history
@@ -299,6 +312,51 @@ class GpumonApp(App[None]):
     def sort_processes_by(self, column: str) -> None:
         """Sort the process table by a SORT_COLUMNS key (the command palette's 'Sort processes by ...')."""
         self._process_table.sort_by(column)
+
+    def _apply_settings(self) -> None:
+        """The config file's theme, graph style, sort and hidden panes; its problems as notifications."""
+        settings = self.options.settings
+        for warning in self.options.warnings:
+            self.notify(printable(warning), severity="warning", timeout=8, markup=False)
+        if settings.theme in self.available_themes:
+            self.theme = settings.theme
+        else:
+            self.notify(f"config: theme {printable(settings.theme)!r} is not a theme here; the default is used",
+                        severity="warning", timeout=8, markup=False)
+        self._saved_theme = self.theme
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._save_theme())
+        self._gpu_pane.set_graph_style(GraphStyle(settings.graph_style))
+        if settings.default_sort != self._process_table.sort_column:
+            self._process_table.sort_by(settings.default_sort)
+        panes: dict[str, Widget] = {"gpu": self._gpu_pane, "cpu": self._cpu_pane, "disk": self._disk_pane,
+                                    "processes": self._process_table}
+        for name in settings.hidden_panes:
+            panes[name].display = False
+
+    def _save_theme(self) -> None:
+        """Keep the theme picked in the command palette in the config file (one line, nothing else touched)."""
+        path = self.options.config_file
+        if path is None or self.theme == self._saved_theme:
+            return
+        self._saved_theme = self.theme
+        error = save_setting("theme", self.theme, path)
+        if error is not None:
+            self.notify(printable(error), severity="warning", timeout=8, markup=False)
+
+    def _ranks(self) -> list[list[int]]:
+        """The ranks of every hooked job known here (attached or offered), for a job-wide signal."""
+        groups = [group.pids for group in self.offered_jobs]
+        if self.job is not None:
+            groups.append(self.job.view().pids)
+        return groups
+
+    @on(FilterRequested)
+    def _filter_requested(self, event: FilterRequested) -> None:
+        line = self.query_one(FilterInput)
+        if event.clear:
+            line.action_clear()
+        else:
+            line.open()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

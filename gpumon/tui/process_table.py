@@ -4,27 +4,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events
+from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from gpumon import units
 from gpumon.printable import printable
+from gpumon.sampling.process_tree import ProcessTreeCollector
 from gpumon.sampling.snapshot import ProcessSample
 from gpumon.tui.format import format_state
+from gpumon.tui.process_actions import ProcessControl
 from gpumon.units import MISSING
 
 BRANCH = "├─ "
 LAST_BRANCH = "└─ "
 WIDE_TABLE = 110
 """From this many columns the table also shows USER, R/s and W/s."""
+MAX_DEPTH = 32
+"""Process trees are shown this many levels deep at most."""
 MIN_COMMAND_WIDTH = 12
 CELL_PADDING = 1
+ALL_PROCESSES_EVERY_S = 1.0
+"""With all processes shown, the process list is read this often (on a worker thread)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +105,10 @@ class PidCell(Text):
 def tree_order(
     processes: Sequence[ProcessSample], sort_column: str, descending: bool
 ) -> list[tuple[ProcessSample, str]]:
-    """(process, branch) in display order: jobs sorted, each job's workers right beneath it, sorted the same way.
+    """(process, branch) in display order: jobs sorted, each job's descendants right beneath it, sorted the same way.
 
-    The branch is '' for a job, '├─ ' or '└─ ' for a worker. A pid listed twice is shown once.
+    The branch is '' for a job, '├─ ' or '└─ ' for a child, indented under its parent where trees nest (all
+    processes). A pid listed twice is shown once; trees deeper than MAX_DEPTH are cut.
     """
     sort = SORT_COLUMNS[sort_column]
 
@@ -108,16 +118,60 @@ def tree_order(
 
     seen: set[int] = set()
     rows: list[tuple[ProcessSample, str]] = []
+
+    def add_children(parent: ProcessSample, indent: str, depth: int) -> None:
+        children = [child for child in ordered(parent.children) if child.pid not in seen]
+        seen.update(child.pid for child in children)
+        for position, child in enumerate(children):
+            last = position == len(children) - 1
+            rows.append((child, indent + (LAST_BRANCH if last else BRANCH)))
+            if child.children and depth < MAX_DEPTH:
+                add_children(child, indent + ("   " if last else "│  "), depth + 1)
+
     for job in ordered(processes):
         if job.pid in seen:
             continue
         seen.add(job.pid)
         rows.append((job, ""))
-        children = [child for child in ordered(job.children) if child.pid not in seen]
-        for position, child in enumerate(children):
-            seen.add(child.pid)
-            rows.append((child, LAST_BRANCH if position == len(children) - 1 else BRANCH))
+        add_children(job, "", 1)
     return rows
+
+
+def _matches(process: ProcessSample, needle: str) -> bool:
+    return (needle in process.command.lower() or needle in (process.user or "").lower()
+            or str(process.pid).startswith(needle))
+
+
+def prune(processes: Sequence[ProcessSample], keep: Callable[[ProcessSample], bool]) -> tuple[ProcessSample, ...]:
+    """The processes `keep` accepts, each with all its descendants, and the ancestors of those (so the trees stay
+    readable)."""
+
+    def pruned(process: ProcessSample, depth: int) -> ProcessSample | None:
+        if keep(process):
+            return process
+        if depth >= MAX_DEPTH:
+            return None
+        children = tuple(kept for child in process.children if (kept := pruned(child, depth + 1)) is not None)
+        return replace(process, children=children) if children else None
+
+    return tuple(kept for process in processes if (kept := pruned(process, 0)) is not None)
+
+
+def filter_tree(processes: Sequence[ProcessSample], text: str) -> tuple[ProcessSample, ...]:
+    """The processes whose command line, user or pid (its start) holds `text` (any case), with their trees (prune).
+    Empty text: all of them."""
+    needle = text.strip().lower()
+    if not needle:
+        return tuple(processes)
+    return prune(processes, lambda process: _matches(process, needle))
+
+
+def subtree_pids(process: ProcessSample) -> set[int]:
+    """The pids of a process and all its descendants as shown."""
+    pids = {process.pid}
+    for child in process.children:
+        pids |= subtree_pids(child)
+    return pids
 
 
 def _cell(value: str, *, right: bool = True, style: str = "") -> Text:
@@ -152,6 +206,34 @@ def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, 
     }
 
 
+def with_gpu_use(trees: Sequence[ProcessSample], gpu_processes: Sequence[ProcessSample]) -> tuple[ProcessSample, ...]:
+    """Process trees with the GPU columns (GPUs, GPU memory, SM%) of the GPU processes among them."""
+    gpu_use = {process.pid: process for process in gpu_processes if process.gpu_indices}
+
+    def merged(process: ProcessSample, depth: int) -> ProcessSample:
+        use = gpu_use.get(process.pid)
+        children = tuple(merged(child, depth + 1) for child in process.children) if depth < MAX_DEPTH else ()
+        if use is None:
+            return replace(process, children=children)
+        return replace(process, gpu_indices=use.gpu_indices, gpu_memory=use.gpu_memory, sm_percent=use.sm_percent,
+                       children=children)
+
+    shown = tuple(merged(process, 0) for process in trees)
+    present: set[int] = set()
+    for process in shown:
+        present |= subtree_pids(process)
+    # A GPU process the process list does not hold (another PID namespace) is still shown.
+    return shown + tuple(process for process in gpu_processes if process.pid not in present)
+
+
+class FilterRequested(Message):
+    """`/` (open the filter line) or Esc (clear it) on the process table."""
+
+    def __init__(self, clear: bool = False) -> None:
+        super().__init__()
+        self.clear = clear
+
+
 def _signature(cell: Text) -> tuple[str, str]:
     return cell.plain, str(cell.style)
 
@@ -170,7 +252,22 @@ def column_layout(width: int) -> tuple[tuple[Column, ...], int]:
 
 
 class ProcessTable(DataTable[Text]):
-    """GPU processes and their child processes; row keys are pids and the cursor follows its pid."""
+    """GPU processes and their child processes (or every process, as trees); row keys are pids and the cursor follows
+    its pid. `/` filters the rows live; I, T, K signal the highlighted process or its whole job (process_actions)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("I", "signal('SIGINT')", "Interrupt", show=False, id="signal-int",
+                tooltip="Send SIGINT (Ctrl+C) to the highlighted process or its whole job, after a confirm"),
+        Binding("T", "signal('SIGTERM')", "Terminate", show=False, id="signal-term",
+                tooltip="Send SIGTERM to the highlighted process or its whole job, after a confirm"),
+        Binding("K", "signal('SIGKILL')", "Kill", show=False, id="signal-kill",
+                tooltip="Send SIGKILL to the highlighted process or its whole job, after a confirm"),
+        Binding("slash", "open_filter", "Filter", key_display="/", show=False, id="filter",
+                tooltip="Filter processes by command line, user or pid (Esc clears)"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="filter-clear"),
+        Binding("v", "toggle_all_processes", "All processes", show=False, id="all-processes",
+                tooltip="GPU processes only, or every process with its tree"),
+    ]
 
     DEFAULT_CSS = """
     ProcessTable {
@@ -192,6 +289,18 @@ class ProcessTable(DataTable[Text]):
         self._order: list[int] = []
         self._job_pids: frozenset[int] = frozenset()
         self._worker_pids: frozenset[int] = frozenset()
+        self.filter_text = ""
+        """Shown: only the processes whose command line, user or pid holds this (with their trees)."""
+        self.user: str | None = None
+        """Shown: only this user's processes (with their ancestors), set by the app (--user)."""
+        self.control = ProcessControl()
+        """What signalling may do here (read-only, a replay), set by the app."""
+        self.all_processes = False
+        """Every process with its tree (live only), else the GPU processes and their descendants."""
+        self._gpu_processes: Sequence[ProcessSample] = ()
+        self._every_process: tuple[ProcessSample, ...] = ()
+        self._tree_collector: ProcessTreeCollector | None = None
+        self._all_timer: Timer | None = None
 
     @property
     def cursor_pid(self) -> int | None:
@@ -207,11 +316,92 @@ class ProcessTable(DataTable[Text]):
         return list(self._order)
 
     def show(self, processes: Sequence[ProcessSample]) -> None:
-        """Show these processes; a no-op when they equal the ones shown (the sampler's slow tier repeats them)."""
-        if processes == self._processes and self._layout is not None:
+        """Show these GPU processes; a no-op when they equal the ones shown (the sampler's slow tier repeats them).
+
+        With all processes on, they only lend their GPU columns to the process trees."""
+        if processes == self._gpu_processes and self._layout is not None:
             return
-        self._processes = processes
+        self._gpu_processes = processes
+        self._show_rows()
+
+    def _show_rows(self) -> None:
+        rows = with_gpu_use(self._every_process, self._gpu_processes) if self.all_processes else self._gpu_processes
+        if self.user is not None:
+            user = self.user
+            rows = prune(rows, lambda process: process.user == user)
+        self._processes = filter_tree(rows, self.filter_text)
         self._sync()
+
+    def set_filter(self, text: str) -> None:
+        """Show only the processes whose command line, user or pid holds `text` (with their trees); '' shows all."""
+        if text != self.filter_text:
+            self.filter_text = text
+            self._show_rows()
+
+    def process(self, pid: int) -> ProcessSample | None:
+        """The shown process with this pid."""
+        def find(processes: Sequence[ProcessSample]) -> ProcessSample | None:
+            for process in processes:
+                found = process if process.pid == pid else find(process.children)
+                if found is not None:
+                    return found
+            return None
+        return find(self._processes)
+
+    def job_head(self, pid: int) -> int:
+        """The process whose job `pid` belongs to: with GPU processes, the GPU process above a worker row; with all
+        processes, the process itself (its parent may be a shell or init)."""
+        if not self.all_processes:
+            for process in self._processes:
+                if pid in subtree_pids(process):
+                    return process.pid
+        return pid
+
+    def action_signal(self, name: str) -> None:
+        pid = self.cursor_pid
+        if pid is None:
+            self.app.notify("no process highlighted", severity="warning", timeout=3)
+            return
+        shown = self.process(pid)
+        self.control.request(self.app, name, pid, self.job_head(pid), shown.command if shown is not None else "")
+
+    def action_open_filter(self) -> None:
+        self.post_message(FilterRequested())
+
+    def action_clear_filter(self) -> None:
+        self.post_message(FilterRequested(clear=True))
+
+    def action_toggle_all_processes(self) -> None:
+        """GPU processes only <-> every process with its tree (a live dashboard only)."""
+        if not self.all_processes and not self.control.live:
+            self.app.notify("a recording holds only the GPU processes and their children", timeout=4)
+            return
+        self.all_processes = not self.all_processes
+        if self.all_processes:
+            self._tree_collector = ProcessTreeCollector()
+            self._collect_every_process()
+            self._all_timer = self.set_interval(ALL_PROCESSES_EVERY_S, self._collect_every_process)
+        else:
+            if self._all_timer is not None:
+                self._all_timer.stop()
+            self._all_timer = self._tree_collector = None
+            self._every_process = ()
+        self._show_rows()
+
+    def _collect_every_process(self) -> None:
+        self.run_worker(self._collect_on_thread, thread=True, exclusive=True, group="all-processes")
+
+    def _collect_on_thread(self) -> None:
+        collector = self._tree_collector
+        if collector is None:
+            return
+        every_process = collector.collect()
+        self.app.call_from_thread(self._collected, collector, every_process)
+
+    def _collected(self, collector: ProcessTreeCollector, every_process: tuple[ProcessSample, ...]) -> None:
+        if collector is self._tree_collector:
+            self._every_process = every_process
+            self._show_rows()
 
     def highlight_job(self, job_pids: Iterable[int], worker_pids: Iterable[int] = ()) -> None:
         """Highlight the attached job's processes and its DataLoader workers (empty: no highlight)."""
@@ -341,7 +531,11 @@ class ProcessTable(DataTable[Text]):
 
     def _update_title(self) -> None:
         arrow = "▼" if self.sort_descending else "▲"
-        on_gpu = sum(1 for process in self._processes if process.gpu_indices)
+        on_gpu = sum(1 for process in self._gpu_processes if process.gpu_indices)
         title = f"Processes · {on_gpu} on GPU · sort {SORT_COLUMNS[self.sort_column].label} {arrow} (s, S)"
+        if self.all_processes:
+            title += " · all processes (v)"
+        if self.filter_text:
+            title += f" · filter {printable(self.filter_text)!r} (/, Esc clears)"
         if self.border_title != title:
             self.border_title = title
