@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon import protocol
+from gpumon.jobs.budget import BudgetShares, StepTimeBudget
 from gpumon.jobs.discovery import JobInfo
 from gpumon.jobs.step_sums import StepSums, StepSumsLog
 
@@ -46,6 +47,8 @@ class StepPoint:
     samples: int | None
     source: str
     syncs: int | None = None
+    budget: StepTimeBudget | None = None
+    """Where the step's time went, on the steps the hook budgets (one in 16)."""
 
     @property
     def gpu_busy_ms(self) -> float | None:
@@ -69,7 +72,7 @@ class StepPoint:
                 seq=int(record["seq"]), t=float(record["t"]), wall_ms=float(record["wall_ms"]),
                 data_ms=float(record.get("data_ms") or 0.0), gpu_ms=None if gpu is None else float(gpu),
                 samples=None if samples is None else int(samples), source=str(record.get("source", "")),
-                syncs=None if syncs is None else int(syncs),
+                syncs=None if syncs is None else int(syncs), budget=StepTimeBudget.from_record(record.get("budget")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -273,6 +276,11 @@ class HookedView:
         device = self.cuda.get("device")
         chosen = [d for d in devices if d.get("index") == device] if isinstance(device, int) else []
         return [str(d["uuid"]) for d in chosen or devices if d.get("uuid")]
+
+    @property
+    def budget(self) -> BudgetShares:
+        """The step time budget over the recent budgeted steps (empty, steps 0, before the first)."""
+        return BudgetShares.of(step.budget for step in self.steps if step.budget is not None)
 
     @property
     def pids(self) -> list[int]:

@@ -23,6 +23,9 @@ AnyJobView = Union[HookedView, EstimateView]
 
 LABEL_WIDTH = 8
 SHARES = (("data", "Data", "yellow"), ("gpu", "GPU", "green"), ("rest", "Rest", "magenta"))
+BUDGET_PARTS = (("data_worker", "load", "yellow"), ("data_collate", "collate", "bright_yellow"),
+                ("h2d", "H2D", "cyan"), ("sync_wait", "sync", "red"), ("rest", "py", "magenta"))
+"""The step time budget's parts (attribute of BudgetShares, label, colour), in the order of its bar."""
 """The step-time shares: attribute of Breakdown, label, colour."""
 CATEGORY_STYLES = {
     "data_wait": "yellow", "cuda_sync": "red", "forward": "green", "backward": "cyan", "optimizer": "blue",
@@ -94,6 +97,29 @@ def step_line(view: HookedView, width: int) -> Text:
     bar_width = max(8, min(40, width - LABEL_WIDTH - legend.cell_len - 1))
     text.append_text(stacked_bar([(breakdown.data, "yellow"), (breakdown.gpu, "green"), (breakdown.rest, "magenta")],
                                  bar_width))
+    text.append_text(legend)
+    return text
+
+
+def budget_line(view: HookedView, width: int) -> Text | None:
+    """'Budget  ███▒▒▒▒░░·  load 5% collate 41% H2D 47% (pageable 3.3 GB/s) sync 0% py 7% · GPU 6%': the
+    budgeted steps' host time by part, the GPU's busy share beside it. None before the first budgeted step."""
+    budget = view.budget
+    if not budget.steps:
+        return None
+    legend = Text(no_wrap=True, end="")
+    for attribute, label, style in BUDGET_PARTS:
+        share = getattr(budget, attribute)
+        legend.append(f" {label} {units.share(share)}", style=style)
+        if attribute == "h2d" and budget.h2d_rate is not None:
+            pinned = "pageable" if (budget.pageable or 0.0) >= 0.5 else "pinned"
+            legend.append(f" ({pinned} {units.rate(budget.h2d_rate)})", style=style)
+    if budget.gpu is not None:
+        legend.append(f" · GPU {units.share(budget.gpu)}", style="green")
+    text = _label("Budget")
+    bar_width = max(8, min(40, width - LABEL_WIDTH - legend.cell_len - 1))
+    parts = [(getattr(budget, attribute), style) for attribute, _name, style in BUDGET_PARTS]
+    text.append_text(stacked_bar(parts, bar_width))
     text.append_text(legend)
     return text
 
@@ -237,12 +263,14 @@ def hooked_lines(view: HookedView, width: int, max_lines: int) -> list[Text]:
             lines.append(loader_line(view))
         return lines[:max_lines]
     ranks = rank_lines(view.ranks, view.straggler, width) if view.ranks else []
-    fixed = [step_line(view, width), rate_line(view, width)]
+    budget = budget_line(view, width)
+    step = [step_line(view, width), *([budget] if budget is not None else [])]
+    rate = rate_line(view, width)
     details = [memory_line(view), loader_line(view), precision_line(view)]
-    room = max_lines - len(lines) - len(fixed) - len(ranks)
+    room = max_lines - len(lines) - len(step) - 1 - len(ranks)
     full_shares = share_lines(view, width, compact=False)
     shares = full_shares if room - len(full_shares) >= len(details) else share_lines(view, width, compact=True)
-    lines += [fixed[0], *shares, fixed[1], *ranks, *details]
+    lines += [*step, *shares, rate, *ranks, *details]
     return lines[:max(1, max_lines)]
 
 

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import sys
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
 from hook_helpers import collect_records
 
+from gpumon import units
 from gpumon.hook import budget as budget_module
 from gpumon.hook.budget import BUDGET_EVERY, _classify
 from gpumon.hook.runtime import R_BUDGET, HookRuntime
 from gpumon.hook.sync_counter import SYNC_WARNING_TEXT, SyncCounter
 from gpumon.hook.user_frame import first_user_frame, is_library_file
+from gpumon.jobs.budget import PARTS as BUDGET_PART_NAMES
 from gpumon.jobs.connection import HookConnection
+from gpumon.jobs.jobstate import replay_messages
+from gpumon.tui.job_pane import budget_line
 
 PARTS = ("data_worker_ms", "data_collate_ms", "h2d_ms", "sync_wait_ms", "rest_ms")
 
@@ -39,6 +44,18 @@ def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -
         assert (budget["h2d_bytes"], budget["h2d_copies"], budget["syncs"]) == (0, 0, 0)  # a CPU job
         assert budget["gpu_ms"] is None
     assert job.release() == 0, job.stderr()
+    # The monitor's side: the budget carried into the view, its shares, the job pane's bar.
+    steps_message = {"type": "steps", "records": [records[seq] for seq in sorted(records)]}
+    view = replay_messages([steps_message], pid=job.pid).view()
+    shares = view.budget
+    assert shares.steps == 2 and shares.gpu is None and shares.pageable is None
+    assert sum(getattr(shares, part) for part in BUDGET_PART_NAMES) == pytest.approx(1.0)
+    assert shares.data_collate > 0.1 and shares.data == pytest.approx(
+        sum(records[s]["data_ms"] for s in (16, 32)) / sum(records[s]["wall_ms"] for s in (16, 32)), abs=1e-3)
+    line = budget_line(view, 120)
+    assert line is not None and line.plain.startswith("Budget") and f"collate {units.share(shares.data_collate)}" \
+        in line.plain
+    assert budget_line(replace(view, steps=tuple(s for s in view.steps if s.budget is None)), 120) is None
 
 
 class Clock:
