@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from gpumon import __version__
 from gpumon.cli import attach, demo, diagnose, experiment, exporter, jobs, record, replay, run, snapshot
-from gpumon.cli.base import CliError, Parser, add_interval_argument, run_handler
-from gpumon.cli.dashboard import run_dashboard
+from gpumon.cli.base import CliError, Parser, run_handler
+from gpumon.cli.dashboard import add_dashboard_arguments, run_dashboard
 
 COMMANDS = (snapshot, record, replay, run, attach, jobs, diagnose, experiment, demo, exporter)
 
@@ -21,7 +21,7 @@ def build_parser() -> Parser:
         description="Live dashboard of GPUs, CPU, GPU processes and disks: why is my GPU underused?",
     )
     parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
-    add_interval_argument(parser)
+    add_dashboard_arguments(parser)
     parser.set_defaults(handler=run_dashboard)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for command in COMMANDS:

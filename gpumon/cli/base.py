@@ -79,12 +79,14 @@ def interval_seconds(text: str) -> float:
     return value
 
 
-def add_interval_argument(parser: argparse.ArgumentParser) -> None:
+def add_interval_argument(parser: argparse.ArgumentParser, default: float | None = 1.0) -> None:
+    """--interval; a default of None leaves it to the config file (the dashboard)."""
     parser.add_argument(
         "--interval",
         type=interval_seconds,
-        default=1.0,
-        help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_INTERVAL:g} (default 1)",
+        default=default,
+        help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_INTERVAL:g} "
+             + ("(default 1)" if default == 1.0 else "(default: the config file's, else 1)"),
     )
 
 

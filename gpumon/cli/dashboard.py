@@ -1,8 +1,56 @@
-"""`gpumon` with no command: the dashboard, offering this user's hooked jobs in a picker first."""
+"""`gpumon` with no command: the dashboard, offering this user's hooked jobs in a picker first; the view flags it
+shares with `gpumon replay` (--read-only, --user, --only, --only-visible) and the config file."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import sys
+from dataclasses import replace
+
+from gpumon.cli.base import add_interval_argument
+from gpumon.config import config_path, load_settings
+from gpumon.tui.view_options import ViewOptions, visible_devices
+
+_GPU_ID = re.compile(r"\d{1,4}|(GPU|MIG)-[0-9A-Fa-f-]{1,64}")
+
+
+def gpu_list(text: str) -> frozenset[str]:
+    """--only: GPU indices or UUID prefixes, comma-separated ('0,2' or 'GPU-8f3c')."""
+    entries = [entry.strip() for entry in text.split(",")]
+    for entry in entries:
+        if not _GPU_ID.fullmatch(entry):
+            raise argparse.ArgumentTypeError(f"{entry!r} is not a GPU index or UUID (e.g. --only 0,2)")
+    return frozenset(str(int(entry)) if entry.isdigit() else entry for entry in entries)
+
+
+def add_view_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags the live dashboard and `gpumon replay` share."""
+    parser.add_argument("--read-only", action="store_true",
+                        help="no process control: I, T and K send no signals (also: read_only = true in the config)")
+    parser.add_argument("--user", metavar="NAME", help="show only this user's processes")
+    gpus = parser.add_mutually_exclusive_group()
+    gpus.add_argument("--only", type=gpu_list, metavar="0,2", help="show only these GPUs (indices or UUIDs)")
+    gpus.add_argument("--only-visible", action="store_true",
+                      help="show only the GPUs CUDA_VISIBLE_DEVICES names (all when it is unset)")
+
+
+def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
+    add_interval_argument(parser, default=None)
+    add_view_arguments(parser)
+
+
+def view_options(args: argparse.Namespace) -> ViewOptions:
+    """The config file's settings (its problems printed, one line each) with the command line's flags on top."""
+    path = config_path()
+    settings, warnings = load_settings(path)
+    for warning in warnings:
+        print(f"gpumon: {warning}", file=sys.stderr)
+    if args.read_only:
+        settings = replace(settings, read_only=True)
+    gpus = args.only if args.only is not None else visible_devices(os.environ) if args.only_visible else None
+    return ViewOptions(settings=settings, user=args.user, gpus=gpus, config_file=path, warnings=tuple(warnings))
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
@@ -11,6 +59,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.app import GpumonApp
 
-    app = GpumonApp(Sampler(interval=args.interval), jobs=scan().groups)
+    options = view_options(args)
+    interval = args.interval if args.interval is not None else options.settings.interval
+    app = GpumonApp(Sampler(interval=interval), jobs=scan().groups, options=options)
     app.run()
     return app.return_code or 0

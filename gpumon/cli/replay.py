@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from gpumon.cli.base import CliError, Subparsers, positive_float, subcommand
+from gpumon.cli.dashboard import add_view_arguments, view_options
 
 
 def register(subparsers: Subparsers) -> None:
@@ -13,6 +14,7 @@ def register(subparsers: Subparsers) -> None:
                         description="Open the dashboard on a recording.", handler=run_replay)
     parser.add_argument("file", type=Path, help="a file written by `gpumon record`")
     parser.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (+/- change it live)")
+    add_view_arguments(parser)
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -24,6 +26,6 @@ def run_replay(args: argparse.Namespace) -> int:
         snapshots = read_recording(args.file)
     except RecordingError as error:
         raise CliError(str(error)) from None
-    app = GpumonApp(Replayer(snapshots, speed=args.speed, name=args.file.name))
+    app = GpumonApp(Replayer(snapshots, speed=args.speed, name=args.file.name), options=view_options(args))
     app.run()
     return app.return_code or 0

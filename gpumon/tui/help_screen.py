@@ -20,6 +20,11 @@ KEYS = (
     ("t", "GPU graphs in braille (2x4 dots a cell) or block characters"),
     ("← → End", "while paused: scroll the GPU graphs back / forward through the history (10 min) / to the newest"),
     ("↑ ↓ PgUp PgDn", "move in the process table; the highlight stays on its process"),
+    ("/", "filter processes by command line, user or pid as you type; Enter keeps it, Esc clears it"),
+    ("v", "GPU processes only / every process with its tree (live only)"),
+    ("I T K", "send SIGINT / SIGTERM / SIGKILL to the highlighted process, or to its whole job (its launcher, ranks "
+              "and DataLoader workers), after a confirm (p: process, j: job, n or escape: nothing); your own "
+              "processes unless root; never with --read-only or on a replay"),
     ("?", "this help (escape closes it)"),
     ("ctrl+p", "command palette: every action by name"),
 )
