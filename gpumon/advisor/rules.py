@@ -10,11 +10,12 @@ evidence that says nothing stood out: the advisor never invents a problem.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon import units
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
+from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE
 
 INPUT_BOUND = "input_bound"
 HOST_SYNC = "host_sync"
@@ -104,6 +105,8 @@ MIN_SEVERITY = 0.15
 """A candidate costing less than this share of the time is not worth naming."""
 PYSPY_CONFIDENCE = 0.7
 """Confidence factor for figures estimated from py-spy samples rather than measured by the hook."""
+SOURCE_LINE_CONFIDENCE = 0.5
+"""The py-spy sync confidence where the syncs were only read from source lines (without --native)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +267,12 @@ def rule_data(signals: Signals) -> Candidate | None:
                        workers_in_disk_wait=_round(signals.workers_in_disk_wait))
         evidence = _join(wait_text, ", ".join(io_parts), loader_text)
         return Candidate(IO_BOUND, data, confidence * (1.0 if sum(io_signs) >= 2 else 0.8), evidence, numbers)
-    evidence = _join(wait_text, loader_text, _cores_part(signals), _gpu_part(signals))
+    collate_text = None
+    if signals.data_collate_share is not None and signals.data_collate_share >= 0.05:
+        collate_text = f"the main process's collate_fn takes {pct(signals.data_collate_share)} of each step"
+        numbers.update(data_collate_share=_round(signals.data_collate_share),
+                       data_worker_share=_round(signals.data_worker_share))
+    evidence = _join(wait_text, collate_text, loader_text, _cores_part(signals), _gpu_part(signals))
     return Candidate(INPUT_BOUND, data, confidence, evidence, numbers)
 
 
@@ -284,18 +292,35 @@ def rule_host_sync(signals: Signals) -> Candidate | None:
         share = signals.pyspy.get("cuda_sync")
         if share is None or share < PYSPY_SYNC_SHARE:
             return None
-        evidence = _join(f"main thread in a CUDA sync in {pct(share)} of py-spy samples", _gpu_part(signals))
-        return Candidate(HOST_SYNC, share, 0.6 * PYSPY_CONFIDENCE, evidence,
-                         {"pyspy_cuda_sync": _round(share), "gpu_util": _round(signals.gpu_util)})
+        evidence_counts = signals.pyspy_sync_evidence
+        seen = sum(evidence_counts.values())
+        from_source = evidence_counts.get(SYNC_SOURCE, 0)
+        how = None
+        confidence = 0.6 * PYSPY_CONFIDENCE
+        if seen and evidence_counts.get(SYNC_NATIVE, 0) >= seen / 2:
+            how = "seen in CUDA's own wait functions (py-spy --native)"
+            confidence = 0.75 * PYSPY_CONFIDENCE
+        elif seen and from_source >= seen / 2:
+            how = "read from the source line (.item(), .cpu()...): C++ frames are not sampled"
+            confidence = SOURCE_LINE_CONFIDENCE * PYSPY_CONFIDENCE
+        evidence = _join(f"main thread in a CUDA sync in {pct(share)} of py-spy samples", how, _gpu_part(signals))
+        return Candidate(HOST_SYNC, share, confidence, evidence,
+                         {"pyspy_cuda_sync": _round(share), "gpu_util": _round(signals.gpu_util),
+                          "sync_evidence": dict(evidence_counts)})
     syncs = signals.syncs_per_step
+    if syncs is None and signals.budget_syncs_per_step:
+        syncs = signals.budget_syncs_per_step
     if syncs is None or syncs < SYNCS_PER_STEP or idle is None:
         return None
-    unexplained = max(0.0, idle - data)
+    unexplained = max(0.0, idle - data - (signals.h2d_share or 0.0))
     if unexplained < UNEXPLAINED_IDLE:
         return None
     severity = unexplained * (1.0 if syncs >= MANY_SYNCS else 0.6)
     site = f" (most at {signals.sync_sites[0]})" if signals.sync_sites else ""
-    evidence = _join(f"{syncs:.0f} host-device sync{'s' if round(syncs) != 1 else ''} per step{site}",
+    wait = None
+    if signals.sync_wait_share is not None:
+        wait = f"the host waits in them {pct(signals.sync_wait_share)} of each step"
+    evidence = _join(f"{syncs:.0f} host-device sync{'s' if round(syncs) != 1 else ''} per step{site}", wait,
                      f"GPU idle {pct(idle)} of the time", _gpu_part(signals))
     numbers = {"syncs_per_step": _round(syncs), "gpu_idle": _round(idle), "data_share": _round(data),
                "sync_sites": list(signals.sync_sites[:3])}
@@ -334,8 +359,31 @@ def rule_launch(signals: Signals) -> Candidate | None:
     return Candidate(LAUNCH_BOUND, (1.0 - util / 100.0) * 0.8, 0.4 * _source_factor(signals), evidence, numbers)
 
 
+def _budget_transfer(signals: Signals) -> Candidate | None:
+    """transfer_bound from the hook's step budget: the host's time in host->device copies is their cost."""
+    share = signals.h2d_share or 0.0
+    pageable = signals.h2d_pageable
+    copied = signals.h2d_bytes_per_step or 0.0
+    where = None
+    if pageable is not None:
+        where = (f"{pct(pageable)} from pageable memory (pin_memory off: synchronous copies)" if pageable >= 0.5
+                 else f"{pct(1.0 - pageable)} from pinned memory")
+    evidence = _join(f"host->device copies take {pct(share)} of each step",
+                     f"{gib(copied)} per step at {rate(signals.h2d_rate)}", where, _gpu_part(signals))
+    numbers = {"h2d_share": _round(share), "h2d_bytes_per_step": _round(copied, 0),
+               "h2d_rate": _round(signals.h2d_rate, 0), "h2d_pageable": _round(pageable),
+               "pin_memory": signals.pin_memory, "gpu_util": _round(signals.gpu_util)}
+    confidence = 0.85 if pageable is not None and pageable >= 0.5 else 0.7
+    return Candidate(TRANSFER_BOUND, share, confidence, evidence, numbers)
+
+
 def rule_transfer(signals: Signals) -> Candidate | None:
-    if not signals.has_gpu or signals.gpu_util is None:
+    """transfer_bound: from the step budget where the hook measured one, else from PCIe traffic of an idle GPU."""
+    if not signals.has_gpu:
+        return None
+    if signals.budget_steps and signals.h2d_share is not None:
+        return _budget_transfer(signals)
+    if signals.gpu_util is None:
         return None
     traffic = (signals.pcie_rx or 0.0) + (signals.pcie_tx or 0.0)
     if signals.pcie_rx is None and signals.pcie_tx is None:
@@ -343,8 +391,8 @@ def rule_transfer(signals: Signals) -> Candidate | None:
     threshold = PCIE_TRANSFER_PAGEABLE if signals.pin_memory is False else PCIE_TRANSFER
     if traffic < threshold or signals.gpu_util >= TRANSFER_UTIL:
         return None
-    if (signals.data_share or 0.0) >= 0.5:
-        return None  # the data wait explains the idle GPU better
+    # The idle time the data wait does not explain is what the copies can cost (both can share a step).
+    severity = min((1.0 - signals.gpu_util / 100.0) * 0.9, max(0.0, 1.0 - (signals.data_share or 0.0)))
     direction = "host->device" if (signals.pcie_rx or 0.0) >= (signals.pcie_tx or 0.0) else "device->host"
     pinned = None
     if signals.pin_memory is False:
@@ -354,7 +402,7 @@ def rule_transfer(signals: Signals) -> Candidate | None:
     numbers = {"pcie_rx": _round(signals.pcie_rx, 0), "pcie_tx": _round(signals.pcie_tx, 0),
                "gpu_util": _round(signals.gpu_util), "pin_memory": signals.pin_memory}
     confidence = (0.8 if signals.pin_memory is False else 0.65) * _source_factor(signals)
-    return Candidate(TRANSFER_BOUND, (1.0 - signals.gpu_util / 100.0) * 0.9, confidence, evidence, numbers)
+    return Candidate(TRANSFER_BOUND, severity, confidence, evidence, numbers)
 
 
 def _reduced_precision(signals: Signals) -> bool | None:
@@ -366,6 +414,25 @@ def _reduced_precision(signals: Signals) -> bool | None:
     if signals.autocast is None and signals.tf32_matmul is None:
         return None
     return False
+
+
+def precision_flags(signals: Signals) -> str:
+    """The job's precision settings, each as it is: 'no autocast, TF32 off for matmuls, on for cuDNN convolutions'."""
+    parts = []
+    if signals.autocast is False:
+        parts.append("no autocast")
+    matmul = signals.tf32_matmul or signals.float32_matmul_precision in ("high", "medium")
+    matmul_known = signals.tf32_matmul is not None or signals.float32_matmul_precision is not None
+    cudnn = signals.tf32_cudnn
+    if matmul_known and cudnn is not None and bool(matmul) == cudnn:
+        parts.append(f"TF32 {'on' if cudnn else 'off'}")
+    else:
+        if matmul_known:
+            parts.append(f"TF32 {'on' if matmul else 'off'} for matmuls")
+        if cudnn is not None:
+            parts.append(f"{'on' if cudnn else 'off'} for cuDNN convolutions" if matmul_known
+                         else f"TF32 {'on' if cudnn else 'off'} for cuDNN convolutions")
+    return ", ".join(parts)
 
 
 def gpu_busy(signals: Signals) -> bool:
@@ -381,19 +448,20 @@ def rule_precision(signals: Signals) -> Candidate | None:
     if tensor is not None:
         if tensor >= TENSOR_LOW or reduced is True:
             return None
-        flags = "fp32 math (no autocast, TF32 off)" if reduced is False else "no reduced-precision math seen"
+        flags = f"fp32 math ({precision_flags(signals)})" if reduced is False else "no reduced-precision math seen"
         evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} but tensor-core activity {pct100(tensor)}", flags)
         confidence = (0.85 if reduced is False else 0.6) * _source_factor(signals)
         severity = 0.5
     else:
         if reduced is not False:
             return None
-        evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} with fp32 math (no autocast, TF32 off)",
+        evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} with fp32 math ({precision_flags(signals)})",
                          "no tensor-core figures on this GPU")
         confidence = 0.45
         severity = 0.35
     numbers = {"gpu_util": _round(signals.gpu_util), "sm_activity": _round(signals.sm_activity),
-               "tensor_activity": _round(tensor), "autocast": signals.autocast, "tf32_matmul": signals.tf32_matmul}
+               "tensor_activity": _round(tensor), "autocast": signals.autocast, "tf32_matmul": signals.tf32_matmul,
+               "tf32_cudnn": signals.tf32_cudnn}
     return Candidate(LOW_PRECISION, severity, confidence, evidence, numbers)
 
 
@@ -511,13 +579,25 @@ def _healthy(signals: Signals) -> Finding:
                    numbers=numbers, source=signals.source, advice_text=advice)
 
 
+def _within_the_step(candidates: list[Candidate]) -> list[Candidate]:
+    """Each candidate's severity is a share of the step time: in order of weight, each is given at most what the
+    ones before left, so the shares add up to at most 100% (and none is dropped)."""
+    left = 1.0
+    out = []
+    for candidate in candidates:
+        share = max(0.0, min(candidate.severity, left))
+        left -= share
+        out.append(replace(candidate, severity=share))
+    return out
+
+
 def diagnose(signals: Signals) -> Finding:
     """The dominant bottleneck of the job (or `healthy`), with the other problems found as secondary findings."""
     candidates = [c for rule in RULES if (c := rule(signals)) is not None and c.severity >= MIN_SEVERITY]
     if not candidates:
         return _healthy(signals)
     candidates.sort(key=lambda c: c.severity * c.confidence, reverse=True)
-    primary, *others = candidates
+    primary, *others = _within_the_step(candidates)
     secondary = tuple(_finding(c, signals.source) for c in others)
     finding = _finding(primary, signals.source)
     return Finding(category=finding.category, evidence=finding.evidence, confidence=finding.confidence,

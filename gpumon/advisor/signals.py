@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from gpumon.jobs.budget import BudgetShares
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
 from gpumon.jobs.pyspy import EstimateView
 from gpumon.jobs.source import JobView
@@ -104,6 +105,22 @@ class Signals:
     """Host-device synchronizations per step, from a diagnosis window; None when not counted."""
     sync_sites: tuple[str, ...] = ()
     """"file:line (count)" of the most frequent sync sites."""
+    # -- the step time budget (hook, sampled steps): shares of their wall time, the first five add up to 1
+    budget_steps: int | None = None
+    """Budgeted steps in the window; None: no budget (an older hook, or no sampled step yet)."""
+    data_worker_share: float | None = None
+    data_collate_share: float | None = None
+    h2d_share: float | None = None
+    sync_wait_share: float | None = None
+    python_share: float | None = None
+    """The rest of the Python step (launches, optimizer, the script's code)."""
+    h2d_bytes_per_step: float | None = None
+    h2d_pageable: float | None = None
+    """Share of the copied bytes from pageable host memory."""
+    h2d_rate: float | None = None
+    """Bytes/s while copying host->device."""
+    budget_syncs_per_step: float | None = None
+    """Calls that waited on the GPU per budgeted step (.item(), .cpu(), synchronize...)."""
     # -- the DataLoader (hook)
     num_workers: int | None = None
     pin_memory: bool | None = None
@@ -142,6 +159,8 @@ class Signals:
     pyspy: Mapping[str, float] = field(default_factory=dict)
     """Share of main-thread samples per py-spy category (data_wait, cuda_sync, forward, ...)."""
     pyspy_samples: int | None = None
+    pyspy_sync_evidence: Mapping[str, int] = field(default_factory=dict)
+    """py-spy CUDA sync samples by how they were recognised (native frame, torch function, source text only)."""
 
     @property
     def has_gpm(self) -> bool:
@@ -158,6 +177,7 @@ class Signals:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["pyspy"] = dict(self.pyspy)
+        data["pyspy_sync_evidence"] = dict(self.pyspy_sync_evidence)
         return data
 
     @classmethod
@@ -170,6 +190,7 @@ class Signals:
         for name in ("worker_cpu", "sync_sites"):
             values[name] = tuple(data.get(name) or ())
         values["pyspy"] = dict(data.get("pyspy") or {})
+        values["pyspy_sync_evidence"] = dict(data.get("pyspy_sync_evidence") or {})
         return cls(**values)
 
 
@@ -396,10 +417,25 @@ def _values_from_sums(sums: WindowSums) -> dict[str, Any]:
     )
 
 
+def _budget_values(view: HookedView, start: float | None, end: float | None) -> dict[str, Any]:
+    """The step time budget over the window's budgeted steps (else the view's latest ones)."""
+    budgets = [s.budget for s in steps_in_window(view.steps, start, end) if s.budget is not None]
+    shares = BudgetShares.of(budgets) if budgets else view.budget
+    if not shares.steps:
+        return {}
+    return dict(
+        budget_steps=shares.steps, data_worker_share=shares.data_worker, data_collate_share=shares.data_collate,
+        h2d_share=shares.h2d, sync_wait_share=shares.sync_wait, python_share=shares.rest,
+        h2d_bytes_per_step=shares.h2d_bytes_per_step, h2d_pageable=shares.pageable, h2d_rate=shares.h2d_rate,
+        budget_syncs_per_step=shares.syncs_per_step,
+    )
+
+
 def _hook_values(
     view: HookedView, start: float | None, end: float | None, diagnosis: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     values: dict[str, Any] = _step_values(view, start, end)
+    values.update(_budget_values(view, start, end))
     diagnosis = diagnosis if diagnosis is not None else view.diagnosis
     if diagnosis and diagnosis.get("available") and diagnosis.get("steps"):
         values["syncs_per_step"] = float(diagnosis.get("syncs_total", 0)) / float(diagnosis["steps"])
@@ -485,6 +521,7 @@ def build_signals(
         fractions = job.recent_fractions if job.recent_samples else job.fractions
         values["pyspy"] = {k: round(v, 4) for k, v in fractions.items()}
         values["pyspy_samples"] = job.recent_samples or job.samples
+        values["pyspy_sync_evidence"] = dict(job.recent_sync_evidence if job.recent_samples else job.sync_evidence)
     pids = [pid] if pid is not None else []
     # A hooked job whose CUDA is not initialized computes on the CPU: the machine's GPUs are not its GPUs.
     indices = [] if values.get("device") == "cpu" else job_gpu_indices(window, pids, uuids)

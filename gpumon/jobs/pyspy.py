@@ -93,7 +93,19 @@ class ThreadStack:
 
 _SYNC_LINE = re.compile(
     r"\.(item|tolist|cpu|numpy)\(\s*\)|\.synchronize\(|\.to\(\s*['\"]cpu['\"]|\.nonzero\(|\.elapsed_time\("
+    r"|\bprint\(|\bfloat\("
 )
+_NATIVE_SYNC = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize"
+                          r"|cuEventSynchronize|cuCtxSynchronize|cudaMemcpy|cuMemcpy)")
+"""C functions (libcudart, libcuda) in which a thread waits for the GPU, seen only with py-spy --native."""
+SYNC_NATIVE = "native"
+SYNC_TORCH = "torch"
+SYNC_SOURCE = "source"
+SYNC_EVIDENCE = (SYNC_NATIVE, SYNC_TORCH, SYNC_SOURCE)
+"""How a CUDA sync sample was recognised: a native CUDA frame, a torch sync function, or only the source text of
+the job's line (the least sure: e.g. a print() of a CPU value reads the same)."""
+NATIVE_COST = ("--native also unwinds C/C++ frames: each sample costs py-spy several times more (the job is still "
+               "never paused), in return syncs inside .item()/.cpu() show as cudaStreamSynchronize and the like")
 _SYNC_FUNCTIONS = {"synchronize", "_local_scalar_dense", "elapsed_time"}
 _BACKWARD_FUNCTIONS = {"backward", "_engine_run_backward", "run_backward", "grad"}
 
@@ -112,25 +124,63 @@ def _in(frame: Frame, *parts: str) -> bool:
     return any(part in path for part in parts)
 
 
-def classify_stack(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> str:
-    """The category of one main-thread stack (frames innermost first).
+def is_native(frame: Frame) -> bool:
+    """A C/C++ frame (py-spy --native): a shared library or no Python file."""
+    return not frame.file.endswith(".py") and (".so" in frame.file or not frame.line)
 
-    In order: inside DataLoader iteration (any frame in torch/utils/data) is a data wait; an innermost frame that
-    synchronizes (torch.cuda.synchronize, Event/Stream.synchronize, or a source line with .item() .cpu()
-    .tolist() .numpy() .nonzero() .to("cpu")) is a CUDA sync; then backward (autograd), optimizer
-    (torch/optim, GradScaler, grad clipping), forward (torch/nn modules and functional, compiled code);
-    anything else is elsewhere. Without py-spy --native, C++ frames are invisible: a blocking .item() shows as
-    the Python line that calls it, hence the source-line rule.
+
+def is_library(frame: Frame) -> bool:
+    """Torch, the standard library, site-packages, frozen or native code: not the job's own."""
+    path = frame.file.replace("\\", "/")
+    return (is_native(frame) or path.startswith(("torch/", "<frozen")) or "/site-packages/" in path
+            or "/dist-packages/" in path or "/lib/python3" in path or "/torch/" in path)
+
+
+def user_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame of the job's own code (outside torch, the standard library and site-packages)."""
+    return next((frame for frame in frames if not is_library(frame)), None)
+
+
+def classify_stack(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> str:
+    """The category of one main-thread stack (frames innermost first); see classify_stack_how."""
+    return classify_stack_how(frames, source_line)[0]
+
+
+def classify_stack_how(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> tuple[str, str | None]:
+    """The category of one main-thread stack (frames innermost first) and, for a CUDA sync, how it was seen.
+
+    In order: inside DataLoader iteration (any frame in torch/utils/data) is a data wait; a native CUDA wait
+    (cudaStreamSynchronize, cuEventSynchronize, cuMemcpy*... with py-spy --native) is a CUDA sync; so is an
+    innermost Python frame that synchronizes (torch.cuda.synchronize, Event/Stream.synchronize) or whose source
+    line has .item() .cpu() .tolist() .numpy() .nonzero() .to("cpu") float() print(); then backward (autograd),
+    optimizer (torch/optim, GradScaler, grad clipping), forward (torch/nn modules and functional, compiled
+    code); then a job's own line with such a call below which only other library code runs (print(tensor) goes
+    through torch's formatting) is a CUDA sync too; anything else is elsewhere. Without --native, C++ frames are
+    invisible: a blocking .item() shows as the Python line that calls it, hence the source-line rules.
     """
     if not frames:
-        return ELSEWHERE
+        return ELSEWHERE, None
     if any(_in(frame, "torch/utils/data/") for frame in frames):
-        return DATA_WAIT
-    innermost = frames[0]
+        return DATA_WAIT, None
+    if any(is_native(frame) and _NATIVE_SYNC.match(frame.function) for frame in frames):
+        return CUDA_SYNC, SYNC_NATIVE
+    python_frames = [frame for frame in frames if not is_native(frame)] or list(frames)
+    innermost = python_frames[0]
     if innermost.function in _SYNC_FUNCTIONS and _in(innermost, "torch/cuda/", "torch/"):
-        return CUDA_SYNC
+        return CUDA_SYNC, SYNC_TORCH
     if _SYNC_LINE.search(source_line(innermost.file, innermost.line) or ""):
-        return CUDA_SYNC
+        return CUDA_SYNC, SYNC_SOURCE
+    phase = _phase(python_frames)
+    if phase != ELSEWHERE:
+        return phase, None
+    own = user_frame(python_frames)
+    if own is not None and own is not innermost and _SYNC_LINE.search(source_line(own.file, own.line) or ""):
+        return CUDA_SYNC, SYNC_SOURCE
+    return ELSEWHERE, None
+
+
+def _phase(frames: Sequence[Frame]) -> str:
+    """backward, optimizer, forward or elsewhere, from the torch frames on the stack."""
     if any(frame.function in _BACKWARD_FUNCTIONS and _in(frame, "torch/autograd/", "torch/_tensor.py")
            for frame in frames):
         return BACKWARD
@@ -358,7 +408,13 @@ class EstimateView:
     timeline: tuple[Mapping[str, float], ...] = ()
     """Per round: the fraction of each category."""
     hot_frames: Mapping[str, str] = field(default_factory=dict)
-    """Per category, the most frequent innermost frame in the recent rounds."""
+    """Per category, the most frequent innermost frame in the recent rounds (for a CUDA sync: the job's own
+    frame that called it)."""
+    sync_evidence: Mapping[str, int] = field(default_factory=dict)
+    """CUDA sync samples since the start by how they were recognised (SYNC_EVIDENCE)."""
+    recent_sync_evidence: Mapping[str, int] = field(default_factory=dict)
+    native: bool = False
+    """Sampled with py-spy --native (C/C++ frames seen)."""
     ended: bool = False
     end_reason: str | None = None
     started: float = 0.0
@@ -408,6 +464,9 @@ class EstimateView:
             "recent_samples": self.recent_samples,
             "recent_fractions": {c: round(v, 4) for c, v in self.recent_fractions.items()},
             "hot_frames": dict(self.hot_frames), "ended": self.ended, "end_reason": self.end_reason,
+            "sync_evidence": {how: self.sync_evidence.get(how, 0) for how in SYNC_EVIDENCE},
+            "recent_sync_evidence": {how: self.recent_sync_evidence.get(how, 0) for how in SYNC_EVIDENCE},
+            "native": self.native,
         }
 
 
@@ -418,8 +477,10 @@ class PySpySampler:
     """
 
     def __init__(self, pid: int, *, rate: int = RATE, round_s: int = ROUND_S, pyspy: str | None = None,
-                 source_line: SourceLine = linecache_line) -> None:
+                 source_line: SourceLine = linecache_line, native: bool = False) -> None:
         self.pid = pid
+        self.native = native
+        """py-spy --native (see NATIVE_COST)."""
         self.rate = rate
         self.round_s = max(1, int(round_s))
         self.pyspy = pyspy or find_pyspy()
@@ -427,7 +488,9 @@ class PySpySampler:
         self.command = process_command(pid)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._recent: deque[tuple[Counter[str], Counter[tuple[str, str]]]] = deque(maxlen=RECENT_ROUNDS)
+        self._recent: deque[tuple[Counter[str], Counter[tuple[str, str]], Counter[str]]] = deque(
+            maxlen=RECENT_ROUNDS)
+        self._sync_evidence: Counter[str] = Counter()
         self._timeline: deque[Mapping[str, float]] = deque(maxlen=TIMELINE_ROUNDS)
         self._rounds = 0
         self._ended = False
@@ -473,9 +536,11 @@ class PySpySampler:
         with self._lock:
             recent: Counter[str] = Counter()
             frames: Counter[tuple[str, str]] = Counter()
-            for counts, hot in self._recent:
+            recent_evidence: Counter[str] = Counter()
+            for counts, hot, evidence in self._recent:
                 recent.update(counts)
                 frames.update(hot)
+                recent_evidence.update(evidence)
             hot_frames: dict[str, str] = {}
             for (category, frame), _count in frames.most_common():
                 hot_frames.setdefault(category, frame)
@@ -483,7 +548,8 @@ class PySpySampler:
                 pid=self.pid, command=self.command, rate=self.rate, round_s=self.round_s, rounds=self._rounds,
                 counts=dict(self._counts),
                 recent=dict(recent), timeline=tuple(self._timeline), hot_frames=hot_frames, ended=self._ended,
-                end_reason=self._end_reason, started=self._started,
+                end_reason=self._end_reason, started=self._started, sync_evidence=dict(self._sync_evidence),
+                recent_sync_evidence=dict(recent_evidence), native=self.native,
             )
 
     # -- the thread ------------------------------------------------------------------------------
@@ -505,7 +571,7 @@ class PySpySampler:
         """Run py-spy for one round and take its samples; False when sampling is over."""
         command = [self.pyspy or "py-spy", "record", "--pid", str(self.pid), "--format", "raw", "--rate",
                    str(self.rate), "--duration", str(self.round_s), "--idle", "--threads", "--nonblocking",
-                   "--full-filenames", "--output", output]
+                   "--full-filenames", "--output", output, *(["--native"] if self.native else [])]
         try:
             os.unlink(output)
         except OSError:
@@ -554,15 +620,20 @@ class PySpySampler:
     def _take(self, stacks: list[ThreadStack]) -> None:
         counts: Counter[str] = Counter()
         hot: Counter[tuple[str, str]] = Counter()
+        evidence: Counter[str] = Counter()
         for stack in main_thread_stacks(stacks, self.pid):
-            category = classify_stack(stack.frames, self.source_line)
+            category, how = classify_stack_how(stack.frames, self.source_line)
             counts[category] += stack.count
-            if stack.frames:
-                hot[(category, _short(stack.frames[0]))] += stack.count
+            if how is not None:
+                evidence[how] += stack.count
+            frame = (user_frame(stack.frames) if category == CUDA_SYNC else None) or _innermost_python(stack.frames)
+            if frame is not None:
+                hot[(category, _short(frame))] += stack.count
         with self._lock:
             self._counts.update(counts)
+            self._sync_evidence.update(evidence)
             self._rounds += 1
-            self._recent.append((counts, hot))
+            self._recent.append((counts, hot, evidence))
             if counts:
                 self._timeline.append(fractions(counts))
         self._notify("estimate")
@@ -606,6 +677,10 @@ def _alive(pid: int) -> bool:
         return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] != b"Z"
     except OSError:
         return True
+
+
+def _innermost_python(frames: Sequence[Frame]) -> Frame | None:
+    return next((frame for frame in frames if not is_native(frame)), frames[0] if frames else None)
 
 
 def _short(frame: Frame) -> str:
