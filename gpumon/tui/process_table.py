@@ -28,6 +28,7 @@ BRANCH = "├─ "
 LAST_BRANCH = "└─ "
 WIDE_TABLE = 110
 """From this many columns the table also shows USER, R/s and W/s."""
+PID_WIDTH = 10
 MAX_DEPTH = 32
 """Process trees are shown this many levels deep at most."""
 MIN_COMMAND_WIDTH = 12
@@ -46,7 +47,7 @@ class Column:
 
 
 COLUMNS = (
-    Column("pid", "PID", 10, right=False),
+    Column("pid", "PID", PID_WIDTH, right=False),
     Column("user", "USER", 9, right=False, wide_only=True),
     Column("gpu", "GPU", 3),
     Column("gpu_memory", "GPU-MEM", 7),
@@ -95,6 +96,9 @@ class PidCell(Text):
     def __init__(self, pid: int, branch: str, role: str = "") -> None:
         super().__init__(no_wrap=True, overflow="ellipsis", end="", style=JOB_STYLES.get(role, ""))
         self.pid = pid
+        room = PID_WIDTH - len(str(pid))
+        if len(branch) > room:  # a deep tree: keep the pid whole, cut the indentation from the left
+            branch = branch[len(branch) - room:] if room > 0 else ""
         if branch:
             self.append(branch, style="bright_black")
             self.append(str(pid))
