@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
@@ -50,14 +51,14 @@ class LinesWidget(Widget):
             self.refresh(layout=line_count != self._line_count or line_count < 0)
         else:
             pairs = zip(previous, self.lines(width), strict=False)
-            changed = [y for y, (old, new) in enumerate(pairs) if not _same(old, new)]
+            changed = [(y, old, new) for y, (old, new) in enumerate(pairs) if not _same(old, new)]
             if strips is not None and strips[0] == width and len(strips[2]) == line_count:
                 kept = list(strips[2])
-                for y in changed:
+                for y, _, _ in changed:
                     kept[y] = None
                 self._strips = (width, strips[1], kept)
             if changed:
-                self.refresh(*(Region(0, y, width, 1) for y in changed))
+                self.refresh(*(_changed_region(y, old, new, width) for y, old, new in changed))
         self._line_count = line_count
 
     def lines(self, width: int) -> list[Text]:
@@ -124,6 +125,19 @@ class Pane(LinesWidget):
         if title != self._title_shown:
             self._title_shown = title
             self.border_title = escape(printable(title))
+
+
+def _changed_region(y: int, old: Text, new: Text, width: int) -> Region:
+    """The cells of line `y` that differ between two drawings of it: only these are sent to the terminal (a graph
+    moving on by half a braille cell changes one cell a row). The whole line where styles or widths differ."""
+    before, after = old.plain, new.plain
+    if old.spans != new.spans or old.style != new.style or len(before) != len(after) \
+            or cell_len(before) != len(before) or cell_len(after) != len(after):
+        return Region(0, y, width, 1)
+    start = next((index for index, (a, b) in enumerate(zip(before, after, strict=True)) if a != b), len(after))
+    end = len(after) - next((index for index, (a, b) in enumerate(zip(reversed(before), reversed(after), strict=True))
+                             if a != b), 0)
+    return Region(start, y, max(1, end - start), 1)
 
 
 def _same(old: Text, new: Text) -> bool:

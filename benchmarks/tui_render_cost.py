@@ -1,0 +1,122 @@
+"""CPU time and terminal bytes of the dashboard's render path per snapshot, replaying a recording in-process.
+
+Usage (no GPU needed; from the project root, or with PYTHONPATH pointing at another checkout to compare):
+
+    python benchmarks/tui_render_cost.py assets/recordings/h100-training.jsonl --size 160x50 --ticks 300
+
+The app runs headless; every frame Textual would write is still rendered to its escape sequences and counted, so
+the bytes are those a terminal would receive. The first `--warmup` snapshots (history filling, first layout) are
+left out. Bytes/s assume one snapshot per `--interval` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from textual._compositor import CompositorUpdate
+from textual.app import App
+
+from gpumon.sampling.history import History
+from gpumon.sampling.recording import read_recording
+from gpumon.sampling.snapshot import Snapshot
+from gpumon.sampling.source import SnapshotCallback
+from gpumon.tui.app import GpumonApp
+
+
+class ReplaySource:
+    """A SnapshotSource the benchmark feeds by hand (no thread, no timing of its own)."""
+
+    def __init__(self, interval: float) -> None:
+        self.history = History()
+        self.live = False
+        self.description = "render benchmark"
+        self.interval = interval
+        self.paused = False
+        self.callback: SnapshotCallback | None = None
+
+    def start(self, on_snapshot: SnapshotCallback) -> None:
+        self.callback = on_snapshot
+
+    def stop(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def faster(self) -> None: ...
+    def slower(self) -> None: ...
+
+    def push(self, snapshot: Snapshot) -> None:
+        self.history.add(snapshot)
+        assert self.callback is not None
+        self.callback(snapshot)
+
+
+written = [0]
+
+
+def count_terminal_bytes() -> None:
+    """Make the headless app render each frame to the escape sequences a terminal would get, and count them."""
+    original = App._display
+
+    def display(self: App[object], screen: object, renderable: object) -> None:
+        if isinstance(renderable, CompositorUpdate):
+            written[0] += len(renderable.render_segments(self.console).encode())
+        original(self, screen, renderable)  # type: ignore[arg-type]  # the same arguments, passed on
+
+    App._display = display  # type: ignore[method-assign]  # a benchmark-only probe
+
+
+def looped(snapshots: list[Snapshot], count: int, gpus: int, spacing: float) -> list[Snapshot]:
+    first = snapshots[0].timestamp
+    result = []
+    for index in range(count):
+        shown = snapshots[index % len(snapshots)]
+        copies = tuple(dataclasses.replace(shown.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(gpus)) \
+            if shown.gpus else ()
+        result.append(dataclasses.replace(shown, timestamp=first + index * spacing, gpus=copies))
+    return result
+
+
+async def run(snapshots: list[Snapshot], size: tuple[int, int], warmup: int, interval: float) -> tuple[float, float]:
+    source = ReplaySource(interval)
+    app = GpumonApp(source, clock=lambda: snapshots[-1].timestamp)  # type: ignore[arg-type]  # a SnapshotSource
+    async with app.run_test(size=size) as pilot:
+        for snapshot in snapshots[:warmup]:
+            source.push(snapshot)
+            await pilot.pause()
+        await pilot.pause(0.1)
+        written[0] = 0
+        cpu = 0.0
+        for snapshot in snapshots[warmup:]:
+            started = time.process_time()
+            source.push(snapshot)
+            await pilot.pause()
+            await pilot.pause(0.02)  # let the screen refresh (its CPU is counted, the sleep is not)
+            cpu += time.process_time() - started
+        ticks = len(snapshots) - warmup
+        return 1000 * cpu / ticks, written[0] / ticks / interval
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("recording", type=Path)
+    parser.add_argument("--size", default="160x50")
+    parser.add_argument("--ticks", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--gpus", type=int, default=1, help="copy the recording's GPU to this many")
+    parser.add_argument("--interval", type=float, default=1.0)
+    args = parser.parse_args()
+    columns, rows = (int(part) for part in args.size.split("x"))
+    snapshots = looped(read_recording(args.recording), args.warmup + args.ticks, args.gpus, args.interval)
+    count_terminal_bytes()
+    ms, bytes_per_s = asyncio.run(run(snapshots, (columns, rows), args.warmup, args.interval))
+    print(f"{args.size} {args.gpus} GPU(s): {ms:.2f} ms CPU per snapshot, {bytes_per_s / 1024:.2f} KiB/s to the "
+          f"terminal at one snapshot per {args.interval:g} s ({args.ticks} snapshots after {args.warmup})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
