@@ -21,6 +21,9 @@ from gpumon.cli.base import (
 )
 from gpumon.jobs.source import JobSource
 
+NATIVE_COST_HELP = ("slower: py-spy unwinds every C/C++ frame, several times its usual cost per sample; the job is "
+                    "still never paused")
+
 
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
@@ -29,25 +32,28 @@ def register(subparsers: Subparsers) -> None:
         "any other Python process is sampled with py-spy, which estimates where its main thread spends time.")
     parser.add_argument("pid", type=pid_number, help="the job's process id")
     parser.add_argument("--json", action="store_true",
-                        help="no dashboard: print the job's data as JSON Lines (hello, then steps and state; "
-                        "without the hook, py-spy estimates)")
+                        help="no dashboard: print the job's data as JSON Lines (hello, then steps and state, "
+                        "every 16th step record with its time budget; without the hook, py-spy estimates)")
     parser.add_argument("--duration", type=positive_seconds, default=None,
                         help="with --json: stop after this many seconds (default: when the job ends, or Ctrl+C)")
+    parser.add_argument("--native", action="store_true",
+                        help="without the hook: run py-spy with --native, so a sync inside .item()/.cpu() shows as "
+                        "cudaStreamSynchronize and the like (" + NATIVE_COST_HELP + ")")
     add_interval_argument(parser)
 
 
-def open_job_or_fail(pid: int) -> JobSource:
+def open_job_or_fail(pid: int, native: bool = False) -> JobSource:
     from gpumon.jobs.discovery import AttachError
     from gpumon.jobs.session import open_job
 
     try:
-        return open_job(pid)
+        return open_job(pid, native=native)
     except AttachError as error:
         raise CliError(str(error)) from None
 
 
 def run_attach(args: argparse.Namespace) -> int:
-    job = open_job_or_fail(args.pid)
+    job = open_job_or_fail(args.pid, native=args.native)
     if args.json:
         return stream_json(job, args.duration)
     from gpumon.sampling.sampler import Sampler

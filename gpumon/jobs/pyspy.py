@@ -104,8 +104,6 @@ SYNC_SOURCE = "source"
 SYNC_EVIDENCE = (SYNC_NATIVE, SYNC_TORCH, SYNC_SOURCE)
 """How a CUDA sync sample was recognised: a native CUDA frame, a torch sync function, or only the source text of
 the job's line (the least sure: e.g. a print() of a CPU value reads the same)."""
-NATIVE_COST = ("--native also unwinds C/C++ frames: each sample costs py-spy several times more (the job is still "
-               "never paused), in return syncs inside .item()/.cpu() show as cudaStreamSynchronize and the like")
 _SYNC_FUNCTIONS = {"synchronize", "_local_scalar_dense", "elapsed_time"}
 _BACKWARD_FUNCTIONS = {"backward", "_engine_run_backward", "run_backward", "grad"}
 

@@ -210,7 +210,7 @@ class AttachedJob:
                 pass
 
 
-def open_job(pid: int) -> JobSource:
+def open_job(pid: int, *, native: bool = False) -> JobSource:
     """What `gpumon attach PID` attaches to: the hooked job, or a py-spy sampler; AttachError (one line) when
     neither can be had."""
     if pid <= 0:
@@ -220,6 +220,6 @@ def open_job(pid: int) -> JobSource:
     job = AttachedJob.for_pid(pid)
     if job is not None:
         return job
-    sampler = PySpySampler(pid)
+    sampler = PySpySampler(pid, native=native)
     sampler.probe()
     return sampler

@@ -162,3 +162,24 @@ def test_without_ptrace_permission_the_error_says_how_to_grant_it(shared_spy_job
     assert done.returncode != 0
     message = explain_pyspy_failure(job.pid, done.stderr + done.stdout, done.returncode)
     assert "ptrace permission denied" in message and "setcap cap_sys_ptrace+ep" in message
+
+
+def test_native_cuda_waits_and_the_jobs_own_sync_lines_are_syncs() -> None:
+    """py-spy --native frames in libcudart/libcuda are syncs (seen natively); a print(tensor) line of the job's own
+    code under torch's formatting is a sync read from source text; the hot frame names the job's line."""
+    from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE, PySpySampler, classify_stack_how, parse_raw
+
+    lines = {("/home/u/train.py", 57): "        norms.append(p.grad.norm().item())\n",
+             ("/home/u/train.py", 49): "        out = model(x)\n",
+             ("/home/u/train.py", 61): "    print(loss)\n"}
+    source = lambda file, line: lines.get((file, line), "")  # noqa: E731 - the job's source, as linecache reads it
+    stacks = parse_raw((FIXTURES / "record-native_sync.raw").read_text())
+    found = [(classify_stack_how(stack.frames, source), stack.count) for stack in stacks]
+    assert found == [(("cuda_sync", SYNC_NATIVE), 31), (("cuda_sync", SYNC_NATIVE), 9), (("forward", None), 12),
+                     (("cuda_sync", SYNC_SOURCE), 6)]
+    sampler = PySpySampler(5120, pyspy="/nonexistent/py-spy", source_line=source, native=True)
+    sampler._take(stacks)
+    view = sampler.view()
+    assert view.native and view.sync_evidence == {SYNC_NATIVE: 40, SYNC_SOURCE: 6}
+    assert view.hot_frames["cuda_sync"] == "main (train.py:57)"
+    assert view.to_dict()["sync_evidence"] == {"native": 40, "torch": 0, "source": 6}
