@@ -49,16 +49,26 @@ def gpu_names() -> list[str]:
 
 def advisor(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "gpumon", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def run_case(case: str, duration: float, warmup: float) -> dict[str, Any]:
     expected, _ = CASES[case]
     started = time.monotonic()
     command = [sys.executable, str(JOBS), case, "--duration", "600"]
-    result = advisor("diagnose", "--json", "--duration", f"{duration:g}", "--warmup", f"{warmup:g}", "--", *command,
-                     timeout=duration + 300)
+    result = advisor(
+        "diagnose",
+        "--json",
+        "--duration",
+        f"{duration:g}",
+        "--warmup",
+        f"{warmup:g}",
+        "--",
+        *command,
+        timeout=duration + 300,
+    )
     row: dict[str, Any] = {"case": case, "expected": expected, "seconds": round(time.monotonic() - started, 1)}
     if result.returncode != 0:
         row.update(named=None, ok=False, error=(result.stderr.strip().splitlines() or ["?"])[-1])
@@ -66,12 +76,20 @@ def run_case(case: str, duration: float, warmup: float) -> dict[str, Any]:
     data = json.loads(result.stdout)
     finding = data["finding"]
     signals = data["signals"]
-    row.update(named=finding["category"], ok=finding["category"] == expected, confidence=finding["confidence"],
-               evidence=finding["evidence"], secondary=[f["category"] for f in finding["secondary"]],
-               gpu_util=signals.get("gpu_util"), sm_activity=signals.get("sm_activity"),
-               tensor_activity=signals.get("tensor_activity"), data_share=signals.get("data_share"),
-               syncs_per_step=signals.get("syncs_per_step"), pcie_rx=signals.get("pcie_rx"),
-               samples_per_s=signals.get("samples_per_s"))
+    row.update(
+        named=finding["category"],
+        ok=finding["category"] == expected,
+        confidence=finding["confidence"],
+        evidence=finding["evidence"],
+        secondary=[f["category"] for f in finding["secondary"]],
+        gpu_util=signals.get("gpu_util"),
+        sm_activity=signals.get("sm_activity"),
+        tensor_activity=signals.get("tensor_activity"),
+        data_share=signals.get("data_share"),
+        syncs_per_step=signals.get("syncs_per_step"),
+        pcie_rx=signals.get("pcie_rx"),
+        samples_per_s=signals.get("samples_per_s"),
+    )
     return row
 
 
@@ -80,8 +98,10 @@ def fmt(value: Any, pattern: str = "{:.0f}") -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'case':18}{'expected':18}{'named':18}{'conf':6}{'GPU-Util':10}{'SM':6}{'tensor':8}"
-             f"{'data':6}{'syncs':7}evidence"]
+    lines = [
+        f"{'case':18}{'expected':18}{'named':18}{'conf':6}{'GPU-Util':10}{'SM':6}{'tensor':8}"
+        f"{'data':6}{'syncs':7}evidence"
+    ]
     for row in rows:
         named = row.get("named") or f"ERROR: {row.get('error', '')}"
         mark = "" if row.get("ok") else "  <-- MISMATCH" if row.get("named") else ""
@@ -90,7 +110,8 @@ def print_table(rows: list[dict[str, Any]]) -> str:
             f"{fmt(row.get('gpu_util')) + '%':10}{fmt(row.get('sm_activity')):6}{fmt(row.get('tensor_activity')):8}"
             f"{fmt(row.get('data_share') and row['data_share'] * 100) + '%':6}"
             f"{fmt(row.get('syncs_per_step'), '{:.1f}'):7}"
-            f"{row.get('evidence', '')}{mark}")
+            f"{row.get('evidence', '')}{mark}"
+        )
     text = "\n".join(lines)
     print(text, flush=True)
     return text
@@ -98,8 +119,18 @@ def print_table(rows: list[dict[str, Any]]) -> str:
 
 def ladder(duration: float, warmup: float, out: Path | None) -> int:
     markdown = (out / "advisor-demo-ladder.md") if out else Path("/tmp/advisor-demo-ladder.md")
-    result = advisor("demo", "--guided", "--json", "--duration", f"{duration:g}", "--warmup", f"{warmup:g}",
-                     "--markdown", str(markdown), timeout=3600)
+    result = advisor(
+        "demo",
+        "--guided",
+        "--json",
+        "--duration",
+        f"{duration:g}",
+        "--warmup",
+        f"{warmup:g}",
+        "--markdown",
+        str(markdown),
+        timeout=3600,
+    )
     sys.stderr.write(result.stderr[-4000:])
     if result.returncode != 0:
         print(f"demo --guided failed: exit {result.returncode}")
@@ -110,9 +141,11 @@ def ladder(duration: float, warmup: float, out: Path | None) -> int:
     kept = [v for v in report["variants"] if v["kept"]]
     best = kept[-1]["measurement"] if kept else base
     speed = best["rate"] / base["rate"] if base and base["rate"] else None
-    print(f"baseline GPU-Util {fmt(base and base['gpu_util'])}% -> {fmt(best and best['gpu_util'])}%, "
-          f"samples/s {fmt(base and base['rate'])} -> {fmt(best and best['rate'])} ({fmt(speed, '{:.1f}')}x); "
-          f"target: <=30% -> >=90% and >=3x")
+    print(
+        f"baseline GPU-Util {fmt(base and base['gpu_util'])}% -> {fmt(best and best['gpu_util'])}%, "
+        f"samples/s {fmt(base and base['rate'])} -> {fmt(best and best['rate'])} ({fmt(speed, '{:.1f}')}x); "
+        f"target: <=30% -> >=90% and >=3x"
+    )
     if out:
         (out / "advisor-demo-ladder.json").write_text(json.dumps(report, indent=1))
     return 0
@@ -144,12 +177,17 @@ def main() -> int:
         print(f"{case}: diagnosing ...", flush=True)
         row = run_case(case, args.duration, args.warmup)
         rows.append(row)
-        print(f"{case}: named {row.get('named') or 'ERROR ' + str(row.get('error'))} in {row['seconds']:g} s: "
-              f"{row.get('evidence', '')}", flush=True)
+        print(
+            f"{case}: named {row.get('named') or 'ERROR ' + str(row.get('error'))} in {row['seconds']:g} s: "
+            f"{row.get('evidence', '')}",
+            flush=True,
+        )
     text = print_table(rows)
     mismatches = [row["case"] for row in rows if not row.get("ok")]
-    print(f"{len(rows) - len(mismatches)}/{len(rows)} named as expected" + (f"; mismatches: {mismatches}"
-                                                                              if mismatches else ""))
+    print(
+        f"{len(rows) - len(mismatches)}/{len(rows)} named as expected"
+        + (f"; mismatches: {mismatches}" if mismatches else "")
+    )
     if args.out:
         stamp = {"device": device, "date": datetime.date.today().isoformat(), "rows": rows}
         (args.out / "advisor-categories.json").write_text(json.dumps(stamp, indent=1))

@@ -29,8 +29,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-CASES = ("input_bound", "host_sync", "launch_bound", "transfer_bound", "low_precision", "memory_imbalance",
-         "io_bound", "healthy")
+CASES = (
+    "input_bound",
+    "host_sync",
+    "launch_bound",
+    "transfer_bound",
+    "low_precision",
+    "memory_imbalance",
+    "io_bound",
+    "healthy",
+)
 EXIT_NOT_HERE = 3
 """The case cannot run on this machine (e.g. memory_imbalance with fewer than 2 GPUs)."""
 
@@ -69,8 +77,15 @@ class CpuHeavyImages(Dataset):
 
 
 def small_cnn() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, stride=2, padding=1),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
 
 
 def input_bound(device: torch.device, duration: float) -> None:
@@ -165,8 +180,7 @@ def memory_imbalance(device: torch.device, duration: float) -> None:
         print("memory_imbalance needs 2 CUDA GPUs (nn.DataParallel); run it on nvidia-h200-x2", file=sys.stderr)
         sys.exit(EXIT_NOT_HERE)
     classes = 32768
-    body = nn.Sequential(nn.Linear(4096, 8192), nn.ReLU(), nn.Linear(8192, 8192), nn.ReLU(),
-                         nn.Linear(8192, classes))
+    body = nn.Sequential(nn.Linear(4096, 8192), nn.ReLU(), nn.Linear(8192, 8192), nn.ReLU(), nn.Linear(8192, classes))
     model = nn.DataParallel(body.cuda(0), device_ids=[0, 1])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)  # its state lives on GPU 0 with the parameters
     x = torch.randn(4096, 4096, device="cuda:0")
@@ -261,8 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("case", choices=CASES)
     parser.add_argument("--duration", type=float, default=120.0, help="seconds to train (default 120)")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--data-dir", type=Path, default=Path("/var/tmp/gpumon-io-bound"),
-                        help="io_bound: where its files go (a disk, not tmpfs)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("/var/tmp/gpumon-io-bound"),
+        help="io_bound: where its files go (a disk, not tmpfs)",
+    )
     parser.add_argument("--files", type=int, default=256, help="io_bound: number of 8 MiB files (default 256)")
     args = parser.parse_args(argv)
     device = pick_device(args.device)

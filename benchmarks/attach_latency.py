@@ -59,8 +59,7 @@ def run_in_pty(argv: list[str], env: dict[str, str], marker: bytes | None, timeo
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-                            cwd=REPO)
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=REPO)
     os.close(slave)
     seen = b""
     found: float | None = None
@@ -122,8 +121,13 @@ def main() -> None:
         sock_dir = os.path.join(tempfile.mkdtemp(prefix="gpumon-latency-"), "s")
         env[protocol.SOCKET_DIR_ENV] = sock_dir
         os.environ[protocol.SOCKET_DIR_ENV] = sock_dir
-        job = subprocess.Popen([sys.executable, "-c", JOB.format(seconds=30 + 15 * args.runs)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        job = subprocess.Popen(
+            [sys.executable, "-c", JOB.format(seconds=30 + 15 * args.runs)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         pid = job.pid
         deadline = time.monotonic() + 60
         while not os.path.exists(os.path.join(sock_dir, f"{pid}.sock")):
@@ -140,8 +144,11 @@ def main() -> None:
             startup.append(run_in_pty([*gpumon, "--version"], env, marker=None))
             client.append(client_latency(pid))
             screen.append(run_in_pty([*gpumon, "attach", str(pid)], env, MARKER))
-            print(f"run {run + 1}: screen {screen[-1] * 1e3:7.1f} ms   client {client[-1] * 1e3:6.1f} ms   "
-                  f"python+gpumon startup {startup[-1] * 1e3:6.1f} ms", flush=True)
+            print(
+                f"run {run + 1}: screen {screen[-1] * 1e3:7.1f} ms   client {client[-1] * 1e3:6.1f} ms   "
+                f"python+gpumon startup {startup[-1] * 1e3:6.1f} ms",
+                flush=True,
+            )
     finally:
         if job is not None:
             os.killpg(job.pid, signal.SIGKILL)
@@ -149,10 +156,14 @@ def main() -> None:
         if sock_dir is not None:
             shutil.rmtree(os.path.dirname(sock_dir), ignore_errors=True)
     cpu = platform.processor() or platform.machine()
-    print(f"\n{time.strftime('%Y-%m-%d')} · {platform.node()} · {os.cpu_count()} CPUs ({cpu}) · "
-          f"Python {platform.python_version()}")
-    print(f"gpumon attach -> first step sample on screen: median {statistics.median(screen) * 1e3:.0f} ms "
-          f"(min {min(screen) * 1e3:.0f}, max {max(screen) * 1e3:.0f}; target < 1000 ms)")
+    print(
+        f"\n{time.strftime('%Y-%m-%d')} · {platform.node()} · {os.cpu_count()} CPUs ({cpu}) · "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"gpumon attach -> first step sample on screen: median {statistics.median(screen) * 1e3:.0f} ms "
+        f"(min {min(screen) * 1e3:.0f}, max {max(screen) * 1e3:.0f}; target < 1000 ms)"
+    )
     print(f"JobClient start -> first step sample:        median {statistics.median(client) * 1e3:.1f} ms")
     print(f"`gpumon --version` in the same terminal:      median {statistics.median(startup) * 1e3:.0f} ms")
 

@@ -95,10 +95,15 @@ class Job:
 
     def __init__(self, device: str) -> None:
         self.sock_dir = tempfile.mkdtemp(prefix="gpumon-flood-", dir="/tmp")
-        env = dict(os.environ, GPUMON_SOCKET_DIR=os.path.join(self.sock_dir, "s"), OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p))
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, device], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env)
+        env = dict(
+            os.environ,
+            GPUMON_SOCKET_DIR=os.path.join(self.sock_dir, "s"),
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p),
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
         self.path = os.path.join(self.sock_dir, "s", f"{self.proc.pid}.sock")
         self.marks: list[tuple[float, int]] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -151,8 +156,11 @@ class Job:
 def window(job: Job, rate: float, args: argparse.Namespace) -> dict[str, Any]:
     flooder = None
     if rate > 0:
-        flooder = subprocess.Popen([sys.executable, __file__, "--flood", job.path, str(rate), str(args.window)],
-                                   stdout=subprocess.PIPE, text=True)
+        flooder = subprocess.Popen(
+            [sys.executable, __file__, "--flood", job.path, str(rate), str(args.window)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
     start, cpu0 = time.time(), job.side_threads_cpu_s()
     time.sleep(args.window)
     attempts = connected = 0
@@ -160,9 +168,13 @@ def window(job: Job, rate: float, args: argparse.Namespace) -> dict[str, Any]:
         attempts, connected = (int(n) for n in flooder.communicate(timeout=30)[0].split())
     cpu = job.side_threads_cpu_s() - cpu0
     time.sleep(0.3)  # the marks after the window's end
-    return {"rate": rate, "steps_per_s": job.rate(start + args.settle, start + args.window),
-            "side_cpu_per_s": cpu / args.window, "attempts_per_s": attempts / args.window,
-            "connected_per_s": connected / args.window}
+    return {
+        "rate": rate,
+        "steps_per_s": job.rate(start + args.settle, start + args.window),
+        "side_cpu_per_s": cpu / args.window,
+        "attempts_per_s": attempts / args.window,
+        "connected_per_s": connected / args.window,
+    }
 
 
 def summarize(windows: list[dict[str, Any]], rates: list[float]) -> list[dict[str, Any]]:
@@ -170,9 +182,18 @@ def summarize(windows: list[dict[str, Any]], rates: list[float]) -> list[dict[st
     rows = []
     for rate in rates:
         if rate == 0:
-            rows.append({"rate": 0, "steps_per_s": statistics.median(w["steps_per_s"] for w in quiet),
-                         "loss_pct": 0.0, "worst_loss_pct": 0.0, "extra_cpu_pct": 0.0, "attempts_per_s": 0.0,
-                         "connected_per_s": 0.0, "windows": len(quiet)})
+            rows.append(
+                {
+                    "rate": 0,
+                    "steps_per_s": statistics.median(w["steps_per_s"] for w in quiet),
+                    "loss_pct": 0.0,
+                    "worst_loss_pct": 0.0,
+                    "extra_cpu_pct": 0.0,
+                    "attempts_per_s": 0.0,
+                    "connected_per_s": 0.0,
+                    "windows": len(quiet),
+                }
+            )
             continue
         ratios, extra_cpu = [], []
         for index, w in enumerate(windows):
@@ -182,19 +203,30 @@ def summarize(windows: list[dict[str, Any]], rates: list[float]) -> list[dict[st
             ratios.append(w["steps_per_s"] / statistics.mean(q["steps_per_s"] for q in around))
             extra_cpu.append(w["side_cpu_per_s"] - statistics.mean(q["side_cpu_per_s"] for q in around))
         flooded = [w for w in windows if w["rate"] == rate]
-        rows.append({"rate": rate, "steps_per_s": statistics.median(w["steps_per_s"] for w in flooded),
-                     "loss_pct": 100 * (1 - statistics.median(ratios)), "worst_loss_pct": 100 * (1 - min(ratios)),
-                     "extra_cpu_pct": 100 * statistics.median(extra_cpu),
-                     "attempts_per_s": statistics.median(w["attempts_per_s"] for w in flooded),
-                     "connected_per_s": statistics.median(w["connected_per_s"] for w in flooded),
-                     "windows": len(flooded)})
+        rows.append(
+            {
+                "rate": rate,
+                "steps_per_s": statistics.median(w["steps_per_s"] for w in flooded),
+                "loss_pct": 100 * (1 - statistics.median(ratios)),
+                "worst_loss_pct": 100 * (1 - min(ratios)),
+                "extra_cpu_pct": 100 * statistics.median(extra_cpu),
+                "attempts_per_s": statistics.median(w["attempts_per_s"] for w in flooded),
+                "connected_per_s": statistics.median(w["connected_per_s"] for w in flooded),
+                "windows": len(flooded),
+            }
+        )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", type=float, nargs="+", default=[0, 100, 300, 1000],
-                        help="connections a second (0: the quiet windows)")
+    parser.add_argument(
+        "--rates",
+        type=float,
+        nargs="+",
+        default=[0, 100, 300, 1000],
+        help="connections a second (0: the quiet windows)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--settle", type=float, default=0.5, help="seconds at a window's start not counted")
@@ -219,27 +251,43 @@ def main() -> None:
         windows: list[dict[str, Any]] = []
         flood_rates = [rate for rate in args.rates if rate > 0]
         for round_index in range(args.rounds):
-            order = flood_rates[round_index % len(flood_rates):] + flood_rates[:round_index % len(flood_rates)]
+            order = flood_rates[round_index % len(flood_rates) :] + flood_rates[: round_index % len(flood_rates)]
             for rate in order:
                 windows.append(window(job, 0, args))
                 windows.append(window(job, rate, args))
-                print(f"round {round_index + 1}: {rate:g}/s  quiet {windows[-2]['steps_per_s']:.1f}  "
-                      f"flood {windows[-1]['steps_per_s']:.1f} steps/s", file=sys.stderr)
+                print(
+                    f"round {round_index + 1}: {rate:g}/s  quiet {windows[-2]['steps_per_s']:.1f}  "
+                    f"flood {windows[-1]['steps_per_s']:.1f} steps/s",
+                    file=sys.stderr,
+                )
         windows.append(window(job, 0, args))
     finally:
         job.close()
     rows = summarize(windows, sorted(set(args.rates) | {0}))
-    print(f"{'conn/s':>8} {'steps/s':>9} {'loss %':>7} {'worst %':>8} {'hook CPU %':>11} {'made/s':>8} "
-          f"{'accepted/s':>11}")
+    print(
+        f"{'conn/s':>8} {'steps/s':>9} {'loss %':>7} {'worst %':>8} {'hook CPU %':>11} {'made/s':>8} {'accepted/s':>11}"
+    )
     for row in rows:
-        print(f"{row['rate']:>8g} {row['steps_per_s']:>9.1f} {row['loss_pct']:>7.2f} {row['worst_loss_pct']:>8.2f} "
-              f"{row['extra_cpu_pct']:>11.2f} {row['attempts_per_s']:>8.0f} {row['connected_per_s']:>11.0f}")
+        print(
+            f"{row['rate']:>8g} {row['steps_per_s']:>9.1f} {row['loss_pct']:>7.2f} {row['worst_loss_pct']:>8.2f} "
+            f"{row['extra_cpu_pct']:>11.2f} {row['attempts_per_s']:>8.0f} {row['connected_per_s']:>11.0f}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({
-            "benchmark": "hook_flood", "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "host": platform.node(), "device": device, "python": platform.python_version(),
-            "args": {k: v for k, v in vars(args).items() if k not in ("json", "flood")}, "summary": rows,
-            "windows": windows}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "benchmark": "hook_flood",
+                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "host": platform.node(),
+                    "device": device,
+                    "python": platform.python_version(),
+                    "args": {k: v for k, v in vars(args).items() if k not in ("json", "flood")},
+                    "summary": rows,
+                    "windows": windows,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

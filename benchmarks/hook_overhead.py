@@ -130,8 +130,12 @@ def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
             run(args.steps)
             rates[variant].append(args.steps / (time.perf_counter() - started))
         if (round_index + 1) % max(1, args.rounds // 20) == 0:
-            print(f"  {loop} round {round_index + 1}/{args.rounds}: "
-                  + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in rates), file=sys.stderr, flush=True)
+            print(
+                f"  {loop} round {round_index + 1}/{args.rounds}: "
+                + "  ".join(f"{v} {rates[v][-1]:.1f}" for v in rates),
+                file=sys.stderr,
+                flush=True,
+            )
     gpumon.hook.uninstall()
     return rates
 
@@ -194,18 +198,37 @@ class Worker:
     """A long-lived worker process of one variant; `measure()` runs one timed window in it."""
 
     def __init__(self, loop: str, variant: str, args: argparse.Namespace, sock_dir: str) -> None:
-        env = {**os.environ, "GPUMON_SOCKET_DIR": sock_dir,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "GPUMON_SOCKET_DIR": sock_dir,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
         if variant == "hook_every_step":
             env["GPUMON_HOOK_GPU_TIMING"] = "1"
         if variant == "imports_only":
             env["GPUMON_HOOK"] = "0"
-        command = [sys.executable, __file__, "--worker", "--loop", loop, "--variant", variant, "--device",
-                   args.device, "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
-                   str(args.threads), *(["--cpu", str(args.cpu)] if args.cpu is not None else [])]
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--loop",
+            loop,
+            "--variant",
+            variant,
+            "--device",
+            args.device,
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+            "--threads",
+            str(args.threads),
+            *(["--cpu", str(args.cpu)] if args.cpu is not None else []),
+        ]
         self.variant = variant
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        )
         self.stop = threading.Event()
         self.counts: dict[str, int] = {}
         self.reader: threading.Thread | None = None
@@ -254,8 +277,9 @@ def _event(proc: subprocess.Popen, name: str) -> dict[str, Any]:
 
 def device_name(device: str) -> str:
     if device == "cuda":
-        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(0))"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(0))"], capture_output=True, text=True
+        )
         return probe.stdout.strip() or "cuda"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -267,8 +291,9 @@ def device_name(device: str) -> str:
 
 
 def _torch_version() -> str:
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                           text=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    )
     return probe.stdout.strip()
 
 
@@ -277,7 +302,7 @@ def median_interval(values: list[float]) -> tuple[float, float]:
     of the binomial); the whole range where there are too few values for one."""
     ordered = sorted(values)
     n = len(ordered)
-    half_width = 0.98 * n ** 0.5  # 1.96 * sqrt(n) / 2
+    half_width = 0.98 * n**0.5  # 1.96 * sqrt(n) / 2
     low, high = math.floor(n / 2 - half_width), math.ceil(n / 2 + half_width)
     if low < 0 or high >= n:
         return ordered[0], ordered[-1]
@@ -289,8 +314,11 @@ def summarize(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     base = rates["off"]
     for variant, values in rates.items():
         median = statistics.median(values)
-        summary = {"median_steps_per_s": median, "spread_pct": (max(values) - min(values)) / median * 100,
-                   "rounds": len(values)}
+        summary = {
+            "median_steps_per_s": median,
+            "spread_pct": (max(values) - min(values)) / median * 100,
+            "rounds": len(values),
+        }
         if variant != "off":
             ratios = [on / off for on, off in zip(values, base, strict=False)]
             summary["overhead_pct"] = (1 - statistics.median(ratios)) * 100
@@ -307,19 +335,25 @@ def main() -> None:
     parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS + EXTRA_VARIANTS)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--windows", type=int, default=1,
-                        help="timed windows per variant in each round's processes, alternated (each one a pair)")
-    parser.add_argument("--steps", type=int, default=0, help="timed steps per window (default: 1500 CPU, "
-                                                               "3000 CUDA)")
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=1,
+        help="timed windows per variant in each round's processes, alternated (each one a pair)",
+    )
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per window (default: 1500 CPU, 3000 CUDA)")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in the worker (0: default)")
     parser.add_argument("--cpu", type=int, default=None, help="pin every worker to this CPU core (less noise)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here ('-' for stdout)")
     parser.add_argument("--micro", action="store_true", help="only time the hook's own per-step work, in-process")
     parser.add_argument("--micro-steps", type=int, default=20000)
-    parser.add_argument("--in-process", action="store_true",
-                        help="alternate hook off/on inside one process (install/uninstall) instead of one process "
-                             "per variant: no process-to-process differences")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="alternate hook off/on inside one process (install/uninstall) instead of one process "
+        "per variant: no process-to-process differences",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="tensor", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="off", help=argparse.SUPPRESS)
@@ -330,24 +364,38 @@ def main() -> None:
     if "off" not in args.variants:
         parser.error("--variants must include off (the baseline)")
     if args.device == "auto":
-        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True
+        )
         args.device = "cuda" if probe.stdout.strip() == "True" else "cpu"
     if not args.steps:
         args.steps = 3000 if args.device == "cuda" else 1500
     if args.micro:
-        result = {"benchmark": "hook_overhead --micro", "device": device_name(args.device),
-                  "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **micro(args)}
+        result = {
+            "benchmark": "hook_overhead --micro",
+            "device": device_name(args.device),
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            **micro(args),
+        }
         print(json.dumps(result, indent=2))
         if args.json and args.json != "-":
             Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         return
 
     results: dict[str, Any] = {
-        "benchmark": "hook_overhead", "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "device": device_name(args.device), "device_type": args.device, "python": platform.python_version(),
-        "torch": _torch_version(), "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
-        "threads": args.threads, "cpu": args.cpu, "windows": args.windows, "loops": {},
+        "benchmark": "hook_overhead",
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "device": device_name(args.device),
+        "device_type": args.device,
+        "python": platform.python_version(),
+        "torch": _torch_version(),
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "threads": args.threads,
+        "cpu": args.cpu,
+        "windows": args.windows,
+        "loops": {},
     }
     sock_dir = tempfile.mkdtemp(prefix="gpumon-bench-", dir="/tmp") + "/s"
     if args.in_process:
@@ -377,26 +425,34 @@ def main() -> None:
                     w.close()
             for kind, count in workers["client"].counts.items() if "client" in workers else ():
                 client_messages[kind] = client_messages.get(kind, 0) + count
-            print(f"  {loop} round {round_index + 1}/{args.rounds}: "
-                  + "  ".join(f"{v} {statistics.median(rates[v][-args.windows:]):.1f}" for v in args.variants),
-                  file=sys.stderr, flush=True)
-        results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates,
-                                  "client_messages": client_messages}
+            print(
+                f"  {loop} round {round_index + 1}/{args.rounds}: "
+                + "  ".join(f"{v} {statistics.median(rates[v][-args.windows :]):.1f}" for v in args.variants),
+                file=sys.stderr,
+                flush=True,
+            )
+        results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates, "client_messages": client_messages}
 
-    print(f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, "
-          f"torch {results['torch']}")
+    print(
+        f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, torch {results['torch']}"
+    )
     windows = f" x {args.windows} windows" if args.windows > 1 and not args.in_process else ""
-    print(f"{args.rounds} rounds{windows} x {args.steps} steps (after {args.warmup} warm-up), alternated"
-          f"{' in one process' if args.in_process else ''}, "
-          f"threads={args.threads}" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else ""))
+    print(
+        f"{args.rounds} rounds{windows} x {args.steps} steps (after {args.warmup} warm-up), alternated"
+        f"{' in one process' if args.in_process else ''}, "
+        f"threads={args.threads}" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else "")
+    )
     print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}  95% CI")
     for loop, data in results["loops"].items():
         for variant, summary in data["summary"].items():
             overhead = f"{summary['overhead_pct']:+.2f}%" if "overhead_pct" in summary else "-"
-            interval = ("[{:+.2f}%, {:+.2f}%]".format(*summary["overhead_ci95_pct"])
-                        if "overhead_ci95_pct" in summary else "")
-            print(f"{loop:<11} {variant:<16} {summary['median_steps_per_s']:>15.1f} "
-                  f"{summary['spread_pct']:>7.1f}% {overhead:>9}  {interval}")
+            interval = (
+                "[{:+.2f}%, {:+.2f}%]".format(*summary["overhead_ci95_pct"]) if "overhead_ci95_pct" in summary else ""
+            )
+            print(
+                f"{loop:<11} {variant:<16} {summary['median_steps_per_s']:>15.1f} "
+                f"{summary['spread_pct']:>7.1f}% {overhead:>9}  {interval}"
+            )
     if args.json:
         text = json.dumps(results, indent=2)
         if args.json == "-":

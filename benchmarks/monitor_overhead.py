@@ -123,8 +123,15 @@ def looped_recording(source: Path, seconds: float, interval: float, directory: P
     return looped, spacing
 
 
-def measure(tool: str, interval: float, warmup: float, window: float, columns: int, rows: int,
-            replay: tuple[Path, float] | None = None) -> float:
+def measure(
+    tool: str,
+    interval: float,
+    warmup: float,
+    window: float,
+    columns: int,
+    rows: int,
+    replay: tuple[Path, float] | None = None,
+) -> float:
     """Percent of one core that `tool` used over `window` seconds after `warmup` seconds."""
     process, master, _ = run_in_pty(tool_command(tool, interval, replay), columns, rows)
     try:
@@ -176,8 +183,12 @@ def main() -> int:
     parser.add_argument("--columns", type=int, default=160)
     parser.add_argument("--rows", type=int, default=50)
     parser.add_argument("--no-load", action="store_true", help="do not run the training load")
-    parser.add_argument("--replay", type=Path, metavar="FILE",
-                        help="measure only gpumon's dashboard replaying this recording (no GPU, no load, no nvitop)")
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        metavar="FILE",
+        help="measure only gpumon's dashboard replaying this recording (no GPU, no load, no nvitop)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -188,8 +199,9 @@ def main() -> int:
         scratch = tempfile.TemporaryDirectory(prefix="gpumon-overhead-")
         try:
             for interval in args.intervals:
-                replays[interval] = looped_recording(args.replay, args.warmup + args.window + 10, interval,
-                                                     Path(scratch.name))
+                replays[interval] = looped_recording(
+                    args.replay, args.warmup + args.window + 10, interval, Path(scratch.name)
+                )
         except RecordingError as error:
             print(f"monitor_overhead: {error}", file=sys.stderr)
             return 2
@@ -198,7 +210,8 @@ def main() -> int:
     if not args.no_load:
         load = subprocess.Popen(
             [sys.executable, str(ROOT / "benchmarks" / "training_load.py"), "--duration", "100000"],
-            stdout=subprocess.DEVNULL, start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
         )
         time.sleep(10)
     samples: dict[tuple[str, float], list[float]] = {}
@@ -207,8 +220,9 @@ def main() -> int:
             for round_index in range(args.rounds):
                 order = args.tools if round_index % 2 == 0 else list(reversed(args.tools))
                 for tool in order:
-                    value = measure(tool, interval, args.warmup, args.window, args.columns, args.rows,
-                                    replays.get(interval))
+                    value = measure(
+                        tool, interval, args.warmup, args.window, args.columns, args.rows, replays.get(interval)
+                    )
                     samples.setdefault((tool, interval), []).append(value)
                     print(f"round {round_index + 1}: {tool} at {interval:g} s: {value:.2f}% of a core", flush=True)
     finally:
@@ -219,13 +233,21 @@ def main() -> int:
 
     device, date = gpu_name(), datetime.date.today().isoformat()
     source = f", replay of {args.replay}" if args.replay is not None else ""
-    print(f"\nMonitor CPU cost, % of one core ({device}, {date}, {args.columns}x{args.rows} pty, "
-          f"{args.rounds} rounds x {args.window:g} s, training load {'off' if args.no_load else 'on'}{source})")
+    print(
+        f"\nMonitor CPU cost, % of one core ({device}, {date}, {args.columns}x{args.rows} pty, "
+        f"{args.rounds} rounds x {args.window:g} s, training load {'off' if args.no_load else 'on'}{source})"
+    )
     print(f"{'tool':<13} {'interval':>8} {'median':>8} {'min':>7} {'max':>7}")
     results = []
     for (tool, interval), values in samples.items():
-        row = {"tool": tool, "interval": interval, "median": statistics.median(values), "min": min(values),
-               "max": max(values), "samples": values}
+        row = {
+            "tool": tool,
+            "interval": interval,
+            "median": statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+            "samples": values,
+        }
         results.append(row)
         print(f"{tool:<13} {interval:>7g}s {row['median']:>7.2f}% {row['min']:>6.2f}% {row['max']:>6.2f}%")
     if args.json:

@@ -71,13 +71,18 @@ def call_costs(reps: int) -> None:
     handle = device.handle
     calls = {
         "UtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
-        "MemoryInfo": (lambda: nvml.nvmlDeviceGetMemoryInfo(handle, device.memory_version)) if device.memory_version
+        "MemoryInfo": (lambda: nvml.nvmlDeviceGetMemoryInfo(handle, device.memory_version))
+        if device.memory_version
         else (lambda: nvml.nvmlDeviceGetMemoryInfo(handle)),
         "PowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(handle),
-        "ClockInfo x2": lambda: (nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
-                                 nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
-        "gpm reading (SampleGet + MetricsGet)": lambda: (setattr(device, "gpm_previous_time", -1e9),
-                                                          gpu._gpm_reading(device)),
+        "ClockInfo x2": lambda: (
+            nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+            nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
+        ),
+        "gpm reading (SampleGet + MetricsGet)": lambda: (
+            setattr(device, "gpm_previous_time", -1e9),
+            gpu._gpm_reading(device),
+        ),
         "Temperature": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
         "CurrentClocksEventReasons": lambda: gpu._slow_fields(device),
         "ComputeRunningProcesses": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle),
@@ -87,7 +92,8 @@ def call_costs(reps: int) -> None:
         "collect_fast (all GPUs)": gpu.collect_fast,
         "host.collect": sampler.host.collect,
         "processes.collect (GPU processes + children)": lambda: sampler.processes.collect(
-            [p for d in devices for p in gpu._processes(d)]),
+            [p for d in devices for p in gpu._processes(d)]
+        ),
     }
     print(f"CPU per call, mean of {reps} ({device.name}):")
     for name, call in calls.items():

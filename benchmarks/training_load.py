@@ -29,10 +29,15 @@ class NoiseImages(Dataset):
 
 def build_model() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.ReLU(),
-        nn.Conv2d(128, 256, 3, stride=2, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10),
+        nn.Conv2d(3, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 128, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(128, 256, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(256, 10),
     )
 
 
@@ -47,8 +52,11 @@ def main() -> None:
     model = build_model().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = DataLoader(
-        NoiseImages(10**7, args.size), batch_size=args.batch_size, num_workers=args.workers,
-        pin_memory=device == "cuda", persistent_workers=args.workers > 0,
+        NoiseImages(10**7, args.size),
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        pin_memory=device == "cuda",
+        persistent_workers=args.workers > 0,
     )
     deadline = time.monotonic() + args.duration
     steps = 0

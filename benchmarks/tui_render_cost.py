@@ -74,8 +74,11 @@ def looped(snapshots: list[Snapshot], count: int, gpus: int, spacing: float) -> 
     result = []
     for index in range(count):
         shown = snapshots[index % len(snapshots)]
-        copies = tuple(dataclasses.replace(shown.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(gpus)) \
-            if shown.gpus else ()
+        copies = (
+            tuple(dataclasses.replace(shown.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(gpus))
+            if shown.gpus
+            else ()
+        )
         result.append(dataclasses.replace(shown, timestamp=first + index * spacing, gpus=copies))
     return result
 
@@ -113,8 +116,10 @@ def main() -> int:
     snapshots = looped(read_recording(args.recording), args.warmup + args.ticks, args.gpus, args.interval)
     count_terminal_bytes()
     ms, bytes_per_s = asyncio.run(run(snapshots, (columns, rows), args.warmup, args.interval))
-    print(f"{args.size} {args.gpus} GPU(s): {ms:.2f} ms CPU per snapshot, {bytes_per_s / 1024:.2f} KiB/s to the "
-          f"terminal at one snapshot per {args.interval:g} s ({args.ticks} snapshots after {args.warmup})")
+    print(
+        f"{args.size} {args.gpus} GPU(s): {ms:.2f} ms CPU per snapshot, {bytes_per_s / 1024:.2f} KiB/s to the "
+        f"terminal at one snapshot per {args.interval:g} s ({args.ticks} snapshots after {args.warmup})"
+    )
     return 0
 
 

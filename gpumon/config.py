@@ -87,6 +87,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[object], str]:
         if value not in choices:
             raise ValueError("one of " + ", ".join(choices))
         return str(value)
+
     return check
 
 

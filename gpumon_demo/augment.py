@@ -89,6 +89,6 @@ def augment_batch(images: torch.Tensor, indices: torch.Tensor, out_size: int, se
     return torch.stack(
         [
             augment_image(image, out_size, augmentation_generator(seed, int(index)))
-            for image, index in zip(images, indices)
+            for image, index in zip(images, indices, strict=True)
         ]
     )

@@ -38,29 +38,56 @@ def build_parser() -> argparse.ArgumentParser:
             f"Knobs come from {KNOBS_ENV} (a JSON object) and the flags below, flags winning."
         ),
     )
-    parser.add_argument("--duration", type=float, default=None, metavar="S",
-                        help="seconds to train, warm-up included (default 60 unless --steps is given)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds to train, warm-up included (default 60 unless --steps is given)",
+    )
     parser.add_argument("--steps", type=int, default=None, metavar="N", help="steps to train")
     parser.add_argument("--device", default="auto", help="auto (CUDA if available, else CPU), cuda, cuda:N, cpu")
-    parser.add_argument("--profile", choices=("auto", "full", "small"), default="auto",
-                        help="model and image sizes: full on CUDA, small (fast on a CPU) otherwise")
-    parser.add_argument("--warmup-steps", type=int, default=10, metavar="N",
-                        help="steps left out of the steady-state samples/s (default 10)")
-    parser.add_argument("--dataset-size", type=int, default=1_281_167, metavar="N",
-                        help="samples per epoch (default: ImageNet-1k's training set, so a short run meets no epoch end)")
+    parser.add_argument(
+        "--profile",
+        choices=("auto", "full", "small"),
+        default="auto",
+        help="model and image sizes: full on CUDA, small (fast on a CPU) otherwise",
+    )
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=10,
+        metavar="N",
+        help="steps left out of the steady-state samples/s (default 10)",
+    )
+    parser.add_argument(
+        "--dataset-size",
+        type=int,
+        default=1_281_167,
+        metavar="N",
+        help="samples per epoch (default: ImageNet-1k's training set, so a short run meets no epoch end)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
-                        help="seconds between progress lines on stderr; 0 for none (default 5)")
+    parser.add_argument(
+        "--progress-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between progress lines on stderr; 0 for none (default 5)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
     knobs = parser.add_argument_group("knobs (override GPUMON_KNOBS)")
     for knob in KNOWN_KNOBS.values():
         flag = "--" + knob.name.replace("_", "-")
         help_text = f"{knob.description} (default {json.dumps(knob.default)})"
         if knob.type is bool:
-            knobs.add_argument(flag, dest=knob.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            knobs.add_argument(
+                flag, dest=knob.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         else:
-            knobs.add_argument(flag, dest=knob.name, type=_knob_argument_type(knob), default=None, metavar="N",
-                               help=help_text)
+            knobs.add_argument(
+                flag, dest=knob.name, type=_knob_argument_type(knob), default=None, metavar="N", help=help_text
+            )
     return parser
 
 

@@ -31,7 +31,9 @@ class SyntheticImages(Dataset[Sample]):
         self.seed = seed
         self.augment_out_size = augment_out_size
         generator = torch.Generator().manual_seed(seed)
-        patterns = torch.randint(0, 256 - NOISE_LEVEL, (NUM_CLASSES, 3, TEMPLATE_SIZE, TEMPLATE_SIZE), generator=generator)
+        patterns = torch.randint(
+            0, 256 - NOISE_LEVEL, (NUM_CLASSES, 3, TEMPLATE_SIZE, TEMPLATE_SIZE), generator=generator
+        )
         self.templates = F.interpolate(patterns.float(), size=(image_size, image_size), mode="nearest").to(torch.uint8)
 
     def __len__(self) -> int:
@@ -41,7 +43,9 @@ class SyntheticImages(Dataset[Sample]):
         """The raw uint8 image and label of `index`, the same on every call and in every process."""
         generator = torch.Generator().manual_seed(self.seed * 7_919 + index)
         label = int(torch.randint(0, NUM_CLASSES, (), generator=generator))
-        noise = torch.randint(0, NOISE_LEVEL, (3, self.image_size, self.image_size), dtype=torch.uint8, generator=generator)
+        noise = torch.randint(
+            0, NOISE_LEVEL, (3, self.image_size, self.image_size), dtype=torch.uint8, generator=generator
+        )
         return self.templates[label] + noise, label
 
     def __getitem__(self, index: int) -> Sample:

@@ -56,53 +56,92 @@ KNOWN_KNOBS: dict[str, Knob] = {
     knob.name: knob
     for knob in (
         Knob(
-            "num_workers", int, 0, "DataLoader worker processes (0: load in the training process)",
-            minimum=0, code="DataLoader(..., num_workers={value})",
+            "num_workers",
+            int,
+            0,
+            "DataLoader worker processes (0: load in the training process)",
+            minimum=0,
+            code="DataLoader(..., num_workers={value})",
         ),
         Knob(
-            "prefetch_factor", int, None, "batches each worker loads ahead (null: PyTorch's default, 2)",
-            minimum=1, nullable=True, code="DataLoader(..., prefetch_factor={value})",
+            "prefetch_factor",
+            int,
+            None,
+            "batches each worker loads ahead (null: PyTorch's default, 2)",
+            minimum=1,
+            nullable=True,
+            code="DataLoader(..., prefetch_factor={value})",
         ),
         Knob(
-            "pin_memory", bool, False, "DataLoader returns page-locked batches; copies become non_blocking",
+            "pin_memory",
+            bool,
+            False,
+            "DataLoader returns page-locked batches; copies become non_blocking",
             code="DataLoader(..., pin_memory={value}); x.to(device, non_blocking=True)",
         ),
         Knob(
-            "persistent_workers", bool, False, "keep DataLoader workers alive across epochs",
+            "persistent_workers",
+            bool,
+            False,
+            "keep DataLoader workers alive across epochs",
             code="DataLoader(..., persistent_workers={value})",
         ),
         Knob(
-            "batch_size", int, 32, "samples per step (changes the optimisation: retune the learning rate)",
-            minimum=1, changes_numerics=True, code="DataLoader(..., batch_size={value})",
+            "batch_size",
+            int,
+            32,
+            "samples per step (changes the optimisation: retune the learning rate)",
+            minimum=1,
+            changes_numerics=True,
+            code="DataLoader(..., batch_size={value})",
         ),
         Knob(
-            "amp_bf16", bool, False, "forward pass under torch.autocast with bfloat16",
-            changes_numerics=True, code="with torch.autocast(device.type, dtype=torch.bfloat16): ...",
+            "amp_bf16",
+            bool,
+            False,
+            "forward pass under torch.autocast with bfloat16",
+            changes_numerics=True,
+            code="with torch.autocast(device.type, dtype=torch.bfloat16): ...",
         ),
         Knob(
-            "tf32", bool, None,
+            "tf32",
+            bool,
+            None,
             "TF32 tensor-core math for fp32 matmuls and convolutions "
             "(null: PyTorch's defaults, on for cuDNN convolutions and off for matmuls)",
-            nullable=True, changes_numerics=True,
+            nullable=True,
+            changes_numerics=True,
             code="torch.backends.cuda.matmul.allow_tf32 = {value}; torch.backends.cudnn.allow_tf32 = {value}",
         ),
         Knob(
-            "cudnn_benchmark", bool, False, "let cuDNN time and pick the fastest convolution algorithms",
+            "cudnn_benchmark",
+            bool,
+            False,
+            "let cuDNN time and pick the fastest convolution algorithms",
             code="torch.backends.cudnn.benchmark = {value}",
         ),
         Knob(
-            "channels_last", bool, False, "NHWC memory format for the model and its inputs",
+            "channels_last",
+            bool,
+            False,
+            "NHWC memory format for the model and its inputs",
             code="model.to(memory_format=torch.channels_last); x.to(device, memory_format=torch.channels_last)",
         ),
         Knob(
-            "augment_in_workers", bool, True,
+            "augment_in_workers",
+            bool,
+            True,
             "run the CPU augmentation in Dataset.__getitem__, so in the DataLoader workers when there are any "
             "(false: in the training loop, always in the main process)",
             code="move the transforms into Dataset.__getitem__",
         ),
         Knob(
-            "log_every", int, 1, "call loss.item() (a host sync) every N steps",
-            minimum=1, code="if step % {value} == 0: loss.item()",
+            "log_every",
+            int,
+            1,
+            "call loss.item() (a host sync) every N steps",
+            minimum=1,
+            code="if step % {value} == 0: loss.item()",
         ),
     )
 }
@@ -133,7 +172,7 @@ def parse_knobs(text: str | None) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise KnobError(f"{KNOBS_ENV} is not valid JSON: {error.msg} at column {error.colno}") from None
     if not isinstance(values, dict):
-        raise KnobError(f"{KNOBS_ENV} must be a JSON object like {{\"num_workers\": 4}}, got {text.strip()[:60]}")
+        raise KnobError(f'{KNOBS_ENV} must be a JSON object like {{"num_workers": 4}}, got {text.strip()[:60]}')
     return validate_knobs(values)
 
 

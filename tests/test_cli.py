@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def test_record_writes_a_readable_recording(tmp_path):
     assert result.returncode == 0, result.stderr
     snapshots = read_recording(path)
     assert len(snapshots) >= 3
-    assert all(later.timestamp > earlier.timestamp for earlier, later in zip(snapshots, snapshots[1:]))
+    assert all(later.timestamp > earlier.timestamp for earlier, later in itertools.pairwise(snapshots))
 
 
 def test_record_refuses_to_overwrite_without_force(tmp_path):

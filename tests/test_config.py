@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from gpumon.config import GRAPH_STYLES, SORT_KEYS, Settings, config_path, load_settings, save_setting
 from gpumon.tui.graph import GraphStyle
@@ -22,23 +23,34 @@ def test_no_file_is_every_default_and_no_warning(tmp_path: Path) -> None:
 
 def test_every_setting_is_read(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text('interval = 0.5\ntheme = "nord"\ngraph_style = "blocks"\nhidden_panes = ["disk", "cpu"]\n'
-                    'read_only = true\ndefault_sort = "cpu_percent"\n')
+    path.write_text(
+        'interval = 0.5\ntheme = "nord"\ngraph_style = "blocks"\nhidden_panes = ["disk", "cpu"]\n'
+        'read_only = true\ndefault_sort = "cpu_percent"\n'
+    )
     settings, warnings = load_settings(path)
     assert warnings == []
-    assert settings == Settings(interval=0.5, theme="nord", graph_style="blocks", hidden_panes=("disk", "cpu"),
-                                read_only=True, default_sort="cpu_percent")
+    assert settings == Settings(
+        interval=0.5,
+        theme="nord",
+        graph_style="blocks",
+        hidden_panes=("disk", "cpu"),
+        read_only=True,
+        default_sort="cpu_percent",
+    )
 
 
 def test_unknown_keys_and_bad_values_are_one_line_each_naming_the_key_and_keep_defaults(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text('interval = 99\ncolour = "red"\nread_only = "yes"\ngraph_style = "dots"\ntheme = "nord"\n'
-                    'hidden_panes = ["gpu", "clock"]\ndefault_sort = 3\n')
+    path.write_text(
+        'interval = 99\ncolour = "red"\nread_only = "yes"\ngraph_style = "dots"\ntheme = "nord"\n'
+        'hidden_panes = ["gpu", "clock"]\ndefault_sort = 3\n'
+    )
     settings, warnings = load_settings(path)
     assert settings == Settings(theme="nord")
     assert len(warnings) == 6
-    for key, line in zip(["interval", "colour", "read_only", "graph_style", "hidden_panes", "default_sort"],
-                         warnings, strict=True):
+    for key, line in zip(
+        ["interval", "colour", "read_only", "graph_style", "hidden_panes", "default_sort"], warnings, strict=True
+    ):
         assert key in line and "\n" not in line
     assert "unknown key 'colour'" in warnings[1]
 
@@ -49,7 +61,7 @@ def test_a_file_that_does_not_parse_is_one_line_and_defaults(tmp_path: Path) -> 
     settings, warnings = load_settings(path)
     assert settings == Settings()
     assert len(warnings) == 1 and str(path) in warnings[0] and "\n" not in warnings[0]
-    path.write_bytes(b"theme = \"\xff\"\n")
+    path.write_bytes(b'theme = "\xff"\n')
     assert load_settings(path)[0] == Settings()
 
 

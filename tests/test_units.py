@@ -14,38 +14,44 @@ from gpumon import units
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 
 
-@pytest.mark.parametrize(("value", "spaced", "compact"), [
-    (0, "0 B", "0B"),
-    (512, "512 B", "512B"),
-    (1023, "1023 B", "1023B"),
-    (1023.6, "1.0 KiB", "1.0K"),  # rounds to 1024 B: shown in the next unit
-    (1536, "1.5 KiB", "1.5K"),
-    (99.9 * KIB, "99.9 KiB", "99.9K"),
-    (99.96 * KIB, "100 KiB", "100K"),  # never '100.0'
-    (1023.4 * KIB, "1023 KiB", "1023K"),
-    (1023.9 * KIB, "1.0 MiB", "1.0M"),
-    (80 * GIB, "80.0 GiB", "80.0G"),
-    (503 * GIB, "503 GiB", "503G"),
-    (2 * 1024**5, "2.0 PiB", "2.0P"),
-    (5000 * 1024**5, "5000 PiB", "5000P"),  # the largest unit grows past 1024
-    (-1536, "-1.5 KiB", "-1.5K"),
-    (-0.2, "0 B", "0B"),  # no '-0'
-])
+@pytest.mark.parametrize(
+    ("value", "spaced", "compact"),
+    [
+        (0, "0 B", "0B"),
+        (512, "512 B", "512B"),
+        (1023, "1023 B", "1023B"),
+        (1023.6, "1.0 KiB", "1.0K"),  # rounds to 1024 B: shown in the next unit
+        (1536, "1.5 KiB", "1.5K"),
+        (99.9 * KIB, "99.9 KiB", "99.9K"),
+        (99.96 * KIB, "100 KiB", "100K"),  # never '100.0'
+        (1023.4 * KIB, "1023 KiB", "1023K"),
+        (1023.9 * KIB, "1.0 MiB", "1.0M"),
+        (80 * GIB, "80.0 GiB", "80.0G"),
+        (503 * GIB, "503 GiB", "503G"),
+        (2 * 1024**5, "2.0 PiB", "2.0P"),
+        (5000 * 1024**5, "5000 PiB", "5000P"),  # the largest unit grows past 1024
+        (-1536, "-1.5 KiB", "-1.5K"),
+        (-0.2, "0 B", "0B"),  # no '-0'
+    ],
+)
 def test_sizes_are_binary(value: float, spaced: str, compact: str) -> None:
     assert units.size(value) == spaced
     assert units.size(value, compact=True) == compact
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (0, "0 B/s"),
-    (999, "999 B/s"),
-    (999.6, "1.0 kB/s"),
-    (1500, "1.5 kB/s"),
-    (999.96e3, "1.0 MB/s"),
-    (1.1e9, "1.1 GB/s"),
-    (150e6, "150 MB/s"),
-    (-2e6, "-2.0 MB/s"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0 B/s"),
+        (999, "999 B/s"),
+        (999.6, "1.0 kB/s"),
+        (1500, "1.5 kB/s"),
+        (999.96e3, "1.0 MB/s"),
+        (1.1e9, "1.1 GB/s"),
+        (150e6, "150 MB/s"),
+        (-2e6, "-2.0 MB/s"),
+    ],
+)
 def test_rates_are_decimal(value: float, text: str) -> None:
     assert units.rate(value) == text
 
@@ -59,8 +65,16 @@ def test_the_dashboards_compact_rates_stay_binary() -> None:
 
 @pytest.mark.parametrize("absent", [None, math.nan, math.inf, -math.inf])
 def test_absent_values_read_missing_in_every_formatter(absent: float | None) -> None:
-    for format_value in (units.size, units.rate, units.percent, units.share, units.count, units.amount,
-                         units.milliseconds, units.seconds):
+    for format_value in (
+        units.size,
+        units.rate,
+        units.percent,
+        units.share,
+        units.count,
+        units.amount,
+        units.milliseconds,
+        units.seconds,
+    ):
         assert format_value(absent) == units.MISSING
         assert format_value(absent, missing="-") == "-"
 
@@ -78,10 +92,21 @@ def test_percentages_shares_counts_and_amounts() -> None:
     assert units.amount(1234.5) == "1,234" and units.amount(12.34) == "12.3" and units.amount(0) == "0.0"
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (0, "0.0 ms"), (0.25, "250 ms"), (0.9996, "1.0 s"), (5, "5.0 s"), (9.96, "10 s"), (59.7, "1 min 0 s"),
-    (125, "2 min 5 s"), (3599.6, "1 h 0 min"), (7260, "2 h 1 min"), (-3, "-3.0 s"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0.0 ms"),
+        (0.25, "250 ms"),
+        (0.9996, "1.0 s"),
+        (5, "5.0 s"),
+        (9.96, "10 s"),
+        (59.7, "1 min 0 s"),
+        (125, "2 min 5 s"),
+        (3599.6, "1 h 0 min"),
+        (7260, "2 h 1 min"),
+        (-3, "-3.0 s"),
+    ],
+)
 def test_durations(value: float, text: str) -> None:
     assert units.seconds(value) == text
 

@@ -56,29 +56,60 @@ def _live(name: str) -> bool:
     return name in protocol.KNOBS and protocol.KNOBS[name]["live"]
 
 
-KNOBS: dict[str, KnobInfo] = {info.name: info for info in (
-    KnobInfo("num_workers", _hook("num_workers"), _live("num_workers"), "DataLoader(..., num_workers={value})"),
-    KnobInfo("pin_memory", _hook("pin_memory"), _live("pin_memory"),
-             "DataLoader(..., pin_memory={value}); x = x.to(device, non_blocking=True)"),
-    KnobInfo("prefetch_factor", _hook("prefetch_factor"), _live("prefetch_factor"),
-             "DataLoader(..., prefetch_factor={value})"),
-    KnobInfo("persistent_workers", _hook("persistent_workers"), _live("persistent_workers"),
-             "DataLoader(..., persistent_workers={value})"),
-    KnobInfo("cudnn_benchmark", _hook("cudnn_benchmark"), _live("cudnn_benchmark"),
-             "torch.backends.cudnn.benchmark = {value}"),
-    KnobInfo("tf32", _hook("tf32"), False,
-             "torch.backends.cuda.matmul.allow_tf32 = {value}; torch.backends.cudnn.allow_tf32 = {value}",
-             NUMERICS_FLAG),
-    KnobInfo("amp_bf16", False, False,
-             "with torch.autocast(device_type='cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)",
-             NUMERICS_FLAG),
-    KnobInfo("channels_last", False, False,
-             "model = model.to(memory_format=torch.channels_last); "
-             "x = x.to(device, memory_format=torch.channels_last)", CONV_FLAG),
-    KnobInfo("batch_size", False, False, "DataLoader(..., batch_size={value})", BATCH_FLAG),
-    KnobInfo("augment_in_workers", False, False, "move the CPU transforms into Dataset.__getitem__"),
-    KnobInfo("log_every", False, False, "if step % {value} == 0: print(loss.item())  # not every step"),
-)}
+KNOBS: dict[str, KnobInfo] = {
+    info.name: info
+    for info in (
+        KnobInfo("num_workers", _hook("num_workers"), _live("num_workers"), "DataLoader(..., num_workers={value})"),
+        KnobInfo(
+            "pin_memory",
+            _hook("pin_memory"),
+            _live("pin_memory"),
+            "DataLoader(..., pin_memory={value}); x = x.to(device, non_blocking=True)",
+        ),
+        KnobInfo(
+            "prefetch_factor",
+            _hook("prefetch_factor"),
+            _live("prefetch_factor"),
+            "DataLoader(..., prefetch_factor={value})",
+        ),
+        KnobInfo(
+            "persistent_workers",
+            _hook("persistent_workers"),
+            _live("persistent_workers"),
+            "DataLoader(..., persistent_workers={value})",
+        ),
+        KnobInfo(
+            "cudnn_benchmark",
+            _hook("cudnn_benchmark"),
+            _live("cudnn_benchmark"),
+            "torch.backends.cudnn.benchmark = {value}",
+        ),
+        KnobInfo(
+            "tf32",
+            _hook("tf32"),
+            False,
+            "torch.backends.cuda.matmul.allow_tf32 = {value}; torch.backends.cudnn.allow_tf32 = {value}",
+            NUMERICS_FLAG,
+        ),
+        KnobInfo(
+            "amp_bf16",
+            False,
+            False,
+            "with torch.autocast(device_type='cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)",
+            NUMERICS_FLAG,
+        ),
+        KnobInfo(
+            "channels_last",
+            False,
+            False,
+            "model = model.to(memory_format=torch.channels_last); x = x.to(device, memory_format=torch.channels_last)",
+            CONV_FLAG,
+        ),
+        KnobInfo("batch_size", False, False, "DataLoader(..., batch_size={value})", BATCH_FLAG),
+        KnobInfo("augment_in_workers", False, False, "move the CPU transforms into Dataset.__getitem__"),
+        KnobInfo("log_every", False, False, "if step % {value} == 0: print(loss.item())  # not every step"),
+    )
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +128,12 @@ class Experiment:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{name} -> {_show(value)}" if self.previous.get(name) is None
-                         else f"{name} {_show(self.previous[name])} -> {_show(value)}"
-                         for name, value in self.knobs.items())
+        return ", ".join(
+            f"{name} -> {_show(value)}"
+            if self.previous.get(name) is None
+            else f"{name} {_show(self.previous[name])} -> {_show(value)}"
+            for name, value in self.knobs.items()
+        )
 
     @property
     def live(self) -> bool:
@@ -199,14 +233,15 @@ def _candidates_for(category: str, signals: Signals, cores: int | None) -> list[
 
 CODE_ONLY = {
     MEMORY_IMBALANCE: "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])  "
-                      "# one process per GPU (torchrun), instead of nn.DataParallel",
+    "# one process per GPU (torchrun), instead of nn.DataParallel",
     HOST_SYNC: "keep per-step metrics on the GPU and call .item() every N steps",
 }
 """Findings no knob fixes, and the code change to show instead."""
 
 
-def experiments_for(finding: Finding, signals: Signals, *, cores: int | None = None,
-                    current: Mapping[str, Any] | None = None) -> list[Experiment]:
+def experiments_for(
+    finding: Finding, signals: Signals, *, cores: int | None = None, current: Mapping[str, Any] | None = None
+) -> list[Experiment]:
     """The experiments worth trying for `finding` (its category first, then its secondary findings), best first.
 
     A busy GPU also gets the precision and throughput knobs (bf16, TF32, channels_last, cuDNN autotuning,
@@ -222,8 +257,9 @@ def experiments_for(finding: Finding, signals: Signals, *, cores: int | None = N
     pairs = [(category, pair) for category in categories for pair in _candidates_for(category, signals, cores)]
     if signals.has_gpu and signals.num_workers is not None:
         # A GPU job with a DataLoader: its loader refinements are worth a try once the bigger fixes are in.
-        pairs += [(INPUT_BOUND, pair) for pair in _candidates_for(INPUT_BOUND, signals, cores)
-                  if pair[0] != "num_workers"]
+        pairs += [
+            (INPUT_BOUND, pair) for pair in _candidates_for(INPUT_BOUND, signals, cores) if pair[0] != "num_workers"
+        ]
     for category, (name, value) in pairs:
         if name in seen or current.get(name) == value:
             continue
@@ -236,10 +272,13 @@ def experiments_for(finding: Finding, signals: Signals, *, cores: int | None = N
 def observed_value(name: str, signals: Signals) -> Any:
     """The knob's value as the job runs now, where the signals show it."""
     return {
-        "num_workers": signals.num_workers, "pin_memory": signals.pin_memory,
+        "num_workers": signals.num_workers,
+        "pin_memory": signals.pin_memory,
         "prefetch_factor": signals.prefetch_factor if signals.num_workers else None,
-        "persistent_workers": signals.persistent_workers, "batch_size": signals.batch_size,
-        "cudnn_benchmark": signals.cudnn_benchmark, "tf32": signals.tf32_matmul,
+        "persistent_workers": signals.persistent_workers,
+        "batch_size": signals.batch_size,
+        "cudnn_benchmark": signals.cudnn_benchmark,
+        "tf32": signals.tf32_matmul,
         "amp_bf16": signals.autocast,
     }.get(name)
 

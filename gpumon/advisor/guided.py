@@ -62,10 +62,18 @@ def describe_machine(signals: Signals | None) -> str:
 class GuidedRun:
     """Chains experiments on `runner`. `cancel` stops it between (and, through the runner, inside) variants."""
 
-    def __init__(self, runner: Runner, *, planner: Planner | None = None, max_variants: int = MAX_VARIANTS,
-                 min_gain: float = MIN_GAIN, cancel: threading.Event | None = None,
-                 listener: Listener | None = None, meta: Mapping[str, Any] | None = None,
-                 only: Sequence[Experiment] | None = None) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        planner: Planner | None = None,
+        max_variants: int = MAX_VARIANTS,
+        min_gain: float = MIN_GAIN,
+        cancel: threading.Event | None = None,
+        listener: Listener | None = None,
+        meta: Mapping[str, Any] | None = None,
+        only: Sequence[Experiment] | None = None,
+    ) -> None:
         self.runner = runner
         self.planner = planner or default_planner()
         self.max_variants = max_variants
@@ -116,8 +124,11 @@ class GuidedRun:
                     self._tell("start", experiment)
                     result = self.runner.run(experiment, kept)
                     assert best.measurement is not None
-                    wins = result.ok and result.measurement is not None and beats(
-                        result.measurement, best.measurement, self.min_gain)
+                    wins = (
+                        result.ok
+                        and result.measurement is not None
+                        and beats(result.measurement, best.measurement, self.min_gain)
+                    )
                     result = result.with_kept(wins)
                     variants.append(result)
                     self._tell("result", result)
@@ -145,8 +156,9 @@ class GuidedRun:
             self.runner.finish(kept)
         return self._report(baseline, variants, kept, finding, final, advice, skipped, stopped)
 
-    def _candidates(self, finding: Finding | None, best: VariantResult, kept: Mapping[str, Any], tried: set[str],
-                    skipped: list[str]) -> list[Experiment]:
+    def _candidates(
+        self, finding: Finding | None, best: VariantResult, kept: Mapping[str, Any], tried: set[str], skipped: list[str]
+    ) -> list[Experiment]:
         if self.only is not None:
             planned = list(self.only)
         elif finding is None or best.signals is None:
@@ -175,14 +187,35 @@ class GuidedRun:
                 lines.append(f"{item.category}: {code}")
         return lines
 
-    def _report(self, baseline: VariantResult, variants: list[VariantResult], kept: dict[str, Any],
-                finding: Finding | None, final: Finding | None, advice: list[str], skipped: list[str],
-                stopped: str) -> GuidedReport:
-        meta = {"date": datetime.date.today().isoformat(), "runner": self.runner.kind,
-                "device": describe_machine(baseline.signals), **self.meta}
-        report = GuidedReport(baseline=baseline, variants=tuple(variants), kept=dict(kept), finding=finding,
-                              final_finding=final, code=tuple(code_change(kept)), advice=tuple(advice),
-                              skipped=tuple(skipped), stopped=stopped, meta=meta)
+    def _report(
+        self,
+        baseline: VariantResult,
+        variants: list[VariantResult],
+        kept: dict[str, Any],
+        finding: Finding | None,
+        final: Finding | None,
+        advice: list[str],
+        skipped: list[str],
+        stopped: str,
+    ) -> GuidedReport:
+        meta = {
+            "date": datetime.date.today().isoformat(),
+            "runner": self.runner.kind,
+            "device": describe_machine(baseline.signals),
+            **self.meta,
+        }
+        report = GuidedReport(
+            baseline=baseline,
+            variants=tuple(variants),
+            kept=dict(kept),
+            finding=finding,
+            final_finding=final,
+            code=tuple(code_change(kept)),
+            advice=tuple(advice),
+            skipped=tuple(skipped),
+            stopped=stopped,
+            meta=meta,
+        )
         self._tell("done", report)
         return report
 
@@ -194,6 +227,7 @@ def with_previous(experiment: Experiment, kept: Mapping[str, Any], signals: Sign
         return experiment
     previous = dict(experiment.previous)
     for name in missing:
-        previous[name] = kept[name] if name in kept else (
-            observed_value(name, signals) if signals is not None else None)
+        previous[name] = (
+            kept[name] if name in kept else (observed_value(name, signals) if signals is not None else None)
+        )
     return replace(experiment, previous=previous)

@@ -61,10 +61,19 @@ class LiveRunner:
 
     kind = KIND_LIVE
 
-    def __init__(self, client: JobClient, *, log: SnapshotLog, warmup_s: float = WARMUP_S,
-                 window_s: float = WINDOW_S, repeats: int = REPEATS, apply_timeout_s: float = APPLY_TIMEOUT_S,
-                 cancel: threading.Event | None = None, progress: Progress | None = None,
-                 sync_diagnosis: bool = True) -> None:
+    def __init__(
+        self,
+        client: JobClient,
+        *,
+        log: SnapshotLog,
+        warmup_s: float = WARMUP_S,
+        window_s: float = WINDOW_S,
+        repeats: int = REPEATS,
+        apply_timeout_s: float = APPLY_TIMEOUT_S,
+        cancel: threading.Event | None = None,
+        progress: Progress | None = None,
+        sync_diagnosis: bool = True,
+    ) -> None:
         self.client = client
         self.log = log
         self.warmup_s = warmup_s
@@ -96,15 +105,32 @@ class LiveRunner:
             return None
         return "needs a trial run: it changes numerics or needs a restart (gpumon experiment -- CMD)"
 
-    def _measure(self, label: str, change: dict[str, Any], knobs: dict[str, Any], *,
-                 diagnose_syncs: bool = False, flags: tuple[str, ...] = ()) -> VariantResult:
-        result = VariantIdentity(label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags,
-                                 pid=self.client.pid)
+    def _measure(
+        self,
+        label: str,
+        change: dict[str, Any],
+        knobs: dict[str, Any],
+        *,
+        diagnose_syncs: bool = False,
+        flags: tuple[str, ...] = (),
+    ) -> VariantResult:
+        result = VariantIdentity(
+            label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags, pid=self.client.pid
+        )
         self._say(f"{label}: warming up", 0.2)
         sleep_checked(self.warmup_s, self.cancel, self._alive)
         start = time.time()
-        windows = measure_windows(self.steps, window_s=self.window_s, repeats=self.repeats, cancel=self.cancel,
-                                  alive=self._alive, progress=self._say, label=label, done_before=0.3, share=0.6)
+        windows = measure_windows(
+            self.steps,
+            window_s=self.window_s,
+            repeats=self.repeats,
+            cancel=self.cancel,
+            alive=self._alive,
+            progress=self._say,
+            label=label,
+            done_before=0.3,
+            share=0.6,
+        )
         end = time.time()
         view = self.client.view()
         diagnosis = None
@@ -116,12 +142,21 @@ class LiveRunner:
                 diagnosis = None
         signals = build_signals(self.log.between(start, end), view, start=start, end=end, diagnosis=diagnosis)
         memory = view.memory
-        measurement = measurement_from(windows, gpu_util=signals.gpu_util, sm_activity=signals.sm_activity,
-                                       tensor_activity=signals.tensor_activity,
-                                       peak_memory=memory.get("max_allocated") if memory else None)
+        measurement = measurement_from(
+            windows,
+            gpu_util=signals.gpu_util,
+            sm_activity=signals.sm_activity,
+            tensor_activity=signals.tensor_activity,
+            peak_memory=memory.get("max_allocated") if memory else None,
+        )
         if not measurement.steps:
-            return VariantResult(**result, status=FAILED, measurement=measurement, signals=signals,
-                                 reason=f"no step during the {measurement.seconds:.0f} s measured (the job stalled)")
+            return VariantResult(
+                **result,
+                status=FAILED,
+                measurement=measurement,
+                signals=signals,
+                reason=f"no step during the {measurement.seconds:.0f} s measured (the job stalled)",
+            )
         return VariantResult(**result, status=OK, measurement=measurement, signals=signals)
 
     def baseline(self) -> VariantResult:
@@ -130,22 +165,36 @@ class LiveRunner:
             deadline = time.monotonic() + self.apply_timeout_s
             while self.steps.steps == 0:
                 if time.monotonic() > deadline:
-                    return VariantResult(label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=FAILED,
-                                         reason=f"no step from the job within {self.apply_timeout_s:g} s")
+                    return VariantResult(
+                        label="baseline",
+                        change={},
+                        knobs={},
+                        kind=KIND_LIVE,
+                        status=FAILED,
+                        reason=f"no step from the job within {self.apply_timeout_s:g} s",
+                    )
                 sleep_checked(0.2, self.cancel, self._alive)
             return self._measure("baseline", {}, {}, diagnose_syncs=self.sync_diagnosis)
         except Cancelled:
-            return VariantResult(label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=CANCELLED,
-                                 reason="cancelled")
+            return VariantResult(
+                label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=CANCELLED, reason="cancelled"
+            )
         except RuntimeError as error:
-            return VariantResult(label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=FAILED,
-                                 reason=str(error))
+            return VariantResult(
+                label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=FAILED, reason=str(error)
+            )
 
     def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
         change = dict(experiment.knobs)
         label = experiment.label
-        base = VariantIdentity(label=label, change=change, knobs={**kept, **change}, kind=KIND_LIVE,
-                               flags=tuple(experiment.flags), pid=self.client.pid)
+        base = VariantIdentity(
+            label=label,
+            change=change,
+            knobs={**kept, **change},
+            kind=KIND_LIVE,
+            flags=tuple(experiment.flags),
+            pid=self.client.pid,
+        )
         view = self.client.view()
         for name in change:
             self.original.setdefault(name, current_value(view, name))
@@ -157,15 +206,25 @@ class LiveRunner:
             while not in_effect(self.client.view(), change):
                 if time.monotonic() > deadline:
                     self.discard(experiment)
-                    return VariantResult(**base, status=NOT_APPLIED, reason=(
-                        f"not in effect within {self.apply_timeout_s:g} s (DataLoader settings apply at the next "
-                        "epoch): rolled back; a trial run can measure it"))
+                    return VariantResult(
+                        **base,
+                        status=NOT_APPLIED,
+                        reason=(
+                            f"not in effect within {self.apply_timeout_s:g} s (DataLoader settings apply at the next "
+                            "epoch): rolled back; a trial run can measure it"
+                        ),
+                    )
                 self._say(f"{label}: waiting for it to take effect (next epoch)", 0.1)
                 sleep_checked(0.25, self.cancel, self._alive)
             measured = self._measure(label, change, {**kept, **change}, flags=tuple(experiment.flags))
-            return VariantResult(**base, status=measured.status, reason=measured.reason,
-                                 measurement=measured.measurement, signals=measured.signals,
-                                 applied={name: "hook" for name in change})
+            return VariantResult(
+                **base,
+                status=measured.status,
+                reason=measured.reason,
+                measurement=measured.measurement,
+                signals=measured.signals,
+                applied={name: "hook" for name in change},
+            )
         except Cancelled:
             self.discard(experiment)
             return VariantResult(**base, status=CANCELLED, reason="cancelled (rolled back)")
@@ -181,8 +240,7 @@ class LiveRunner:
     def discard(self, experiment: Experiment) -> None:
         """Put the experiment's knobs back to their values before the first change."""
         restore = {name: self.original.get(name) for name in experiment.knobs if name in self.changed}
-        restore = {name: value for name, value in restore.items()
-                   if value is not None or name == "prefetch_factor"}
+        restore = {name: value for name, value in restore.items() if value is not None or name == "prefetch_factor"}
         self.changed.difference_update(experiment.knobs)
         if not restore or self.client.ended:
             return

@@ -42,8 +42,11 @@ class SnapshotLog:
 
     def between(self, start: float | None = None, end: float | None = None) -> list[Snapshot]:
         with self._lock:
-            return [s for s in self._snapshots
-                    if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)]
+            return [
+                s
+                for s in self._snapshots
+                if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)
+            ]
 
     def latest(self) -> Snapshot | None:
         with self._lock:
@@ -86,10 +89,14 @@ class StepLog:
                         continue
                     self._last_seq = seq
                     samples = record.get("samples")
-                    self._records.append(StepRecord(t=float(record["t"]),
-                                                    samples=None if samples is None else int(samples),
-                                                    wall_ms=float(record.get("wall_ms") or 0.0),
-                                                    data_ms=float(record.get("data_ms") or 0.0)))
+                    self._records.append(
+                        StepRecord(
+                            t=float(record["t"]),
+                            samples=None if samples is None else int(samples),
+                            wall_ms=float(record.get("wall_ms") or 0.0),
+                            data_ms=float(record.get("data_ms") or 0.0),
+                        )
+                    )
                 except (KeyError, TypeError, ValueError):
                     continue
             if self._records and self.first_step_at is None:
@@ -171,19 +178,31 @@ class Measurement:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rate": round(self.rate, 2), "unit": self.unit, "spread": round(self.spread, 2),
-            "noise": round(self.noise, 4), "rates": [round(r, 2) for r in self.rates],
-            "gpu_util": _r(self.gpu_util), "sm_activity": _r(self.sm_activity),
-            "tensor_activity": _r(self.tensor_activity), "peak_memory": self.peak_memory, "steps": self.steps,
+            "rate": round(self.rate, 2),
+            "unit": self.unit,
+            "spread": round(self.spread, 2),
+            "noise": round(self.noise, 4),
+            "rates": [round(r, 2) for r in self.rates],
+            "gpu_util": _r(self.gpu_util),
+            "sm_activity": _r(self.sm_activity),
+            "tensor_activity": _r(self.tensor_activity),
+            "peak_memory": self.peak_memory,
+            "steps": self.steps,
             "seconds": round(self.seconds, 2),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
-        return cls(rates=tuple(float(r) for r in data.get("rates") or ()), unit=str(data.get("unit", "samples/s")),
-                   gpu_util=data.get("gpu_util"), sm_activity=data.get("sm_activity"),
-                   tensor_activity=data.get("tensor_activity"), peak_memory=data.get("peak_memory"),
-                   steps=int(data.get("steps") or 0), seconds=float(data.get("seconds") or 0.0))
+        return cls(
+            rates=tuple(float(r) for r in data.get("rates") or ()),
+            unit=str(data.get("unit", "samples/s")),
+            gpu_util=data.get("gpu_util"),
+            sm_activity=data.get("sm_activity"),
+            tensor_activity=data.get("tensor_activity"),
+            peak_memory=data.get("peak_memory"),
+            steps=int(data.get("steps") or 0),
+            seconds=float(data.get("seconds") or 0.0),
+        )
 
 
 def _r(value: float | None) -> float | None:
@@ -212,8 +231,9 @@ Progress = Callable[[str, float], None]
 """Called with a message and the fraction (0-1) of the current variant done."""
 
 
-def sleep_checked(seconds: float, cancel: threading.Event | None, alive: Callable[[], str | None] | None = None,
-                  tick: float = 0.1) -> None:
+def sleep_checked(
+    seconds: float, cancel: threading.Event | None, alive: Callable[[], str | None] | None = None, tick: float = 0.1
+) -> None:
     """Sleep `seconds`, raising Cancelled when `cancel` is set and RuntimeError(reason) when `alive()` returns
     a reason (the job died)."""
     deadline = time.monotonic() + seconds
@@ -230,10 +250,19 @@ def sleep_checked(seconds: float, cancel: threading.Event | None, alive: Callabl
         time.sleep(min(tick, left))
 
 
-def measure_windows(log: StepLog, *, window_s: float, repeats: int, cancel: threading.Event | None = None,
-                    alive: Callable[[], str | None] | None = None, progress: Progress | None = None,
-                    label: str = "", clock: Callable[[], float] = time.time,
-                    done_before: float = 0.0, share: float = 1.0) -> list[WindowRate]:
+def measure_windows(
+    log: StepLog,
+    *,
+    window_s: float,
+    repeats: int,
+    cancel: threading.Event | None = None,
+    alive: Callable[[], str | None] | None = None,
+    progress: Progress | None = None,
+    label: str = "",
+    clock: Callable[[], float] = time.time,
+    done_before: float = 0.0,
+    share: float = 1.0,
+) -> list[WindowRate]:
     """Measure `repeats` consecutive windows of `window_s` seconds of the job's steps (wall-clock unix time)."""
     windows: list[WindowRate] = []
     for index in range(repeats):
@@ -252,8 +281,14 @@ def measure_windows(log: StepLog, *, window_s: float, repeats: int, cancel: thre
     return windows
 
 
-def measurement_from(windows: Sequence[WindowRate], *, gpu_util: float | None, sm_activity: float | None,
-                     tensor_activity: float | None, peak_memory: int | None) -> Measurement:
+def measurement_from(
+    windows: Sequence[WindowRate],
+    *,
+    gpu_util: float | None,
+    sm_activity: float | None,
+    tensor_activity: float | None,
+    peak_memory: int | None,
+) -> Measurement:
     per_window = [w.samples_per_s for w in windows]
     if per_window and all(rate is not None for rate in per_window):
         rates = tuple(float(rate) for rate in per_window if rate is not None)
@@ -261,7 +296,14 @@ def measurement_from(windows: Sequence[WindowRate], *, gpu_util: float | None, s
     else:
         rates = tuple(w.steps_per_s for w in windows)
         unit = "steps/s"
-    return Measurement(rates=rates, unit=unit, gpu_util=gpu_util, sm_activity=sm_activity,
-                       tensor_activity=tensor_activity, peak_memory=peak_memory,
-                       steps=sum(w.steps for w in windows), seconds=sum(w.seconds for w in windows),
-                       windows=tuple(windows))
+    return Measurement(
+        rates=rates,
+        unit=unit,
+        gpu_util=gpu_util,
+        sm_activity=sm_activity,
+        tensor_activity=tensor_activity,
+        peak_memory=peak_memory,
+        steps=sum(w.steps for w in windows),
+        seconds=sum(w.seconds for w in windows),
+        windows=tuple(windows),
+    )

@@ -52,8 +52,14 @@ def result_text(result: VariantResult, is_baseline: bool = False) -> str:
         if result.kind == "live" and not is_baseline and not result.kept:
             text += ", rolled back"
         return text
-    names = {FAILED: "failed", OOM: "out of memory", TIMEOUT: "timed out", NOT_APPLIED: "not applied",
-             SKIPPED: "skipped", CANCELLED: "cancelled"}
+    names = {
+        FAILED: "failed",
+        OOM: "out of memory",
+        TIMEOUT: "timed out",
+        NOT_APPLIED: "not applied",
+        SKIPPED: "skipped",
+        CANCELLED: "cancelled",
+    }
     name = names.get(result.status, printable(result.status))
     return f"{name}: {printable(result.reason)}" if result.reason else name
 
@@ -92,7 +98,7 @@ def table(rows: Sequence[VariantResult]) -> str:
     widths[0] = max(widths[0], max(len(cells[0]) for cells in body) + 2)
     lines = []
     for cells in [headers, *body]:
-        line = "".join(cell.ljust(width) for cell, width in zip(cells, widths)) + cells[-1]
+        line = "".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)) + cells[-1]
         lines.append(line.rstrip())
     return "\n".join(lines)
 
@@ -111,8 +117,11 @@ def markdown_table(rows: Sequence[VariantResult]) -> str:
 
 
 def finding_text(finding: Finding) -> str:
-    lines = [f"{finding.headline} (confidence {finding.confidence:.0%}, {finding.source or 'no job data'})",
-             f"  evidence: {printable(finding.evidence)}", f"  what to do: {finding.advice}"]
+    lines = [
+        f"{finding.headline} (confidence {finding.confidence:.0%}, {finding.source or 'no job data'})",
+        f"  evidence: {printable(finding.evidence)}",
+        f"  what to do: {finding.advice}",
+    ]
     for other in finding.secondary:
         lines.append(f"  also: {other.category}: {printable(other.evidence)} (confidence {other.confidence:.0%})")
     return "\n".join(lines)
@@ -126,8 +135,9 @@ def report_text(report: GuidedReport) -> str:
     best = report.best
     gain = speedup(best.measurement, report.baseline.measurement)
     if report.kept:
-        parts.append(f"kept: {', '.join(f'{k}={v!r}' for k, v in report.kept.items())}"
-                     + (f" ({gain:.1f}x)" if gain else ""))
+        parts.append(
+            f"kept: {', '.join(f'{k}={v!r}' for k, v in report.kept.items())}" + (f" ({gain:.1f}x)" if gain else "")
+        )
         parts.append("code change:\n" + "\n".join(f"    {line}" for line in report.code))
     else:
         parts.append("nothing won beyond the noise: no change to make")
@@ -145,8 +155,9 @@ def report_text(report: GuidedReport) -> str:
 def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> str:
     meta = report.meta
     lines = [f"# {title}", ""]
-    described = [f"{key}: {printable_or(meta[key])}" for key in ("device", "date", "command", "runner")
-                 if meta.get(key)]
+    described = [
+        f"{key}: {printable_or(meta[key])}" for key in ("device", "date", "command", "runner") if meta.get(key)
+    ]
     if described:
         lines += ["; ".join(described), ""]
     if report.finding is not None:
@@ -167,6 +178,9 @@ def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> 
         lines += [f"- note: {flag}"]
     if report.stopped:
         lines += [f"- stopped: {printable(report.stopped)}"]
-    lines += ["", "samples/s: mean of the measured windows (warm-up excluded); noise: half their range; "
-              "speed-up against the baseline; peak mem: torch.cuda.max_memory_allocated."]
+    lines += [
+        "",
+        "samples/s: mean of the measured windows (warm-up excluded); noise: half their range; "
+        "speed-up against the baseline; peak mem: torch.cuda.max_memory_allocated.",
+    ]
     return "\n".join(lines).rstrip() + "\n"

@@ -70,9 +70,16 @@ class VariantResult:
     def to_dict(self, baseline: Measurement | None = None) -> dict[str, Any]:
         gain = speedup(self.measurement, baseline)
         return {
-            "label": self.label, "change": dict(self.change), "knobs": dict(self.knobs), "kind": self.kind,
-            "status": self.status, "reason": self.reason, "kept": self.kept, "flags": list(self.flags),
-            "applied": dict(self.applied), "pid": self.pid,
+            "label": self.label,
+            "change": dict(self.change),
+            "knobs": dict(self.knobs),
+            "kind": self.kind,
+            "status": self.status,
+            "reason": self.reason,
+            "kept": self.kept,
+            "flags": list(self.flags),
+            "applied": dict(self.applied),
+            "pid": self.pid,
             "measurement": self.measurement.to_dict() if self.measurement is not None else None,
             "speedup": None if gain is None else round(gain, 3),
         }
@@ -113,10 +120,15 @@ class GuidedReport:
         best = self.best.measurement
         gain = speedup(best, base)
         return {
-            "baseline": self.baseline.to_dict(base), "variants": [v.to_dict(base) for v in self.variants],
-            "kept": dict(self.kept), "speedup": None if gain is None else round(gain, 3),
+            "baseline": self.baseline.to_dict(base),
+            "variants": [v.to_dict(base) for v in self.variants],
+            "kept": dict(self.kept),
+            "speedup": None if gain is None else round(gain, 3),
             "finding": self.finding.to_dict() if self.finding else None,
             "final_finding": self.final_finding.to_dict() if self.final_finding else None,
-            "code": list(self.code), "advice": list(self.advice), "skipped": list(self.skipped),
-            "stopped": self.stopped, "meta": dict(self.meta),
+            "code": list(self.code),
+            "advice": list(self.advice),
+            "skipped": list(self.skipped),
+            "stopped": self.stopped,
+            "meta": dict(self.meta),
         }

@@ -26,8 +26,17 @@ MEMORY_IMBALANCE = "memory_imbalance"
 IO_BOUND = "io_bound"
 THROTTLED = "throttled"
 HEALTHY = "healthy"
-CATEGORIES = (INPUT_BOUND, HOST_SYNC, LAUNCH_BOUND, TRANSFER_BOUND, LOW_PRECISION, MEMORY_IMBALANCE, IO_BOUND,
-              THROTTLED, HEALTHY)
+CATEGORIES = (
+    INPUT_BOUND,
+    HOST_SYNC,
+    LAUNCH_BOUND,
+    TRANSFER_BOUND,
+    LOW_PRECISION,
+    MEMORY_IMBALANCE,
+    IO_BOUND,
+    THROTTLED,
+    HEALTHY,
+)
 
 HEADLINES = {
     INPUT_BOUND: "Input-bound: the training loop waits for its data",
@@ -43,28 +52,32 @@ HEADLINES = {
 
 ADVICE = {
     INPUT_BOUND: "Load batches in parallel: more DataLoader workers, pinned memory, prefetching; move CPU "
-                 "preprocessing into Dataset.__getitem__ so the workers do it.",
+    "preprocessing into Dataset.__getitem__ so the workers do it.",
     IO_BOUND: "Reads are the limit: more workers and prefetching to overlap them, persistent workers, faster or "
-              "local storage, fewer and larger files, or caching the data set in memory.",
+    "local storage, fewer and larger files, or caching the data set in memory.",
     HOST_SYNC: "Remove per-step host syncs (.item(), .cpu(), print of a tensor, torch.cuda.synchronize) from the "
-               "hot loop: log every N steps, keep metrics on the GPU.",
+    "hot loop: log every N steps, keep metrics on the GPU.",
     LAUNCH_BOUND: "Give the GPU bigger pieces of work: a larger batch, fused layers, torch.compile or CUDA graphs.",
     TRANSFER_BOUND: "Pin host memory (pin_memory=True) and copy with non_blocking=True; move less data (uint8 "
-                    "images, crop before the copy) or keep it on the GPU.",
+    "images, crop before the copy) or keep it on the GPU.",
     LOW_PRECISION: "Use tensor cores: torch.autocast with bfloat16, or at least TF32 for fp32 matmuls; "
-                   "channels_last for convolutions.",
+    "channels_last for convolutions.",
     MEMORY_IMBALANCE: "Replace nn.DataParallel with DistributedDataParallel (one process per GPU), so no GPU "
-                      "gathers the others' outputs.",
+    "gathers the others' outputs.",
     THROTTLED: "Nothing to change in the training script: the GPU lowers its clocks by itself. Check its cooling "
-               "(airflow, fans, inlet temperature) and its power limit (nvidia-smi -q -d PERFORMANCE,POWER,"
-               "TEMPERATURE; nvidia-smi -pl where allowed), or ask the machine's administrator.",
+    "(airflow, fans, inlet temperature) and its power limit (nvidia-smi -q -d PERFORMANCE,POWER,"
+    "TEMPERATURE; nvidia-smi -pl where allowed), or ask the machine's administrator.",
     HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
 }
 
-HEALTHY_ADVICE_UNDER_USED = ("No bottleneck stood out in this window though the GPU is not fully busy: watch a longer "
-                             "window, or run the job with the hook (gpumon run / attach) for step timings.")
-HEALTHY_ADVICE_CPU = ("The job computes on the CPU, so nothing here holds a GPU back; to train faster, move the model "
-                      "and its batches to a GPU (.to('cuda')).")
+HEALTHY_ADVICE_UNDER_USED = (
+    "No bottleneck stood out in this window though the GPU is not fully busy: watch a longer "
+    "window, or run the job with the hook (gpumon run / attach) for step timings."
+)
+HEALTHY_ADVICE_CPU = (
+    "The job computes on the CPU, so nothing here holds a GPU back; to train faster, move the model "
+    "and its batches to a GPU (.to('cuda'))."
+)
 HEALTHY_ADVICE_NO_GPU_FIGURES = "Nothing big to fix in the steps the hook measured (no GPU figures to judge by)."
 HEALTHY_ADVICE_NO_DATA = "Not enough data yet: let the job run some steps, then look again."
 
@@ -133,19 +146,29 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "category": self.category, "headline": self.headline, "evidence": self.evidence,
-            "confidence": round(self.confidence, 2), "severity": round(self.severity, 3),
-            "numbers": dict(self.numbers), "advice": self.advice, "source": self.source,
+            "category": self.category,
+            "headline": self.headline,
+            "evidence": self.evidence,
+            "confidence": round(self.confidence, 2),
+            "severity": round(self.severity, 3),
+            "numbers": dict(self.numbers),
+            "advice": self.advice,
+            "source": self.source,
             "secondary": [finding.to_dict() for finding in self.secondary],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
-        return cls(category=str(data["category"]), evidence=str(data.get("evidence", "")),
-                   confidence=float(data.get("confidence", 0.0)), severity=float(data.get("severity", 0.0)),
-                   numbers=dict(data.get("numbers") or {}), source=str(data.get("source", "")),
-                   secondary=tuple(cls.from_dict(d) for d in data.get("secondary") or ()),
-                   advice_text=_own_advice(str(data["category"]), data.get("advice")))
+        return cls(
+            category=str(data["category"]),
+            evidence=str(data.get("evidence", "")),
+            confidence=float(data.get("confidence", 0.0)),
+            severity=float(data.get("severity", 0.0)),
+            numbers=dict(data.get("numbers") or {}),
+            source=str(data.get("source", "")),
+            secondary=tuple(cls.from_dict(d) for d in data.get("secondary") or ()),
+            advice_text=_own_advice(str(data["category"]), data.get("advice")),
+        )
 
 
 def _own_advice(category: str, advice: object) -> str:
@@ -252,8 +275,14 @@ def rule_data(signals: Signals) -> Candidate | None:
         reads is not None and reads >= READ_IO,
     ]
     loaders_not_busy = loader_cpu is not None and loader_cpu < LOADER_CPU_IO
-    numbers = {"data_share": _round(data), "loader_cpu": _round(loader_cpu), "num_workers": signals.num_workers,
-               "idle_cores": signals.idle_cores, "cores": signals.cores, "gpu_util": _round(signals.gpu_util)}
+    numbers = {
+        "data_share": _round(data),
+        "loader_cpu": _round(loader_cpu),
+        "num_workers": signals.num_workers,
+        "idle_cores": signals.idle_cores,
+        "cores": signals.cores,
+        "gpu_util": _round(signals.gpu_util),
+    }
     confidence = (0.9 if data >= 0.4 else 0.75) * _source_factor(signals)
     if any(io_signs) and (loaders_not_busy or loader_cpu is None):
         io_parts = []
@@ -263,15 +292,19 @@ def rule_data(signals: Signals) -> Candidate | None:
             io_parts.append(f"iowait {pct100(signals.iowait)}")
         if signals.workers_in_disk_wait:
             io_parts.append(f"loaders in disk wait {pct(signals.workers_in_disk_wait)} of the time")
-        numbers.update(iowait=_round(signals.iowait), job_read_bytes_per_s=_round(reads, 0),
-                       workers_in_disk_wait=_round(signals.workers_in_disk_wait))
+        numbers.update(
+            iowait=_round(signals.iowait),
+            job_read_bytes_per_s=_round(reads, 0),
+            workers_in_disk_wait=_round(signals.workers_in_disk_wait),
+        )
         evidence = _join(wait_text, ", ".join(io_parts), loader_text)
         return Candidate(IO_BOUND, data, confidence * (1.0 if sum(io_signs) >= 2 else 0.8), evidence, numbers)
     collate_text = None
     if signals.data_collate_share is not None and signals.data_collate_share >= 0.05:
         collate_text = f"the main process's collate_fn takes {pct(signals.data_collate_share)} of each step"
-        numbers.update(data_collate_share=_round(signals.data_collate_share),
-                       data_worker_share=_round(signals.data_worker_share))
+        numbers.update(
+            data_collate_share=_round(signals.data_collate_share), data_worker_share=_round(signals.data_worker_share)
+        )
     evidence = _join(wait_text, collate_text, loader_text, _cores_part(signals), _gpu_part(signals))
     return Candidate(INPUT_BOUND, data, confidence, evidence, numbers)
 
@@ -304,9 +337,17 @@ def rule_host_sync(signals: Signals) -> Candidate | None:
             how = "read from the source line (.item(), .cpu()...): C++ frames are not sampled"
             confidence = SOURCE_LINE_CONFIDENCE * PYSPY_CONFIDENCE
         evidence = _join(f"main thread in a CUDA sync in {pct(share)} of py-spy samples", how, _gpu_part(signals))
-        return Candidate(HOST_SYNC, share, confidence, evidence,
-                         {"pyspy_cuda_sync": _round(share), "gpu_util": _round(signals.gpu_util),
-                          "sync_evidence": dict(evidence_counts)})
+        return Candidate(
+            HOST_SYNC,
+            share,
+            confidence,
+            evidence,
+            {
+                "pyspy_cuda_sync": _round(share),
+                "gpu_util": _round(signals.gpu_util),
+                "sync_evidence": dict(evidence_counts),
+            },
+        )
     syncs = signals.syncs_per_step
     if syncs is None and signals.budget_syncs_per_step:
         syncs = signals.budget_syncs_per_step
@@ -320,10 +361,18 @@ def rule_host_sync(signals: Signals) -> Candidate | None:
     wait = None
     if signals.sync_wait_share is not None:
         wait = f"the host waits in them {pct(signals.sync_wait_share)} of each step"
-    evidence = _join(f"{syncs:.0f} host-device sync{'s' if round(syncs) != 1 else ''} per step{site}", wait,
-                     f"GPU idle {pct(idle)} of the time", _gpu_part(signals))
-    numbers = {"syncs_per_step": _round(syncs), "gpu_idle": _round(idle), "data_share": _round(data),
-               "sync_sites": list(signals.sync_sites[:3])}
+    evidence = _join(
+        f"{syncs:.0f} host-device sync{'s' if round(syncs) != 1 else ''} per step{site}",
+        wait,
+        f"GPU idle {pct(idle)} of the time",
+        _gpu_part(signals),
+    )
+    numbers = {
+        "syncs_per_step": _round(syncs),
+        "gpu_idle": _round(idle),
+        "data_share": _round(data),
+        "sync_sites": list(signals.sync_sites[:3]),
+    }
     return Candidate(HOST_SYNC, severity, 0.8 if syncs >= MANY_SYNCS else 0.6, evidence, numbers)
 
 
@@ -341,13 +390,19 @@ def rule_launch(signals: Signals) -> Candidate | None:
     if steps is not None:
         step_text = f"{steps:.0f} steps/s" + (f" of {per_step:.0f} samples" if per_step else "")
     main_text = f"main process at {pct100(signals.main_cpu)} CPU" if signals.main_cpu is not None else None
-    numbers = {"gpu_util": _round(util), "sm_activity": _round(sm), "steps_per_s": _round(steps),
-               "samples_per_step": _round(per_step), "main_cpu": _round(signals.main_cpu)}
+    numbers = {
+        "gpu_util": _round(util),
+        "sm_activity": _round(sm),
+        "steps_per_s": _round(steps),
+        "samples_per_step": _round(per_step),
+        "main_cpu": _round(signals.main_cpu),
+    }
     if sm is not None:
         if util < 10 or sm >= LAUNCH_SM or sm / util > LAUNCH_SM_TO_UTIL:
             return None
-        evidence = _join(f"GPU-Util {pct100(util)} but SM activity {pct100(sm)}: the kernels are tiny",
-                         step_text, main_text)
+        evidence = _join(
+            f"GPU-Util {pct100(util)} but SM activity {pct100(sm)}: the kernels are tiny", step_text, main_text
+        )
         confidence = 0.8 if signals.main_cpu is None or signals.main_cpu >= SATURATED_CPU else 0.65
         return Candidate(LAUNCH_BOUND, 1.0 - sm / 100.0, confidence * _source_factor(signals), evidence, numbers)
     # Without GPM: many small steps, a GPU far from busy and a CPU-bound main process.
@@ -366,13 +421,25 @@ def _budget_transfer(signals: Signals) -> Candidate | None:
     copied = signals.h2d_bytes_per_step or 0.0
     where = None
     if pageable is not None:
-        where = (f"{pct(pageable)} from pageable memory (pin_memory off: synchronous copies)" if pageable >= 0.5
-                 else f"{pct(1.0 - pageable)} from pinned memory")
-    evidence = _join(f"host->device copies take {pct(share)} of each step",
-                     f"{gib(copied)} per step at {rate(signals.h2d_rate)}", where, _gpu_part(signals))
-    numbers = {"h2d_share": _round(share), "h2d_bytes_per_step": _round(copied, 0),
-               "h2d_rate": _round(signals.h2d_rate, 0), "h2d_pageable": _round(pageable),
-               "pin_memory": signals.pin_memory, "gpu_util": _round(signals.gpu_util)}
+        where = (
+            f"{pct(pageable)} from pageable memory (pin_memory off: synchronous copies)"
+            if pageable >= 0.5
+            else f"{pct(1.0 - pageable)} from pinned memory"
+        )
+    evidence = _join(
+        f"host->device copies take {pct(share)} of each step",
+        f"{gib(copied)} per step at {rate(signals.h2d_rate)}",
+        where,
+        _gpu_part(signals),
+    )
+    numbers = {
+        "h2d_share": _round(share),
+        "h2d_bytes_per_step": _round(copied, 0),
+        "h2d_rate": _round(signals.h2d_rate, 0),
+        "h2d_pageable": _round(pageable),
+        "pin_memory": signals.pin_memory,
+        "gpu_util": _round(signals.gpu_util),
+    }
     confidence = 0.85 if pageable is not None and pageable >= 0.5 else 0.7
     return Candidate(TRANSFER_BOUND, share, confidence, evidence, numbers)
 
@@ -397,10 +464,17 @@ def rule_transfer(signals: Signals) -> Candidate | None:
     pinned = None
     if signals.pin_memory is False:
         pinned = "pin_memory off (pageable copies)"
-    evidence = _join(f"PCIe {direction} {rate(traffic)} while GPU-Util is {pct100(signals.gpu_util)}", pinned,
-                     f"SM activity {pct100(signals.sm_activity)}" if signals.sm_activity is not None else None)
-    numbers = {"pcie_rx": _round(signals.pcie_rx, 0), "pcie_tx": _round(signals.pcie_tx, 0),
-               "gpu_util": _round(signals.gpu_util), "pin_memory": signals.pin_memory}
+    evidence = _join(
+        f"PCIe {direction} {rate(traffic)} while GPU-Util is {pct100(signals.gpu_util)}",
+        pinned,
+        f"SM activity {pct100(signals.sm_activity)}" if signals.sm_activity is not None else None,
+    )
+    numbers = {
+        "pcie_rx": _round(signals.pcie_rx, 0),
+        "pcie_tx": _round(signals.pcie_tx, 0),
+        "gpu_util": _round(signals.gpu_util),
+        "pin_memory": signals.pin_memory,
+    }
     confidence = (0.8 if signals.pin_memory is False else 0.65) * _source_factor(signals)
     return Candidate(TRANSFER_BOUND, severity, confidence, evidence, numbers)
 
@@ -430,8 +504,11 @@ def precision_flags(signals: Signals) -> str:
         if matmul_known:
             parts.append(f"TF32 {'on' if matmul else 'off'} for matmuls")
         if cudnn is not None:
-            parts.append(f"{'on' if cudnn else 'off'} for cuDNN convolutions" if matmul_known
-                         else f"TF32 {'on' if cudnn else 'off'} for cuDNN convolutions")
+            parts.append(
+                f"{'on' if cudnn else 'off'} for cuDNN convolutions"
+                if matmul_known
+                else f"TF32 {'on' if cudnn else 'off'} for cuDNN convolutions"
+            )
     return ", ".join(parts)
 
 
@@ -455,13 +532,20 @@ def rule_precision(signals: Signals) -> Candidate | None:
     else:
         if reduced is not False:
             return None
-        evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} with fp32 math ({precision_flags(signals)})",
-                         "no tensor-core figures on this GPU")
+        evidence = _join(
+            f"GPU-Util {pct100(signals.gpu_util)} with fp32 math ({precision_flags(signals)})",
+            "no tensor-core figures on this GPU",
+        )
         confidence = 0.45
         severity = 0.35
-    numbers = {"gpu_util": _round(signals.gpu_util), "sm_activity": _round(signals.sm_activity),
-               "tensor_activity": _round(tensor), "autocast": signals.autocast, "tf32_matmul": signals.tf32_matmul,
-               "tf32_cudnn": signals.tf32_cudnn}
+    numbers = {
+        "gpu_util": _round(signals.gpu_util),
+        "sm_activity": _round(signals.sm_activity),
+        "tensor_activity": _round(tensor),
+        "autocast": signals.autocast,
+        "tf32_matmul": signals.tf32_matmul,
+        "tf32_cudnn": signals.tf32_cudnn,
+    }
     return Candidate(LOW_PRECISION, severity, confidence, evidence, numbers)
 
 
@@ -483,11 +567,15 @@ def rule_memory_imbalance(signals: Signals) -> Candidate | None:
     evidence = _join(
         f"GPU {heaviest.index} holds {gib(top)}, the other {len(others)} GPU{'s' if len(others) > 1 else ''} "
         f"{gib(mean_others)} on average" + (f" ({ratio:.1f}x)" if ratio else ""),
-        util_text, "nn.DataParallel gathers on one GPU" if len(gpus) >= 2 else None)
-    numbers = {"memory_used": {str(g.index): _round(g.memory_used, 0) for g in gpus},
-               "gpu_util": {str(g.index): _round(g.utilization) for g in gpus}}
+        util_text,
+        "nn.DataParallel gathers on one GPU" if len(gpus) >= 2 else None,
+    )
+    numbers = {
+        "memory_used": {str(g.index): _round(g.memory_used, 0) for g in gpus},
+        "gpu_util": {str(g.index): _round(g.utilization) for g in gpus},
+    }
     severity = max(0.2, (top - low) / top)
-    confidence = (0.8 if signals.source == SOURCE_HOOK else 0.6)
+    confidence = 0.8 if signals.source == SOURCE_HOOK else 0.6
     return Candidate(MEMORY_IMBALANCE, severity, confidence, evidence, numbers)
 
 
@@ -525,28 +613,52 @@ def rule_throttled(signals: Signals) -> Candidate | None:
     where = f"GPU {gpu.index}: " if len(signals.gpus) > 1 else ""
     clock_text = f"SM clock {clock:.0f} of {top:.0f} MHz" if clock is not None and top else None
     evidence = _join(f"{where}{text} {pct(share)} of the window{detail or ''}", clock_text, _gpu_part(signals))
-    numbers = {"gpu": gpu.index, "reason": kind, "share": _round(share), "clock_sm": _round(clock),
-               "clock_sm_max": _round(top), "temperature": _round(gpu.throttled_temperature),
-               "power": _round(gpu.power), "power_limit": _round(gpu.power_limit),
-               "gpu_util": _round(signals.gpu_util), "gpu_share": _round(signals.gpu_share)}
+    numbers = {
+        "gpu": gpu.index,
+        "reason": kind,
+        "share": _round(share),
+        "clock_sm": _round(clock),
+        "clock_sm_max": _round(top),
+        "temperature": _round(gpu.throttled_temperature),
+        "power": _round(gpu.power),
+        "power_limit": _round(gpu.power_limit),
+        "gpu_util": _round(signals.gpu_util),
+        "gpu_share": _round(signals.gpu_share),
+    }
     severity = share * (loss if loss is not None else UNKNOWN_CLOCK_LOSS)
     return Candidate(THROTTLED, severity, 0.8 if loss is not None else 0.5, evidence, numbers)
 
 
 RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
-    rule_data, rule_host_sync, rule_launch, rule_transfer, rule_precision, rule_memory_imbalance, rule_throttled)
+    rule_data,
+    rule_host_sync,
+    rule_launch,
+    rule_transfer,
+    rule_precision,
+    rule_memory_imbalance,
+    rule_throttled,
+)
 
 
 def _finding(candidate: Candidate, source: str) -> Finding:
-    return Finding(category=candidate.category, evidence=candidate.evidence,
-                   confidence=round(min(1.0, candidate.confidence), 2), severity=round(candidate.severity, 3),
-                   numbers=candidate.numbers, source=source)
+    return Finding(
+        category=candidate.category,
+        evidence=candidate.evidence,
+        confidence=round(min(1.0, candidate.confidence), 2),
+        severity=round(candidate.severity, 3),
+        numbers=candidate.numbers,
+        source=source,
+    )
 
 
 def _healthy(signals: Signals) -> Finding:
-    numbers = {"gpu_util": _round(signals.gpu_util), "sm_activity": _round(signals.sm_activity),
-               "tensor_activity": _round(signals.tensor_activity), "data_share": _round(signals.data_share),
-               "samples_per_s": _round(signals.samples_per_s)}
+    numbers = {
+        "gpu_util": _round(signals.gpu_util),
+        "sm_activity": _round(signals.sm_activity),
+        "tensor_activity": _round(signals.tensor_activity),
+        "data_share": _round(signals.data_share),
+        "samples_per_s": _round(signals.samples_per_s),
+    }
     parts = [_gpu_part(signals)]
     if signals.tensor_activity is not None:
         parts.append(f"tensor activity {pct100(signals.tensor_activity)}")
@@ -560,8 +672,11 @@ def _healthy(signals: Signals) -> Finding:
             evidence = _join("the GPU is busy", *parts)
         else:
             confidence = 0.2 * factor
-            evidence = _join("no bottleneck stands out", *parts, "watch longer, or attach the hook for step data"
-                             if signals.source != SOURCE_HOOK else None)
+            evidence = _join(
+                "no bottleneck stands out",
+                *parts,
+                "watch longer, or attach the hook for step data" if signals.source != SOURCE_HOOK else None,
+            )
             advice = HEALTHY_ADVICE_UNDER_USED
     elif signals.device == "cpu":
         confidence = 0.6 * factor
@@ -575,8 +690,15 @@ def _healthy(signals: Signals) -> Finding:
         confidence = 0.0
         evidence = "not enough data to judge (no steps and no GPU figures in the window)"
         advice = HEALTHY_ADVICE_NO_DATA
-    return Finding(category=HEALTHY, evidence=evidence, confidence=round(confidence, 2), severity=0.0,
-                   numbers=numbers, source=signals.source, advice_text=advice)
+    return Finding(
+        category=HEALTHY,
+        evidence=evidence,
+        confidence=round(confidence, 2),
+        severity=0.0,
+        numbers=numbers,
+        source=signals.source,
+        advice_text=advice,
+    )
 
 
 def _within_the_step(candidates: list[Candidate]) -> list[Candidate]:
@@ -600,5 +722,12 @@ def diagnose(signals: Signals) -> Finding:
     primary, *others = _within_the_step(candidates)
     secondary = tuple(_finding(c, signals.source) for c in others)
     finding = _finding(primary, signals.source)
-    return Finding(category=finding.category, evidence=finding.evidence, confidence=finding.confidence,
-                   severity=finding.severity, numbers=finding.numbers, secondary=secondary, source=signals.source)
+    return Finding(
+        category=finding.category,
+        evidence=finding.evidence,
+        confidence=finding.confidence,
+        severity=finding.severity,
+        numbers=finding.numbers,
+        secondary=secondary,
+        source=signals.source,
+    )

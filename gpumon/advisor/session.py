@@ -56,8 +56,12 @@ class Diagnosis:
     command: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"finding": self.finding.to_dict(), "signals": self.signals.to_dict(), "pid": self.pid,
-                "command": self.command}
+        return {
+            "finding": self.finding.to_dict(),
+            "signals": self.signals.to_dict(),
+            "pid": self.pid,
+            "command": self.command,
+        }
 
 
 def windows_for(duration: float, warmup_s: float) -> tuple[float, int]:
@@ -67,17 +71,34 @@ def windows_for(duration: float, warmup_s: float) -> tuple[float, int]:
     return measured / repeats, repeats
 
 
-def diagnose_command(command: Sequence[str], *, duration: float = 20.0, warmup_s: float = 5.0,
-                     cwd: str | None = None, env: Mapping[str, str] | None = None,
-                     startup_timeout_s: float = 180.0, progress: Progress | None = None,
-                     cancel: threading.Event | None = None) -> Diagnosis:
+def diagnose_command(
+    command: Sequence[str],
+    *,
+    duration: float = 20.0,
+    warmup_s: float = 5.0,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    startup_timeout_s: float = 180.0,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Diagnosis:
     """Run `command` hooked, measure it for `duration` seconds after its first step (warm-up included), stop it
     and diagnose it. Raises AdvisorError when it could not be measured."""
     window_s, repeats = windows_for(duration, warmup_s)
     with sampling() as (sampler, log):
-        runner = TrialRunner(command, log=log, track=sampler.track_pids, cwd=cwd, base_env=env,
-                             warmup_s=min(warmup_s, duration / 2), window_s=window_s, repeats=repeats,
-                             startup_timeout_s=startup_timeout_s, cancel=cancel, progress=progress)
+        runner = TrialRunner(
+            command,
+            log=log,
+            track=sampler.track_pids,
+            cwd=cwd,
+            base_env=env,
+            warmup_s=min(warmup_s, duration / 2),
+            window_s=window_s,
+            repeats=repeats,
+            startup_timeout_s=startup_timeout_s,
+            cancel=cancel,
+            progress=progress,
+        )
         result = runner.baseline()
     if not result.ok or result.signals is None:
         logs = f" (its output: {runner.logs[-1]})" if runner.logs else ""
@@ -85,8 +106,14 @@ def diagnose_command(command: Sequence[str], *, duration: float = 20.0, warmup_s
     return Diagnosis(diagnose(result.signals), result.signals, pid=result.pid, command=" ".join(command))
 
 
-def diagnose_pid(pid: int, *, duration: float = 20.0, progress: Progress | None = None,
-                 cancel: threading.Event | None = None, opener: Callable[[int], Any] = open_job) -> Diagnosis:
+def diagnose_pid(
+    pid: int,
+    *,
+    duration: float = 20.0,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    opener: Callable[[int], Any] = open_job,
+) -> Diagnosis:
     """Watch a running job for `duration` seconds (its hook, else py-spy) and diagnose it."""
     try:
         job = opener(pid)
@@ -125,27 +152,62 @@ def diagnose_pid(pid: int, *, duration: float = 20.0, progress: Progress | None 
     return Diagnosis(diagnose(signals), signals, pid=pid, command=signals.command)
 
 
-def experiment_command(command: Sequence[str], *, window_s: float = 4.0, repeats: int = 3, warmup_s: float = 5.0,
-                       cwd: str | None = None, env: Mapping[str, str] | None = None,
-                       only: Sequence[Experiment] | None = None, startup_timeout_s: float = 180.0,
-                       progress: Progress | None = None, listener: Listener | None = None,
-                       cancel: threading.Event | None = None, max_variants: int = 12,
-                       on_job: Any = None) -> GuidedReport:
+def experiment_command(
+    command: Sequence[str],
+    *,
+    window_s: float = 4.0,
+    repeats: int = 3,
+    warmup_s: float = 5.0,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    only: Sequence[Experiment] | None = None,
+    startup_timeout_s: float = 180.0,
+    progress: Progress | None = None,
+    listener: Listener | None = None,
+    cancel: threading.Event | None = None,
+    max_variants: int = 12,
+    on_job: Any = None,
+) -> GuidedReport:
     """The guided run over trial runs of `command` (or the `only` experiments, in order)."""
     cancel = cancel if cancel is not None else threading.Event()
     with sampling() as (sampler, log):
-        runner = TrialRunner(command, log=log, track=sampler.track_pids, cwd=cwd, base_env=env, warmup_s=warmup_s,
-                             window_s=window_s, repeats=repeats, startup_timeout_s=startup_timeout_s,
-                             cancel=cancel, progress=progress, on_job=on_job)
-        guided = GuidedRun(runner, cancel=cancel, listener=listener, only=only, max_variants=max_variants,
-                           meta={"command": " ".join(command), "logs": str(runner.log_dir)})
+        runner = TrialRunner(
+            command,
+            log=log,
+            track=sampler.track_pids,
+            cwd=cwd,
+            base_env=env,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            repeats=repeats,
+            startup_timeout_s=startup_timeout_s,
+            cancel=cancel,
+            progress=progress,
+            on_job=on_job,
+        )
+        guided = GuidedRun(
+            runner,
+            cancel=cancel,
+            listener=listener,
+            only=only,
+            max_variants=max_variants,
+            meta={"command": " ".join(command), "logs": str(runner.log_dir)},
+        )
         return guided.run()
 
 
-def experiment_pid(pid: int, *, window_s: float = 4.0, repeats: int = 3, warmup_s: float = 3.0,
-                   only: Sequence[Experiment] | None = None, progress: Progress | None = None,
-                   listener: Listener | None = None, cancel: threading.Event | None = None,
-                   max_variants: int = 12) -> GuidedReport:
+def experiment_pid(
+    pid: int,
+    *,
+    window_s: float = 4.0,
+    repeats: int = 3,
+    warmup_s: float = 3.0,
+    only: Sequence[Experiment] | None = None,
+    progress: Progress | None = None,
+    listener: Listener | None = None,
+    cancel: threading.Event | None = None,
+    max_variants: int = 12,
+) -> GuidedReport:
     """The guided run as live experiments on a running hooked job (math-neutral knobs only, rolled back unless they
     win)."""
     try:
@@ -153,16 +215,31 @@ def experiment_pid(pid: int, *, window_s: float = 4.0, repeats: int = 3, warmup_
     except AttachError as error:
         raise AdvisorError(str(error)) from None
     if job is None or job.primary is None:
-        raise AdvisorError(f"pid {pid} has no gpumon hook: live experiments need it (`import gpumon.hook`, or "
-                           "`gpumon experiment -- CMD` for trial runs)")
+        raise AdvisorError(
+            f"pid {pid} has no gpumon hook: live experiments need it (`import gpumon.hook`, or "
+            "`gpumon experiment -- CMD` for trial runs)"
+        )
     cancel = cancel if cancel is not None else threading.Event()
     with sampling(pids=[pid]) as (_sampler, log):
-        runner = LiveRunner(job.primary, log=log, warmup_s=warmup_s, window_s=window_s, repeats=repeats,
-                            cancel=cancel, progress=progress)
+        runner = LiveRunner(
+            job.primary,
+            log=log,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            repeats=repeats,
+            cancel=cancel,
+            progress=progress,
+        )
         job.start()
         try:
-            guided = GuidedRun(runner, cancel=cancel, listener=listener, only=only, max_variants=max_variants,
-                               meta={"command": job.view().command, "pid": pid})
+            guided = GuidedRun(
+                runner,
+                cancel=cancel,
+                listener=listener,
+                only=only,
+                max_variants=max_variants,
+                meta={"command": job.view().command, "pid": pid},
+            )
             return guided.run()
         finally:
             job.stop()

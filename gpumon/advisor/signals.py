@@ -270,8 +270,11 @@ def _throttle_values(samples: Sequence[GpuSample]) -> dict[str, float | None]:
     if not known:
         return {}
     values: dict[str, float | None] = {}
-    for name, reasons in (("throttle_thermal", THERMAL_REASONS), ("throttle_power", POWER_REASONS),
-                          ("throttle_slowdown", SLOWDOWN_REASONS)):
+    for name, reasons in (
+        ("throttle_thermal", THERMAL_REASONS),
+        ("throttle_power", POWER_REASONS),
+        ("throttle_slowdown", SLOWDOWN_REASONS),
+    ):
         values[name] = sum(1 for gpu in known if reasons & set(gpu.throttle_reasons or ())) / len(known)
     every = THERMAL_REASONS | POWER_REASONS | SLOWDOWN_REASONS
     throttled = [gpu for gpu in known if every & set(gpu.throttle_reasons or ())] or known
@@ -424,9 +427,15 @@ def _budget_values(view: HookedView, start: float | None, end: float | None) -> 
     if not shares.steps:
         return {}
     return dict(
-        budget_steps=shares.steps, data_worker_share=shares.data_worker, data_collate_share=shares.data_collate,
-        h2d_share=shares.h2d, sync_wait_share=shares.sync_wait, python_share=shares.rest,
-        h2d_bytes_per_step=shares.h2d_bytes_per_step, h2d_pageable=shares.pageable, h2d_rate=shares.h2d_rate,
+        budget_steps=shares.steps,
+        data_worker_share=shares.data_worker,
+        data_collate_share=shares.data_collate,
+        h2d_share=shares.h2d,
+        sync_wait_share=shares.sync_wait,
+        python_share=shares.rest,
+        h2d_bytes_per_step=shares.h2d_bytes_per_step,
+        h2d_pageable=shares.pageable,
+        h2d_rate=shares.h2d_rate,
         budget_syncs_per_step=shares.syncs_per_step,
     )
 

@@ -29,8 +29,17 @@ from gpumon.advisor.measure import (
     measurement_from,
     sleep_checked,
 )
-from gpumon.advisor.results import (CANCELLED, FAILED, KIND_TRIAL, NOT_APPLIED, OK, OOM, TIMEOUT, VariantIdentity,
-                                    VariantResult)
+from gpumon.advisor.results import (
+    CANCELLED,
+    FAILED,
+    KIND_TRIAL,
+    NOT_APPLIED,
+    OK,
+    OOM,
+    TIMEOUT,
+    VariantIdentity,
+    VariantResult,
+)
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.jobstate import HookedView
 from gpumon.jobs.launch import LaunchedJob, LaunchError
@@ -70,14 +79,18 @@ def failure_reason(returncode: int | None, tail: Sequence[str]) -> tuple[str, st
     if any(marker in text for marker in OOM_MARKERS):
         line = next((text for text in reversed(tail) if "memory" in text.lower()), tail[-1] if tail else "")
         return OOM, f"out of memory: {line.strip()[:200]}"
-    code = f"exit status {returncode}" if returncode is not None and returncode >= 0 else (
-        f"killed by signal {-returncode}" if returncode is not None else "ended")
+    code = (
+        f"exit status {returncode}"
+        if returncode is not None and returncode >= 0
+        else (f"killed by signal {-returncode}" if returncode is not None else "ended")
+    )
     last = next((text for text in reversed(tail) if text.strip()), "")
     return FAILED, f"{code}: {last.strip()[:200]}" if last else code
 
 
-def confirm_knobs(change: Mapping[str, Any], view: HookedView | None, acknowledged: Sequence[str]) -> tuple[
-        dict[str, str], list[str]]:
+def confirm_knobs(
+    change: Mapping[str, Any], view: HookedView | None, acknowledged: Sequence[str]
+) -> tuple[dict[str, str], list[str]]:
     """How each knob of `change` is known to be in effect ("hook", "script", "observed"), and the ones that are not
     (with why)."""
     state: Mapping[str, Any] = (view.state or {}) if view is not None else {}
@@ -118,8 +131,11 @@ def confirm_knobs(change: Mapping[str, Any], view: HookedView | None, acknowledg
 def _observed(name: str, value: Any, loaders: Sequence[Mapping[str, Any]], precision: Mapping[str, Any]) -> bool:
     if name == "amp_bf16" and value:
         autocast = precision.get("autocast")
-        return isinstance(autocast, Mapping) and bool(autocast.get("enabled")) and "bfloat16" in str(
-            autocast.get("dtype", ""))
+        return (
+            isinstance(autocast, Mapping)
+            and bool(autocast.get("enabled"))
+            and "bfloat16" in str(autocast.get("dtype", ""))
+        )
     if name == "batch_size":
         return bool(loaders) and loaders[0].get("batch_size") == value
     return False
@@ -134,12 +150,25 @@ class TrialRunner:
 
     kind = KIND_TRIAL
 
-    def __init__(self, command: Sequence[str], *, log: SnapshotLog, track: Callable[[list[int]], None] | None = None,
-                 cwd: str | None = None, base_env: Mapping[str, str] | None = None, warmup_s: float = WARMUP_S,
-                 window_s: float = WINDOW_S, repeats: int = REPEATS, startup_timeout_s: float = STARTUP_TIMEOUT_S,
-                 stop_grace_s: float = STOP_GRACE_S, cancel: threading.Event | None = None,
-                 progress: Progress | None = None, on_job: JobCallback | None = None,
-                 log_dir: str | None = None, sync_diagnosis: bool = True) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        log: SnapshotLog,
+        track: Callable[[list[int]], None] | None = None,
+        cwd: str | None = None,
+        base_env: Mapping[str, str] | None = None,
+        warmup_s: float = WARMUP_S,
+        window_s: float = WINDOW_S,
+        repeats: int = REPEATS,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        stop_grace_s: float = STOP_GRACE_S,
+        cancel: threading.Event | None = None,
+        progress: Progress | None = None,
+        on_job: JobCallback | None = None,
+        log_dir: str | None = None,
+        sync_diagnosis: bool = True,
+    ) -> None:
         if not command:
             raise ValueError("a trial run needs a command")
         self.command = list(command)
@@ -169,8 +198,9 @@ class TrialRunner:
         return self._trial("baseline", {}, {}, diagnose_syncs=self.sync_diagnosis)
 
     def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
-        return self._trial(experiment.label, dict(experiment.knobs), {**kept, **experiment.knobs},
-                           flags=tuple(experiment.flags))
+        return self._trial(
+            experiment.label, dict(experiment.knobs), {**kept, **experiment.knobs}, flags=tuple(experiment.flags)
+        )
 
     def keep(self, experiment: Experiment) -> None:
         pass
@@ -190,8 +220,15 @@ class TrialRunner:
             except Exception:  # noqa: BLE001 - a broken progress view must not stop the run
                 pass
 
-    def _trial(self, label: str, change: dict[str, Any], knobs: dict[str, Any], *, flags: tuple[str, ...] = (),
-               diagnose_syncs: bool = False) -> VariantResult:
+    def _trial(
+        self,
+        label: str,
+        change: dict[str, Any],
+        knobs: dict[str, Any],
+        *,
+        flags: tuple[str, ...] = (),
+        diagnose_syncs: bool = False,
+    ) -> VariantResult:
         self.runs += 1
         stem = f"trial-{self.runs:02d}"
         out_path = self.log_dir / f"{stem}.log"
@@ -201,8 +238,14 @@ class TrialRunner:
         if self.cancel.is_set():
             return VariantResult(**result, status=CANCELLED, reason="cancelled")
         try:
-            launch = LaunchedJob(self.command, knobs=knobs, base_env=self.base_env, cwd=self.cwd, log=out_path,
-                                 extra_env={KNOBS_ACK_ENV: str(ack_path)})
+            launch = LaunchedJob(
+                self.command,
+                knobs=knobs,
+                base_env=self.base_env,
+                cwd=self.cwd,
+                log=out_path,
+                extra_env={KNOBS_ACK_ENV: str(ack_path)},
+            )
         except LaunchError as error:
             return VariantResult(**result, status=FAILED, reason=str(error))
         self._say(f"{label}: starting", 0.0)
@@ -237,9 +280,17 @@ class TrialRunner:
             if self.on_job is not None:
                 self.on_job(None, label)
 
-    def _measure(self, launch: LaunchedJob, job: AttachedJob, steps: StepLog,
-                 attach_listener: Callable[[], None], out_path: Path, ack_path: Path, result: VariantIdentity,
-                 diagnose_syncs: bool) -> VariantResult:
+    def _measure(
+        self,
+        launch: LaunchedJob,
+        job: AttachedJob,
+        steps: StepLog,
+        attach_listener: Callable[[], None],
+        out_path: Path,
+        ack_path: Path,
+        result: VariantIdentity,
+        diagnose_syncs: bool,
+    ) -> VariantResult:
         label = result["label"]
         result = VariantIdentity(**result, pid=launch.pid)
 
@@ -260,8 +311,9 @@ class TrialRunner:
             while steps.steps == 0:
                 self._say(f"{label}: waiting for the first step", 0.05)
                 if time.monotonic() - started > self.startup_timeout_s:
-                    return VariantResult(**result, status=TIMEOUT,
-                                         reason=f"no training step within {self.startup_timeout_s:g} s")
+                    return VariantResult(
+                        **result, status=TIMEOUT, reason=f"no training step within {self.startup_timeout_s:g} s"
+                    )
                 try:
                     sleep_checked(0.2, self.cancel, alive)
                 except RuntimeError:
@@ -273,8 +325,17 @@ class TrialRunner:
             while steps.steps - first < WARMUP_STEPS and time.monotonic() < deadline:
                 sleep_checked(0.2, self.cancel, alive)
             measure_start = time.time()
-            windows = measure_windows(steps, window_s=self.window_s, repeats=self.repeats, cancel=self.cancel,
-                                      alive=alive, progress=self._say, label=label, done_before=0.3, share=0.6)
+            windows = measure_windows(
+                steps,
+                window_s=self.window_s,
+                repeats=self.repeats,
+                cancel=self.cancel,
+                alive=alive,
+                progress=self._say,
+                label=label,
+                done_before=0.3,
+                share=0.6,
+            )
             measure_end = time.time()
             client = job.primary
             view = client.view() if client is not None else None
@@ -292,12 +353,22 @@ class TrialRunner:
         acknowledged = _read_ack(ack_path)
         confirmed, missing = confirm_knobs(result["change"], view, acknowledged)
         snapshots = self.log.between(measure_start, measure_end)
-        signals = build_signals(snapshots, view, pid=view.pid if view is not None else launch.pid,
-                                start=measure_start, end=measure_end, diagnosis=diagnosis)
+        signals = build_signals(
+            snapshots,
+            view,
+            pid=view.pid if view is not None else launch.pid,
+            start=measure_start,
+            end=measure_end,
+            diagnosis=diagnosis,
+        )
         memory = view.memory if view is not None else None
-        measurement = measurement_from(windows, gpu_util=signals.gpu_util, sm_activity=signals.sm_activity,
-                                       tensor_activity=signals.tensor_activity,
-                                       peak_memory=memory.get("max_allocated") if memory else None)
+        measurement = measurement_from(
+            windows,
+            gpu_util=signals.gpu_util,
+            sm_activity=signals.sm_activity,
+            tensor_activity=signals.tensor_activity,
+            peak_memory=memory.get("max_allocated") if memory else None,
+        )
         status, reason = OK, ""
         if not measurement.steps:
             status, reason = TIMEOUT, f"no step during the {measurement.seconds:.0f} s measured (the job stalled)"
@@ -307,8 +378,9 @@ class TrialRunner:
             status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"
         if view is not None:
             result = VariantIdentity(**{**result, "pid": view.pid})
-        return VariantResult(**result, status=status, reason=reason, measurement=measurement, signals=signals,
-                             applied=confirmed)
+        return VariantResult(
+            **result, status=status, reason=reason, measurement=measurement, signals=signals, applied=confirmed
+        )
 
 
 def outcome_line(variant: VariantResult) -> str:

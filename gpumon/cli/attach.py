@@ -21,24 +21,39 @@ from gpumon.cli.base import (
 )
 from gpumon.jobs.source import JobSource
 
-NATIVE_COST_HELP = ("slower: py-spy unwinds every C/C++ frame, several times its usual cost per sample; the job is "
-                    "still never paused")
+NATIVE_COST_HELP = (
+    "slower: py-spy unwinds every C/C++ frame, several times its usual cost per sample; the job is still never paused"
+)
 
 
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
-        subparsers, "attach", help="watch a running training job", handler=run_attach,
+        subparsers,
+        "attach",
+        help="watch a running training job",
+        handler=run_attach,
         description="Open the dashboard on a running PyTorch job. A job with the gpumon hook streams its steps; "
-        "any other Python process is sampled with py-spy, which estimates where its main thread spends time.")
+        "any other Python process is sampled with py-spy, which estimates where its main thread spends time.",
+    )
     parser.add_argument("pid", type=pid_number, help="the job's process id")
-    parser.add_argument("--json", action="store_true",
-                        help="no dashboard: print the job's data as JSON Lines (hello, then steps and state, "
-                        "every 16th step record with its time budget; without the hook, py-spy estimates)")
-    parser.add_argument("--duration", type=positive_seconds, default=None,
-                        help="with --json: stop after this many seconds (default: when the job ends, or Ctrl+C)")
-    parser.add_argument("--native", action="store_true",
-                        help="without the hook: run py-spy with --native, so a sync inside .item()/.cpu() shows as "
-                        "cudaStreamSynchronize and the like (" + NATIVE_COST_HELP + ")")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="no dashboard: print the job's data as JSON Lines (hello, then steps and state, "
+        "every 16th step record with its time budget; without the hook, py-spy estimates)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=positive_seconds,
+        default=None,
+        help="with --json: stop after this many seconds (default: when the job ends, or Ctrl+C)",
+    )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="without the hook: run py-spy with --native, so a sync inside .item()/.cpu() shows as "
+        "cudaStreamSynchronize and the like (" + NATIVE_COST_HELP + ")",
+    )
     add_interval_argument(parser)
 
 
@@ -75,8 +90,16 @@ def stream_json(job: JobSource, duration: float | None) -> int:
     is_over: Callable[[], bool]
     if isinstance(job, PySpySampler):
         sampler = job
-        print_json_line({"type": "attach", "pid": sampler.pid, "hooked": False, "method": "py-spy",
-                         "estimate": True, "command": sampler.command})
+        print_json_line(
+            {
+                "type": "attach",
+                "pid": sampler.pid,
+                "hooked": False,
+                "method": "py-spy",
+                "estimate": True,
+                "command": sampler.command,
+            }
+        )
         sampler.start(lambda _what: lines.put(sampler.view().to_dict()))
         is_over = lambda: sampler.ended  # noqa: E731 - a one-line predicate
     else:
@@ -85,7 +108,8 @@ def stream_json(job: JobSource, duration: float | None) -> int:
         assert client is not None and client.state.info is not None
         print_json_line(dict(client.state.info.hello))
         client.add_message_listener(
-            lambda message: None if message.get("type") in ("subscribed", "pong") else lines.put(message))
+            lambda message: None if message.get("type") in ("subscribed", "pong") else lines.put(message)
+        )
         job.start()
         is_over = lambda: client.ended  # noqa: E731 - a one-line predicate
     deadline = None if duration is None else time.monotonic() + duration

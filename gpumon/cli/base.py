@@ -86,7 +86,7 @@ def add_interval_argument(parser: argparse.ArgumentParser, default: float | None
         type=interval_seconds,
         default=default,
         help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_INTERVAL:g} "
-             + ("(default 1)" if default == 1.0 else "(default: the config file's, else 1)"),
+        + ("(default 1)" if default == 1.0 else "(default: the config file's, else 1)"),
     )
 
 
@@ -117,8 +117,9 @@ Subparsers = Any
 """argparse's _SubParsersAction (private in typeshed's eyes): what each command module's register() adds to."""
 
 
-def subcommand(subparsers: Subparsers, name: str, *, help: str, description: str,
-               handler: Handler) -> argparse.ArgumentParser:
+def subcommand(
+    subparsers: Subparsers, name: str, *, help: str, description: str, handler: Handler
+) -> argparse.ArgumentParser:
     """Add the parser of one command, its handler set."""
     parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
     parser.set_defaults(handler=handler)

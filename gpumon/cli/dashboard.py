@@ -27,13 +27,19 @@ def gpu_list(text: str) -> frozenset[str]:
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags the live dashboard and `gpumon replay` share."""
-    parser.add_argument("--read-only", action="store_true",
-                        help="no process control: I, T and K send no signals (also: read_only = true in the config)")
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="no process control: I, T and K send no signals (also: read_only = true in the config)",
+    )
     parser.add_argument("--user", metavar="NAME", help="show only this user's processes")
     gpus = parser.add_mutually_exclusive_group()
     gpus.add_argument("--only", type=gpu_list, metavar="0,2", help="show only these GPUs (indices or UUIDs)")
-    gpus.add_argument("--only-visible", action="store_true",
-                      help="show only the GPUs CUDA_VISIBLE_DEVICES names (all when it is unset)")
+    gpus.add_argument(
+        "--only-visible",
+        action="store_true",
+        help="show only the GPUs CUDA_VISIBLE_DEVICES names (all when it is unset)",
+    )
 
 
 def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,28 +19,55 @@ CPU_NOTICE = "no NVIDIA GPU here: the demo runs on the CPU (small model), so the
 
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
-        subparsers, "demo", help="a deliberately slow trainer to learn gpumon on", handler=run_demo,
+        subparsers,
+        "demo",
+        help="a deliberately slow trainer to learn gpumon on",
+        handler=run_demo,
         description="Start gpumon's demo trainer (slow by design: CPU augmentation in the main process, pageable "
         "copies, fp32, batch 32) under the hook and open the dashboard on it with the advisor panel (a: panel, "
         "g: guided run). Without a GPU it runs on the CPU. --guided runs the whole ladder unattended and prints "
-        "the table.")
+        "the table.",
+    )
     parser.add_argument("--guided", action="store_true", help="no dashboard: run the guided experiments, print them")
-    parser.add_argument("--duration", type=positive_seconds, default=None,
-                        help="how long the demo trains (default 600 s); with --guided: seconds measured per variant "
-                             "after its warm-up (default 12, in 3 windows)")
-    parser.add_argument("--warmup", type=positive_seconds, default=8.0,
-                        help="with --guided: seconds after each run's first step left out (default 8)")
+    parser.add_argument(
+        "--duration",
+        type=positive_seconds,
+        default=None,
+        help="how long the demo trains (default 600 s); with --guided: seconds measured per variant "
+        "after its warm-up (default 12, in 3 windows)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=positive_seconds,
+        default=8.0,
+        help="with --guided: seconds after each run's first step left out (default 8)",
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA when there is a GPU), cuda or cpu")
     parser.add_argument("--json", action="store_true", help="with --guided: print the results as JSON")
-    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE",
-                        help="with --guided: also write the table as Markdown to FILE")
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --guided: also write the table as Markdown to FILE",
+    )
     parser.add_argument("--interval", type=positive_seconds, default=1.0, help="dashboard sampling interval")
 
 
 def demo_command(device: str, duration: float, extra: Sequence[str] = ()) -> list[str]:
     """The argv that runs the packaged demo trainer with this interpreter."""
-    return [sys.executable, "-m", DEMO_MODULE, "--duration", f"{duration:g}", "--device", device,
-            "--progress-interval", "0", *extra]
+    return [
+        sys.executable,
+        "-m",
+        DEMO_MODULE,
+        "--duration",
+        f"{duration:g}",
+        "--device",
+        device,
+        "--progress-interval",
+        "0",
+        *extra,
+    ]
 
 
 def has_cuda_gpu() -> bool:
@@ -61,8 +88,10 @@ def demo_device(requested: str) -> tuple[str, bool]:
     if requested.startswith("cuda") and not gpu:
         raise CliError("--device cuda asked for, but no NVIDIA GPU is visible here")
     if not gpu:
-        print(f"gpumon: {CPU_NOTICE if requested == 'auto' else '--device cpu: the demo runs on the CPU'}",
-              file=sys.stderr)
+        print(
+            f"gpumon: {CPU_NOTICE if requested == 'auto' else '--device cpu: the demo runs on the CPU'}",
+            file=sys.stderr,
+        )
     return requested, gpu
 
 
@@ -82,8 +111,14 @@ def run_demo_guided(args: argparse.Namespace, device: str) -> int:
     window_s, repeats = windows_for(measured + args.warmup, args.warmup)
     command = demo_command(device, DEMO_RUN_S)
     with signals_as_interrupt():
-        report = experiment_command(command, window_s=window_s, repeats=repeats, warmup_s=args.warmup,
-                                    progress=StderrProgress(), max_variants=12)
+        report = experiment_command(
+            command,
+            window_s=window_s,
+            repeats=repeats,
+            warmup_s=args.warmup,
+            progress=StderrProgress(),
+            max_variants=12,
+        )
     write_markdown(args.markdown, report, "gpumon demo --guided")
     print_report(report, args.json)
     return 0 if report.baseline.ok else 1
@@ -107,8 +142,10 @@ def run_demo_dashboard(args: argparse.Namespace, device: str, notice: str | None
     sampler.track_pids([demo.pid])
     app = AdvisorApp(sampler, job=demo.follow(), owner=owner, notice=notice)
     # A closed terminal or a kill of gpumon must not leave the demo running: quit, then stop it below.
-    previous = {signum: signal.signal(signum, lambda *_: app.exit())
-                for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    previous = {
+        signum: signal.signal(signum, lambda *_: app.exit())
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    }
     try:
         app.run()
     finally:

@@ -19,16 +19,28 @@ from gpumon.cli.reporting import StderrProgress, signals_as_interrupt
 
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
-        subparsers, "diagnose", help="name what holds a training job back", handler=run_diagnose,
+        subparsers,
+        "diagnose",
+        help="name what holds a training job back",
+        handler=run_diagnose,
         description="Watch a training job for a while and name its bottleneck (input_bound, host_sync, "
         "launch_bound, transfer_bound, low_precision, memory_imbalance, io_bound, throttled or healthy) with the "
         "evidence. "
-        "Either run CMD with the hook (and stop it after --duration), or watch a running job (--pid).")
+        "Either run CMD with the hook (and stop it after --duration), or watch a running job (--pid).",
+    )
     parser.add_argument("--pid", type=pid_number, default=None, help="a running job (its hook, else py-spy)")
-    parser.add_argument("--duration", type=positive_seconds, default=20.0,
-                        help="seconds to watch (with CMD: after its first step, warm-up included; default 20)")
-    parser.add_argument("--warmup", type=positive_seconds, default=5.0,
-                        help="with CMD: seconds after the first step left out (default 5)")
+    parser.add_argument(
+        "--duration",
+        type=positive_seconds,
+        default=20.0,
+        help="seconds to watch (with CMD: after its first step, warm-up included; default 20)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=positive_seconds,
+        default=5.0,
+        help="with CMD: seconds after the first step left out (default 5)",
+    )
     parser.add_argument("--json", action="store_true", help="print the finding and its signals as JSON")
     add_command_argument(parser)
 
@@ -54,8 +66,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
             if args.pid is not None:
                 result = diagnose_pid(args.pid, duration=args.duration, progress=progress)
             else:
-                result = diagnose_command(command, duration=args.duration,
-                                          warmup_s=min(args.warmup, args.duration / 2), progress=progress)
+                result = diagnose_command(
+                    command, duration=args.duration, warmup_s=min(args.warmup, args.duration / 2), progress=progress
+                )
     except AdvisorError as error:
         raise CliError(str(error)) from None
     if args.json:

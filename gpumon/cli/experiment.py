@@ -18,24 +18,40 @@ if TYPE_CHECKING:  # the advisor is imported only when the command runs
 
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
-        subparsers, "experiment", help="measure fixes: a guided run of short experiments", handler=run_experiment,
+        subparsers,
+        "experiment",
+        help="measure fixes: a guided run of short experiments",
+        handler=run_experiment,
         description="Measure the command as it is, diagnose it, then try the knobs that may fix it, one per short "
         "trial run of CMD (knobs injected through GPUMON_KNOBS), keeping each that wins beyond the noise, until "
         "nothing wins. With --pid, live experiments on a running hooked job instead (math-neutral knobs only, "
-        "rolled back unless they win).")
+        "rolled back unless they win).",
+    )
     parser.add_argument("--pid", type=pid_number, default=None, help="a running hooked job (live experiments)")
-    parser.add_argument("--window", type=positive_seconds, default=4.0,
-                        help="seconds per measurement window (default 4)")
+    parser.add_argument(
+        "--window", type=positive_seconds, default=4.0, help="seconds per measurement window (default 4)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="windows per variant, for the noise (default 3)")
-    parser.add_argument("--warmup", type=positive_seconds, default=5.0,
-                        help="seconds after a variant's first step (or change) left out (default 5)")
+    parser.add_argument(
+        "--warmup",
+        type=positive_seconds,
+        default=5.0,
+        help="seconds after a variant's first step (or change) left out (default 5)",
+    )
     parser.add_argument("--max-variants", type=int, default=12, help="most variants to try (default 12)")
-    parser.add_argument("--try", dest="tries", action="append", default=[], metavar="KNOB=VALUE",
-                        help="run these experiments, in this order, instead of the diagnosis' list "
-                             "(repeatable; e.g. --try num_workers=8 --try amp_bf16=true)")
+    parser.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="run these experiments, in this order, instead of the diagnosis' list "
+        "(repeatable; e.g. --try num_workers=8 --try amp_bf16=true)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE",
-                        help="also write the results table as Markdown to FILE")
+    parser.add_argument(
+        "--markdown", type=Path, default=None, metavar="FILE", help="also write the results table as Markdown to FILE"
+    )
     add_command_argument(parser)
 
 
@@ -72,12 +88,25 @@ def run_experiment(args: argparse.Namespace) -> int:
     try:
         with signals_as_interrupt():
             if args.pid is not None:
-                report = experiment_pid(args.pid, window_s=args.window, repeats=args.repeats, warmup_s=args.warmup,
-                                        only=only, progress=progress, max_variants=args.max_variants)
+                report = experiment_pid(
+                    args.pid,
+                    window_s=args.window,
+                    repeats=args.repeats,
+                    warmup_s=args.warmup,
+                    only=only,
+                    progress=progress,
+                    max_variants=args.max_variants,
+                )
             else:
-                report = experiment_command(command, window_s=args.window, repeats=args.repeats,
-                                            warmup_s=args.warmup, only=only, progress=progress,
-                                            max_variants=args.max_variants)
+                report = experiment_command(
+                    command,
+                    window_s=args.window,
+                    repeats=args.repeats,
+                    warmup_s=args.warmup,
+                    only=only,
+                    progress=progress,
+                    max_variants=args.max_variants,
+                )
     except AdvisorError as error:
         raise CliError(str(error)) from None
     write_markdown(args.markdown, report, "gpumon experiment")

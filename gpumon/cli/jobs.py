@@ -9,9 +9,14 @@ from gpumon.cli.base import Subparsers, print_json_line, subcommand
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subcommand(subparsers, "jobs", help="list your hooked training jobs", handler=run_jobs,
-                        description="List this user's jobs that run the gpumon hook (distributed ranks grouped); "
-                        "stale sockets of dead jobs are removed.")
+    parser = subcommand(
+        subparsers,
+        "jobs",
+        help="list your hooked training jobs",
+        handler=run_jobs,
+        description="List this user's jobs that run the gpumon hook (distributed ranks grouped); "
+        "stale sockets of dead jobs are removed.",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (one object per job group)")
 
 
@@ -23,8 +28,13 @@ def run_jobs(args: argparse.Namespace) -> int:
     groups = found.groups
     if args.json:
         for group in groups:
-            print_json_line({"group": list(group.key) if group.key else None, "label": group.label,
-                             "jobs": [dict(job.hello) for job in group.jobs]})
+            print_json_line(
+                {
+                    "group": list(group.key) if group.key else None,
+                    "label": group.label,
+                    "jobs": [dict(job.hello) for job in group.jobs],
+                }
+            )
         return 0
     if not groups:
         print("no hooked jobs (add `import gpumon.hook` to a training script, or run it with `gpumon run -- ...`)")

@@ -15,12 +15,17 @@ from gpumon.sampling.snapshot import Snapshot
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subcommand(subparsers, "record", help="record samples to a JSON Lines file",
-                        description="Record samples to a JSON Lines file until --duration passes or Ctrl+C.",
-                        handler=run_record)
+    parser = subcommand(
+        subparsers,
+        "record",
+        help="record samples to a JSON Lines file",
+        description="Record samples to a JSON Lines file until --duration passes or Ctrl+C.",
+        handler=run_record,
+    )
     parser.add_argument("file", type=Path, help="output file (refused if it exists, unless --force)")
-    parser.add_argument("--duration", type=positive_seconds, default=None,
-                        help="seconds to record (default: until Ctrl+C)")
+    parser.add_argument(
+        "--duration", type=positive_seconds, default=None, help="seconds to record (default: until Ctrl+C)"
+    )
     add_interval_argument(parser)
     parser.add_argument("--note", default="", help="free text stored in the header (device, workload...)")
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")

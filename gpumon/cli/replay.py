@@ -10,8 +10,13 @@ from gpumon.cli.dashboard import add_view_arguments, view_options
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subcommand(subparsers, "replay", help="open the dashboard on a recording",
-                        description="Open the dashboard on a recording.", handler=run_replay)
+    parser = subcommand(
+        subparsers,
+        "replay",
+        help="open the dashboard on a recording",
+        description="Open the dashboard on a recording.",
+        handler=run_replay,
+    )
     parser.add_argument("file", type=Path, help="a file written by `gpumon record`")
     parser.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (+/- change it live)")
     add_view_arguments(parser)

@@ -13,15 +13,24 @@ from gpumon.jobs.launch import LaunchedJob, LaunchError, exit_status, new_log_pa
 
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
-        subparsers, "run", help="run a training command with the gpumon hook and watch it", handler=run_launch,
+        subparsers,
+        "run",
+        help="run a training command with the gpumon hook and watch it",
+        handler=run_launch,
         description="Run CMD with the gpumon hook injected (no change to the script) and open the dashboard on it "
         "as soon as it starts training. The job's output goes to a log file while the dashboard is open; "
-        "quitting the dashboard stops the job (SIGINT). With --no-tui, only inject and wait for CMD.")
-    parser.add_argument("--no-tui", action="store_true",
-                        help="no dashboard: run CMD hooked, pass its exit code through")
+        "quitting the dashboard stops the job (SIGINT). With --no-tui, only inject and wait for CMD.",
+    )
+    parser.add_argument(
+        "--no-tui", action="store_true", help="no dashboard: run CMD hooked, pass its exit code through"
+    )
     add_interval_argument(parser)
-    parser.add_argument("--log", type=Path, default=None, help="where the job's output goes under the dashboard "
-                        "(default: a new /tmp/gpumon-run-*.log)")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=None,
+        help="where the job's output goes under the dashboard (default: a new /tmp/gpumon-run-*.log)",
+    )
     add_command_argument(parser)
 
 
@@ -34,8 +43,10 @@ def launched(command: list[str], log: Path | None = None) -> LaunchedJob:
     except LaunchError as error:
         raise CliError(str(error)) from None
     if job.refused_dir is not None:
-        print(f"gpumon: refused the socket directory: {job.refused_dir}; the job serves in {job.socket_dir} instead",
-              file=sys.stderr)
+        print(
+            f"gpumon: refused the socket directory: {job.refused_dir}; the job serves in {job.socket_dir} instead",
+            file=sys.stderr,
+        )
     return job
 
 

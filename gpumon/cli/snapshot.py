@@ -10,11 +10,17 @@ from gpumon.cli.base import Subparsers, positive_seconds, subcommand
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subcommand(subparsers, "snapshot", help="print one complete sample and exit",
-                        description="Print one complete sample and exit.", handler=run_snapshot)
+    parser = subcommand(
+        subparsers,
+        "snapshot",
+        help="print one complete sample and exit",
+        description="Print one complete sample and exit.",
+        handler=run_snapshot,
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (schema: docs/schema.md)")
-    parser.add_argument("--window", type=positive_seconds, default=0.5,
-                        help="seconds between the two readings rates are taken over")
+    parser.add_argument(
+        "--window", type=positive_seconds, default=0.5, help="seconds between the two readings rates are taken over"
+    )
 
 
 def run_snapshot(args: argparse.Namespace) -> int:

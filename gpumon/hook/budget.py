@@ -24,8 +24,13 @@ _TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu")
 class BudgetMeter:
     """Accumulates one sampled step's collate, copy and sync times; `take()` hands them over and resets."""
 
-    def __init__(self, torch: Any, clock: Callable[[], float], is_compiling: Callable[[], bool],
-                 on_error: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        clock: Callable[[], float],
+        is_compiling: Callable[[], bool],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
         self._torch = torch
         self._clock = clock
         self._is_compiling = is_compiling
@@ -201,9 +206,14 @@ class BudgetMeter:
         collate = min(self.collate_s, data_s)
         rest = max(0.0, wall_s - data_s - self.h2d_s - self.sync_s)
         return StepBudget(
-            data_worker_ms=round((data_s - collate) * 1e3, 4), data_collate_ms=round(collate * 1e3, 4),
-            h2d_ms=round(self.h2d_s * 1e3, 4), h2d_bytes=self.h2d_bytes, h2d_pageable_bytes=self.h2d_pageable_bytes,
-            h2d_copies=self.h2d_copies, sync_wait_ms=round(self.sync_s * 1e3, 4), syncs=self.syncs,
+            data_worker_ms=round((data_s - collate) * 1e3, 4),
+            data_collate_ms=round(collate * 1e3, 4),
+            h2d_ms=round(self.h2d_s * 1e3, 4),
+            h2d_bytes=self.h2d_bytes,
+            h2d_pageable_bytes=self.h2d_pageable_bytes,
+            h2d_copies=self.h2d_copies,
+            sync_wait_ms=round(self.sync_s * 1e3, 4),
+            syncs=self.syncs,
             rest_ms=round(rest * 1e3, 4),
         )
 

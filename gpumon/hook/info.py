@@ -34,7 +34,6 @@ _MAX_ARG_CHARS = 1000
 _MAX_ARGV_CHARS = 16_000
 
 
-
 def _int_env(name: str) -> int | None:
     value = os.environ.get(name, "")
     return int(value) if value.lstrip("-").isdigit() else None
@@ -59,8 +58,13 @@ def _torch_version() -> str | None:
 
 def cuda_info(runtime: HookRuntime | None) -> protocol.CudaInfo:
     torch = sys.modules.get("torch")
-    info = protocol.CudaInfo(initialized=False, visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-                             torch_cuda=None, device=None, devices=[])
+    info = protocol.CudaInfo(
+        initialized=False,
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        torch_cuda=None,
+        device=None,
+        devices=[],
+    )
     if torch is None:
         return info
     info["torch_cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
@@ -78,19 +82,31 @@ def cuda_info(runtime: HookRuntime | None) -> protocol.CudaInfo:
             uuid_text = str(uuid)
             if not uuid_text.startswith("GPU-"):
                 uuid_text = "GPU-" + uuid_text
-        devices.append(protocol.CudaDevice(index=index, name=str(props.name), uuid=uuid_text,
-                                           total_memory=int(props.total_memory),
-                                           capability=[int(props.major), int(props.minor)]))
+        devices.append(
+            protocol.CudaDevice(
+                index=index,
+                name=str(props.name),
+                uuid=uuid_text,
+                total_memory=int(props.total_memory),
+                capability=[int(props.major), int(props.minor)],
+            )
+        )
     info["devices"] = devices
     return info
 
 
 def dist_info() -> protocol.DistInfo:
     info = protocol.DistInfo(
-        rank=_int_env("RANK"), local_rank=_int_env("LOCAL_RANK"), world_size=_int_env("WORLD_SIZE"),
-        local_world_size=_int_env("LOCAL_WORLD_SIZE"), group_rank=_int_env("GROUP_RANK"),
-        run_id=os.environ.get("TORCHELASTIC_RUN_ID"), master_addr=os.environ.get("MASTER_ADDR"),
-        master_port=os.environ.get("MASTER_PORT"), initialized=False, backend=None,
+        rank=_int_env("RANK"),
+        local_rank=_int_env("LOCAL_RANK"),
+        world_size=_int_env("WORLD_SIZE"),
+        local_world_size=_int_env("LOCAL_WORLD_SIZE"),
+        group_rank=_int_env("GROUP_RANK"),
+        run_id=os.environ.get("TORCHELASTIC_RUN_ID"),
+        master_addr=os.environ.get("MASTER_ADDR"),
+        master_port=os.environ.get("MASTER_PORT"),
+        initialized=False,
+        backend=None,
     )
     dist = sys.modules.get("torch.distributed")
     try:
@@ -104,25 +120,43 @@ def dist_info() -> protocol.DistInfo:
     return info
 
 
-def hello(runtime: HookRuntime | None, *, started: float, injected: bool,
-          socket_refused: str | None = None) -> protocol.Hello:
+def hello(
+    runtime: HookRuntime | None, *, started: float, injected: bool, socket_refused: str | None = None
+) -> protocol.Hello:
     try:
         cwd = os.getcwd()
     except OSError:
         cwd = ""
     return protocol.Hello(
-        type=protocol.HELLO, protocol=protocol.PROTOCOL_VERSION, pid=os.getpid(), ppid=os.getppid(),
-        uid=os.getuid(), hostname=socket.gethostname(), argv=_argv(), cwd=cwd, executable=sys.executable,
-        python=platform.python_version(), torch=_torch_version(), hook_version=HOOK_VERSION, started=started,
-        injected=injected, cuda=cuda_info(runtime), dist=dist_info(), socket_refused=socket_refused,
+        type=protocol.HELLO,
+        protocol=protocol.PROTOCOL_VERSION,
+        pid=os.getpid(),
+        ppid=os.getppid(),
+        uid=os.getuid(),
+        hostname=socket.gethostname(),
+        argv=_argv(),
+        cwd=cwd,
+        executable=sys.executable,
+        python=platform.python_version(),
+        torch=_torch_version(),
+        hook_version=HOOK_VERSION,
+        started=started,
+        injected=injected,
+        cuda=cuda_info(runtime),
+        dist=dist_info(),
+        socket_refused=socket_refused,
     )
 
 
 def record_dict(runtime: HookRuntime, record: list[Any]) -> protocol.StepRecord:
     out = protocol.StepRecord(
-        seq=record[R_SEQ], t=round(runtime.unix_time(record[R_END]), 4), wall_ms=round(record[R_WALL] * 1e3, 4),
-        data_ms=round(record[R_DATA] * 1e3, 4), gpu_ms=None if record[R_GPU] is None else round(record[R_GPU], 4),
-        samples=record[R_SAMPLES], source=record[R_SOURCE],
+        seq=record[R_SEQ],
+        t=round(runtime.unix_time(record[R_END]), 4),
+        wall_ms=round(record[R_WALL] * 1e3, 4),
+        data_ms=round(record[R_DATA] * 1e3, 4),
+        gpu_ms=None if record[R_GPU] is None else round(record[R_GPU], 4),
+        samples=record[R_SAMPLES],
+        source=record[R_SOURCE],
     )
     if record[R_SYNCS] is not None:
         out["syncs"] = record[R_SYNCS]
@@ -141,8 +175,17 @@ def step_stats(runtime: HookRuntime, records: list[list[Any]], now_perf: float) 
         if now_perf - record[R_END] > STATS_WINDOW_S:
             break
         window.append(record)
-    stats = protocol.StepStats(window_s=0.0, steps=len(window), steps_per_s=None, samples_per_s=None, wall_ms=None,
-                               data_ms=None, gpu_ms=None, data_fraction=None, gpu_fraction=None)
+    stats = protocol.StepStats(
+        window_s=0.0,
+        steps=len(window),
+        steps_per_s=None,
+        samples_per_s=None,
+        wall_ms=None,
+        data_ms=None,
+        gpu_ms=None,
+        data_fraction=None,
+        gpu_fraction=None,
+    )
     if not records:
         return stats
     if len(window) < len(records):
@@ -183,10 +226,13 @@ def memory_info(runtime: HookRuntime, devices: list[protocol.CudaDevice]) -> pro
     stats = torch.cuda.memory_stats(device)  # host-side counters: no sync, no CUDA call
     total = next((d.get("total_memory") for d in devices if d.get("index") == device), None)
     return protocol.MemoryInfo(
-        device=device, allocated=int(stats.get("allocated_bytes.all.current", 0)),
+        device=device,
+        allocated=int(stats.get("allocated_bytes.all.current", 0)),
         reserved=int(stats.get("reserved_bytes.all.current", 0)),
         max_allocated=int(stats.get("allocated_bytes.all.peak", 0)),
-        alloc_retries=int(stats.get("num_alloc_retries", 0)), ooms=int(stats.get("num_ooms", 0)), total=total,
+        alloc_retries=int(stats.get("num_alloc_retries", 0)),
+        ooms=int(stats.get("num_ooms", 0)),
+        total=total,
     )
 
 
@@ -196,29 +242,52 @@ def precision_info(runtime: HookRuntime) -> protocol.PrecisionInfo:
     autocast = None
     if runtime.autocast is not None:
         seen = dict(runtime.autocast)
-        autocast = protocol.AutocastInfo(device_type=seen.get("device_type", ""), dtype=seen.get("dtype", ""),
-                                         enabled=bool(seen.get("enabled")), entered=int(seen.get("entered", 0)),
-                                         last_t=round(runtime.unix_time(seen.get("last", runtime.perf0)), 3))
+        autocast = protocol.AutocastInfo(
+            device_type=seen.get("device_type", ""),
+            dtype=seen.get("dtype", ""),
+            enabled=bool(seen.get("enabled")),
+            entered=int(seen.get("entered", 0)),
+            last_t=round(runtime.unix_time(seen.get("last", runtime.perf0)), 3),
+        )
     return protocol.PrecisionInfo(
-        autocast=autocast, tf32_matmul=bool(backends.cuda.matmul.allow_tf32),
+        autocast=autocast,
+        tf32_matmul=bool(backends.cuda.matmul.allow_tf32),
         tf32_cudnn=bool(backends.cudnn.allow_tf32),
         float32_matmul_precision=str(torch.get_float32_matmul_precision()),
-        cudnn_benchmark=bool(backends.cudnn.benchmark), cudnn_deterministic=bool(backends.cudnn.deterministic),
+        cudnn_benchmark=bool(backends.cudnn.benchmark),
+        cudnn_deterministic=bool(backends.cudnn.deterministic),
     )
 
 
 def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
     entries = sorted(copy_while_mutated(runtime.loaders.values()), key=lambda e: e.last_used, reverse=True)
-    return [protocol.DataLoaderInfo(
-        id=e.id, dataset=e.dataset, batch_size=e.batch_size, num_workers=e.num_workers, pin_memory=e.pin_memory,
-        prefetch_factor=e.prefetch_factor, persistent_workers=e.persistent_workers, drop_last=e.drop_last,
-        worker_pids=list(e.worker_pids), batches=e.batches, wait_ms=round(e.wait_s * 1e3, 3),
-        last_used=round(runtime.unix_time(e.last_used), 3) if e.last_used else 0.0,
-    ) for e in entries]
+    return [
+        protocol.DataLoaderInfo(
+            id=e.id,
+            dataset=e.dataset,
+            batch_size=e.batch_size,
+            num_workers=e.num_workers,
+            pin_memory=e.pin_memory,
+            prefetch_factor=e.prefetch_factor,
+            persistent_workers=e.persistent_workers,
+            drop_last=e.drop_last,
+            worker_pids=list(e.worker_pids),
+            batches=e.batches,
+            wait_ms=round(e.wait_s * 1e3, 3),
+            last_used=round(runtime.unix_time(e.last_used), 3) if e.last_used else 0.0,
+        )
+        for e in entries
+    ]
 
 
-def state(runtime: HookRuntime, *, clients: int, installed_at: float, server_restarts: int = 0,
-          socket_refused: str | None = None) -> protocol.State:
+def state(
+    runtime: HookRuntime,
+    *,
+    clients: int,
+    installed_at: float,
+    server_restarts: int = 0,
+    socket_refused: str | None = None,
+) -> protocol.State:
     cuda = cuda_info(runtime)
     pending: dict[str, Any] = {}
     for kind, payload, _id in copy_while_mutated(runtime.control):
@@ -226,14 +295,29 @@ def state(runtime: HookRuntime, *, clients: int, installed_at: float, server_res
             pending.update(payload)
     counter = runtime.sync_counter
     return protocol.State(
-        type=protocol.STATE, t=round(time.time(), 4), last_seq=runtime.seq, step_source=runtime.step_source,
-        dataloaders=dataloader_infos(runtime), memory=memory_info(runtime, cuda.get("devices", [])),
-        precision=precision_info(runtime), cuda=cuda,
-        knobs=protocol.KnobState(applied=dict(runtime.knobs_applied), pending=pending,
-                                 errors=list(runtime.knob_errors), ignored=list(runtime.knobs_ignored)),
-        diagnosis=protocol.DiagnosisState(active=bool(counter is not None and counter.active),
-                                          steps_left=runtime.diagnosis_left),
-        hook=protocol.HookInfo(errors=runtime.errors, last_error=runtime.last_error, clients=clients,
-                               installed_at=installed_at, server_restarts=server_restarts,
-                               socket_refused=socket_refused),
+        type=protocol.STATE,
+        t=round(time.time(), 4),
+        last_seq=runtime.seq,
+        step_source=runtime.step_source,
+        dataloaders=dataloader_infos(runtime),
+        memory=memory_info(runtime, cuda.get("devices", [])),
+        precision=precision_info(runtime),
+        cuda=cuda,
+        knobs=protocol.KnobState(
+            applied=dict(runtime.knobs_applied),
+            pending=pending,
+            errors=list(runtime.knob_errors),
+            ignored=list(runtime.knobs_ignored),
+        ),
+        diagnosis=protocol.DiagnosisState(
+            active=bool(counter is not None and counter.active), steps_left=runtime.diagnosis_left
+        ),
+        hook=protocol.HookInfo(
+            errors=runtime.errors,
+            last_error=runtime.last_error,
+            clients=clients,
+            installed_at=installed_at,
+            server_restarts=server_restarts,
+            socket_refused=socket_refused,
+        ),
     )

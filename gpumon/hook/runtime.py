@@ -324,8 +324,7 @@ class HookRuntime:
             self._drain_control()
 
     def _time_next_step(self, last_wall: float) -> bool:
-        return (self.budget.active or (self.seq + 1) % self.gpu_every == 0
-                or last_wall >= GPU_TIMING_SLOW_STEP_S)
+        return self.budget.active or (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
 
     def _budget_next_step(self) -> bool:
         """Budget one step in budget_every, and every step of a diagnosis window."""
@@ -425,8 +424,9 @@ class HookRuntime:
         if not knobs:
             return
         self.apply_knobs(knobs)
-        self._reapply_env_knobs = {k: v for k, v in knobs.items() if protocol.KNOBS[k]["applies"] ==
-                                   protocol.APPLIES_NEXT_STEP}
+        self._reapply_env_knobs = {
+            k: v for k, v in knobs.items() if protocol.KNOBS[k]["applies"] == protocol.APPLIES_NEXT_STEP
+        }
 
     def _start_diagnosis(self, steps: int, request_id: Any) -> None:
         if self.sync_counter is not None and self.sync_counter.active:
@@ -460,10 +460,17 @@ class HookRuntime:
         counter.stop()
         self.diagnosis_left = 0
         per_step = self._diagnosis_steps
-        self.outbox.append({
-            "type": protocol.DIAGNOSIS, "id": self._diagnosis_id, "available": True, "steps": len(per_step),
-            "syncs_total": sum(per_step), "syncs_per_step": per_step, "sites": counter.top_sites(),
-        })
+        self.outbox.append(
+            {
+                "type": protocol.DIAGNOSIS,
+                "id": self._diagnosis_id,
+                "available": True,
+                "steps": len(per_step),
+                "syncs_total": sum(per_step),
+                "syncs_per_step": per_step,
+                "sites": counter.top_sites(),
+            }
+        )
         self._diagnosis_steps = []
 
     @property
@@ -523,4 +530,3 @@ def apply_dataloader_knobs(loader: Any, knobs: dict[str, Any]) -> None:
         changed = True
     if changed and getattr(loader, "_iterator", None) is not None:
         loader._iterator = None  # the old workers shut down when it is collected
-

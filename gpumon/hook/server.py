@@ -64,9 +64,30 @@ __all__ = ["HookServer", "prepare_socket_dir"]
 
 
 class _Client:
-    __slots__ = ("closed", "cursor", "dropped_messages", "errors", "events", "fd", "head_sent", "inbuf",
-                 "input_bytes", "last_progress", "last_steps_sent", "next_state", "next_steps", "out", "out_bytes",
-                 "paused_until", "requests", "sock", "state", "state_interval", "steps", "steps_interval")
+    __slots__ = (
+        "closed",
+        "cursor",
+        "dropped_messages",
+        "errors",
+        "events",
+        "fd",
+        "head_sent",
+        "inbuf",
+        "input_bytes",
+        "last_progress",
+        "last_steps_sent",
+        "next_state",
+        "next_steps",
+        "out",
+        "out_bytes",
+        "paused_until",
+        "requests",
+        "sock",
+        "state",
+        "state_interval",
+        "steps",
+        "steps_interval",
+    )
 
     def __init__(self, sock: socket.socket, now: float, cursor: int) -> None:
         self.sock = sock
@@ -103,10 +124,19 @@ class HookServer:
     `private_base`; what was refused on the way is in `socket_refused` (and in hello and state).
     """
 
-    def __init__(self, runtime: HookRuntime, *, directory: str | None = None, installed_at: float | None = None,
-                 injected: bool = False, max_clients: int = MAX_CLIENTS, client_buffer: int = CLIENT_BUFFER,
-                 stall_timeout: float = STALL_TIMEOUT, directories: list[str] | None = None,
-                 private_base: str | None = protocol.PRIVATE_DIR_BASE) -> None:
+    def __init__(
+        self,
+        runtime: HookRuntime,
+        *,
+        directory: str | None = None,
+        installed_at: float | None = None,
+        injected: bool = False,
+        max_clients: int = MAX_CLIENTS,
+        client_buffer: int = CLIENT_BUFFER,
+        stall_timeout: float = STALL_TIMEOUT,
+        directories: list[str] | None = None,
+        private_base: str | None = protocol.PRIVATE_DIR_BASE,
+    ) -> None:
         self.runtime = runtime
         self._fixed_directory = directory
         self._directories = directories
@@ -137,8 +167,9 @@ class HookServer:
         self._accept_resumed_at = 0.0
         self._accept_pause = ACCEPT_PAUSE_MIN
         self._greeting: tuple[float, list[bytes], int] | None = None
-        self._too_many_clients = protocol.encode(protocol.error_message(
-            protocol.E_TOO_MANY_CLIENTS, f"at most {max_clients} clients at a time"))
+        self._too_many_clients = protocol.encode(
+            protocol.error_message(protocol.E_TOO_MANY_CLIENTS, f"at most {max_clients} clients at a time")
+        )
 
     @property
     def clients(self) -> int:
@@ -441,8 +472,9 @@ class HookServer:
         cached = self._greeting
         if cached is not None and now - cached[0] < GREETING_TTL:
             return cached[1], cached[2]
-        hello = info.hello(self.runtime, started=self.installed_at, injected=self.injected,
-                           socket_refused=self.socket_refused)
+        hello = info.hello(
+            self.runtime, started=self.installed_at, injected=self.injected, socket_refused=self.socket_refused
+        )
         lines = [protocol.encode(hello), protocol.encode(self._state())]
         records = self.runtime.snapshot_records()
         stats = info.step_stats(self.runtime, records, self.runtime.clock())
@@ -525,8 +557,9 @@ class HookServer:
         elif kind == protocol.DIAGNOSE:
             steps = msg["steps"]
             if not 1 <= steps <= protocol.DIAGNOSE_MAX_STEPS:
-                self._client_error(client, protocol.E_BAD_MESSAGE,
-                                   f"steps must be 1..{protocol.DIAGNOSE_MAX_STEPS}", request_id)
+                self._client_error(
+                    client, protocol.E_BAD_MESSAGE, f"steps must be 1..{protocol.DIAGNOSE_MAX_STEPS}", request_id
+                )
                 return
             if self.runtime.diagnosing or len(self.runtime.control) >= _MAX_QUEUED_CONTROL:
                 self._client_error(client, protocol.E_BUSY, "a diagnosis is already running", request_id)
@@ -543,8 +576,11 @@ class HookServer:
                 self._client_error(client, protocol.E_BUSY, "too many requests waiting for a step", request_id)
                 return
             self.runtime.control.append(("knobs", knobs, request_id))
-            reply = {"type": protocol.KNOB_ACK, "knobs": knobs,
-                     "applies": {name: protocol.KNOBS[name]["applies"] for name in knobs}}
+            reply = {
+                "type": protocol.KNOB_ACK,
+                "knobs": knobs,
+                "applies": {name: protocol.KNOBS[name]["applies"] for name in knobs},
+            }
         if request_id is not None:
             reply["id"] = request_id
         self._send(client, reply)
@@ -565,9 +601,15 @@ class HookServer:
             client.next_steps = now
         client.next_steps = min(client.next_steps, now + client.steps_interval)
         client.next_state = min(client.next_state, now + client.state_interval)
-        return {"type": protocol.SUBSCRIBED, "options": {
-            "steps": client.steps, "state": client.state, "steps_interval": client.steps_interval,
-            "state_interval": client.state_interval}}
+        return {
+            "type": protocol.SUBSCRIBED,
+            "options": {
+                "steps": client.steps,
+                "state": client.state,
+                "steps_interval": client.steps_interval,
+                "state_interval": client.state_interval,
+            },
+        }
 
     def _client_error(self, client: _Client, code: str, message: str, request_id: Any) -> None:
         client.errors += 1
@@ -579,8 +621,13 @@ class HookServer:
     # -- output ---------------------------------------------------------------------------------
 
     def _state(self) -> protocol.State:
-        return info.state(self.runtime, clients=len(self._clients), installed_at=self.installed_at,
-                          server_restarts=self.restarts, socket_refused=self.socket_refused)
+        return info.state(
+            self.runtime,
+            clients=len(self._clients),
+            installed_at=self.installed_at,
+            server_restarts=self.restarts,
+            socket_refused=self.socket_refused,
+        )
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -618,8 +665,9 @@ class HookServer:
             except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
                 self._client_failed(client, exc)
 
-    def _steps_messages(self, cursor: int, records: list[list[Any]],
-                        stats: protocol.StepStats) -> tuple[list[protocol.Steps], int]:
+    def _steps_messages(
+        self, cursor: int, records: list[list[Any]], stats: protocol.StepStats
+    ) -> tuple[list[protocol.Steps], int]:
         """The `steps` messages for a client at `cursor` (records newer than it, at most MAX_RECORDS_PER_MESSAGE
         each, or just fresh stats when there are none), and its cursor after them. Records already gone from the
         runtime count as dropped."""
@@ -629,13 +677,20 @@ class HookServer:
         if records and last_seq > cursor:
             first_seq = records[0][R_SEQ]
             dropped = max(0, first_seq - (cursor + 1))
-            new = records[max(0, cursor + 1 - first_seq):]
+            new = records[max(0, cursor + 1 - first_seq) :]
         messages = []
         for start in range(0, max(1, len(new)), MAX_RECORDS_PER_MESSAGE):
-            chunk = new[start:start + MAX_RECORDS_PER_MESSAGE]
-            messages.append(protocol.Steps(
-                type=protocol.STEPS, t=round(time.time(), 4), last_seq=chunk[-1][R_SEQ] if chunk else last_seq,
-                records=[info.record_dict(self.runtime, r) for r in chunk], dropped=dropped, stats=stats))
+            chunk = new[start : start + MAX_RECORDS_PER_MESSAGE]
+            messages.append(
+                protocol.Steps(
+                    type=protocol.STEPS,
+                    t=round(time.time(), 4),
+                    last_seq=chunk[-1][R_SEQ] if chunk else last_seq,
+                    records=[info.record_dict(self.runtime, r) for r in chunk],
+                    dropped=dropped,
+                    stats=stats,
+                )
+            )
             dropped = 0
         return messages, max(cursor, last_seq)
 
@@ -676,7 +731,7 @@ class HookServer:
         while client.out and not client.closed:
             head = client.out[0]
             try:
-                sent = client.sock.send(memoryview(head)[client.head_sent:])
+                sent = client.sock.send(memoryview(head)[client.head_sent :])
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
@@ -739,8 +794,10 @@ class HookServer:
         for client in list(self._clients.values()):
             if client.steps:
                 self._send_steps(client, records, stats)
-            self._send(client, protocol.Bye(type=protocol.BYE, t=round(time.time(), 4), last_seq=last_seq,
-                                            reason=self._stop_reason))
+            self._send(
+                client,
+                protocol.Bye(type=protocol.BYE, t=round(time.time(), 4), last_seq=last_seq, reason=self._stop_reason),
+            )
 
 
 def _close_quietly(sock: socket.socket) -> None:

@@ -37,8 +37,9 @@ def prepare_socket_dir(directory: str) -> str | None:
     return protocol.unsafe_dir_reason(directory)
 
 
-def choose_socket_dir(candidates: list[str], *,
-                      private_base: str | None = protocol.PRIVATE_DIR_BASE) -> tuple[str | None, list[str]]:
+def choose_socket_dir(
+    candidates: list[str], *, private_base: str | None = protocol.PRIVATE_DIR_BASE
+) -> tuple[str | None, list[str]]:
     """(the directory to serve in or None, the refusals on the way).
 
     Tries `candidates` in order (protocol.fixed_socket_dirs(): what discovery searches, in the same order). A

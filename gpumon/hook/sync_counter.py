@@ -81,8 +81,9 @@ class SyncCounter:
     def top_sites(self) -> list[dict[str, Any]]:
         return [{"file": file, "line": line, "count": n} for (file, line), n in self.sites.most_common(MAX_SITES)]
 
-    def _showwarning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
-                     line: Any = None) -> None:
+    def _showwarning(
+        self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
         if self.active and SYNC_WARNING_TEXT in str(message):
             self.count += 1
             # The warning names torch's own line (e.g. torch/storage.py); the site is the job's line that called it.

@@ -97,5 +97,7 @@ class BudgetShares:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: (round(value, 4) if isinstance(value, float) else value)
-                for name, value in ((field, getattr(self, field)) for field in self.__slots__)}
+        return {
+            name: (round(value, 4) if isinstance(value, float) else value)
+            for name, value in ((field, getattr(self, field)) for field in self.__slots__)
+        }

@@ -62,9 +62,15 @@ class JobClient:
     opens it only when training starts) or its process exits.
     """
 
-    def __init__(self, target: int | str | JobInfo, *, wait_for_socket: bool = False,
-                 connect_timeout: float = CONNECT_TIMEOUT, history_steps: int | None = None,
-                 subscription: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        target: int | str | JobInfo,
+        *,
+        wait_for_socket: bool = False,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        history_steps: int | None = None,
+        subscription: Mapping[str, Any] | None = None,
+    ) -> None:
         if isinstance(target, JobInfo):
             self.pid, self.path = target.pid, target.socket_path
         elif isinstance(target, int):
@@ -145,8 +151,9 @@ class JobClient:
         a timeout, or a job that is gone."""
         sock = self._sock
         if sock is None or self.state.ended:
-            raise JobRequestError(f"not connected to pid {self.pid}" + (
-                f" ({self.state.end_reason})" if self.state.end_reason else ""))
+            raise JobRequestError(
+                f"not connected to pid {self.pid}" + (f" ({self.state.end_reason})" if self.state.end_reason else "")
+            )
         request_id = message.get("id") or f"c{next(self._ids)}"
         wanted = (*reply_types, protocol.ERROR)
         pending = self._register(lambda m: m.get("id") == request_id and m.get("type") in wanted)
@@ -155,8 +162,7 @@ class JobClient:
             with self._send_lock:
                 sock.sendall(data)
             if not pending.done.wait(timeout):
-                raise JobRequestError(f"no {'/'.join(reply_types)} from pid {self.pid} within {timeout:g} s",
-                                      "timeout")
+                raise JobRequestError(f"no {'/'.join(reply_types)} from pid {self.pid} within {timeout:g} s", "timeout")
         except (OSError, protocol.ProtocolError) as error:
             raise JobRequestError(f"cannot send to pid {self.pid}: {error}") from None
         finally:
@@ -196,8 +202,11 @@ class JobClient:
         request_id = f"d{next(self._ids)}"
         result = self._register(lambda m: m.get("type") == protocol.DIAGNOSIS and m.get("id") == request_id)
         try:
-            reply = self.request({"type": protocol.DIAGNOSE, "steps": steps, "id": request_id},
-                                 (protocol.DIAGNOSING, protocol.DIAGNOSIS), timeout)
+            reply = self.request(
+                {"type": protocol.DIAGNOSE, "steps": steps, "id": request_id},
+                (protocol.DIAGNOSING, protocol.DIAGNOSIS),
+                timeout,
+            )
             if reply.get("type") == protocol.DIAGNOSIS:
                 return reply
             if not result.done.wait(max(0.0, timeout - (time.monotonic() - started))):

@@ -86,7 +86,8 @@ def check_hello(message: dict[str, Any], path: str) -> protocol.Hello:
     if message.get("protocol") != protocol.PROTOCOL_VERSION:
         raise protocol.ProtocolError(
             f"{path} speaks gpumon protocol {message.get('protocol')}, this gpumon speaks "
-            f"{protocol.PROTOCOL_VERSION}: use the same gpumon version on both sides")
+            f"{protocol.PROTOCOL_VERSION}: use the same gpumon version on both sides"
+        )
     return message  # type: ignore[return-value]  # checked above: protocol.decode validated its fields
 
 

@@ -157,7 +157,8 @@ class JobGroup:
         pids = ", ".join(str(pid) for pid in self.pids)
         assert self.key is not None
         kind = {"run_id": f"torchrun run {self.key[1]}", "master": f"DDP job at {self.key[1]}:{self.key[2]}"}.get(
-            self.key[0], "DDP job")
+            self.key[0], "DDP job"
+        )
         return f"{kind}: ranks {ranks}{world} (pids {pids}): {command}"
 
     def with_pid(self, pid: int) -> bool:
@@ -293,8 +294,14 @@ def sockets_in(directory: str) -> list[tuple[int, str]]:
     return found
 
 
-def scan(timeout: float = HELLO_TIMEOUT, *, pids: Iterable[int] | None = None, clean: bool = True,
-         uid: int | None = None, directories: Iterable[str] = ()) -> Discovery:
+def scan(
+    timeout: float = HELLO_TIMEOUT,
+    *,
+    pids: Iterable[int] | None = None,
+    clean: bool = True,
+    uid: int | None = None,
+    directories: Iterable[str] = (),
+) -> Discovery:
     """Find this user's hooked jobs (root: every user's; `uid`: only that user's), and those serving in
     `directories`. Sockets of dead pids are removed (when `clean`, and only our own); each live one is asked for
     its hello, in parallel, for at most `timeout` seconds. `pids`: only look at these.

@@ -69,10 +69,15 @@ class StepPoint:
             samples = record.get("samples")
             syncs = record.get("syncs")
             return cls(
-                seq=int(record["seq"]), t=float(record["t"]), wall_ms=float(record["wall_ms"]),
-                data_ms=float(record.get("data_ms") or 0.0), gpu_ms=None if gpu is None else float(gpu),
-                samples=None if samples is None else int(samples), source=str(record.get("source", "")),
-                syncs=None if syncs is None else int(syncs), budget=StepTimeBudget.from_record(record.get("budget")),
+                seq=int(record["seq"]),
+                t=float(record["t"]),
+                wall_ms=float(record["wall_ms"]),
+                data_ms=float(record.get("data_ms") or 0.0),
+                gpu_ms=None if gpu is None else float(gpu),
+                samples=None if samples is None else int(samples),
+                source=str(record.get("source", "")),
+                syncs=None if syncs is None else int(syncs),
+                budget=StepTimeBudget.from_record(record.get("budget")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -150,7 +155,8 @@ class RollingStats:
         samples = [step.samples for step in window if step.samples is not None]
         timed = [step.gpu_ms for step in window if step.gpu_ms is not None]
         return cls(
-            window_s=span, steps=count,
+            window_s=span,
+            steps=count,
             steps_per_s=count / span if span > 0 else None,
             samples_per_s=sum(samples) / span if samples and span > 0 else None,
             wall_ms=sum(step.wall_ms for step in window) / count,
@@ -305,7 +311,9 @@ class _Bucket:
         steps = self.steps
         samples = [step.samples for step in steps if step.samples is not None]
         return TimelinePoint(
-            t=self.index * BUCKET_S, steps=len(steps), samples=sum(samples) if samples else (0 if not steps else None),
+            t=self.index * BUCKET_S,
+            steps=len(steps),
+            samples=sum(samples) if samples else (0 if not steps else None),
             wall_ms=sum(step.wall_ms for step in steps) / len(steps) if steps else None,
             breakdown=Breakdown.of(steps),
         )
@@ -355,8 +363,9 @@ class JobState:
             message_t = _clean_float(message.get("t"))
             if kind == protocol.HELLO:
                 pid = message.get("pid")
-                self._info = JobInfo(pid=pid if isinstance(pid, int) else self.pid, socket_path=self._socket_path,
-                                     hello=dict(message))
+                self._info = JobInfo(
+                    pid=pid if isinstance(pid, int) else self.pid, socket_path=self._socket_path, hello=dict(message)
+                )
                 self.connected = True
                 self.waiting = None
                 started = _clean_float(message.get("started"))
@@ -474,11 +483,24 @@ class JobState:
             now = self._now
             silent = None if self._last_message is None else max(0.0, self._clock() - self._last_message)
             return HookedView(
-                pid=self.pid, info=self._info, connected=self.connected, waiting=self.waiting, ended=self.ended,
-                end_reason=self.end_reason, exit_code=self.exit_code, steps=recent, timeline=tuple(self._timeline),
-                stats=RollingStats.of(steps[-2048:], now), hook_stats=dict(self._hook_stats), state=self._state,
-                last_seq=self._last_seq, dropped=self._dropped, protocol_errors=self._protocol_errors,
-                last_error=self._last_error, silent_s=silent, diagnosis=self._diagnosis,
+                pid=self.pid,
+                info=self._info,
+                connected=self.connected,
+                waiting=self.waiting,
+                ended=self.ended,
+                end_reason=self.end_reason,
+                exit_code=self.exit_code,
+                steps=recent,
+                timeline=tuple(self._timeline),
+                stats=RollingStats.of(steps[-2048:], now),
+                hook_stats=dict(self._hook_stats),
+                state=self._state,
+                last_seq=self._last_seq,
+                dropped=self._dropped,
+                protocol_errors=self._protocol_errors,
+                last_error=self._last_error,
+                silent_s=silent,
+                diagnosis=self._diagnosis,
                 step_sums=self._step_sums.seconds(),
             )
 
@@ -486,8 +508,15 @@ class JobState:
 def rank_summary(view: HookedView) -> RankSummary:
     info = view.info
     stats = view.stats
-    return RankSummary(rank=info.rank if info is not None else None, pid=view.pid, steps_per_s=stats.steps_per_s,
-                       wall_ms=stats.wall_ms, data_ms=stats.data_ms, gpu_ms=stats.gpu_ms, ended=view.ended)
+    return RankSummary(
+        rank=info.rank if info is not None else None,
+        pid=view.pid,
+        steps_per_s=stats.steps_per_s,
+        wall_ms=stats.wall_ms,
+        data_ms=stats.data_ms,
+        gpu_ms=stats.gpu_ms,
+        ended=view.ended,
+    )
 
 
 def group_view(views: Sequence[HookedView], primary: int = 0) -> HookedView:
@@ -498,9 +527,13 @@ def group_view(views: Sequence[HookedView], primary: int = 0) -> HookedView:
     if len(views) == 1:
         return main
     ranks = tuple(rank_summary(view) for view in views)
-    return replace(main, ranks=ranks, straggler=find_straggler(ranks),
-                   ended=all(view.ended for view in views),
-                   end_reason=main.end_reason if all(view.ended for view in views) else None)
+    return replace(
+        main,
+        ranks=ranks,
+        straggler=find_straggler(ranks),
+        ended=all(view.ended for view in views),
+        end_reason=main.end_reason if all(view.ended for view in views) else None,
+    )
 
 
 def replay_messages(messages: Iterable[Mapping[str, Any]], pid: int | None = None) -> JobState:

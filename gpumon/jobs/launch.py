@@ -95,7 +95,8 @@ def _sigint_not_ignored() -> Iterator[None]:
     """An ignored SIGINT is inherited across exec (a shell starts background jobs that way): the job would then
     ignore the Ctrl+C gpumon forwards. A handler is not inherited, so hold one while the job starts."""
     ignoring = threading.current_thread() is threading.main_thread() and (
-        signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+        signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    )
     if ignoring:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -113,9 +114,16 @@ class LaunchedJob:
     job's stdout and stderr go (stdin is then /dev/null); None: the job shares gpumon's terminal.
     """
 
-    def __init__(self, command: Sequence[str], *, knobs: Mapping[str, Any] | None = None,
-                 base_env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None,
-                 cwd: str | None = None, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        knobs: Mapping[str, Any] | None = None,
+        base_env: Mapping[str, str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        log: Path | None = None,
+    ) -> None:
         if not command:
             raise LaunchError("no command to run")
         self.command = list(command)
@@ -166,9 +174,14 @@ class LaunchedJob:
         try:
             with _sigint_not_ignored():
                 self.process = subprocess.Popen(
-                    self.command, cwd=self.cwd, env=self.env, start_new_session=True,
-                    stdin=subprocess.DEVNULL if output is not None else None, stdout=output,
-                    stderr=subprocess.STDOUT if output is not None else None)
+                    self.command,
+                    cwd=self.cwd,
+                    env=self.env,
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL if output is not None else None,
+                    stdout=output,
+                    stderr=subprocess.STDOUT if output is not None else None,
+                )
         except FileNotFoundError:
             raise LaunchError(f"command not found: {name}") from None
         except PermissionError:
@@ -183,8 +196,9 @@ class LaunchedJob:
     def __enter__(self) -> LaunchedJob:
         return self if self.process is not None else self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> int | None:
@@ -260,4 +274,3 @@ def _wait(process: subprocess.Popen[bytes], seconds: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
-

@@ -57,8 +57,10 @@ PERMISSION_HELP = (
     "the capability once with `sudo setcap cap_sys_ptrace+ep $(which py-spy)`, or allow same-user tracing with "
     "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`; or add `import gpumon.hook` to the job"
 )
-MISSING_HELP = ("pid {pid} has no gpumon hook and py-spy is not installed: `pip install py-spy` "
-                "(gpumon depends on it; reinstall gpumon), or add `import gpumon.hook` to the job")
+MISSING_HELP = (
+    "pid {pid} has no gpumon hook and py-spy is not installed: `pip install py-spy` "
+    "(gpumon depends on it; reinstall gpumon), or add `import gpumon.hook` to the job"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +97,10 @@ _SYNC_LINE = re.compile(
     r"\.(item|tolist|cpu|numpy)\(\s*\)|\.synchronize\(|\.to\(\s*['\"]cpu['\"]|\.nonzero\(|\.elapsed_time\("
     r"|\bprint\(|\bfloat\("
 )
-_NATIVE_SYNC = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize"
-                          r"|cuEventSynchronize|cuCtxSynchronize|cudaMemcpy|cuMemcpy)")
+_NATIVE_SYNC = re.compile(
+    r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize"
+    r"|cuEventSynchronize|cuCtxSynchronize|cudaMemcpy|cuMemcpy)"
+)
 """C functions (libcudart, libcuda) in which a thread waits for the GPU, seen only with py-spy --native."""
 SYNC_NATIVE = "native"
 SYNC_TORCH = "torch"
@@ -130,8 +134,14 @@ def is_native(frame: Frame) -> bool:
 def is_library(frame: Frame) -> bool:
     """Torch, the standard library, site-packages, frozen or native code: not the job's own."""
     path = frame.file.replace("\\", "/")
-    return (is_native(frame) or path.startswith(("torch/", "<frozen")) or "/site-packages/" in path
-            or "/dist-packages/" in path or "/lib/python3" in path or "/torch/" in path)
+    return (
+        is_native(frame)
+        or path.startswith(("torch/", "<frozen"))
+        or "/site-packages/" in path
+        or "/dist-packages/" in path
+        or "/lib/python3" in path
+        or "/torch/" in path
+    )
 
 
 def user_frame(frames: Sequence[Frame]) -> Frame | None:
@@ -179,14 +189,33 @@ def classify_stack_how(frames: Sequence[Frame], source_line: SourceLine = lineca
 
 def _phase(frames: Sequence[Frame]) -> str:
     """backward, optimizer, forward or elsewhere, from the torch frames on the stack."""
-    if any(frame.function in _BACKWARD_FUNCTIONS and _in(frame, "torch/autograd/", "torch/_tensor.py")
-           for frame in frames):
+    if any(
+        frame.function in _BACKWARD_FUNCTIONS and _in(frame, "torch/autograd/", "torch/_tensor.py") for frame in frames
+    ):
         return BACKWARD
-    if any(_in(frame, "torch/optim/", "torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py",
-               "torch/nn/utils/clip_grad.py") for frame in frames):
+    if any(
+        _in(
+            frame,
+            "torch/optim/",
+            "torch/amp/grad_scaler.py",
+            "torch/cuda/amp/grad_scaler.py",
+            "torch/nn/utils/clip_grad.py",
+        )
+        for frame in frames
+    ):
         return OPTIMIZER
-    if any(_in(frame, "torch/nn/modules/", "torch/nn/functional.py", "torch/nn/parallel/", "torch/_dynamo/",
-               "torch/_inductor/") or frame.function in ("_call_impl", "_wrapped_call_impl") for frame in frames):
+    if any(
+        _in(
+            frame,
+            "torch/nn/modules/",
+            "torch/nn/functional.py",
+            "torch/nn/parallel/",
+            "torch/_dynamo/",
+            "torch/_inductor/",
+        )
+        or frame.function in ("_call_impl", "_wrapped_call_impl")
+        for frame in frames
+    ):
         return FORWARD
     return ELSEWHERE
 
@@ -256,11 +285,24 @@ def parse_dump_json(text: str) -> list[ThreadStack]:
     """`py-spy dump --json` output."""
     stacks = []
     for thread in json.loads(text):
-        frames = tuple(Frame(name=str(f.get("name", "")), file=str(f.get("filename") or f.get("short_filename", "")),
-                             line=int(f.get("line") or 0)) for f in thread.get("frames", []))
+        frames = tuple(
+            Frame(
+                name=str(f.get("name", "")),
+                file=str(f.get("filename") or f.get("short_filename", "")),
+                line=int(f.get("line") or 0),
+            )
+            for f in thread.get("frames", [])
+        )
         tid = thread.get("os_thread_id") or thread.get("thread_id")
-        stacks.append(ThreadStack(tid if isinstance(tid, int) else None, str(thread.get("thread_name") or ""),
-                                  frames, 1, thread.get("active")))
+        stacks.append(
+            ThreadStack(
+                tid if isinstance(tid, int) else None,
+                str(thread.get("thread_name") or ""),
+                frames,
+                1,
+                thread.get("active"),
+            )
+        )
     return stacks
 
 
@@ -274,8 +316,9 @@ def main_thread_stacks(stacks: Iterable[ThreadStack], pid: int | None = None) ->
     return [stack for stack in stacks if stack.thread_name == "MainThread"]
 
 
-def classify(stacks: Iterable[ThreadStack], pid: int | None = None,
-             source_line: SourceLine = linecache_line) -> Counter[str]:
+def classify(
+    stacks: Iterable[ThreadStack], pid: int | None = None, source_line: SourceLine = linecache_line
+) -> Counter[str]:
     """Sample counts per category over the main thread's stacks."""
     counts: Counter[str] = Counter()
     for stack in main_thread_stacks(stacks, pid):
@@ -352,7 +395,7 @@ def explain_pyspy_failure(pid: int, output: str, returncode: int | None = None) 
         return f"no process with pid {pid} (it exited?)"
     for line in text.splitlines():
         if line.startswith("Error:"):
-            return f"py-spy failed on pid {pid}: {line[len('Error:'):].strip()}"
+            return f"py-spy failed on pid {pid}: {line[len('Error:') :].strip()}"
     first = next((line for line in text.splitlines() if line.strip()), f"exit code {returncode}")
     return f"py-spy failed on pid {pid}: {first.strip()}"
 
@@ -366,8 +409,13 @@ def probe(pid: int, pyspy: str | None = None, timeout: float = PROBE_TIMEOUT) ->
     failure = ""
     for _attempt in range(PROBE_ATTEMPTS):
         try:
-            done = subprocess.run([pyspy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True,
-                                  text=True, timeout=timeout, env=_quiet_env())
+            done = subprocess.run(
+                [pyspy, "dump", "--pid", str(pid), "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=_quiet_env(),
+            )
         except subprocess.TimeoutExpired:
             raise AttachError(f"py-spy did not read pid {pid} within {timeout:g} s") from None
         except OSError as error:
@@ -456,12 +504,20 @@ class EstimateView:
     def to_dict(self) -> dict[str, object]:
         """The `--json` line for this estimate."""
         return {
-            "type": "estimate", "pid": self.pid, "method": "py-spy", "estimate": True, "rate": self.rate,
-            "rounds": self.rounds, "samples": self.samples, "counts": {c: self.counts.get(c, 0) for c in CATEGORIES},
+            "type": "estimate",
+            "pid": self.pid,
+            "method": "py-spy",
+            "estimate": True,
+            "rate": self.rate,
+            "rounds": self.rounds,
+            "samples": self.samples,
+            "counts": {c: self.counts.get(c, 0) for c in CATEGORIES},
             "fractions": {c: round(v, 4) for c, v in self.fractions.items()},
             "recent_samples": self.recent_samples,
             "recent_fractions": {c: round(v, 4) for c, v in self.recent_fractions.items()},
-            "hot_frames": dict(self.hot_frames), "ended": self.ended, "end_reason": self.end_reason,
+            "hot_frames": dict(self.hot_frames),
+            "ended": self.ended,
+            "end_reason": self.end_reason,
             "sync_evidence": {how: self.sync_evidence.get(how, 0) for how in SYNC_EVIDENCE},
             "recent_sync_evidence": {how: self.recent_sync_evidence.get(how, 0) for how in SYNC_EVIDENCE},
             "native": self.native,
@@ -474,8 +530,16 @@ class PySpySampler:
     Call `probe()` first for the one-line errors (no such pid, not Python, py-spy missing, no permission).
     """
 
-    def __init__(self, pid: int, *, rate: int = RATE, round_s: int = ROUND_S, pyspy: str | None = None,
-                 source_line: SourceLine = linecache_line, native: bool = False) -> None:
+    def __init__(
+        self,
+        pid: int,
+        *,
+        rate: int = RATE,
+        round_s: int = ROUND_S,
+        pyspy: str | None = None,
+        source_line: SourceLine = linecache_line,
+        native: bool = False,
+    ) -> None:
         self.pid = pid
         self.native = native
         """py-spy --native (see NATIVE_COST)."""
@@ -486,8 +550,7 @@ class PySpySampler:
         self.command = process_command(pid)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._recent: deque[tuple[Counter[str], Counter[tuple[str, str]], Counter[str]]] = deque(
-            maxlen=RECENT_ROUNDS)
+        self._recent: deque[tuple[Counter[str], Counter[tuple[str, str]], Counter[str]]] = deque(maxlen=RECENT_ROUNDS)
         self._sync_evidence: Counter[str] = Counter()
         self._timeline: deque[Mapping[str, float]] = deque(maxlen=TIMELINE_ROUNDS)
         self._rounds = 0
@@ -543,11 +606,21 @@ class PySpySampler:
             for (category, frame), _count in frames.most_common():
                 hot_frames.setdefault(category, frame)
             return EstimateView(
-                pid=self.pid, command=self.command, rate=self.rate, round_s=self.round_s, rounds=self._rounds,
+                pid=self.pid,
+                command=self.command,
+                rate=self.rate,
+                round_s=self.round_s,
+                rounds=self._rounds,
                 counts=dict(self._counts),
-                recent=dict(recent), timeline=tuple(self._timeline), hot_frames=hot_frames, ended=self._ended,
-                end_reason=self._end_reason, started=self._started, sync_evidence=dict(self._sync_evidence),
-                recent_sync_evidence=dict(recent_evidence), native=self.native,
+                recent=dict(recent),
+                timeline=tuple(self._timeline),
+                hot_frames=hot_frames,
+                ended=self._ended,
+                end_reason=self._end_reason,
+                started=self._started,
+                sync_evidence=dict(self._sync_evidence),
+                recent_sync_evidence=dict(recent_evidence),
+                native=self.native,
             )
 
     # -- the thread ------------------------------------------------------------------------------
@@ -567,9 +640,25 @@ class PySpySampler:
 
     def _one_round(self, output: str) -> bool:
         """Run py-spy for one round and take its samples; False when sampling is over."""
-        command = [self.pyspy or "py-spy", "record", "--pid", str(self.pid), "--format", "raw", "--rate",
-                   str(self.rate), "--duration", str(self.round_s), "--idle", "--threads", "--nonblocking",
-                   "--full-filenames", "--output", output, *(["--native"] if self.native else [])]
+        command = [
+            self.pyspy or "py-spy",
+            "record",
+            "--pid",
+            str(self.pid),
+            "--format",
+            "raw",
+            "--rate",
+            str(self.rate),
+            "--duration",
+            str(self.round_s),
+            "--idle",
+            "--threads",
+            "--nonblocking",
+            "--full-filenames",
+            "--output",
+            output,
+            *(["--native"] if self.native else []),
+        ]
         try:
             os.unlink(output)
         except OSError:
@@ -578,8 +667,9 @@ class PySpySampler:
             if self._stop.is_set():
                 return False
             try:
-                proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        env=_quiet_env())
+                proc = subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_quiet_env()
+                )
             except OSError as error:
                 self._end(f"cannot run py-spy: {error.strerror or error}")
                 return False

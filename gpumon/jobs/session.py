@@ -38,13 +38,20 @@ class AttachedJob:
     """One or more JobClients (the local ranks of one job) seen as one job; `view()` is the primary rank's view
     with every rank's summary and the straggler."""
 
-    def __init__(self, clients: list[JobClient] | None = None, *, primary_pid: int | None = None,
-                 launched_pid: int | None = None, exit_status: Callable[[], int | None] | None = None,
-                 socket_dirs: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        clients: list[JobClient] | None = None,
+        *,
+        primary_pid: int | None = None,
+        launched_pid: int | None = None,
+        exit_status: Callable[[], int | None] | None = None,
+        socket_dirs: Sequence[str] = (),
+    ) -> None:
         self._clients: list[JobClient] = list(clients or [])
         self._lock = threading.Lock()
-        self.primary_pid = primary_pid if primary_pid is not None else (
-            self._clients[0].pid if self._clients else launched_pid)
+        self.primary_pid = (
+            primary_pid if primary_pid is not None else (self._clients[0].pid if self._clients else launched_pid)
+        )
         self.launched_pid = launched_pid
         self._exit_status = exit_status
         self._socket_dirs = list(socket_dirs)
@@ -91,8 +98,9 @@ class AttachedJob:
         return cls(clients, primary_pid=primary_pid)
 
     @classmethod
-    def launched(cls, pid: int, exit_status: Callable[[], int | None] | None = None,
-                 socket_dirs: Sequence[str] = ()) -> AttachedJob:
+    def launched(
+        cls, pid: int, exit_status: Callable[[], int | None] | None = None, socket_dirs: Sequence[str] = ()
+    ) -> AttachedJob:
         """Follow what `gpumon run` started as `pid`: its hooked processes (it or its descendants, e.g. the
         ranks torchrun starts) are attached as their sockets appear, in our socket directories or `socket_dirs`.
         `exit_status`: the launched process's exit code once it exited (Popen.poll)."""
@@ -150,10 +158,13 @@ class AttachedJob:
             command = self._launch_command or f"pid {self.launched_pid}"
             launched_over = exit_code is not None or not protocol.pid_alive(self.launched_pid)
             return HookedView(
-                pid=self.launched_pid, waiting=None if launched_over else f"waiting for `{command}` to start training",
-                ended=launched_over, exit_code=exit_code,
+                pid=self.launched_pid,
+                waiting=None if launched_over else f"waiting for `{command}` to start training",
+                ended=launched_over,
+                exit_code=exit_code,
                 end_reason="the job exited before it started training (no hook socket appeared)"
-                if launched_over else None,
+                if launched_over
+                else None,
             )
         views = [client.view() for client in clients]
         primary = next((i for i, c in enumerate(clients) if c.pid == self.primary_pid), 0)
@@ -194,10 +205,13 @@ class AttachedJob:
                 continue
             with self._lock:
                 self._clients.append(client)
-                self._clients.sort(key=lambda c: (c.state.info.rank if c.state.info and c.state.info.rank is not None
-                                                  else 1 << 30, c.pid))
-                if self.primary_pid == self.launched_pid and not any(c.pid == self.launched_pid
-                                                                     for c in self._clients):
+                self._clients.sort(
+                    key=lambda c: (
+                        c.state.info.rank if c.state.info and c.state.info.rank is not None else 1 << 30,
+                        c.pid,
+                    )
+                )
+                if self.primary_pid == self.launched_pid and not any(c.pid == self.launched_pid for c in self._clients):
                     self.primary_pid = self._clients[0].pid
             client.start(self._notify)
             self._notify(protocol.HELLO)

@@ -88,7 +88,9 @@ class StepRecord(TypedDict, total=False):
     samples: int | None  # batch size(s) fetched during the step; None: unknown
     syncs: int  # host-device synchronizations; present only inside a diagnosis window
     source: str  # one of STEP_SOURCES
-    budget: StepBudget  # where the step's time went; only on sampled steps (one in BUDGET_EVERY, every step of a diagnosis)
+    budget: (
+        StepBudget  # where the step's time went; only on sampled steps (one in BUDGET_EVERY, every step of a diagnosis)
+    )
 
 
 class StepStats(TypedDict, total=False):

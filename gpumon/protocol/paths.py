@@ -111,7 +111,7 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc to ask: kill(0) said it exists
     end = data.rfind(b")")
-    return data[end + 2: end + 3] != b"Z"
+    return data[end + 2 : end + 3] != b"Z"
 
 
 def list_sockets(uid: int | None = None) -> list[tuple[int, str]]:

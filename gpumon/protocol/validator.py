@@ -11,12 +11,21 @@ from gpumon.protocol import messages, names
 from gpumon.protocol.names import ProtocolError
 
 SHAPES: dict[str, type] = {
-    names.PING: messages.PingRequest, names.GET_STATE: messages.GetStateRequest,
-    names.SUBSCRIBE: messages.SubscribeRequest, names.DIAGNOSE: messages.DiagnoseRequest,
+    names.PING: messages.PingRequest,
+    names.GET_STATE: messages.GetStateRequest,
+    names.SUBSCRIBE: messages.SubscribeRequest,
+    names.DIAGNOSE: messages.DiagnoseRequest,
     names.SET_KNOB: messages.SetKnobRequest,
-    names.HELLO: messages.Hello, names.STEPS: messages.Steps, names.STATE: messages.State, names.PONG: messages.Pong,
-    names.SUBSCRIBED: messages.Subscribed, names.DIAGNOSING: messages.Diagnosing, names.DIAGNOSIS: messages.Diagnosis,
-    names.KNOB_ACK: messages.KnobAck, names.ERROR: messages.Error, names.BYE: messages.Bye,
+    names.HELLO: messages.Hello,
+    names.STEPS: messages.Steps,
+    names.STATE: messages.State,
+    names.PONG: messages.Pong,
+    names.SUBSCRIBED: messages.Subscribed,
+    names.DIAGNOSING: messages.Diagnosing,
+    names.DIAGNOSIS: messages.Diagnosis,
+    names.KNOB_ACK: messages.KnobAck,
+    names.ERROR: messages.Error,
+    names.BYE: messages.Bye,
 }
 """The TypedDict of each known message type."""
 
@@ -101,5 +110,6 @@ def validate(msg: Mapping[str, Any]) -> None:
         if name in msg and json_kind(msg[name]) not in kinds:
             expected = " or ".join(sorted(kinds))
             found = json_kind(msg[name])
-            raise ProtocolError(f"{kind!r:.80} field {name!r} has the wrong type: {found}, not {expected}",
-                                request_id=request_id)
+            raise ProtocolError(
+                f"{kind!r:.80} field {name!r} has the wrong type: {found}, not {expected}", request_id=request_id
+            )

@@ -100,8 +100,9 @@ def gpu_pids(snapshot: Snapshot) -> dict[int, frozenset[int]]:
     return {index: frozenset(found) for index, found in pids.items()}
 
 
-def gpu_events(snapshot: Snapshot, pids: dict[int, frozenset[int]],
-               previous_pids: dict[int, frozenset[int]]) -> dict[int, int]:
+def gpu_events(
+    snapshot: Snapshot, pids: dict[int, frozenset[int]], previous_pids: dict[int, frozenset[int]]
+) -> dict[int, int]:
     """Per GPU index, the event bits of this sample given its pids and those of the previous sample (a GPU's first
     sample starts nothing: its processes were there before gpumon)."""
     events: dict[int, int] = {}

@@ -924,15 +924,17 @@ class GpuCollector:
                 memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle)
             gpu_instance = optional(nvml.nvmlDeviceGetGpuInstanceId, handle)
             compute_instance = optional(nvml.nvmlDeviceGetComputeInstanceId, handle)
-            instances.append(MigSample(
-                index=slot,
-                uuid=str(optional(nvml.nvmlDeviceGetUUID, handle) or ""),
-                name=str(optional(nvml.nvmlDeviceGetName, handle) or ""),
-                gpu_instance_id=int(gpu_instance) if gpu_instance is not None else None,
-                compute_instance_id=int(compute_instance) if compute_instance is not None else None,
-                memory_used=int(memory.used) if memory is not None else None,
-                memory_total=int(memory.total) if memory is not None else None,
-            ))
+            instances.append(
+                MigSample(
+                    index=slot,
+                    uuid=str(optional(nvml.nvmlDeviceGetUUID, handle) or ""),
+                    name=str(optional(nvml.nvmlDeviceGetName, handle) or ""),
+                    gpu_instance_id=int(gpu_instance) if gpu_instance is not None else None,
+                    compute_instance_id=int(compute_instance) if compute_instance is not None else None,
+                    memory_used=int(memory.used) if memory is not None else None,
+                    memory_total=int(memory.total) if memory is not None else None,
+                )
+            )
         return tuple(instances)
 
     def _pcie_throughput(self, device: _Device) -> dict[str, float | None]:

@@ -56,4 +56,3 @@ class ProcessTreeCollector:
             return replace(sample, children=tuple(tree(child, depth + 1) for child in below)) if below else sample
 
         return tuple(tree(pid, 0) for pid in sorted(roots))
-

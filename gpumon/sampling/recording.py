@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import platform
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path

@@ -43,15 +43,23 @@ def plain_box(widget: Widget) -> bool:
     styles = widget.styles
     (_, (right, _), (bottom, _), (left, _)) = styles.border
     return ACTIVE and not (
-        right or bottom or left or any(edge for edge, _ in styles.outline)
-        or styles.padding != _NO_SPACING or styles.tint.a or widget.opacity != 1.0
-        or styles.text_opacity != 1.0 or styles.has_rule("hatch") or widget.hover_style._link_id
+        right
+        or bottom
+        or left
+        or any(edge for edge, _ in styles.outline)
+        or styles.padding != _NO_SPACING
+        or styles.tint.a
+        or widget.opacity != 1.0
+        or styles.text_opacity != 1.0
+        or styles.has_rule("hatch")
+        or widget.hover_style._link_id
         or widget.size.width != widget.region.width
     )
 
 
-def render_plain_box(widget: Widget, crop: Region, content_lines: int,
-                     render_line: Callable[[int], Strip]) -> list[Strip]:
+def render_plain_box(
+    widget: Widget, crop: Region, content_lines: int, render_line: Callable[[int], Strip]
+) -> list[Strip]:
     """The lines of `crop` of a plain-box widget (see `plain_box`) as StylesCache would draw them: the top border row
     by Textual itself, each content line from `render_line` padded with the background, then the line filters."""
     width = widget.size.width

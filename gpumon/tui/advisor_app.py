@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from textual import on
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
 
 from gpumon.advisor.catalogue import experiments_for
@@ -170,20 +170,41 @@ class AdvisorApp(GpumonApp):
     runner_factory: overrides how the guided run's runner is made.
     """
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         *_dashboard_bindings(),
         Binding("a", "toggle_advisor", "Advisor", id="advisor", tooltip="Show or hide the advisor panel"),
-        Binding("g", "guided", "Guided run", id="guided",
-                tooltip="Run the guided experiments on the job (g again stops them)"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="interrupt",
-                tooltip="Quit (a demo or trial run started here is stopped)"),
+        Binding(
+            "g",
+            "guided",
+            "Guided run",
+            id="guided",
+            tooltip="Run the guided experiments on the job (g again stops them)",
+        ),
+        Binding(
+            "ctrl+c",
+            "quit",
+            "Quit",
+            show=False,
+            priority=True,
+            id="interrupt",
+            tooltip="Quit (a demo or trial run started here is stopped)",
+        ),
     ]
     HAS_ADVISOR = True
 
-    def __init__(self, source: SnapshotSource, *, job: JobSource | None = None, owner: DemoOwner | None = None,
-                 show_advisor: bool = True, runner_factory: RunnerFactory | None = None,
-                 diagnose_every: float = DIAGNOSE_EVERY_S, clock: Callable[[], float] = time.time,
-                 notice: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        source: SnapshotSource,
+        *,
+        job: JobSource | None = None,
+        owner: DemoOwner | None = None,
+        show_advisor: bool = True,
+        runner_factory: RunnerFactory | None = None,
+        diagnose_every: float = DIAGNOSE_EVERY_S,
+        clock: Callable[[], float] = time.time,
+        notice: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.advisor_log = SnapshotLog()
         super().__init__(LoggingSource(source, self.advisor_log), clock=clock, job=job, **kwargs)
         self.owner = owner
@@ -273,14 +294,18 @@ class AdvisorApp(GpumonApp):
         self._guided_cancel = threading.Event()
         runner = self.runner_factory(self, self._guided_cancel)
         if runner is None:
-            self.notify("guided runs need a job with the gpumon hook (import gpumon.hook, gpumon run) or gpumon demo",
-                        severity="warning", timeout=6)
+            self.notify(
+                "guided runs need a job with the gpumon hook (import gpumon.hook, gpumon run) or gpumon demo",
+                severity="warning",
+                timeout=6,
+            )
             return
         if panel is not None:
             panel.set_class(False, "-hidden")
             panel.start_run()
-        self._guided_thread = threading.Thread(target=self._guided_main, args=(runner,), name="gpumon-guided",
-                                               daemon=True)
+        self._guided_thread = threading.Thread(
+            target=self._guided_main, args=(runner,), name="gpumon-guided", daemon=True
+        )
         self._guided_thread.start()
 
     def _guided_main(self, runner: Runner) -> None:
@@ -289,8 +314,12 @@ class AdvisorApp(GpumonApp):
             if self.owner is not None:
                 self.post_message(GuidedProgress("stopping the demo to run the trials…", 0.0))
                 self.owner.stop_current()
-            run = GuidedRun(runner, cancel=self._guided_cancel, listener=self._guided_listener,
-                            meta={"command": " ".join(self.owner.command) if self.owner else ""})
+            run = GuidedRun(
+                runner,
+                cancel=self._guided_cancel,
+                listener=self._guided_listener,
+                meta={"command": " ".join(self.owner.command) if self.owner else ""},
+            )
             report = run.run()
             if self.owner is not None and not self._guided_cancel.is_set():
                 self._restart_demo(report)
@@ -356,20 +385,29 @@ class AdvisorApp(GpumonApp):
             if message.error:
                 panel.show_progress(f"the guided run failed: {message.error}", None)
         if message.error:
-            self.notify(f"guided run failed: {printable(str(message.error))}", severity="error", timeout=8,
-                        markup=False)
+            self.notify(
+                f"guided run failed: {printable(str(message.error))}", severity="error", timeout=8, markup=False
+            )
 
 
 def default_runner_factory(app: AdvisorApp, cancel: threading.Event) -> Runner | None:
     """Trial runs of the demo's command when the app owns it; live experiments on a hooked attached job."""
     if app.owner is not None:
+
         def on_job(job: AttachedJob | None, _label: str) -> None:
             if job is not None:
                 app.follow_job(job, [job.launched_pid] if job.launched_pid else [])
 
         track = app.source.track_pids if isinstance(app.source, TracksPids) else None
-        return TrialRunner(app.owner.command, log=app.advisor_log, track=track, cancel=cancel,
-                           progress=app.guided_progress, on_job=on_job, warmup_s=8.0)
+        return TrialRunner(
+            app.owner.command,
+            log=app.advisor_log,
+            track=track,
+            cancel=cancel,
+            progress=app.guided_progress,
+            on_job=on_job,
+            warmup_s=8.0,
+        )
     job = app.job
     if isinstance(job, AttachedJob) and job.primary is not None:
         return LiveRunner(job.primary, log=app.advisor_log, cancel=cancel, progress=app.guided_progress)

@@ -22,8 +22,15 @@ from gpumon.advisor.rules import HEALTHY, Finding
 from gpumon.printable import printable
 from gpumon.tui.printable_text import printable_text
 
-COLUMNS = (("step", "step"), ("util", "GPU-Util"), ("sm", "SM"), ("rate", "samples/s"), ("gain", "speed-up"),
-           ("mem", "peak mem"), ("result", "result"))
+COLUMNS = (
+    ("step", "step"),
+    ("util", "GPU-Util"),
+    ("sm", "SM"),
+    ("rate", "samples/s"),
+    ("gain", "speed-up"),
+    ("mem", "peak mem"),
+    ("result", "result"),
+)
 CATEGORY_STYLES = {HEALTHY: "bold green"}
 IDLE_HINT = "g: guided run · a: hide this panel"
 
@@ -97,8 +104,10 @@ class AdvisorPanel(VerticalScroll):
         text = Text()
         text.append(finding.headline + "\n", style=CATEGORY_STYLES.get(finding.category, "bold yellow"))
         text.append(finding.evidence + "\n")
-        text.append(f"confidence {finding.confidence:.0%} · {finding.source or 'no job data'} · `{finding.category}`",
-                    style="dim")
+        text.append(
+            f"confidence {finding.confidence:.0%} · {finding.source or 'no job data'} · `{finding.category}`",
+            style="dim",
+        )
         for other in finding.secondary:
             text.append(f"\nalso {other.category}: ", style="bold")
             text.append(other.evidence, style="dim")
@@ -111,8 +120,9 @@ class AdvisorPanel(VerticalScroll):
             for number, experiment in enumerate(experiments, 1):
                 kind = "live" if experiment.live else "trial run"
                 text.append(f"{number}. {experiment.label}", style="")
-                text.append(f"  ({kind}{'; ' + '; '.join(experiment.flags) if experiment.flags else ''})\n",
-                            style="dim")
+                text.append(
+                    f"  ({kind}{'; ' + '; '.join(experiment.flags) if experiment.flags else ''})\n", style="dim"
+                )
         for line in skipped:
             text.append(f"not tried: {line}\n", style="dim")
         if not experiments and not skipped and self.results:
@@ -140,8 +150,7 @@ class AdvisorPanel(VerticalScroll):
             result.label,
             percent_cell(m.gpu_util) if shown and m else "-",
             percent_cell(m.sm_activity) if shown and m else "-",
-            (rate_cell(m.rate) + (" " + m.unit.split("/")[0] if m.unit != "samples/s" else "")) if shown and m
-            else "-",
+            (rate_cell(m.rate) + (" " + m.unit.split("/")[0] if m.unit != "samples/s" else "")) if shown and m else "-",
             f"{gain:.1f}x" if gain is not None else "-",
             memory_cell(m.peak_memory) if shown and m else "-",
             short_result(result, is_baseline=len(self.results) == 1),

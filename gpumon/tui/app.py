@@ -6,11 +6,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from textual import events, on
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Container, Vertical
 from textual.geometry import Size
 from textual.message import Message
@@ -85,23 +85,50 @@ class GpumonApp(App[None]):
 
     CSS_PATH = "gpumon.tcss"
     TITLE = "gpumon"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]  # noqa: RUF012 - Textual types it `ClassVar[...] | None`, which mypy cannot narrow
     COMMANDS = App.COMMANDS | {GpumonCommands}
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", id="quit", tooltip="Stop sampling and leave gpumon"),
         Binding("p", "toggle_pause", "Pause", id="pause", tooltip="Freeze the dashboard; p again resumes"),
         Binding("plus", "faster", "Faster", key_display="+", id="faster", tooltip="Shorter interval (replay: faster)"),
         Binding("minus", "slower", "Slower", key_display="-", id="slower", tooltip="Longer interval (replay: slower)"),
         Binding("s", "cycle_sort", "Sort", id="sort", tooltip="Sort processes by the next column"),
         Binding("S", "reverse_sort", "Reverse", id="reverse-sort", show=False, tooltip="Reverse the process order"),
-        Binding("t", "toggle_graph_style", "Graph style", id="graph-style", show=False,
-                tooltip="GPU graphs in braille (2x4 dots a cell) or block characters"),
-        Binding("left", "scroll_graphs(1)", "Back", key_display="←", id="graphs-back", priority=True,
-                tooltip="While paused: scroll the GPU graphs back through the history"),
-        Binding("right", "scroll_graphs(-1)", "Forward", key_display="→", id="graphs-forward", priority=True,
-                tooltip="While paused: scroll the GPU graphs forward"),
-        Binding("end", "scroll_graphs(0)", "Newest", id="graphs-newest", show=False, priority=True,
-                tooltip="While paused: back to the newest samples"),
+        Binding(
+            "t",
+            "toggle_graph_style",
+            "Graph style",
+            id="graph-style",
+            show=False,
+            tooltip="GPU graphs in braille (2x4 dots a cell) or block characters",
+        ),
+        Binding(
+            "left",
+            "scroll_graphs(1)",
+            "Back",
+            key_display="←",
+            id="graphs-back",
+            priority=True,
+            tooltip="While paused: scroll the GPU graphs back through the history",
+        ),
+        Binding(
+            "right",
+            "scroll_graphs(-1)",
+            "Forward",
+            key_display="→",
+            id="graphs-forward",
+            priority=True,
+            tooltip="While paused: scroll the GPU graphs forward",
+        ),
+        Binding(
+            "end",
+            "scroll_graphs(0)",
+            "Newest",
+            id="graphs-newest",
+            show=False,
+            priority=True,
+            tooltip="While paused: back to the newest samples",
+        ),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
         Binding("a", "toggle_advisor", "Advisor", id="advisor", show=False, tooltip="The advisor (needs a job)"),
@@ -115,9 +142,16 @@ class GpumonApp(App[None]):
     stale: reactive[bool] = reactive(False)
     """A live source stopped delivering (STALE in the title bar)."""
 
-    def __init__(self, source: SnapshotSource, *, clock: Callable[[], float] = time.time, job: JobSource | None = None,
-                 jobs: Sequence[JobGroup] = (), open_job: JobOpener = AttachedJob.for_group,
-                 options: ViewOptions | None = None) -> None:
+    def __init__(
+        self,
+        source: SnapshotSource,
+        *,
+        clock: Callable[[], float] = time.time,
+        job: JobSource | None = None,
+        jobs: Sequence[JobGroup] = (),
+        open_job: JobOpener = AttachedJob.for_group,
+        options: ViewOptions | None = None,
+    ) -> None:
         super().__init__()
         self.source = source
         self.options = options or ViewOptions()
@@ -223,8 +257,9 @@ class GpumonApp(App[None]):
         if self._job_pane is None:
             # Wide, the GPU pane shares the top with the CPU and disk panes; narrow, they sit under it, and the
             # process table keeps room for a title, a header and about seven rows.
-            self._gpu_pane.max_lines = max(4, int((height - 2) * 0.62) if wide else min(int((height - 2) * 0.6),
-                                                                                         height - 18))
+            self._gpu_pane.max_lines = max(
+                4, int((height - 2) * 0.62) if wide else min(int((height - 2) * 0.6), height - 18)
+            )
             self._cpu_pane.max_core_rows = max(1, (height - 2) // 8) if wide else 1
             return
         # With a job the job pane takes the room: the GPU pane gets less and, when short, the CPU and disk panes go.
@@ -251,8 +286,7 @@ class GpumonApp(App[None]):
         if self.stale:
             title_parts.append("STALE")
         description = self.source.description
-        # The live sampler says its interval itself ('live, every 1s'); a replay says its position and speed.
-        sub_title = description if "every " in description else f"{description} · every {self.source.interval:.3g}s"
+        sub_title = f"{description} · every {self.source.interval:.3g}s"
         if self.title != app_title:
             self.title = app_title
         self._title_bar.show(" · ".join(title_parts), sub_title)
@@ -321,15 +355,23 @@ class GpumonApp(App[None]):
         if settings.theme in self.available_themes:
             self.theme = settings.theme
         else:
-            self.notify(f"config: theme {printable(settings.theme)!r} is not a theme here; the default is used",
-                        severity="warning", timeout=8, markup=False)
+            self.notify(
+                f"config: theme {printable(settings.theme)!r} is not a theme here; the default is used",
+                severity="warning",
+                timeout=8,
+                markup=False,
+            )
         self._saved_theme = self.theme
         self.theme_changed_signal.subscribe(self, lambda _theme: self._save_theme())
         self._gpu_pane.set_graph_style(GraphStyle(settings.graph_style))
         if settings.default_sort != self._process_table.sort_column:
             self._process_table.sort_by(settings.default_sort)
-        panes: dict[str, Widget] = {"gpu": self._gpu_pane, "cpu": self._cpu_pane, "disk": self._disk_pane,
-                                    "processes": self._process_table}
+        panes: dict[str, Widget] = {
+            "gpu": self._gpu_pane,
+            "cpu": self._cpu_pane,
+            "disk": self._disk_pane,
+            "processes": self._process_table,
+        }
         for name in settings.hidden_panes:
             panes[name].display = False
 
@@ -426,8 +468,9 @@ class GpumonApp(App[None]):
         try:
             job = self._open_job(group)
         except (AttachError, OSError) as error:
-            self.call_from_thread(self.notify, f"cannot attach: {printable(str(error))}", severity="error", timeout=8,
-                                  markup=False)
+            self.call_from_thread(
+                self.notify, f"cannot attach: {printable(str(error))}", severity="error", timeout=8, markup=False
+            )
             return
         self.call_from_thread(self._switch_to, job)
 
@@ -447,8 +490,9 @@ class GpumonApp(App[None]):
 
     def _offer(self, groups: list[JobGroup]) -> None:
         if not groups:
-            self.notify("no hooked jobs found (add `import gpumon.hook`, or start one with `gpumon run -- ...`)",
-                        timeout=6)
+            self.notify(
+                "no hooked jobs found (add `import gpumon.hook`, or start one with `gpumon run -- ...`)", timeout=6
+            )
             return
         self.offered_jobs = groups
         if not isinstance(self.screen, JobPicker):

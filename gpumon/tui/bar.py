@@ -21,7 +21,7 @@ def bar_string(percent: float | None, width: int) -> str:
         return ""
     if percent is None or math.isnan(percent):
         return " " * width
-    eighths = int(round(min(100.0, max(0.0, percent)) / 100.0 * width * 8))
+    eighths = round(min(100.0, max(0.0, percent)) / 100.0 * width * 8)
     full, remainder = divmod(eighths, 8)
     body = _FULL * full
     if remainder and full < width:

@@ -29,8 +29,11 @@ class FilterInput(Input):
     ]
 
     def __init__(self, table: ProcessTable, *, id: str | None = None) -> None:
-        super().__init__(placeholder="filter: command line, user or pid (Enter keeps, Esc clears)",
-                         max_length=MAX_FILTER_LENGTH, id=id)
+        super().__init__(
+            placeholder="filter: command line, user or pid (Enter keeps, Esc clears)",
+            max_length=MAX_FILTER_LENGTH,
+            id=id,
+        )
         self.table = table
         self._close()
 

@@ -20,9 +20,18 @@ _ALARM = "bold white on red"
 _DIM = "bright_black"
 
 _HEALTH_FIELDS = (
-    "fan_speed", "energy_total", "nvlink_rx", "nvlink_tx", "ecc_corrected_volatile", "ecc_uncorrected_volatile",
-    "ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "remapped_rows_correctable", "retired_pages",
-    "xid_events", "mig_mode",
+    "fan_speed",
+    "energy_total",
+    "nvlink_rx",
+    "nvlink_tx",
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "remapped_rows_correctable",
+    "retired_pages",
+    "xid_events",
+    "mig_mode",
 )
 
 
@@ -50,12 +59,17 @@ def _ecc(gpu: GpuSample) -> Text:
     aggregate = (gpu.ecc_corrected_aggregate, gpu.ecc_uncorrected_aggregate)
     if all(count is None for count in (*volatile, *aggregate)):
         return _item("ECC", NOT_AVAILABLE)
-    text = _item("ECC", "/".join(units.count(count) for count in volatile),
-                 _ALARM if (gpu.ecc_uncorrected_volatile or 0) > 0 else "")
+    text = _item(
+        "ECC",
+        "/".join(units.count(count) for count in volatile),
+        _ALARM if (gpu.ecc_uncorrected_volatile or 0) > 0 else "",
+    )
     if any(count is not None for count in aggregate):
         text.append(" life ", style=_DIM)
-        text.append("/".join(units.count(count) for count in aggregate),
-                    style="yellow" if (gpu.ecc_uncorrected_aggregate or 0) > 0 else "")
+        text.append(
+            "/".join(units.count(count) for count in aggregate),
+            style="yellow" if (gpu.ecc_uncorrected_aggregate or 0) > 0 else "",
+        )
     return text
 
 

@@ -70,8 +70,17 @@ def gauges(gpu: GpuSample) -> list[Gauge]:
         Gauge("Mem", "M", gpu.memory_percent, prefix + "memory_percent", "cyan", details=memory_details),
     ]
     if gpu.has_gpm:
-        rows.append(Gauge("SM act", "SM", gpu.sm_activity, prefix + "sm_activity", "magenta", primary=False,
-                          details=(("SM occ", gpu.sm_occupancy),)))
+        rows.append(
+            Gauge(
+                "SM act",
+                "SM",
+                gpu.sm_activity,
+                prefix + "sm_activity",
+                "magenta",
+                primary=False,
+                details=(("SM occ", gpu.sm_occupancy),),
+            )
+        )
         rows.append(Gauge("Tensor", "T", gpu.tensor_activity, prefix + "tensor_activity", "blue", primary=False))
     return rows
 
@@ -122,8 +131,9 @@ def header_lines(gpu: GpuSample, width: int, job: bool = False) -> list[Text]:
     The choice ignores how long the throttle reasons happen to be, so the pane does not change height when they do.
     job: the attached job runs on this GPU (its name is highlighted).
     """
-    name = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}", style=JOB_MARK_STYLE if job else "bold", no_wrap=True,
-                end="")
+    name = Text(
+        f"GPU{gpu.index} {short_gpu_name(gpu.name)}", style=JOB_MARK_STYLE if job else "bold", no_wrap=True, end=""
+    )
     vitals = vitals_text(gpu)
     transfer = transfer_text(gpu)
     gap = "  "
@@ -292,8 +302,14 @@ def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -
     return text
 
 
-def gpu_lines(snapshot: Snapshot, history: History, width: int, max_lines: int,
-              job_uuids: frozenset[str] = frozenset(), view: GraphView | None = None) -> list[Text]:
+def gpu_lines(
+    snapshot: Snapshot,
+    history: History,
+    width: int,
+    max_lines: int,
+    job_uuids: frozenset[str] = frozenset(),
+    view: GraphView | None = None,
+) -> list[Text]:
     """The pane's lines: the error line, or every GPU at the most detailed layout that fits max_lines: graphs as tall
     as fit with a time axis, one-row graphs without it, two lines per GPU, one line per GPU.
 
@@ -309,8 +325,14 @@ class Layout(NamedTuple):
     unlabelled_graph_cells: int = 0
 
 
-def layout(snapshot: Snapshot, history: History, width: int, max_lines: int,
-           job_uuids: frozenset[str] = frozenset(), view: GraphView | None = None) -> Layout:
+def layout(
+    snapshot: Snapshot,
+    history: History,
+    width: int,
+    max_lines: int,
+    job_uuids: frozenset[str] = frozenset(),
+    view: GraphView | None = None,
+) -> Layout:
     """See gpu_lines."""
     if snapshot.gpu_error:
         message = printable(snapshot.gpu_error)
@@ -325,11 +347,15 @@ def layout(snapshot: Snapshot, history: History, width: int, max_lines: int,
     headers = [len(header_lines(gpu, width, gpu.uuid in job_uuids)) + len(health_lines(gpu, width)) for gpu in gpus]
     if width > GRAPH_OFFSET + 8:
         for axis in (True, False):
-            allotted = [allot_rows(per_gpu - header - axis, gauges(gpu))
-                        for gpu, header in zip(gpus, headers, strict=True)]
+            allotted = [
+                allot_rows(per_gpu - header - axis, gauges(gpu)) for gpu, header in zip(gpus, headers, strict=True)
+            ]
             if all(rows is not None for rows in allotted) and (axis or all(max(rows or [1]) == 1 for rows in allotted)):
-                lines = [line for gpu, rows in zip(gpus, allotted, strict=True)
-                         for line in graph_block(gpu, view, width, rows or [], axis, gpu.uuid in job_uuids)]
+                lines = [
+                    line
+                    for gpu, rows in zip(gpus, allotted, strict=True)
+                    for line in graph_block(gpu, view, width, rows or [], axis, gpu.uuid in job_uuids)
+                ]
                 return Layout(lines, 0 if axis else width - GRAPH_OFFSET)
     if 2 * len(gpus) <= max_lines:
         blocks = [compact_lines(gpu, view, width, gpu.uuid in job_uuids) for gpu in gpus]

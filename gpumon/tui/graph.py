@@ -120,15 +120,22 @@ class Graph:
         """The graph's rows, top first, each window.width cells."""
         previous = self._window
         spc = self.style.samples_per_cell
-        if (previous is not None and previous.width == window.width and previous.style is window.style
-                and window.end >= previous.end and window.last_cell - previous.last_cell < window.width):
+        if (
+            previous is not None
+            and previous.width == window.width
+            and previous.style is window.style
+            and window.end >= previous.end
+            and window.last_cell - previous.last_cell < window.width
+        ):
             if window.end == previous.end:
                 return self._lines
             shift = window.last_cell - previous.last_cell
             start = previous.last_cell * spc
             new = self._columns(history, key, window, start)
-            self._lines = [line[shift : window.width - 1] + "".join(cells)
-                           for line, cells in zip(self._lines, zip(*new, strict=True), strict=True)]
+            self._lines = [
+                line[shift : window.width - 1] + "".join(cells)
+                for line, cells in zip(self._lines, zip(*new, strict=True), strict=True)
+            ]
         else:
             columns = self._columns(history, key, window, window.first_cell * spc)
             self._lines = ["".join(cells) for cells in zip(*columns, strict=True)]
@@ -202,8 +209,9 @@ def event_marks(events: Sequence[float | None], style: GraphStyle) -> list[tuple
     return marks
 
 
-def time_axis(width: int, seconds_per_cell: float | None, skipped_seconds: float,
-              marks: Sequence[tuple[str, str] | None] = ()) -> Text:
+def time_axis(
+    width: int, seconds_per_cell: float | None, skipped_seconds: float, marks: Sequence[tuple[str, str] | None] = ()
+) -> Text:
     """The axis under graphs `width` cells wide: '-1m20s──────-1m──────-40s──────-20s──now': the ages of the left
     edges of the first cell and of the quarter points, and 'now' at the right end (an age there when scrolled back);
     the event `marks` (one per cell, right-aligned) drawn over it."""

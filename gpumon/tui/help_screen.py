@@ -22,9 +22,12 @@ KEYS = (
     ("↑ ↓ PgUp PgDn", "move in the process table; the highlight stays on its process"),
     ("/", "filter processes by command line, user or pid as you type; Enter keeps it, Esc clears it"),
     ("v", "GPU processes only / every process with its tree (live only)"),
-    ("I T K", "send SIGINT / SIGTERM / SIGKILL to the highlighted process, or to its whole job (its launcher, ranks "
-              "and DataLoader workers), after a confirm (p: process, j: job, n or escape: nothing); your own "
-              "processes unless root; never with --read-only or on a replay"),
+    (
+        "I T K",
+        "send SIGINT / SIGTERM / SIGKILL to the highlighted process, or to its whole job (its launcher, ranks "
+        "and DataLoader workers), after a confirm (p: process, j: job, n or escape: nothing); your own "
+        "processes unless root; never with --read-only or on a replay",
+    ),
     ("?", "this help (escape closes it)"),
     ("ctrl+p", "command palette: every action by name"),
 )
@@ -40,14 +43,19 @@ FIELDS = (
     ("Mem", "device memory used / total; the bar is the percentage."),
     ("°C W MHz", "temperature, power draw / limit, SM clock / memory clock."),
     ("PCIe ↓ ↑", "host-to-device (rx) and device-to-host (tx) bytes per second."),
-    ("throttle",
-     "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem."),
+    (
+        "throttle",
+        "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem.",
+    ),
     ("sparklines", "percentages on a fixed 0-100% scale (▁ = 0, █ = 100); disk rates from 0 to the window's peak."),
     ("CPU", "total busy %, then each core (a bar or one block per core), load averages, memory and swap."),
     ("iowait", "CPU time spent waiting for disk I/O; high iowait with a hungry GPU points at the input pipeline."),
     ("Processes", "each GPU process with its child processes (DataLoader workers) beneath it (├─ └─)."),
-    ("GPU-MEM SM%", "GPU memory held by the process (summed over its GPUs), and its SM share where NVML reports it "
-     "(N/A otherwise); for a process on several GPUs, SM% is the mean over them, never above 100."),
+    (
+        "GPU-MEM SM%",
+        "GPU memory held by the process (summed over its GPUs), and its SM share where NVML reports it "
+        "(N/A otherwise); for a process on several GPUs, SM% is the mean over them, never above 100.",
+    ),
     ("CPU% RSS", "percent of one core, and resident host memory."),
     ("STATE", "run, sleep, disk (waiting on I/O, highlighted), zomb..."),
     ("R/s W/s", "the process's disk read / write bytes per second (wide terminals)."),
@@ -64,20 +72,32 @@ ADVISOR_KEYS = (
 """Where the advisor runs (gpumon run, gpumon attach, gpumon demo); the plain dashboard tells where to find it."""
 
 JOB_FIELDS = (
-    ("Job", "the attached training job: pid, command, how its steps are detected; ENDED once it is gone (the "
-            "history stays)."),
-    ("Step", "the last 5 s of steps: time waiting for the DataLoader (data), GPU busy time that does not overlap "
-             "the wait (GPU), and the rest: host time with the GPU idle (Python, launches, syncs). Without CUDA "
-             "timing: data and other."),
+    (
+        "Job",
+        "the attached training job: pid, command, how its steps are detected; ENDED once it is gone (the "
+        "history stays).",
+    ),
+    (
+        "Step",
+        "the last 5 s of steps: time waiting for the DataLoader (data), GPU busy time that does not overlap "
+        "the wait (GPU), and the rest: host time with the GPU idle (Python, launches, syncs). Without CUDA "
+        "timing: data and other.",
+    ),
     ("Data GPU Rest", "each share of the step time per second, on a fixed 0-100% scale."),
     ("Rate", "steps/s and samples/s over the last 5 s; the sparkline is samples/s (or steps/s) per second."),
     ("Memory", "torch.cuda allocated / reserved / peak, allocator retries (memory pressure) and OOMs."),
-    ("Loader", "the DataLoader's batch size, workers, prefetch, pin_memory, persistent_workers; its workers are "
-               "magenta in the process table, the job bold magenta, its GPU's name highlighted."),
+    (
+        "Loader",
+        "the DataLoader's batch size, workers, prefetch, pin_memory, persistent_workers; its workers are "
+        "magenta in the process table, the job bold magenta, its GPU's name highlighted.",
+    ),
     ("Math", "autocast (AMP) dtype, TF32 for matmul and cuDNN, cudnn.benchmark."),
     ("Ranks", "per-rank mean step time of a distributed job; the rank holding the others back is the straggler."),
-    ("estimate", "a job without the hook is sampled with py-spy: shares of the main thread's samples in each "
-                 "phase. An estimate, not a measurement."),
+    (
+        "estimate",
+        "a job without the hook is sampled with py-spy: shares of the main thread's samples in each "
+        "phase. An estimate, not a measurement.",
+    ),
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from rich.text import Text
 
@@ -19,16 +19,25 @@ from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string, window_maximum
 from gpumon.units import MISSING
 
-AnyJobView = Union[HookedView, EstimateView]
+AnyJobView = HookedView | EstimateView
 
 LABEL_WIDTH = 8
 SHARES = (("data", "Data", "yellow"), ("gpu", "GPU", "green"), ("rest", "Rest", "magenta"))
-BUDGET_PARTS = (("data_worker", "load", "yellow"), ("data_collate", "collate", "bright_yellow"),
-                ("h2d", "H2D", "cyan"), ("sync_wait", "sync", "red"), ("rest", "py", "magenta"))
+BUDGET_PARTS = (
+    ("data_worker", "load", "yellow"),
+    ("data_collate", "collate", "bright_yellow"),
+    ("h2d", "H2D", "cyan"),
+    ("sync_wait", "sync", "red"),
+    ("rest", "py", "magenta"),
+)
 """The step time budget's parts (attribute of BudgetShares, label, colour), in the order of its bar."""
 """The step-time shares: attribute of Breakdown, label, colour."""
 CATEGORY_STYLES = {
-    "data_wait": "yellow", "cuda_sync": "red", "forward": "green", "backward": "cyan", "optimizer": "blue",
+    "data_wait": "yellow",
+    "cuda_sync": "red",
+    "forward": "green",
+    "backward": "cyan",
+    "optimizer": "blue",
     "elsewhere": "bright_black",
 }
 END_REASONS = {"exit": "the process exited", "uninstall": "the hook was uninstalled"}
@@ -50,7 +59,7 @@ def stacked_bar(shares: Sequence[tuple[float | None, str]], width: int) -> Text:
         if share is None:
             continue
         total += share
-        cells = min(width - used, int(round(total * width)) - used)
+        cells = min(width - used, round(total * width) - used)
         if cells > 0:
             text.append("█" * cells, style=style)
             used += cells
@@ -73,8 +82,12 @@ def status_line(view: HookedView) -> Text | None:
         text.append(f" {details} · history kept", style="bold")
         return text
     if view.silent_s is not None and view.silent_s > SILENT_AFTER_S:
-        return Text(f"no data from the job for {view.silent_s:.0f} s (stopped? stuck?)", style="bold yellow",
-                    no_wrap=True, end="")
+        return Text(
+            f"no data from the job for {view.silent_s:.0f} s (stopped? stuck?)",
+            style="bold yellow",
+            no_wrap=True,
+            end="",
+        )
     if not view.steps:
         return Text("connected · waiting for the first training step", style="yellow", no_wrap=True, end="")
     return None
@@ -95,8 +108,9 @@ def step_line(view: HookedView, width: int) -> Text:
         legend.append(" (no GPU timing)", style="bright_black")
     legend.append(f"  {units.milliseconds(view.stats.wall_ms)}/step")
     bar_width = max(8, min(40, width - LABEL_WIDTH - legend.cell_len - 1))
-    text.append_text(stacked_bar([(breakdown.data, "yellow"), (breakdown.gpu, "green"), (breakdown.rest, "magenta")],
-                                 bar_width))
+    text.append_text(
+        stacked_bar([(breakdown.data, "yellow"), (breakdown.gpu, "green"), (breakdown.rest, "magenta")], bar_width)
+    )
     text.append_text(legend)
     return text
 
@@ -135,8 +149,11 @@ def share_history(timeline: Sequence[TimelinePoint], attribute: str) -> list[flo
 
 def share_lines(view: HookedView, width: int, compact: bool) -> list[Text]:
     """Sparklines of each share over time on a fixed 0-100% scale: one line each, or all three on one line."""
-    shares = [(attr, label, style) for attr, label, style in SHARES
-              if attr != "gpu" or any(p.breakdown.gpu is not None for p in view.timeline)]
+    shares = [
+        (attr, label, style)
+        for attr, label, style in SHARES
+        if attr != "gpu" or any(p.breakdown.gpu is not None for p in view.timeline)
+    ]
     breakdown = view.stats.breakdown
     if compact:
         cell = max(4, (width - LABEL_WIDTH) // len(shares) - len(" rest 100% "))
@@ -179,8 +196,9 @@ def memory_line(view: HookedView) -> Text:
         text.append("N/A (the job has not initialized CUDA)", style="bright_black")
         return text
     total = memory.get("total")
-    allocated, reserved, peak = (units.size(memory.get(key), compact=True)
-                                 for key in ("allocated", "reserved", "max_allocated"))
+    allocated, reserved, peak = (
+        units.size(memory.get(key), compact=True) for key in ("allocated", "reserved", "max_allocated")
+    )
     text.append(f"alloc {allocated} · reserved {reserved} · peak {peak}")
     if total:
         text.append(f" of {units.size(total, compact=True)}")
@@ -203,9 +221,11 @@ def loader_line(view: HookedView) -> Text:
     loader = loaders[0]
     prefetch = loader.get("prefetch_factor")
     batch, workers = (printable_or(loader.get(key), MISSING) for key in ("batch_size", "num_workers"))
-    text.append(f"{printable_or(loader.get('dataset'))} · batch {batch} · workers {workers} · "
-                f"prefetch {printable_or(prefetch, MISSING)} · "
-                f"pin {_on_off(loader.get('pin_memory'))} · persist {_on_off(loader.get('persistent_workers'))}")
+    text.append(
+        f"{printable_or(loader.get('dataset'))} · batch {batch} · workers {workers} · "
+        f"prefetch {printable_or(prefetch, MISSING)} · "
+        f"pin {_on_off(loader.get('pin_memory'))} · persist {_on_off(loader.get('persistent_workers'))}"
+    )
     if len(loaders) > 1:
         text.append(f" (+{len(loaders) - 1} more)", style="bright_black")
     return text
@@ -223,8 +243,10 @@ def precision_line(view: HookedView) -> Text:
         text.append(f"AMP {dtype} ({printable_or(autocast.get('device_type'))})", style="green")
     else:
         text.append("AMP off", style="yellow")
-    text.append(f" · TF32 matmul {_on_off(precision.get('tf32_matmul'))} · TF32 cuDNN "
-                f"{_on_off(precision.get('tf32_cudnn'))} · cudnn.benchmark {_on_off(precision.get('cudnn_benchmark'))}")
+    text.append(
+        f" · TF32 matmul {_on_off(precision.get('tf32_matmul'))} · TF32 cuDNN "
+        f"{_on_off(precision.get('tf32_cudnn'))} · cudnn.benchmark {_on_off(precision.get('cudnn_benchmark'))}"
+    )
     return text
 
 
@@ -271,7 +293,7 @@ def hooked_lines(view: HookedView, width: int, max_lines: int) -> list[Text]:
     full_shares = share_lines(view, width, compact=False)
     shares = full_shares if room - len(full_shares) >= len(details) else share_lines(view, width, compact=True)
     lines += [*step, *shares, rate, *ranks, *details]
-    return lines[:max(1, max_lines)]
+    return lines[: max(1, max_lines)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,8 +306,14 @@ def estimate_lines(view: EstimateView, width: int, max_lines: int) -> list[Text]
     head.append(f" · {view.samples:,} main-thread samples at {view.rate} Hz in {view.rounds * view.round_s} s")
     lines.append(head)
     if view.ended:
-        lines.append(Text(f"sampling ended: {printable_or(view.end_reason)} · estimate kept", style="bold white on red",
-                          no_wrap=True, end=""))
+        lines.append(
+            Text(
+                f"sampling ended: {printable_or(view.end_reason)} · estimate kept",
+                style="bold white on red",
+                no_wrap=True,
+                end="",
+            )
+        )
     if not view.samples:
         lines.append(Text("waiting for py-spy's first samples …", style="yellow", no_wrap=True, end=""))
         return lines[:max_lines]
@@ -294,8 +322,9 @@ def estimate_lines(view: EstimateView, width: int, max_lines: int) -> list[Text]
     bar_width = max(6, min(25, width // 4))
     for category in CATEGORIES:
         style = CATEGORY_STYLES[category]
-        text = Text(LABELS[category].ljust(name_width), no_wrap=True, end="",
-                    style="bold" if category == view.dominant else "")
+        text = Text(
+            LABELS[category].ljust(name_width), no_wrap=True, end="", style="bold" if category == view.dominant else ""
+        )
         text.append_text(bar(recent[category] * 100, bar_width, style))
         text.append(f" {recent[category] * 100:3.0f}% ")
         spark_width = max(0, width - text.cell_len)
@@ -307,7 +336,7 @@ def estimate_lines(view: EstimateView, width: int, max_lines: int) -> list[Text]
         hot = Text("most in ", style="bright_black", no_wrap=True, end="")
         hot.append(printable(view.hot_frames[dominant]))
         lines.append(hot)
-    return lines[:max(1, max_lines)]
+    return lines[: max(1, max_lines)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
@@ -46,9 +47,14 @@ class JobPicker(ModalScreen[JobGroup | None]):
     }
     """
 
-    BINDINGS = [
-        Binding("escape", "dismiss(None)", "Plain dashboard", id="picker-cancel",
-                tooltip="Close the list and show the machine without a job"),
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "escape",
+            "dismiss(None)",
+            "Plain dashboard",
+            id="picker-cancel",
+            tooltip="Close the list and show the machine without a job",
+        ),
     ]
 
     def __init__(self, groups: Sequence[JobGroup]) -> None:
@@ -58,8 +64,10 @@ class JobPicker(ModalScreen[JobGroup | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             count = len(self.groups)
-            yield Label(f"[b]{count} hooked training job{'s' if count != 1 else ''}[/b] · enter: watch it · "
-                        "escape: plain dashboard")
+            yield Label(
+                f"[b]{count} hooked training job{'s' if count != 1 else ''}[/b] · enter: watch it · "
+                "escape: plain dashboard"
+            )
             yield OptionList(*(Option(group_prompt(group), id=str(index)) for index, group in enumerate(self.groups)))
 
     @on(OptionList.OptionSelected)

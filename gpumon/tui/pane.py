@@ -79,8 +79,12 @@ class LinesWidget(Widget):
         width = self.size.width
         lines = self.lines(width)
         base = self.visual_style.rich_style
-        if self._strips is None or self._strips[0] != width or self._strips[1] != base \
-                or len(self._strips[2]) != len(lines):
+        if (
+            self._strips is None
+            or self._strips[0] != width
+            or self._strips[1] != base
+            or len(self._strips[2]) != len(lines)
+        ):
             self._strips = (width, base, [None] * len(lines))
         strips = self._strips[2]
         if y >= len(strips):
@@ -131,12 +135,18 @@ def _changed_region(y: int, old: Text, new: Text, width: int) -> Region:
     """The cells of line `y` that differ between two drawings of it: only these are sent to the terminal (a graph
     moving on by half a braille cell changes one cell a row). The whole line where styles or widths differ."""
     before, after = old.plain, new.plain
-    if old.spans != new.spans or old.style != new.style or len(before) != len(after) \
-            or cell_len(before) != len(before) or cell_len(after) != len(after):
+    if (
+        old.spans != new.spans
+        or old.style != new.style
+        or len(before) != len(after)
+        or cell_len(before) != len(before)
+        or cell_len(after) != len(after)
+    ):
         return Region(0, y, width, 1)
     start = next((index for index, (a, b) in enumerate(zip(before, after, strict=True)) if a != b), len(after))
-    end = len(after) - next((index for index, (a, b) in enumerate(zip(reversed(before), reversed(after), strict=True))
-                             if a != b), 0)
+    end = len(after) - next(
+        (index for index, (a, b) in enumerate(zip(reversed(before), reversed(after), strict=True)) if a != b), 0
+    )
     return Region(start, y, max(1, end - start), 1)
 
 

@@ -22,8 +22,14 @@ def printable_text(text: Text, *, multiline: bool = False) -> Text:
     if all(len(piece) == 1 for piece in pieces):
         return text
     offsets = [0, *accumulate(len(piece) for piece in pieces)]
-    escaped = Text("".join(pieces), style=text.style, justify=text.justify, overflow=text.overflow,
-                   no_wrap=text.no_wrap, end=text.end, tab_size=text.tab_size)
-    escaped.spans = [Span(offsets[span.start], offsets[min(span.end, len(plain))], span.style)
-                     for span in text.spans]
+    escaped = Text(
+        "".join(pieces),
+        style=text.style,
+        justify=text.justify,
+        overflow=text.overflow,
+        no_wrap=text.no_wrap,
+        end=text.end,
+        tab_size=text.tab_size,
+    )
+    escaped.spans = [Span(offsets[span.start], offsets[min(span.end, len(plain))], span.style) for span in text.spans]
     return escaped

@@ -57,8 +57,12 @@ class ProcessControl:
         sig = SIGNALS[signal_name]
         process = process_targets(pid)
         if not process:
-            app.notify(f"pid {pid} is gone, or is gpumon itself or one of its parents", severity="warning",
-                       timeout=5, markup=False)
+            app.notify(
+                f"pid {pid} is gone, or is gpumon itself or one of its parents",
+                severity="warning",
+                timeout=5,
+                markup=False,
+            )
             return
         job = job_targets(head_pid, self.ranks())
         if [target.pid for target in job] == [pid]:
@@ -71,8 +75,12 @@ class ProcessControl:
                 return
             results = send_signal(targets, sig)
             all_sent = all(result.sent for result in results)
-            app.notify(printable(summary(results, sig)), severity="information" if all_sent else "error",
-                       timeout=6, markup=False)
+            app.notify(
+                printable(summary(results, sig)),
+                severity="information" if all_sent else "error",
+                timeout=6,
+                markup=False,
+            )
 
         app.push_screen(ConfirmSignal(sig, process[0], job), chosen)
 
@@ -128,8 +136,11 @@ class ConfirmSignal(ModalScreen[str | None]):
                 lines.append(f"  … and {len(self.job) - TARGETS_LISTED} more")
         with Vertical() as box:
             box.border_title = f"{self.sig.name}: confirm"
-            box.border_subtitle = "p: this process · j: whole job · n / escape: cancel" if self.job else \
-                "p: this process · n / escape: cancel"
+            box.border_subtitle = (
+                "p: this process · j: whole job · n / escape: cancel"
+                if self.job
+                else "p: this process · n / escape: cancel"
+            )
             yield Static(Text("\n".join(lines), no_wrap=True, overflow="ellipsis"), id="confirm-text")
             with Horizontal():
                 yield Button(f"{self.sig.name} process {self.target.pid} (p)", variant="error", id="process")

@@ -98,7 +98,7 @@ class PidCell(Text):
         self.pid = pid
         room = PID_WIDTH - len(str(pid))
         if len(branch) > room:  # a deep tree: keep the pid whole, cut the indentation from the left
-            branch = branch[len(branch) - room:] if room > 0 else ""
+            branch = branch[len(branch) - room :] if room > 0 else ""
         if branch:
             self.append(branch, style="bright_black")
             self.append(str(pid))
@@ -142,8 +142,11 @@ def tree_order(
 
 
 def _matches(process: ProcessSample, needle: str) -> bool:
-    return (needle in process.command.lower() or needle in (process.user or "").lower()
-            or str(process.pid).startswith(needle))
+    return (
+        needle in process.command.lower()
+        or needle in (process.user or "").lower()
+        or str(process.pid).startswith(needle)
+    )
 
 
 def prune(processes: Sequence[ProcessSample], keep: Callable[[ProcessSample], bool]) -> tuple[ProcessSample, ...]:
@@ -205,8 +208,9 @@ def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, 
         "state": _cell(state, right=False, style=state_style),
         "read": _cell(units.rate(process.read_bytes_per_s, compact=True, binary=True)),
         "write": _cell(units.rate(process.write_bytes_per_s, compact=True, binary=True)),
-        "command": _cell(printable(process.command), right=False,
-                         style=JOB_STYLES.get(role) or ("bright_black" if is_worker else "")),
+        "command": _cell(
+            printable(process.command), right=False, style=JOB_STYLES.get(role) or ("bright_black" if is_worker else "")
+        ),
     }
 
 
@@ -219,8 +223,13 @@ def with_gpu_use(trees: Sequence[ProcessSample], gpu_processes: Sequence[Process
         children = tuple(merged(child, depth + 1) for child in process.children) if depth < MAX_DEPTH else ()
         if use is None:
             return replace(process, children=children)
-        return replace(process, gpu_indices=use.gpu_indices, gpu_memory=use.gpu_memory, sm_percent=use.sm_percent,
-                       children=children)
+        return replace(
+            process,
+            gpu_indices=use.gpu_indices,
+            gpu_memory=use.gpu_memory,
+            sm_percent=use.sm_percent,
+            children=children,
+        )
 
     shown = tuple(merged(process, 0) for process in trees)
     present: set[int] = set()
@@ -260,17 +269,48 @@ class ProcessTable(DataTable[Text]):
     its pid. `/` filters the rows live; I, T, K signal the highlighted process or its whole job (process_actions)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("I", "signal('SIGINT')", "Interrupt", show=False, id="signal-int",
-                tooltip="Send SIGINT (Ctrl+C) to the highlighted process or its whole job, after a confirm"),
-        Binding("T", "signal('SIGTERM')", "Terminate", show=False, id="signal-term",
-                tooltip="Send SIGTERM to the highlighted process or its whole job, after a confirm"),
-        Binding("K", "signal('SIGKILL')", "Kill", show=False, id="signal-kill",
-                tooltip="Send SIGKILL to the highlighted process or its whole job, after a confirm"),
-        Binding("slash", "open_filter", "Filter", key_display="/", show=False, id="filter",
-                tooltip="Filter processes by command line, user or pid (Esc clears)"),
+        Binding(
+            "I",
+            "signal('SIGINT')",
+            "Interrupt",
+            show=False,
+            id="signal-int",
+            tooltip="Send SIGINT (Ctrl+C) to the highlighted process or its whole job, after a confirm",
+        ),
+        Binding(
+            "T",
+            "signal('SIGTERM')",
+            "Terminate",
+            show=False,
+            id="signal-term",
+            tooltip="Send SIGTERM to the highlighted process or its whole job, after a confirm",
+        ),
+        Binding(
+            "K",
+            "signal('SIGKILL')",
+            "Kill",
+            show=False,
+            id="signal-kill",
+            tooltip="Send SIGKILL to the highlighted process or its whole job, after a confirm",
+        ),
+        Binding(
+            "slash",
+            "open_filter",
+            "Filter",
+            key_display="/",
+            show=False,
+            id="filter",
+            tooltip="Filter processes by command line, user or pid (Esc clears)",
+        ),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="filter-clear"),
-        Binding("v", "toggle_all_processes", "All processes", show=False, id="all-processes",
-                tooltip="GPU processes only, or every process with its tree"),
+        Binding(
+            "v",
+            "toggle_all_processes",
+            "All processes",
+            show=False,
+            id="all-processes",
+            tooltip="GPU processes only, or every process with its tree",
+        ),
     ]
 
     DEFAULT_CSS = """
@@ -344,12 +384,14 @@ class ProcessTable(DataTable[Text]):
 
     def process(self, pid: int) -> ProcessSample | None:
         """The shown process with this pid."""
+
         def find(processes: Sequence[ProcessSample]) -> ProcessSample | None:
             for process in processes:
                 found = process if process.pid == pid else find(process.children)
                 if found is not None:
                     return found
             return None
+
         return find(self._processes)
 
     def job_head(self, pid: int) -> int:

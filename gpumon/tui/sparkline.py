@@ -37,8 +37,9 @@ def spark_string(values: Sequence[float | None], width: int, maximum: float = 10
     return line
 
 
-def spark_rows(values: Sequence[float | None], rows: int, width: int, maximum: float = 100.0,
-               minimum: float = 0.0) -> list[str]:
+def spark_rows(
+    values: Sequence[float | None], rows: int, width: int, maximum: float = 100.0, minimum: float = 0.0
+) -> list[str]:
     """The sparkline `rows` lines tall, top line first, on the same fixed scale with rows x 8 levels.
 
     One row is spark_string. A value fills its column from the bottom: `minimum` the lowest block of the
@@ -51,8 +52,10 @@ def spark_rows(values: Sequence[float | None], rows: int, width: int, maximum: f
     recent = list(values)[-width:]
     span, top = maximum - minimum, rows * 8 - 1
     heights = [
-        0 if value is None or value != value
-        else 1 if span <= 0
+        0
+        if value is None or value != value
+        else 1
+        if span <= 0
         else 1 + int(min(1.0, max(0.0, (value - minimum) / span)) * top + 0.5)
         for value in recent
     ]
@@ -76,13 +79,18 @@ def _cells(values: list[float | None], maximum: float, minimum: float) -> str:
     if span <= 0:
         return "".join([BLANK if value is None or value != value else lowest for value in values])
     # Clamp to the scale, then round to the nearest of the eight levels (one expression: this runs per cell).
-    return "".join([
-        BLANK if value is None or value != value
-        else lowest if (fraction := (value - minimum) / span) <= 0.0
-        else highest if fraction >= 1.0
-        else BLOCKS[int(fraction * top + 0.5)]
-        for value in values
-    ])
+    return "".join(
+        [
+            BLANK
+            if value is None or value != value
+            else lowest
+            if (fraction := (value - minimum) / span) <= 0.0
+            else highest
+            if fraction >= 1.0
+            else BLOCKS[int(fraction * top + 0.5)]
+            for value in values
+        ]
+    )
 
 
 def window_maximum(values: Sequence[float | None]) -> float:

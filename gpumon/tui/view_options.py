@@ -56,4 +56,3 @@ class ViewOptions:
         if snapshot.gpus and not gpus:
             gpu_error = "no GPU here matches " + ",".join(sorted(chosen))
         return replace(snapshot, gpus=gpus, processes=processes, gpu_error=gpu_error)
-

@@ -29,19 +29,33 @@ def load_case(path: Path) -> tuple[dict[str, Any], Signals]:
     snapshots = [Snapshot.from_dict(s) for s in data["snapshots"]]
     if data.get("estimate"):
         est = data["estimate"]
-        view: Any = EstimateView(pid=est["pid"], command=est.get("command", ""), rounds=est.get("rounds", 0),
-                                 counts=est["counts"], recent=est["recent"], hot_frames=est.get("hot_frames", {}))
+        view: Any = EstimateView(
+            pid=est["pid"],
+            command=est.get("command", ""),
+            rounds=est.get("rounds", 0),
+            counts=est["counts"],
+            recent=est["recent"],
+            hot_frames=est.get("hot_frames", {}),
+        )
     else:
         view = replay_messages(data["messages"], pid=data["pid"]).view()
-    signals = build_signals(snapshots, view, pid=data["pid"], start=data["start"], end=data["end"],
-                            diagnosis=data.get("diagnosis"))
+    signals = build_signals(
+        snapshots, view, pid=data["pid"], start=data["start"], end=data["end"], diagnosis=data.get("diagnosis")
+    )
     return data["meta"], signals
 
 
-def measurement(*rates: float, util: float | None = None, sm: float | None = None,
-                peak: int | None = None) -> Measurement:
-    return Measurement(rates=tuple(rates), gpu_util=util, sm_activity=sm, peak_memory=peak, steps=10 * len(rates),
-                       seconds=4.0 * len(rates))
+def measurement(
+    *rates: float, util: float | None = None, sm: float | None = None, peak: int | None = None
+) -> Measurement:
+    return Measurement(
+        rates=tuple(rates),
+        gpu_util=util,
+        sm_activity=sm,
+        peak_memory=peak,
+        steps=10 * len(rates),
+        seconds=4.0 * len(rates),
+    )
 
 
 class FakeRunner:
@@ -52,8 +66,13 @@ class FakeRunner:
 
     kind = "trial"
 
-    def __init__(self, baseline: Measurement, outcomes: Mapping[frozenset, Any], signals: Signals | None = None,
-                 unsupported: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        baseline: Measurement,
+        outcomes: Mapping[frozenset, Any],
+        signals: Signals | None = None,
+        unsupported: frozenset[str] = frozenset(),
+    ) -> None:
         self.baseline_measurement = baseline
         self.outcomes = outcomes
         self.signals = signals
@@ -65,8 +84,14 @@ class FakeRunner:
 
     def baseline(self) -> VariantResult:
         self.calls.append(("baseline", {}))
-        return VariantResult(label="baseline", change={}, knobs={}, kind=self.kind,
-                             measurement=self.baseline_measurement, signals=self.signals)
+        return VariantResult(
+            label="baseline",
+            change={},
+            knobs={},
+            kind=self.kind,
+            measurement=self.baseline_measurement,
+            signals=self.signals,
+        )
 
     def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
         knobs = {**kept, **experiment.knobs}

@@ -30,16 +30,25 @@ def gpu_run(util: float, sm: float, tensor: float = 0.0, pcie_rx: float = 0.0) -
     snapshots = read_recording(RECORDING)
     out = []
     for snapshot in snapshots:
-        gpus = tuple(replace(gpu, utilization_gpu=util, sm_activity=sm, tensor_activity=tensor, pcie_rx=pcie_rx,
-                             pcie_tx=0.0) for gpu in snapshot.gpus)
+        gpus = tuple(
+            replace(gpu, utilization_gpu=util, sm_activity=sm, tensor_activity=tensor, pcie_rx=pcie_rx, pcie_tx=0.0)
+            for gpu in snapshot.gpus
+        )
         processes = tuple(replace(process, pid=PID) for process in snapshot.processes[:1])
         out.append(replace(snapshot, gpus=gpus, processes=processes))
     return out
 
 
-def hook_messages(snapshots: list[Snapshot], *, wall_ms: float, data_ms: float, gpu_ms: float,
-                  budget: Mapping[str, Any] | None, loader: Mapping[str, Any],
-                  precision: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def hook_messages(
+    snapshots: list[Snapshot],
+    *,
+    wall_ms: float,
+    data_ms: float,
+    gpu_ms: float,
+    budget: Mapping[str, Any] | None,
+    loader: Mapping[str, Any],
+    precision: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """hello, state and steps over the recording's span, as the hook sends them."""
     start, end = snapshots[0].timestamp, snapshots[-1].timestamp
     records = []
@@ -47,21 +56,52 @@ def hook_messages(snapshots: list[Snapshot], *, wall_ms: float, data_ms: float, 
     while t + wall_ms / 1e3 <= end:
         seq += 1
         t += wall_ms / 1e3
-        record: dict[str, Any] = {"seq": seq, "t": round(t, 4), "wall_ms": wall_ms, "data_ms": data_ms,
-                                  "gpu_ms": gpu_ms if seq % 8 == 0 else None, "samples": 256, "source": "optimizer"}
+        record: dict[str, Any] = {
+            "seq": seq,
+            "t": round(t, 4),
+            "wall_ms": wall_ms,
+            "data_ms": data_ms,
+            "gpu_ms": gpu_ms if seq % 8 == 0 else None,
+            "samples": 256,
+            "source": "optimizer",
+        }
         if budget is not None and seq % 16 == 0:
             record["budget"] = {**budget, "gpu_ms": record["gpu_ms"]}
         records.append(record)
     cuda = {"initialized": True, "device": 0, "devices": [{"index": 0, "uuid": snapshots[0].gpus[0].uuid}]}
-    state = {"type": "state", "t": end, "last_seq": seq, "step_source": "optimizer", "cuda": cuda,
-             "dataloaders": [{"id": 1, "dataset": "TensorDataset", "batch_size": 256, **loader}],
-             "precision": precision or {"autocast": None, "tf32_matmul": False, "tf32_cudnn": True,
-                                        "float32_matmul_precision": "highest", "cudnn_benchmark": False},
-             "memory": {"device": 0, "allocated": 1 << 30, "reserved": 2 << 30, "max_allocated": 1 << 30,
-                        "alloc_retries": 0, "ooms": 0}}
+    state = {
+        "type": "state",
+        "t": end,
+        "last_seq": seq,
+        "step_source": "optimizer",
+        "cuda": cuda,
+        "dataloaders": [{"id": 1, "dataset": "TensorDataset", "batch_size": 256, **loader}],
+        "precision": precision
+        or {
+            "autocast": None,
+            "tf32_matmul": False,
+            "tf32_cudnn": True,
+            "float32_matmul_precision": "highest",
+            "cudnn_benchmark": False,
+        },
+        "memory": {
+            "device": 0,
+            "allocated": 1 << 30,
+            "reserved": 2 << 30,
+            "max_allocated": 1 << 30,
+            "alloc_retries": 0,
+            "ooms": 0,
+        },
+    }
     hello = {"type": "hello", "protocol": 1, "pid": PID, "argv": ["train.py"], "started": start - 5, "cuda": cuda}
-    steps = [{"type": "steps", "t": records[i + 255]["t"] if i + 255 < len(records) else end,
-              "records": records[i:i + 256]} for i in range(0, len(records), 256)]
+    steps = [
+        {
+            "type": "steps",
+            "t": records[i + 255]["t"] if i + 255 < len(records) else end,
+            "records": records[i : i + 256],
+        }
+        for i in range(0, len(records), 256)
+    ]
     return [hello, state, *steps]
 
 
@@ -80,16 +120,28 @@ def shares(finding: Finding) -> dict[str, float]:
 
 
 # Failure 1: pageable 154 MB batches, pin_memory=False, no workers: half the step collating, half copying.
-PAGEABLE_BUDGET = {"data_worker_ms": 4.0, "data_collate_ms": 41.0, "h2d_ms": 47.0, "h2d_bytes": BATCH_BYTES,
-                   "h2d_pageable_bytes": BATCH_BYTES, "h2d_copies": 2, "sync_wait_ms": 1.0, "syncs": 1,
-                   "rest_ms": 7.0}
+PAGEABLE_BUDGET = {
+    "data_worker_ms": 4.0,
+    "data_collate_ms": 41.0,
+    "h2d_ms": 47.0,
+    "h2d_bytes": BATCH_BYTES,
+    "h2d_pageable_bytes": BATCH_BYTES,
+    "h2d_copies": 2,
+    "sync_wait_ms": 1.0,
+    "syncs": 1,
+    "rest_ms": 7.0,
+}
 PAGEABLE_LOADER = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}
 
 
 def test_failure_1_pageable_copies_and_collate_share_the_step() -> None:
     snapshots = gpu_run(util=7.0, sm=0.6, pcie_rx=3.3e9)
-    signals = signals_of(snapshots, hook_messages(snapshots, wall_ms=100.0, data_ms=45.0, gpu_ms=6.0,
-                                                  budget=PAGEABLE_BUDGET, loader=PAGEABLE_LOADER))
+    signals = signals_of(
+        snapshots,
+        hook_messages(
+            snapshots, wall_ms=100.0, data_ms=45.0, gpu_ms=6.0, budget=PAGEABLE_BUDGET, loader=PAGEABLE_LOADER
+        ),
+    )
     assert signals.budget_steps and signals.h2d_share == pytest.approx(0.47, abs=0.01)
     finding = diagnose(signals)
     found = shares(finding)
@@ -108,8 +160,10 @@ def test_failure_1_without_a_budget_the_transfer_is_still_named() -> None:
     """An older hook (no budget): the data wait of 45% no longer hides the PCIe copies; their share is capped by
     what the data wait leaves."""
     snapshots = gpu_run(util=7.0, sm=0.6, pcie_rx=3.3e9)
-    signals = signals_of(snapshots, hook_messages(snapshots, wall_ms=100.0, data_ms=55.0, gpu_ms=40.0, budget=None,
-                                                  loader=PAGEABLE_LOADER))
+    signals = signals_of(
+        snapshots,
+        hook_messages(snapshots, wall_ms=100.0, data_ms=55.0, gpu_ms=40.0, budget=None, loader=PAGEABLE_LOADER),
+    )
     assert signals.budget_steps is None and signals.data_share == pytest.approx(0.55, abs=0.01)
     found = shares(diagnose(signals))
     assert TRANSFER_BOUND in found and found[TRANSFER_BOUND] == pytest.approx(0.45, abs=0.01)
@@ -118,12 +172,28 @@ def test_failure_1_without_a_budget_the_transfer_is_still_named() -> None:
 
 def test_failure_3_sync_sites_name_the_jobs_line() -> None:
     snapshots = gpu_run(util=31.0, sm=20.0)
-    budget = {"data_worker_ms": 1.0, "data_collate_ms": 0.0, "h2d_ms": 0.5, "h2d_bytes": 1 << 20,
-              "h2d_pageable_bytes": 0, "h2d_copies": 1, "sync_wait_ms": 9.0, "syncs": 27, "rest_ms": 19.5}
-    messages = hook_messages(snapshots, wall_ms=30.0, data_ms=1.0, gpu_ms=9.3, budget=budget,
-                             loader={"num_workers": 4, "pin_memory": True})
-    diagnosis = {"type": "diagnosis", "available": True, "steps": 20, "syncs_total": 540,
-                 "syncs_per_step": [27] * 20, "sites": [{"file": "/home/u/train.py", "line": 57, "count": 540}]}
+    budget = {
+        "data_worker_ms": 1.0,
+        "data_collate_ms": 0.0,
+        "h2d_ms": 0.5,
+        "h2d_bytes": 1 << 20,
+        "h2d_pageable_bytes": 0,
+        "h2d_copies": 1,
+        "sync_wait_ms": 9.0,
+        "syncs": 27,
+        "rest_ms": 19.5,
+    }
+    messages = hook_messages(
+        snapshots, wall_ms=30.0, data_ms=1.0, gpu_ms=9.3, budget=budget, loader={"num_workers": 4, "pin_memory": True}
+    )
+    diagnosis = {
+        "type": "diagnosis",
+        "available": True,
+        "steps": 20,
+        "syncs_total": 540,
+        "syncs_per_step": [27] * 20,
+        "sites": [{"file": "/home/u/train.py", "line": 57, "count": 540}],
+    }
     view = replay_messages([*messages, diagnosis], pid=PID).view()
     finding = diagnose(recorded(build_signals(snapshots, view, pid=PID)))
     assert finding.category == HOST_SYNC
@@ -137,9 +207,16 @@ def estimate(sync_share: float, evidence: Mapping[str, int]) -> EstimateView:
     sync = round(total * sync_share)
     counts = {category: 0 for category in CATEGORIES}
     counts.update(cuda_sync=sync, forward=(total - sync) // 2, backward=total - sync - (total - sync) // 2)
-    return EstimateView(pid=PID, command="python train.py", rounds=15, counts=counts, recent=counts,
-                        hot_frames={"cuda_sync": "main (train.py:57)"}, sync_evidence=dict(evidence),
-                        recent_sync_evidence=dict(evidence))
+    return EstimateView(
+        pid=PID,
+        command="python train.py",
+        rounds=15,
+        counts=counts,
+        recent=counts,
+        hot_frames={"cuda_sync": "main (train.py:57)"},
+        sync_evidence=dict(evidence),
+        recent_sync_evidence=dict(evidence),
+    )
 
 
 def test_failure_2_py_spy_sees_the_item_syncs_with_the_confidence_each_way_deserves() -> None:
@@ -157,16 +234,34 @@ def test_failure_2_py_spy_sees_the_item_syncs_with_the_confidence_each_way_deser
 def test_failure_4_fp32_resnet_evidence_is_true_to_the_letter() -> None:
     """cuDNN's TF32 is on by default (convolutions), matmul TF32 off: the evidence must not say "TF32 off"."""
     snapshots = gpu_run(util=87.0, sm=70.0, tensor=9.8)
-    signals = signals_of(snapshots, hook_messages(snapshots, wall_ms=50.0, data_ms=1.0, gpu_ms=45.0, budget=None,
-                                                  loader={"num_workers": 8, "pin_memory": True}))
+    signals = signals_of(
+        snapshots,
+        hook_messages(
+            snapshots,
+            wall_ms=50.0,
+            data_ms=1.0,
+            gpu_ms=45.0,
+            budget=None,
+            loader={"num_workers": 8, "pin_memory": True},
+        ),
+    )
     assert signals.tf32_cudnn is True and signals.tf32_matmul is False and signals.autocast is False
     finding = diagnose(signals)
     assert finding.category == LOW_PRECISION
     assert "TF32 off)" not in finding.evidence
     assert "no autocast, TF32 off for matmuls, on for cuDNN convolutions" in finding.evidence
-    every_flag_off = signals_of(snapshots, hook_messages(
-        snapshots, wall_ms=50.0, data_ms=1.0, gpu_ms=45.0, budget=None, loader={"num_workers": 8},
-        precision={"tf32_matmul": False, "tf32_cudnn": False, "float32_matmul_precision": "highest"}))
+    every_flag_off = signals_of(
+        snapshots,
+        hook_messages(
+            snapshots,
+            wall_ms=50.0,
+            data_ms=1.0,
+            gpu_ms=45.0,
+            budget=None,
+            loader={"num_workers": 8},
+            precision={"tf32_matmul": False, "tf32_cudnn": False, "float32_matmul_precision": "highest"},
+        ),
+    )
     assert "(no autocast, TF32 off)" in diagnose(every_flag_off).evidence
 
 
@@ -174,10 +269,19 @@ def test_shares_of_every_finding_add_up_to_at_most_the_step() -> None:
     """Many causes at once (data wait, copies, syncs, fp32 on a GPU that is also busy): nothing is dropped for
     another, and the shares stay within 100%."""
     snapshots = gpu_run(util=60.0, sm=30.0, pcie_rx=4e9)
-    budget = {**PAGEABLE_BUDGET, "data_worker_ms": 30.0, "data_collate_ms": 0.0, "h2d_ms": 40.0, "sync_wait_ms": 5.0,
-              "syncs": 6, "rest_ms": 25.0}
-    signals = signals_of(snapshots, hook_messages(snapshots, wall_ms=100.0, data_ms=30.0, gpu_ms=60.0,
-                                                  budget=budget, loader=PAGEABLE_LOADER))
+    budget = {
+        **PAGEABLE_BUDGET,
+        "data_worker_ms": 30.0,
+        "data_collate_ms": 0.0,
+        "h2d_ms": 40.0,
+        "sync_wait_ms": 5.0,
+        "syncs": 6,
+        "rest_ms": 25.0,
+    }
+    signals = signals_of(
+        snapshots,
+        hook_messages(snapshots, wall_ms=100.0, data_ms=30.0, gpu_ms=60.0, budget=budget, loader=PAGEABLE_LOADER),
+    )
     found = shares(diagnose(signals))
     assert {INPUT_BOUND, TRANSFER_BOUND} <= set(found)
     assert sum(found.values()) <= 1.0 + 1e-9

@@ -27,8 +27,17 @@ def test_worker_target_leaves_two_cores_and_doubles_existing_workers(demo_signal
 
 
 def test_a_busy_gpu_gets_the_precision_knobs_flagged() -> None:
-    signals = Signals(source="hook", device="cuda", gpu_util=99, sm_activity=80, tensor_activity=0.5,
-                      autocast=False, tf32_matmul=False, batch_size=64, cudnn_benchmark=False)
+    signals = Signals(
+        source="hook",
+        device="cuda",
+        gpu_util=99,
+        sm_activity=80,
+        tensor_activity=0.5,
+        autocast=False,
+        tf32_matmul=False,
+        batch_size=64,
+        cudnn_benchmark=False,
+    )
     finding = Finding("low_precision", "", 0.85)
     names = [next(iter(e.knobs)) for e in experiments_for(finding, signals)]
     assert names[:4] == ["amp_bf16", "tf32", "channels_last", "cudnn_benchmark"]
@@ -48,8 +57,9 @@ def test_findings_no_knob_fixes_get_no_experiment() -> None:
 
 
 def test_code_change_merges_dataloader_arguments_and_lists_the_rest() -> None:
-    lines = code_change({"num_workers": 12, "pin_memory": True, "amp_bf16": True, "batch_size": 256,
-                         "cudnn_benchmark": True})
+    lines = code_change(
+        {"num_workers": 12, "pin_memory": True, "amp_bf16": True, "batch_size": 256, "cudnn_benchmark": True}
+    )
     assert lines[0] == "DataLoader(..., batch_size=256, num_workers=12, pin_memory=True)"
     assert lines[1] == "x = x.to(device, non_blocking=True)"
     assert any(line.startswith("with torch.autocast") for line in lines)

@@ -33,14 +33,17 @@ def sock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return directory
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["diagnose"], "gpumon diagnose needs a command"),
-    (["experiment", "--pid", "1", "--", "python", "x.py"], "either --pid or a command, not both"),
-    (["experiment", "--try", "warp=9", "--", "python", "x.py"], "unknown knob 'warp'"),
-    (["experiment", "--try", "num_workers", "--", "python", "x.py"], "expected KNOB=VALUE"),
-    (["experiment", "--repeats", "0", "--", "python", "x.py"], "--repeats must be at least 1"),
-    (["demo", "--json"], "--json and --markdown go with --guided"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["diagnose"], "gpumon diagnose needs a command"),
+        (["experiment", "--pid", "1", "--", "python", "x.py"], "either --pid or a command, not both"),
+        (["experiment", "--try", "warp=9", "--", "python", "x.py"], "unknown knob 'warp'"),
+        (["experiment", "--try", "num_workers", "--", "python", "x.py"], "expected KNOB=VALUE"),
+        (["experiment", "--repeats", "0", "--", "python", "x.py"], "--repeats must be at least 1"),
+        (["demo", "--json"], "--json and --markdown go with --guided"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -53,8 +56,9 @@ def test_diagnosing_a_pid_that_does_not_exist_is_one_line(capsys: pytest.Capture
     assert err[-1].startswith("gpumon: error: ") and "999999" in err[-1]
 
 
-def test_diagnose_runs_the_command_hooked_and_prints_the_finding(sock_dir: str,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_diagnose_runs_the_command_hooked_and_prints_the_finding(
+    sock_dir: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["diagnose", "--json", "--duration", "3", "--warmup", "0.5", "--", *PLAIN]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["finding"]["category"] in CATEGORIES
@@ -63,10 +67,27 @@ def test_diagnose_runs_the_command_hooked_and_prints_the_finding(sock_dir: str,
 
 
 def test_experiment_reports_hook_knobs_applied_and_script_knobs_needing_a_code_change(
-        sock_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sock_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     markdown = tmp_path / "results.md"
-    argv = ["experiment", "--json", "--markdown", str(markdown), "--window", "1", "--repeats", "2", "--warmup", "0.5",
-            "--try", "num_workers=1", "--try", "amp_bf16=true", "--", *PLAIN]
+    argv = [
+        "experiment",
+        "--json",
+        "--markdown",
+        str(markdown),
+        "--window",
+        "1",
+        "--repeats",
+        "2",
+        "--warmup",
+        "0.5",
+        "--try",
+        "num_workers=1",
+        "--try",
+        "amp_bf16=true",
+        "--",
+        *PLAIN,
+    ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["baseline"]["status"] == "ok"
@@ -100,9 +121,15 @@ def wait_gone(marker: Path, timeout: float = 30.0) -> list[psutil.Process]:
 
 def test_interrupting_the_guided_demo_leaves_no_process_behind(sock_dir: str, tmp_path: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon", "demo", "--guided", "--device", "cpu"],
-                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    gpumon = subprocess.Popen(
+        [sys.executable, "-m", "gpumon", "demo", "--guided", "--device", "cpu"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert gpumon.stderr is not None
         deadline = time.monotonic() + 120
@@ -128,8 +155,15 @@ def test_ctrl_c_in_the_demo_dashboard_leaves_no_process_behind(sock_dir: str, tm
 
     env = dict(os.environ, TMPDIR=str(tmp_path), TERM="xterm-256color", COLUMNS="120", LINES="40")
     master, slave = pty.openpty()
-    gpumon = subprocess.Popen([sys.executable, "-m", "gpumon", "demo", "--device", "cpu"], cwd=REPO,
-                              env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    gpumon = subprocess.Popen(
+        [sys.executable, "-m", "gpumon", "demo", "--device", "cpu"],
+        cwd=REPO,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
     os.close(slave)
     output = b""
     try:
@@ -168,9 +202,14 @@ def test_ctrl_c_in_the_demo_dashboard_leaves_no_process_behind(sock_dir: str, tm
 
 
 def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
-    job = subprocess.Popen([*PLAIN, "--item-sleep-ms", "20"], cwd=REPO, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True,
-                           env=dict(os.environ, GPUMON_HOOK="0"))
+    job = subprocess.Popen(
+        [*PLAIN, "--item-sleep-ms", "20"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=dict(os.environ, GPUMON_HOOK="0"),
+    )
     try:
         time.sleep(3.0)  # past torch's import: py-spy then sees the training loop
         assert main(["diagnose", "--json", "--pid", str(job.pid), "--duration", "4"]) == 0

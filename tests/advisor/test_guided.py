@@ -22,14 +22,20 @@ def key(**knobs: object) -> frozenset:
 
 
 def test_a_win_beyond_the_noise_is_kept_and_the_chain_stops_when_nothing_else_wins() -> None:
-    runner = FakeRunner(measurement(100, 102, 98), {
-        key(num_workers=8): measurement(300, 305, 295),
-        key(num_workers=8, pin_memory=True): measurement(304, 309, 300),  # +1%: inside the noise
-        key(num_workers=8, prefetch_factor=4): measurement(250, 251, 249),  # slower
-    })
+    runner = FakeRunner(
+        measurement(100, 102, 98),
+        {
+            key(num_workers=8): measurement(300, 305, 295),
+            key(num_workers=8, pin_memory=True): measurement(304, 309, 300),  # +1%: inside the noise
+            key(num_workers=8, prefetch_factor=4): measurement(250, 251, 249),  # slower
+        },
+    )
     report = GuidedRun(runner, only=[NUM_WORKERS, PIN, PREFETCH]).run()
-    assert [v.label for v in report.variants] == ["num_workers 0 -> 8", "pin_memory off -> on",
-                                                  "prefetch_factor 2 -> 4"]
+    assert [v.label for v in report.variants] == [
+        "num_workers 0 -> 8",
+        "pin_memory off -> on",
+        "prefetch_factor 2 -> 4",
+    ]
     assert [v.kept for v in report.variants] == [True, False, False]
     assert report.kept == {"num_workers": 8}
     assert report.best.label == "num_workers 0 -> 8"
@@ -41,14 +47,19 @@ def test_a_win_beyond_the_noise_is_kept_and_the_chain_stops_when_nothing_else_wi
 
 
 def test_each_variant_builds_on_the_ones_kept_before_it() -> None:
-    runner = FakeRunner(measurement(100, 100, 100), {
-        key(num_workers=8): measurement(200, 200, 200),
-        key(num_workers=8, pin_memory=True): measurement(260, 262, 258),
-    })
+    runner = FakeRunner(
+        measurement(100, 100, 100),
+        {
+            key(num_workers=8): measurement(200, 200, 200),
+            key(num_workers=8, pin_memory=True): measurement(260, 262, 258),
+        },
+    )
     report = GuidedRun(runner, only=[NUM_WORKERS, PIN]).run()
     assert report.kept == {"num_workers": 8, "pin_memory": True}
     assert [call for call in runner.calls if call[0] == "run"] == [
-        ("run", {"num_workers": 8}), ("run", {"num_workers": 8, "pin_memory": True})]
+        ("run", {"num_workers": 8}),
+        ("run", {"num_workers": 8, "pin_memory": True}),
+    ]
     assert report.code == ("DataLoader(..., num_workers=8, pin_memory=True)", "x = x.to(device, non_blocking=True)")
 
 
@@ -61,15 +72,22 @@ def test_the_noise_decides_what_counts_as_a_win() -> None:
 
 
 def test_failures_are_recorded_with_their_reason_and_the_chain_goes_on() -> None:
-    runner = FakeRunner(measurement(100, 100, 100), {
-        key(amp_bf16=True): (OOM, "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"),
-        key(num_workers=8): (TIMEOUT, "no training step within 180 s"),
-        key(pin_memory=True): (FAILED, "exit status 1: RuntimeError: boom"),
-        key(prefetch_factor=4): measurement(150, 150, 150),
-    })
+    runner = FakeRunner(
+        measurement(100, 100, 100),
+        {
+            key(amp_bf16=True): (OOM, "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"),
+            key(num_workers=8): (TIMEOUT, "no training step within 180 s"),
+            key(pin_memory=True): (FAILED, "exit status 1: RuntimeError: boom"),
+            key(prefetch_factor=4): measurement(150, 150, 150),
+        },
+    )
     report = GuidedRun(runner, only=[AMP, NUM_WORKERS, PIN, PREFETCH]).run()
     assert [(v.status, v.kept) for v in report.variants] == [
-        (OOM, False), (TIMEOUT, False), (FAILED, False), ("ok", True)]
+        (OOM, False),
+        (TIMEOUT, False),
+        (FAILED, False),
+        ("ok", True),
+    ]
     assert "Tried to allocate" in report.variants[0].reason
     assert report.kept == {"prefetch_factor": 4}
     assert ("discard", {"amp_bf16": True}) in runner.calls, "a failed live change is rolled back too"
@@ -90,8 +108,11 @@ def test_a_baseline_that_cannot_be_measured_stops_the_run_with_its_reason() -> N
 
 
 def test_experiments_the_runner_cannot_do_are_listed_as_not_tried() -> None:
-    runner = FakeRunner(measurement(100, 100, 100), {key(num_workers=8): measurement(100, 100, 100)},
-                        unsupported=frozenset({"amp_bf16"}))
+    runner = FakeRunner(
+        measurement(100, 100, 100),
+        {key(num_workers=8): measurement(100, 100, 100)},
+        unsupported=frozenset({"amp_bf16"}),
+    )
     report = GuidedRun(runner, only=[AMP, NUM_WORKERS]).run()
     assert [v.label for v in report.variants] == ["num_workers 0 -> 8"]
     assert report.skipped == ("amp_bf16 off -> on: needs a trial run",)
@@ -118,8 +139,9 @@ def test_cancel_stops_between_variants_and_still_finishes() -> None:
 def test_the_plan_comes_from_the_diagnosis_of_the_best_variant(demo_signals) -> None:  # type: ignore[no-untyped-def]
     events: list[tuple[str, object]] = []
     runner = FakeRunner(measurement(60, 61, 59), {}, signals=demo_signals)
-    runner.outcomes = {key(num_workers=demo_signals.cores and max(2, min(16, demo_signals.cores - 2))):
-                       measurement(150, 150, 150)}
+    runner.outcomes = {
+        key(num_workers=demo_signals.cores and max(2, min(16, demo_signals.cores - 2))): measurement(150, 150, 150)
+    }
     report = GuidedRun(runner, listener=lambda event, payload: events.append((event, payload))).run()
     assert report.finding is not None and report.finding.category == "input_bound"
     first_plan = next(payload for event, payload in events if event == "plan")

@@ -93,8 +93,12 @@ async def test_the_panel_shows_a_finding_and_its_experiments_and_toggles(demo_si
         assert not panel.has_class("-hidden")
         finding = diagnose(demo_signals)
         panel.show_finding(finding)
-        panel.show_plan([Experiment({"num_workers": 2}, previous={"num_workers": 0}),
-                         Experiment({"amp_bf16": True}, previous={"amp_bf16": False})])
+        panel.show_plan(
+            [
+                Experiment({"num_workers": 2}, previous={"num_workers": 0}),
+                Experiment({"amp_bf16": True}, previous={"amp_bf16": False}),
+            ]
+        )
         await pilot.pause()
         assert finding.evidence in static_text(app, "#advisor-finding").replace("\n", " ")
         plan = static_text(app, "#advisor-plan")

@@ -12,17 +12,37 @@ from gpumon.advisor.rules import Finding
 GIB = 1 << 30
 
 
-def row(label: str, m: Measurement | None, *, kept: bool = False, status: str = "ok", reason: str = "",
-        flags: tuple[str, ...] = ()) -> VariantResult:
-    return VariantResult(label=label, change={}, knobs={}, kind="trial", status=status, reason=reason,
-                         measurement=m, kept=kept, flags=flags)
+def row(
+    label: str,
+    m: Measurement | None,
+    *,
+    kept: bool = False,
+    status: str = "ok",
+    reason: str = "",
+    flags: tuple[str, ...] = (),
+) -> VariantResult:
+    return VariantResult(
+        label=label,
+        change={},
+        knobs={},
+        kind="trial",
+        status=status,
+        reason=reason,
+        measurement=m,
+        kept=kept,
+        flags=flags,
+    )
 
 
 ROWS = [
     row("baseline", measurement(1010, 1010, 1010, util=25, sm=12, peak=2 * GIB)),
     row("num_workers 0 -> 12", measurement(4100, 4100, 4100, util=97, sm=72, peak=2 * GIB), kept=True),
-    row("amp_bf16 off -> on", None, status=NOT_APPLIED,
-        reason="amp_bf16: needs a code change (the command does not read it from GPUMON_KNOBS)"),
+    row(
+        "amp_bf16 off -> on",
+        None,
+        status=NOT_APPLIED,
+        reason="amp_bf16: needs a code change (the command does not read it from GPUMON_KNOBS)",
+    ),
     row("batch_size 32 -> 256", None, status=FAILED, reason="out of memory"),
 ]
 
@@ -57,11 +77,15 @@ def test_the_markdown_table_has_one_row_per_variant() -> None:
 
 
 def test_the_report_shows_the_code_change_for_what_was_kept() -> None:
-    report = GuidedReport(baseline=ROWS[0], variants=tuple(ROWS[1:]), kept={"num_workers": 12},
-                          code=("DataLoader(..., num_workers=12)",),
-                          finding=Finding("input_bound", "waits for data 71% of each step", 0.9, 0.71,
-                                          source="hook"),
-                          stopped="nothing else won beyond the noise", meta={"device": "NVIDIA H100", "date": "x"})
+    report = GuidedReport(
+        baseline=ROWS[0],
+        variants=tuple(ROWS[1:]),
+        kept={"num_workers": 12},
+        code=("DataLoader(..., num_workers=12)",),
+        finding=Finding("input_bound", "waits for data 71% of each step", 0.9, 0.71, source="hook"),
+        stopped="nothing else won beyond the noise",
+        meta={"device": "NVIDIA H100", "date": "x"},
+    )
     text = report_text(report)
     assert "evidence: waits for data 71% of each step" in text
     assert "DataLoader(..., num_workers=12)" in text and "(4.1x)" in text

@@ -53,8 +53,7 @@ def runner(command: list[str], sampled: tuple[Sampler, SnapshotLog], **options: 
     sampler, log = sampled
     settings = dict(warmup_s=0.5, window_s=1.5, repeats=2, startup_timeout_s=90.0, stop_grace_s=5.0)
     settings.update(options)
-    return TrialRunner(command, log=log, track=sampler.track_pids, cwd=str(REPO), base_env=base_env(),
-                       **settings)  # type: ignore[arg-type]
+    return TrialRunner(command, log=log, track=sampler.track_pids, cwd=str(REPO), base_env=base_env(), **settings)  # type: ignore[arg-type]
 
 
 def group_gone(pid: int | None) -> bool:
@@ -67,8 +66,21 @@ def group_gone(pid: int | None) -> bool:
 
 
 def test_a_demo_trial_run_measures_the_baseline_and_more_workers(sock_dir: str, sampled) -> None:  # type: ignore[no-untyped-def]
-    demo = [sys.executable, "-m", "gpumon_demo", "--duration", "300", "--device", "cpu", "--progress-interval", "0",
-            "--dataset-size", "20000", "--batch-size", "8"]
+    demo = [
+        sys.executable,
+        "-m",
+        "gpumon_demo",
+        "--duration",
+        "300",
+        "--device",
+        "cpu",
+        "--progress-interval",
+        "0",
+        "--dataset-size",
+        "20000",
+        "--batch-size",
+        "8",
+    ]
     trials = runner(demo, sampled)
     baseline = trials.baseline()
     assert baseline.status == OK, baseline.reason
@@ -87,8 +99,14 @@ def test_a_demo_trial_run_measures_the_baseline_and_more_workers(sock_dir: str, 
 def test_a_crash_an_oom_and_a_timeout_are_recorded_with_their_reason(sock_dir: str, sampled) -> None:  # type: ignore[no-untyped-def]
     crash = runner([sys.executable, "-c", "raise SystemExit('boom: bad config')"], sampled).baseline()
     assert crash.status == FAILED and "exit status 1" in crash.reason and "boom: bad config" in crash.reason
-    oom = runner([sys.executable, "-c", "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to "
-                  "allocate 20.00 GiB'); sys.exit(1)"], sampled).baseline()
+    oom = runner(
+        [
+            sys.executable,
+            "-c",
+            "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB'); sys.exit(1)",
+        ],
+        sampled,
+    ).baseline()
     assert oom.status == OOM and "Tried to allocate 20.00 GiB" in oom.reason
     started = time.monotonic()
     stuck = runner([sys.executable, "-c", "import time; time.sleep(120)"], sampled, startup_timeout_s=1.0).baseline()
@@ -100,12 +118,14 @@ def test_a_crash_an_oom_and_a_timeout_are_recorded_with_their_reason(sock_dir: s
 def test_a_live_change_is_measured_and_rolled_back(sock_dir: str, sampled) -> None:  # type: ignore[no-untyped-def]
     _sampler, log = sampled
     env = protocol.injection_env(base_env())
-    job = subprocess.Popen(PLAIN, env=env, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    job = subprocess.Popen(
+        PLAIN, env=env, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     client = JobClient(job.pid, wait_for_socket=True)
     try:
-        live = LiveRunner(client, log=log, warmup_s=0.3, window_s=1.0, repeats=2, apply_timeout_s=30.0,
-                          sync_diagnosis=False)
+        live = LiveRunner(
+            client, log=log, warmup_s=0.3, window_s=1.0, repeats=2, apply_timeout_s=30.0, sync_diagnosis=False
+        )
         client.start()
         baseline = live.baseline()
         assert baseline.status == OK, baseline.reason

@@ -19,8 +19,15 @@ from gpumon.sampling.snapshot import Snapshot
 RECORDING = REPO / "assets" / "recordings" / "h100-training.jsonl"
 
 
-def throttled_run(reasons: tuple[str, ...], share: float, clock: int, *, busy: bool = True,
-                  temperature: float = 87.0, power: float = 520.0) -> list[Snapshot]:
+def throttled_run(
+    reasons: tuple[str, ...],
+    share: float,
+    clock: int,
+    *,
+    busy: bool = True,
+    temperature: float = 87.0,
+    power: float = 520.0,
+) -> list[Snapshot]:
     """The recording with the first `share` of its snapshots throttled for `reasons` at `clock` MHz."""
     snapshots = read_recording(RECORDING)
     cut = round(len(snapshots) * share)

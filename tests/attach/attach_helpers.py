@@ -34,9 +34,14 @@ class Job(JobOutput):
 
     def __init__(self, script: Path, args: list[str], sock_dir: str, env: dict[str, str] | None = None) -> None:
         self.sock_dir = sock_dir
-        self.proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=job_env(sock_dir, env),
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=job_env(sock_dir, env),
+            start_new_session=True,
+        )
         self.pid = self.proc.pid
         self.socket_path = os.path.join(sock_dir, f"{self.pid}.sock")
 
@@ -83,8 +88,9 @@ class PtyProgram:
         columns, lines = size
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
         env = dict(env, TERM="xterm-256color", COLUMNS=str(columns), LINES=str(lines))
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, start_new_session=True
+        )
         os.close(slave)
         self.output = b""
 
@@ -105,7 +111,7 @@ class PtyProgram:
             if not chunk:
                 return False
             self.output += chunk
-            if marker in self.output[max(0, start - len(marker)):]:
+            if marker in self.output[max(0, start - len(marker)) :]:
                 return True
         return False
 

@@ -20,8 +20,15 @@ GPUMON = [sys.executable, "-m", "gpumon"]
 
 
 def gpumon(*args: str, sock_dir: str, timeout: float = 60, **options: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*GPUMON, *args], capture_output=True, text=True, timeout=timeout, env=job_env(sock_dir),
-                          cwd=REPO_ROOT, **options)
+    return subprocess.run(
+        [*GPUMON, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=job_env(sock_dir),
+        cwd=REPO_ROOT,
+        **options,
+    )
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -29,8 +36,19 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 
 def test_run_no_tui_injects_the_hook_and_passes_the_exit_code_through(sock_dir: str) -> None:
-    done = gpumon("run", "--no-tui", "--", sys.executable, str(HOOKED_JOB), "--no-import", "--steps", "20",
-                  "--exit-code", "3", sock_dir=sock_dir)
+    done = gpumon(
+        "run",
+        "--no-tui",
+        "--",
+        sys.executable,
+        str(HOOKED_JOB),
+        "--no-import",
+        "--steps",
+        "20",
+        "--exit-code",
+        "3",
+        sock_dir=sock_dir,
+    )
     assert done.returncode == 3, done.stderr
     events = [e for e in json_lines(done.stdout) if "event" in e]
     assert events[0] == {"event": "ready", "pid": events[0]["pid"], "hooked": True}
@@ -39,23 +57,42 @@ def test_run_no_tui_injects_the_hook_and_passes_the_exit_code_through(sock_dir: 
 
 
 def test_run_without_a_command_or_with_a_missing_one_is_a_one_line_error(sock_dir: str) -> None:
-    for args, message in (([], "gpumon run needs a command"), (["--", "no-such-command-xyz"],
-                                                                 "command not found: no-such-command-xyz")):
+    for args, message in (
+        ([], "gpumon run needs a command"),
+        (["--", "no-such-command-xyz"], "command not found: no-such-command-xyz"),
+    ):
         done = gpumon("run", "--no-tui", *args, sock_dir=sock_dir)
         assert done.returncode == 2
         assert done.stderr.strip().splitlines() == [f"gpumon: error: {message}"] or message in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
 
 
-
 @pytest.mark.parametrize("started_ignoring_sigint", [False, True], ids=["foreground", "background-shell"])
 def test_ctrl_c_reaches_the_job_and_leaves_no_process_behind(sock_dir: str, started_ignoring_sigint: bool) -> None:
     # A shell without job control starts `gpumon run ... &` with SIGINT ignored; the job must still get Ctrl+C.
     ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if started_ignoring_sigint else None
-    proc = subprocess.Popen([*GPUMON, "run", "--no-tui", "--", sys.executable, str(HOOKED_JOB), "--no-import",
-                             "--seconds", "60", "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=job_env(sock_dir), cwd=REPO_ROOT, start_new_session=True,
-                            preexec_fn=ignore)
+    proc = subprocess.Popen(
+        [
+            *GPUMON,
+            "run",
+            "--no-tui",
+            "--",
+            sys.executable,
+            str(HOOKED_JOB),
+            "--no-import",
+            "--seconds",
+            "60",
+            "--workers",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_env(sock_dir),
+        cwd=REPO_ROOT,
+        start_new_session=True,
+        preexec_fn=ignore,
+    )
     try:
         assert proc.stdout is not None
         ready = json.loads(proc.stdout.readline())
@@ -125,16 +162,25 @@ def test_attach_json_without_the_hook_prints_py_spy_estimates(shared_spy_job: An
         pytest.skip(f"py-spy cannot attach here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     messages = json_lines(done.stdout)
-    assert messages[0] == {"type": "attach", "pid": job.pid, "hooked": False, "method": "py-spy", "estimate": True,
-                           "command": messages[0]["command"]}
+    assert messages[0] == {
+        "type": "attach",
+        "pid": job.pid,
+        "hooked": False,
+        "method": "py-spy",
+        "estimate": True,
+        "command": messages[0]["command"],
+    }
     estimates = [m for m in messages if m["type"] == "estimate"]
     assert len(estimates) >= 2 and all(m["estimate"] is True for m in estimates)
     last = estimates[-1]
     assert last["samples"] >= 50 and last["rounds"] == len(estimates)
     assert max(last["fractions"], key=last["fractions"].get) == "data_wait"
     assert last["fractions"]["data_wait"] > 0.7, last["counts"]
-    assert "dataloader.py" in last["hot_frames"]["data_wait"] or "queues.py" in last["hot_frames"]["data_wait"] or \
-        "selectors.py" in last["hot_frames"]["data_wait"]
+    assert (
+        "dataloader.py" in last["hot_frames"]["data_wait"]
+        or "queues.py" in last["hot_frames"]["data_wait"]
+        or "selectors.py" in last["hot_frames"]["data_wait"]
+    )
 
 
 RUNUSER = shutil.which("runuser")
@@ -154,15 +200,27 @@ def test_attach_without_ptrace_permission_says_how_to_grant_it(shared_spy_job: A
     # The attach path is stdlib only: any Python >= 3.10 that nobody may run will do (a venv under /root will not).
     python = None
     for candidate in (sys.executable, "/usr/bin/python3"):
-        check = subprocess.run([*as_nobody, candidate, "-c", "import gpumon.cli, gpumon.jobs"], capture_output=True,
-                               text=True, timeout=60, env=env, cwd="/tmp")
+        check = subprocess.run(
+            [*as_nobody, candidate, "-c", "import gpumon.cli, gpumon.jobs"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd="/tmp",
+        )
         if check.returncode == 0:
             python = candidate
             break
     if python is None:
         pytest.skip("user nobody can run no Python that imports this checkout's gpumon")
-    done = subprocess.run([*as_nobody, python, "-m", "gpumon", "attach", str(job.pid)], capture_output=True,
-                          text=True, timeout=60, env=env, cwd="/tmp")
+    done = subprocess.run(
+        [*as_nobody, python, "-m", "gpumon", "attach", str(job.pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd="/tmp",
+    )
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"gpumon: error: py-spy may not read pid {job.pid}'s memory (ptrace permission denied)")

@@ -73,8 +73,9 @@ def test_requests_get_their_replies(watch_shared: Any) -> None:
         assert client.ping()["type"] == protocol.PONG
         ack = client.set_knob("cudnn_benchmark", True)
         assert ack["knobs"] == {"cudnn_benchmark": True} and ack["applies"] == {"cudnn_benchmark": "next_step"}
-        assert wait_until(lambda: (client.view().state or {}).get("knobs", {}).get("applied") == {
-            "cudnn_benchmark": True}, 5)
+        assert wait_until(
+            lambda: (client.view().state or {}).get("knobs", {}).get("applied") == {"cudnn_benchmark": True}, 5
+        )
         with pytest.raises(JobRequestError, match="changes numerics"):
             client.set_knob("tf32", True)
         with pytest.raises(JobRequestError, match="bad value"):
@@ -133,7 +134,7 @@ class FakeHook:
                 conn.sendall(chunk)
             try:
                 self.received += conn.recv(65536)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 pass
         if self.close:
             conn.close()
@@ -152,9 +153,23 @@ HELLO = {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": os.getpi
 
 
 def steps(*seqs: int) -> dict[str, Any]:
-    return {"type": "steps", "t": 1000.0 + seqs[-1], "last_seq": seqs[-1],
-            "records": [{"seq": s, "t": 1000.0 + s, "wall_ms": 10.0, "data_ms": 4.0, "gpu_ms": None, "samples": 2,
-                         "source": "optimizer"} for s in seqs]}
+    return {
+        "type": "steps",
+        "t": 1000.0 + seqs[-1],
+        "last_seq": seqs[-1],
+        "records": [
+            {
+                "seq": s,
+                "t": 1000.0 + s,
+                "wall_ms": 10.0,
+                "data_ms": 4.0,
+                "gpu_ms": None,
+                "samples": 2,
+                "source": "optimizer",
+            }
+            for s in seqs
+        ],
+    }
 
 
 @pytest.fixture
@@ -172,8 +187,16 @@ def fake_hooks(sock_dir: str) -> Iterator[Any]:
 
 
 def test_garbage_and_a_line_cut_off_by_death_end_the_client_cleanly(fake_hooks: Any) -> None:
-    fake_hooks([line(HELLO), line(steps(1, 2)), b"this is not json\n", b'{"type": "steps", "records": 5}\n',
-                line(steps(3)), b'{"type": "steps", "t": 1004.0, "rec'])
+    fake_hooks(
+        [
+            line(HELLO),
+            line(steps(1, 2)),
+            b"this is not json\n",
+            b'{"type": "steps", "records": 5}\n',
+            line(steps(3)),
+            b'{"type": "steps", "t": 1004.0, "rec',
+        ]
+    )
     client = JobClient(os.getpid())
     client.connect()
     client.start()
@@ -226,7 +249,7 @@ def test_a_request_pending_when_the_job_dies_fails_at_once(fake_hooks: Any) -> N
     client.start()
     try:
         started = time.monotonic()
-        with pytest.raises(JobRequestError, match="went away|not connected"):
+        with pytest.raises(JobRequestError, match=r"went away|not connected"):
             client.set_knob("num_workers", 2, timeout=10)
         assert time.monotonic() - started < 3.0
     finally:

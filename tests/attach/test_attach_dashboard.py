@@ -4,7 +4,6 @@ and py-spy), and plain `gpumon` offering a hooked job."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -33,11 +32,21 @@ def terminal(sock_dir: str) -> Any:
         program.close()
 
 
-
 def test_run_shows_the_job_then_its_end_and_passes_its_status(terminal: Any, tmp_path: Path) -> None:
     log = tmp_path / "job.log"
-    screen = terminal("run", "--log", str(log), "--", sys.executable, str(HOOKED_JOB), "--no-import", "--seconds", "1.5",
-                      "--exit-code", "5")
+    screen = terminal(
+        "run",
+        "--log",
+        str(log),
+        "--",
+        sys.executable,
+        str(HOOKED_JOB),
+        "--no-import",
+        "--seconds",
+        "1.5",
+        "--exit-code",
+        "5",
+    )
     assert screen.read_until(b"steps/s"), screen.output[-2000:]  # the job's first steps are on screen
     assert screen.read_until(b"job ended", timeout=30), screen.output[-2000:]
     screen.press(b"q")
@@ -49,8 +58,19 @@ def test_run_shows_the_job_then_its_end_and_passes_its_status(terminal: Any, tmp
 
 def test_quitting_run_stops_the_job_and_its_workers(terminal: Any, tmp_path: Path) -> None:
     log = tmp_path / "job.log"
-    screen = terminal("run", "--log", str(log), "--", sys.executable, str(HOOKED_JOB), "--no-import", "--seconds", "60",
-                      "--workers", "2")
+    screen = terminal(
+        "run",
+        "--log",
+        str(log),
+        "--",
+        sys.executable,
+        str(HOOKED_JOB),
+        "--no-import",
+        "--seconds",
+        "60",
+        "--workers",
+        "2",
+    )
     assert screen.read_until(b"steps/s"), screen.output[-2000:]
     job_pid = json.loads(next(line for line in log.read_text().splitlines() if '"ready"' in line))["pid"]
     screen.press(b"q")

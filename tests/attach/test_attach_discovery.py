@@ -1,4 +1,4 @@
-"""Discovery: real hooked CPU jobs found by their sockets, stale sockets removed, unsafe places left alone, DDP grouping."""
+"""Discovery: real hooked CPU jobs found by their sockets, stale sockets removed, unsafe places left alone, DDP."""
 
 from __future__ import annotations
 
@@ -100,9 +100,18 @@ def test_a_directory_owned_by_another_uid_is_not_read(sock_dir: str) -> None:
 
 
 def hello(pid: int, **dist: Any) -> JobInfo:
-    return JobInfo(pid=pid, socket_path=f"/x/{pid}.sock",
-                   hello={"type": "hello", "protocol": 1, "pid": pid, "ppid": dist.pop("ppid", 1),
-                          "argv": ["train.py"], "dist": dist})
+    return JobInfo(
+        pid=pid,
+        socket_path=f"/x/{pid}.sock",
+        hello={
+            "type": "hello",
+            "protocol": 1,
+            "pid": pid,
+            "ppid": dist.pop("ppid", 1),
+            "argv": ["train.py"],
+            "dist": dist,
+        },
+    )
 
 
 def test_grouping_by_run_id_rendezvous_and_launcher() -> None:
@@ -125,8 +134,9 @@ def test_grouping_by_run_id_rendezvous_and_launcher() -> None:
 
 def test_straggler_rules() -> None:
     def rank(pid: int, wall: float, data: float) -> RankSummary:
-        return RankSummary(rank=pid, pid=pid, steps_per_s=1e3 / wall, wall_ms=wall, data_ms=data, gpu_ms=None,
-                           ended=False)
+        return RankSummary(
+            rank=pid, pid=pid, steps_per_s=1e3 / wall, wall_ms=wall, data_ms=data, gpu_ms=None, ended=False
+        )
 
     assert find_straggler([rank(1, 10, 1), rank(2, 10.5, 1), rank(3, 20, 1)]) == 3  # unsynchronised: slowest
     assert find_straggler([rank(1, 10, 1), rank(2, 10, 6), rank(3, 10, 1)]) == 2  # in lockstep: data-starved
@@ -135,11 +145,23 @@ def test_straggler_rules() -> None:
 
 
 def test_ddp_ranks_are_grouped_and_the_slow_one_is_the_straggler(start_job: Any) -> None:
-    shared = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "attach-test", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": "29999"}
+    shared = {
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "TORCHELASTIC_RUN_ID": "attach-test",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29999",
+    }
     fast = start_job("--seconds", "30", "--item-sleep-ms", "0.5", env={**shared, "RANK": "0", "LOCAL_RANK": "0"})
-    slow = start_job("--seconds", "30", "--item-sleep-ms", "0.5", "--step-sleep-ms", "50",
-                     env={**shared, "RANK": "1", "LOCAL_RANK": "1"})
+    slow = start_job(
+        "--seconds",
+        "30",
+        "--item-sleep-ms",
+        "0.5",
+        "--step-sleep-ms",
+        "50",
+        env={**shared, "RANK": "1", "LOCAL_RANK": "1"},
+    )
     for job in (fast, slow):
         job.wait_socket()
     groups = scan().groups
@@ -172,8 +194,13 @@ def test_ddp_ranks_are_grouped_and_the_slow_one_is_the_straggler(start_job: Any)
 def test_jobs_launched_by_a_process_are_its_hooked_descendants(start_job: Any, sock_dir: str) -> None:
     """What `gpumon run` follows: a launcher (like torchrun) whose child is the hooked job."""
     launcher_code = "import subprocess, sys; subprocess.run([sys.executable, sys.argv[1], '--seconds', '30'])"
-    launcher = subprocess.Popen([sys.executable, "-c", launcher_code, str(HOOKED_JOB)], env=job_env(sock_dir),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", launcher_code, str(HOOKED_JOB)],
+        env=job_env(sock_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     other = start_job("--seconds", "30")
     try:
         other.wait_socket()

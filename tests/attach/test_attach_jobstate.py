@@ -19,8 +19,12 @@ def record(seq: int, t: float, wall: float = 10.0, data: float = 2.0, gpu: float
 
 
 def steps(*records: dict[str, Any], t: float | None = None) -> dict[str, Any]:
-    return {"type": "steps", "t": t if t is not None else records[-1]["t"], "records": list(records),
-            "last_seq": records[-1]["seq"] if records else 0}
+    return {
+        "type": "steps",
+        "t": t if t is not None else records[-1]["t"],
+        "records": list(records),
+        "last_seq": records[-1]["seq"] if records else 0,
+    }
 
 
 def shares(points: list[StepPoint]) -> tuple[float | None, ...]:

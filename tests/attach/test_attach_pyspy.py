@@ -17,9 +17,24 @@ import pytest
 from attach_helpers import wait_until
 
 from gpumon.jobs.discovery import AttachError
-from gpumon.jobs.pyspy import (BACKWARD, CUDA_SYNC, ELSEWHERE, FORWARD, OPTIMIZER, Frame, PySpySampler,
-                                 check_target, classify, classify_stack, explain_pyspy_failure, find_pyspy,
-                                 main_thread_stacks, parse_dump, parse_raw, probe)
+from gpumon.jobs.pyspy import (
+    BACKWARD,
+    CUDA_SYNC,
+    ELSEWHERE,
+    FORWARD,
+    OPTIMIZER,
+    Frame,
+    PySpySampler,
+    check_target,
+    classify,
+    classify_stack,
+    explain_pyspy_failure,
+    find_pyspy,
+    main_thread_stacks,
+    parse_dump,
+    parse_raw,
+    probe,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -72,18 +87,27 @@ def test_rules_for_stacks_no_cpu_run_can_show() -> None:
     assert classify_stack(frames(("main", "train.py"), ("<module>", "train.py"))) == ELSEWHERE
     assert classify_stack([]) == ELSEWHERE
     # Activation checkpointing recomputes the forward inside backward: that time is backward's.
-    assert classify_stack(frames(("Linear.forward", "torch/nn/modules/linear.py"),
-                                 ("_engine_run_backward", "torch/autograd/graph.py"))) == BACKWARD
+    assert (
+        classify_stack(
+            frames(
+                ("Linear.forward", "torch/nn/modules/linear.py"), ("_engine_run_backward", "torch/autograd/graph.py")
+            )
+        )
+        == BACKWARD
+    )
     assert classify_stack(frames(("Linear.forward", "torch/nn/modules/linear.py"))) == FORWARD
 
 
 def test_pyspy_failures_become_one_line_messages() -> None:
-    permission = explain_pyspy_failure(123, "Permission Denied: Try running again with elevated permissions by going "
-                                            "'sudo env \"PATH=$PATH\" !!'")
+    permission = explain_pyspy_failure(
+        123, "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'"
+    )
     assert "setcap cap_sys_ptrace+ep" in permission and "ptrace_scope" in permission and "\n" not in permission
     assert "Python" in explain_pyspy_failure(123, "Error: Failed to find python version from target process")
-    assert "no process" in explain_pyspy_failure(123, "Error: Failed to get process executable name.\n\nCaused by:\n"
-                                                      "    0: No such file or directory (os error 2)")
+    assert "no process" in explain_pyspy_failure(
+        123,
+        "Error: Failed to get process executable name.\n\nCaused by:\n    0: No such file or directory (os error 2)",
+    )
 
 
 def test_a_dead_pid_and_a_non_python_pid_are_refused() -> None:
@@ -157,8 +181,12 @@ def test_without_ptrace_permission_the_error_says_how_to_grant_it(shared_spy_job
     assert pyspy is not None
     if not os.access(pyspy, os.X_OK) or (os.stat(pyspy).st_mode & 0o005) != 0o005:
         pytest.skip(f"{pyspy} is not runnable by other users")
-    done = subprocess.run([RUNUSER, "-u", "nobody", "--", pyspy, "dump", "--pid", str(job.pid)], capture_output=True,
-                          text=True, timeout=30)
+    done = subprocess.run(
+        [RUNUSER, "-u", "nobody", "--", pyspy, "dump", "--pid", str(job.pid)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode != 0
     message = explain_pyspy_failure(job.pid, done.stderr + done.stdout, done.returncode)
     assert "ptrace permission denied" in message and "setcap cap_sys_ptrace+ep" in message
@@ -169,14 +197,20 @@ def test_native_cuda_waits_and_the_jobs_own_sync_lines_are_syncs() -> None:
     code under torch's formatting is a sync read from source text; the hot frame names the job's line."""
     from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE, PySpySampler, classify_stack_how, parse_raw
 
-    lines = {("/home/u/train.py", 57): "        norms.append(p.grad.norm().item())\n",
-             ("/home/u/train.py", 49): "        out = model(x)\n",
-             ("/home/u/train.py", 61): "    print(loss)\n"}
+    lines = {
+        ("/home/u/train.py", 57): "        norms.append(p.grad.norm().item())\n",
+        ("/home/u/train.py", 49): "        out = model(x)\n",
+        ("/home/u/train.py", 61): "    print(loss)\n",
+    }
     source = lambda file, line: lines.get((file, line), "")  # noqa: E731 - the job's source, as linecache reads it
     stacks = parse_raw((FIXTURES / "record-native_sync.raw").read_text())
     found = [(classify_stack_how(stack.frames, source), stack.count) for stack in stacks]
-    assert found == [(("cuda_sync", SYNC_NATIVE), 31), (("cuda_sync", SYNC_NATIVE), 9), (("forward", None), 12),
-                     (("cuda_sync", SYNC_SOURCE), 6)]
+    assert found == [
+        (("cuda_sync", SYNC_NATIVE), 31),
+        (("cuda_sync", SYNC_NATIVE), 9),
+        (("forward", None), 12),
+        (("cuda_sync", SYNC_SOURCE), 6),
+    ]
     sampler = PySpySampler(5120, pyspy="/nonexistent/py-spy", source_line=source, native=True)
     sampler._take(stacks)
     view = sampler.view()

@@ -61,21 +61,42 @@ for x, y in DataLoader(Batches(), batch_size=1):
 
 BACKENDS = [
     "gloo",
-    pytest.param("nccl", marks=pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                                                  reason="NCCL ranks need 2 GPUs (run on nvidia-h200-x2)")),
+    pytest.param(
+        "nccl",
+        marks=pytest.mark.skipif(
+            not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+            reason="NCCL ranks need 2 GPUs (run on nvidia-h200-x2)",
+        ),
+    ),
 ]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_torchrun_ranks_are_grouped_and_the_slow_rank_is_the_straggler(sock_dir: str, tmp_path: Path,
-                                                                        backend: str) -> None:
+def test_torchrun_ranks_are_grouped_and_the_slow_rank_is_the_straggler(
+    sock_dir: str, tmp_path: Path, backend: str
+) -> None:
     script = tmp_path / "ddp_job.py"
     script.write_text(DDP_JOB)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "gpumon", "run", "--no-tui", "--", sys.executable, "-m", "torch.distributed.run",
-               "--standalone", "--nproc_per_node", "2", str(script), backend]
-    launcher = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "gpumon",
+        "run",
+        "--no-tui",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        backend,
+    ]
+    launcher = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     job = None
     try:
         deadline = time.monotonic() + 90
@@ -95,8 +116,11 @@ def test_torchrun_ranks_are_grouped_and_the_slow_rank_is_the_straggler(sock_dir:
         view = job.view()
         while time.monotonic() < deadline:
             view = job.view()
-            if len(view.ranks) == 2 and all((rank.steps_per_s or 0) > 0 for rank in view.ranks) \
-                    and view.stats.steps >= 40:
+            if (
+                len(view.ranks) == 2
+                and all((rank.steps_per_s or 0) > 0 for rank in view.ranks)
+                and view.stats.steps >= 40
+            ):
                 break
             time.sleep(0.5)
         assert [rank.rank for rank in view.ranks] == [0, 1], view.ranks

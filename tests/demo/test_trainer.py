@@ -64,8 +64,14 @@ def test_default_run_loads_and_augments_in_the_main_process() -> None:
 
 @pytest.mark.filterwarnings("ignore:.pin_memory. argument is set as true:UserWarning")
 def test_dataloader_knobs_take_effect() -> None:
-    knobs = {"num_workers": 2, "pin_memory": True, "batch_size": 8, "prefetch_factor": 3, "persistent_workers": True,
-             "augment_in_workers": False}
+    knobs = {
+        "num_workers": 2,
+        "pin_memory": True,
+        "batch_size": 8,
+        "prefetch_factor": 3,
+        "persistent_workers": True,
+        "augment_in_workers": False,
+    }
     summary = run_small(steps=5, knobs=knobs)
     loader = summary["dataloader"]
     assert (loader["num_workers"], loader["batch_size"], loader["prefetch_factor"]) == (2, 8, 3)

@@ -16,7 +16,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-PAGEABLE_JOB = r'''
+PAGEABLE_JOB = r"""
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 images = torch.randn(1024, 3, 224, 224)  # 154 MB per batch of 256, fp32, pageable
@@ -32,9 +32,9 @@ while True:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-'''
+"""
 
-ITEM_JOB = r'''
+ITEM_JOB = r"""
 import torch
 model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(13)], torch.nn.Linear(1024, 10)).cuda()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -49,9 +49,9 @@ while True:
         norms.append(p.grad.norm().item())
     del norms[:-1000]
     optimizer.step()
-'''
+"""
 
-RESNET_JOB = r'''
+RESNET_JOB = r"""
 import torch
 def block(c_in, c_out, stride):
     return torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), torch.nn.BatchNorm2d(c_out),
@@ -68,12 +68,17 @@ while True:
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-'''
+"""
 
 
 def diagnose(args: list[str], timeout: float = 60) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "gpumon", "diagnose", "--json", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpumon", "diagnose", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -94,8 +99,11 @@ def test_pageable_batches_name_the_transfer_with_its_share() -> None:
     assert "transfer_bound" in found, finding
     assert found["transfer_bound"] >= 0.15
     assert sum(found.values()) <= 1.0 + 1e-6
-    transfer = finding if finding["category"] == "transfer_bound" else next(
-        f for f in finding["secondary"] if f["category"] == "transfer_bound")
+    transfer = (
+        finding
+        if finding["category"] == "transfer_bound"
+        else next(f for f in finding["secondary"] if f["category"] == "transfer_bound")
+    )
     assert "pageable" in transfer["evidence"] and "host->device copies take" in transfer["evidence"]
 
 

@@ -69,8 +69,9 @@ def test_energy_grows_by_about_the_power_drawn(collector: GpuCollector, raw: Any
     for gpu in gpus:
         before, after = first[gpu.index]["energy_total"], second[gpu.index]["energy_total"]
         if before is None:
-            assert _raw_or_none(raw.nvmlDeviceGetTotalEnergyConsumption, raw.nvmlDeviceGetHandleByIndex(gpu.index)) \
-                is None, "raw NVML has the energy counter but gpumon reports N/A"
+            assert (
+                _raw_or_none(raw.nvmlDeviceGetTotalEnergyConsumption, raw.nvmlDeviceGetHandleByIndex(gpu.index)) is None
+            ), "raw NVML has the energy counter but gpumon reports N/A"
             continue
         assert after >= before
         handle = raw.nvmlDeviceGetHandleByIndex(gpu.index)
@@ -106,8 +107,10 @@ def test_ecc_remapped_rows_power_limit_and_mig_match_raw_nvml(collector: GpuColl
         assert got["mig_mode"] == (None if mode is None else mode[0] == 1)
         if not got["mig_mode"]:
             assert got["mig_instances"] == ()
-        print(f"GPU {gpu.index}: ECC {[got[n] for n in ('ecc_corrected_volatile', 'ecc_uncorrected_volatile')]}, "
-              f"remapped {rows}, fan {got['fan_speed']}, power limit {limit:.0f} W, MIG {got['mig_mode']}")
+        print(
+            f"GPU {gpu.index}: ECC {[got[n] for n in ('ecc_corrected_volatile', 'ecc_uncorrected_volatile')]}, "
+            f"remapped {rows}, fan {got['fan_speed']}, power limit {limit:.0f} W, MIG {got['mig_mode']}"
+        )
 
 
 def test_xid_errors_can_be_watched_and_the_thread_stops(collector: GpuCollector) -> None:

@@ -21,7 +21,7 @@ from gpumon.jobs.connection import HookConnection
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-STRICT_JOB = r'''
+STRICT_JOB = r"""
 import json, os, sys, time
 import gpumon.hook
 import torch
@@ -55,9 +55,9 @@ torch.cuda.set_sync_debug_mode("default")
 torch.cuda.synchronize()
 print(json.dumps({"event": "done", "steps": steps}), flush=True)
 wait_for(sys.argv[2])
-'''
+"""
 
-SYNCING_JOB = r'''
+SYNCING_JOB = r"""
 import json, os, sys, time
 import gpumon.hook
 import torch
@@ -81,9 +81,9 @@ for step in range(40):
     time.sleep(0.01)
 print(json.dumps({"event": "done", "mode_after": torch.cuda.get_sync_debug_mode()}), flush=True)
 wait_for(sys.argv[2])
-'''
+"""
 
-CPU_JOB = r'''
+CPU_JOB = r"""
 import json, os, sys, time
 import gpumon.hook
 import torch
@@ -96,7 +96,7 @@ print(json.dumps({"event": "ready"}), flush=True)
 while not os.path.exists(sys.argv[2]):
     time.sleep(0.01)
 print(json.dumps({"event": "done", "cuda_initialized": torch.cuda.is_initialized()}), flush=True)
-'''
+"""
 
 
 class GpuJob:
@@ -106,11 +106,19 @@ class GpuJob:
         self.go = tmp / "go"
         self.release = tmp / "release"
         self.sock_dir = tempfile.mkdtemp(prefix="gpumon-gpu-", dir="/tmp") + "/s"
-        env = {**os.environ, protocol.SOCKET_DIR_ENV: self.sock_dir,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-               **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, str(script), str(self.go), str(self.release)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        env = {
+            **os.environ,
+            protocol.SOCKET_DIR_ENV: self.sock_dir,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+            **(env or {}),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), str(self.go), str(self.release)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.socket_path = os.path.join(self.sock_dir, f"{self.proc.pid}.sock")
 
     def event(self, name: str) -> dict[str, Any]:
@@ -213,8 +221,9 @@ def test_diagnosis_counts_the_jobs_syncs(tmp_path: Path) -> None:
             done = job.event("done")
         assert diagnosis is not None and diagnosis["available"] is True, diagnosis
         assert diagnosis["steps"] == 5 and all(n >= 1 for n in diagnosis["syncs_per_step"])
-        sync_line = SYNCING_JOB.splitlines().index(
-            next(line for line in SYNCING_JOB.splitlines() if "SYNC-LINE" in line)) + 1
+        sync_line = (
+            SYNCING_JOB.splitlines().index(next(line for line in SYNCING_JOB.splitlines() if "SYNC-LINE" in line)) + 1
+        )
         assert any(site["file"].endswith("job.py") and site["line"] == sync_line for site in diagnosis["sites"])
         assert done["mode_after"] == 0  # the window put the job's mode back
         job.finish()

@@ -98,7 +98,8 @@ def raw_gpm(pynvml, handle, window: float = 0.5) -> dict[str, float]:
 def process_sm(pynvml, handle, pid: int) -> tuple[int, float | None]:
     """(processes NVML lists on the GPU, `pid`'s newest SM% sample from the last second), read independently."""
     count = len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) + len(
-        pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+        pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
+    )
     try:
         samples = pynvml.nvmlDeviceGetProcessUtilization(handle, time.time_ns() // 1000 - 1_000_000)
     except pynvml.NVMLError:

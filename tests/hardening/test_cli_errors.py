@@ -14,8 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def gpumon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 def assert_one_line_exit_2(done: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -27,14 +28,18 @@ def assert_one_line_exit_2(done: subprocess.CompletedProcess[str], *words: str) 
         assert word in lines[0]
 
 
-@pytest.mark.parametrize("args", [
-    ["attach", "99999999999999999999"],
-    ["attach", "4294967296"],
-    ["attach", "0"],
-    ["attach", "-5"],
-    ["diagnose", "--pid", "99999999999999999999"],
-    ["experiment", "--pid", "4194305", "--", "python"],
-], ids=["attach-huge", "attach-2^32", "attach-0", "attach-negative", "diagnose-huge", "experiment-above-pid-max"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["attach", "99999999999999999999"],
+        ["attach", "4294967296"],
+        ["attach", "0"],
+        ["attach", "-5"],
+        ["diagnose", "--pid", "99999999999999999999"],
+        ["experiment", "--pid", "4194305", "--", "python"],
+    ],
+    ids=["attach-huge", "attach-2^32", "attach-0", "attach-negative", "diagnose-huge", "experiment-above-pid-max"],
+)
 def test_pids_outside_the_kernels_range_are_refused(args: list[str]) -> None:
     assert_one_line_exit_2(gpumon(*args), "is not a process id")
 
@@ -46,8 +51,15 @@ def test_record_refuses_a_duration_before_writing_anything(tmp_path: Path, durat
     assert not path.exists(), "nothing is written before the arguments are checked"
 
 
-@pytest.mark.parametrize("args", [["attach", "1", "--json", "--duration", "1e308"], ["diagnose", "--duration", "inf"],
-                                  ["snapshot", "--window", "1e308"], ["demo", "--duration", "1e400"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["attach", "1", "--json", "--duration", "1e308"],
+        ["diagnose", "--duration", "inf"],
+        ["snapshot", "--window", "1e308"],
+        ["demo", "--duration", "1e400"],
+    ],
+)
 def test_other_durations_are_checked_too(args: list[str]) -> None:
     assert_one_line_exit_2(gpumon(*args))
 

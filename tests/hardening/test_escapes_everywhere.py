@@ -50,14 +50,21 @@ def assert_shown_escaped(screen: str) -> None:
 
 def hostile_snapshots() -> list[Any]:
     worker = process(4243, command=f"python {HOSTILE} worker", user=HOSTILE)
-    job = process(4242, command=f"python {HOSTILE} train.py", user=HOSTILE, gpu_indices=(0,), gpu_memory=2 << 30,
-                  children=(worker,))
+    job = process(
+        4242,
+        command=f"python {HOSTILE} train.py",
+        user=HOSTILE,
+        gpu_indices=(0,),
+        gpu_memory=2 << 30,
+        children=(worker,),
+    )
     base = snapshot(
         hostname=f"host{HOSTILE}",
         driver_version=f"580{HOSTILE}",
         gpus=(gpu(0, name=f"NVIDIA {HOSTILE}", throttle_reasons=(f"power{HOSTILE}",)),),
-        disks=(DiskSample(name=f"d{HOSTILE}", read_bytes_per_s=1e6, write_bytes_per_s=0.0, read_iops=10.0,
-                          write_iops=0.0),),
+        disks=(
+            DiskSample(name=f"d{HOSTILE}", read_bytes_per_s=1e6, write_bytes_per_s=0.0, read_iops=10.0, write_iops=0.0),
+        ),
         processes=(job,),
     )
     return [replace(base, timestamp=base.timestamp + index) for index in range(3)]
@@ -169,8 +176,15 @@ def hostile_job() -> Iterator[tuple[str, subprocess.Popen[str]]]:
     cwd = os.path.join(base, f"cwd{HOSTILE.replace('/', '_')}")
     os.mkdir(cwd)
     code = "import gpumon.hook, torch, time\nprint('ready', flush=True)\ntime.sleep(60)"
-    job = subprocess.Popen([sys.executable, "-c", code, HOSTILE], cwd=cwd, env=job_env(sock_dir), text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    job = subprocess.Popen(
+        [sys.executable, "-c", code, HOSTILE],
+        cwd=cwd,
+        env=job_env(sock_dir),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         assert job.stdout is not None and job.stdout.readline().strip() == "ready"
         assert wait_until(lambda: os.path.exists(os.path.join(sock_dir, f"{job.pid}.sock")), 30)
@@ -184,8 +198,14 @@ def hostile_job() -> Iterator[tuple[str, subprocess.Popen[str]]]:
 
 
 def gpumon(sock_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, timeout=60,
-                          env=job_env(sock_dir), cwd=REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=job_env(sock_dir),
+        cwd=REPO_ROOT,
+    )
 
 
 def test_gpumon_jobs_prints_a_hostile_argv_and_cwd_escaped(hostile_job: tuple[str, subprocess.Popen[str]]) -> None:
@@ -198,7 +218,8 @@ def test_gpumon_jobs_prints_a_hostile_argv_and_cwd_escaped(hostile_job: tuple[st
 
 
 def test_gpumon_jobs_json_escapes_controls_and_keeps_the_exact_strings(
-        hostile_job: tuple[str, subprocess.Popen[str]]) -> None:
+    hostile_job: tuple[str, subprocess.Popen[str]],
+) -> None:
     sock_dir, job = hostile_job
     result = gpumon(sock_dir, "jobs", "--json")
     assert result.returncode == 0, result.stderr
@@ -228,4 +249,3 @@ def test_the_snapshot_text_shows_hostile_names_escaped() -> None:
     assert_shown_escaped(text)
     gpu_error = describe_snapshot(replace(hostile_snapshots()[0], gpus=(), gpu_error=HOSTILE))
     assert_shown_escaped(gpu_error)
-

@@ -146,8 +146,9 @@ def test_a_connection_flood_barely_slows_the_job_and_the_hook_still_answers(star
     for window in range(2 * ROUNDS + 1):
         flooder = None
         if window % 2:
-            flooder = subprocess.Popen([sys.executable, "-c", FLOODER, path, str(FLOOD_RATE), str(WINDOW_S)],
-                                       stdout=subprocess.PIPE, text=True)
+            flooder = subprocess.Popen(
+                [sys.executable, "-c", FLOODER, path, str(FLOOD_RATE), str(WINDOW_S)], stdout=subprocess.PIPE, text=True
+            )
         start, cpu_before = time.time(), side_threads_cpu_s(job.pid)
         time.sleep(WINDOW_S)
         if flooder is not None:
@@ -157,10 +158,12 @@ def test_a_connection_flood_barely_slows_the_job_and_the_hook_still_answers(star
         rates.append(clock.rate(start + SETTLE_S, start + WINDOW_S))
     clock.stop()
     quiet, flooded = rates[0::2], rates[1::2]
-    keeps = [rate / statistics.mean(rates[i * 2: i * 2 + 3: 2]) for i, rate in enumerate(flooded)]
+    keeps = [rate / statistics.mean(rates[i * 2 : i * 2 + 3 : 2]) for i, rate in enumerate(flooded)]
     flood_cpu_share = (side_cpu_s[1] / ROUNDS - side_cpu_s[0] / (ROUNDS + 1)) / WINDOW_S
-    report = (f"steps/s quiet {quiet}, during the flood {flooded}; hook thread CPU s quiet {side_cpu_s[0]:.3f}, "
-              f"flooded {side_cpu_s[1]:.3f}: the flood costs {flood_cpu_share:.1%} of a core")
+    report = (
+        f"steps/s quiet {quiet}, during the flood {flooded}; hook thread CPU s quiet {side_cpu_s[0]:.3f}, "
+        f"flooded {side_cpu_s[1]:.3f}: the flood costs {flood_cpu_share:.1%} of a core"
+    )
     assert attempts >= 0.8 * FLOOD_RATE * WINDOW_S * ROUNDS, f"the flood fell short: {attempts} connects"
     assert min(quiet) > 20, report
     assert flood_cpu_share <= HOOK_CPU_SHARE, report
@@ -190,7 +193,7 @@ def test_deeply_nested_lines_never_end_the_server(start_job: Any) -> None:
                 reply = conn.recv(5)
             assert reply is not None and reply["code"] == protocol.E_BAD_JSON, reply
             assert "deeper" in reply["message"]
-    nested_in_a_field = b'{"type":"ping","id":7,"x":' + b"{\"a\":" * 5000 + b"1" + b"}" * 5000 + b"}\n"
+    nested_in_a_field = b'{"type":"ping","id":7,"x":' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}\n"
     with connect(path) as conn:
         conn.sock.sendall(nested_in_a_field)
         reply = conn.recv(5)
@@ -207,18 +210,21 @@ def test_deeply_nested_lines_never_end_the_server(start_job: Any) -> None:
 def test_an_error_for_a_wrongly_typed_field_keeps_the_request_id(start_job: Any) -> None:
     job = start_job("--mode", "optimizer", "--steps", "20")
     with connect(job.wait_socket()) as conn:
-        for request in ({"type": protocol.DIAGNOSE, "id": "d1", "steps": "10"},
-                        {"type": protocol.SUBSCRIBE, "id": {"n": 2}, "steps_interval": "fast"},
-                        {"type": protocol.SET_KNOB, "id": 3, "knobs": [1]},
-                        {"type": protocol.DIAGNOSE, "id": 4}):
+        for request in (
+            {"type": protocol.DIAGNOSE, "id": "d1", "steps": "10"},
+            {"type": protocol.SUBSCRIBE, "id": {"n": 2}, "steps_interval": "fast"},
+            {"type": protocol.SET_KNOB, "id": 3, "knobs": [1]},
+            {"type": protocol.DIAGNOSE, "id": 4},
+        ):
             reply = conn.request(request, ("never",))
             assert reply["type"] == protocol.ERROR and reply["code"] == protocol.E_BAD_MESSAGE, reply
             assert reply["id"] == request["id"]
 
 
 def test_a_failing_server_loop_is_restarted_and_reported(start_job: Any) -> None:
-    job = start_job("--mode", "optimizer", "--item-sleep-ms", "0", "--steps", "50", "--seconds", "60",
-                    "--break-server", "3")
+    job = start_job(
+        "--mode", "optimizer", "--item-sleep-ms", "0", "--steps", "50", "--seconds", "60", "--break-server", "3"
+    )
     path = job.wait_socket()
     job.event("ready")
     threads_before = thread_count(job.pid)

@@ -14,25 +14,36 @@ from gpumon.printable import escape_char, printable, printable_or
 from gpumon.tui.printable_text import printable_text
 
 
-@pytest.mark.parametrize(("raw", "shown"), [
-    ("\x1b]0;PWNED\x07\x1b[2J", "\\x1b]0;PWNED\\x07\\x1b[2J"),  # set the title, clear the screen
-    ("a\x00b\x7fc", "a\\x00b\\x7fc"),  # NUL, DEL
-    ("\x9b31m\x85\x90", "\\x9b31m\\x85\\x90"),  # C1: CSI, NEL, DCS
-    ("tab\tnew\nline\rcr", "tab\\tnew\\nline\\rcr"),
-    ("evil\u202eexe.txt", "evil\\u202eexe.txt"),  # right-to-left override
-    ("\u2066iso\u2069\u200e\u200b\ufeff", "\\u2066iso\\u2069\\u200e\\u200b\\ufeff"),
-    ("line\u2028para\u2029", "line\\u2028para\\u2029"),
-    ("tag\U000e0041", "tag\\U000e0041"),
-    ("bad\udcffbyte", "bad\\udcffbyte"),  # an undecodable byte of a command line (surrogateescape)
-])
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\x1b]0;PWNED\x07\x1b[2J", "\\x1b]0;PWNED\\x07\\x1b[2J"),  # set the title, clear the screen
+        ("a\x00b\x7fc", "a\\x00b\\x7fc"),  # NUL, DEL
+        ("\x9b31m\x85\x90", "\\x9b31m\\x85\\x90"),  # C1: CSI, NEL, DCS
+        ("tab\tnew\nline\rcr", "tab\\tnew\\nline\\rcr"),
+        ("evil\u202eexe.txt", "evil\\u202eexe.txt"),  # right-to-left override
+        ("\u2066iso\u2069\u200e\u200b\ufeff", "\\u2066iso\\u2069\\u200e\\u200b\\ufeff"),
+        ("line\u2028para\u2029", "line\\u2028para\\u2029"),
+        ("tag\U000e0041", "tag\\U000e0041"),
+        ("bad\udcffbyte", "bad\\udcffbyte"),  # an undecodable byte of a command line (surrogateescape)
+    ],
+)
 def test_controls_escapes_and_reordering_marks_are_shown_escaped(raw: str, shown: str) -> None:
     assert printable(raw) == shown
 
 
-@pytest.mark.parametrize("kept", [
-    "python train.py --lr 3e-4", "", "naïve 日本語 🚀 Ωmega", "nbsp\u00a0and\u3000ideographic space",
-    "private\ue000use", "[bold]markup is not ours to escape[/bold]", "back\\slash \\x1b already text",
-])
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "python train.py --lr 3e-4",
+        "",
+        "naïve 日本語 🚀 Ωmega",
+        "nbsp\u00a0and\u3000ideographic space",
+        "private\ue000use",
+        "[bold]markup is not ours to escape[/bold]",
+        "back\\slash \\x1b already text",
+    ],
+)
 def test_printable_strings_are_returned_as_they_are(kept: str) -> None:
     assert printable(kept) == kept
 

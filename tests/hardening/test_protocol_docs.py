@@ -32,7 +32,7 @@ def doc_tables() -> dict[str, dict[str, str]]:
             continue
         assert subject is not None and subject not in tables, f"table at line {index + 1}: subject {subject!r}"
         rows = tables[subject] = {}
-        for row in lines[index + 2:]:
+        for row in lines[index + 2 :]:
             if not row.startswith("|"):
                 break
             names_cell, type_cell = (cell.strip() for cell in row.strip("|").split("|")[:2])
@@ -87,8 +87,11 @@ def typed_dicts() -> dict[str, type]:
     pending = list(protocol.SHAPES.values())
     while pending:
         for hint in typing.get_type_hints(pending.pop()).values():
-            for candidate in (hint, *typing.get_args(hint), *(a for arg in typing.get_args(hint)
-                                                              for a in typing.get_args(arg))):
+            for candidate in (
+                hint,
+                *typing.get_args(hint),
+                *(a for arg in typing.get_args(hint) for a in typing.get_args(arg)),
+            ):
                 if typing.is_typeddict(candidate) and candidate.__name__ not in found:
                     found[candidate.__name__] = candidate
                     pending.append(candidate)

@@ -29,8 +29,11 @@ def other_user() -> pwd.struct_passwd | None:
         return pwd.getpwnam(USER)
     except KeyError:
         pass
-    made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                          capture_output=True, text=True)
+    made = subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode != 0 and "already exists" not in made.stderr:
         return None
     try:
@@ -60,9 +63,17 @@ while True:
 def cannot_run_python_as(user: pwd.struct_passwd, python: str, code: str) -> str | None:
     """Why `user` cannot run `code` with `python` (e.g. one that lives under root's 0700 home), None if it can."""
     try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
-                              env=job_env("/nonexistent"), cwd="/", user=user.pw_uid, group=user.pw_gid,
-                              extra_groups=[])
+        done = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=job_env("/nonexistent"),
+            cwd="/",
+            user=user.pw_uid,
+            group=user.pw_gid,
+            extra_groups=[],
+        )
     except OSError as error:
         return f"{python}: {error.strerror or error}"
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["failed"])[-1]
@@ -89,9 +100,18 @@ def users_job() -> Iterator[tuple[Any, str]]:
     os.mkdir(directory, 0o700)
     os.chown(directory, user.pw_uid, user.pw_gid)
     env = job_env(directory, {"HOME": base})
-    job = subprocess.Popen(command, env=env, cwd=base,
-                           user=user.pw_uid, group=user.pw_gid, extra_groups=[], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    job = subprocess.Popen(
+        command,
+        env=env,
+        cwd=base,
+        user=user.pw_uid,
+        group=user.pw_gid,
+        extra_groups=[],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert job.stdout is not None
         ready = json.loads(job.stdout.readline() or "{}")
@@ -105,8 +125,15 @@ def users_job() -> Iterator[tuple[Any, str]]:
 
 
 def gpumon(*args: str, sock_dir: str, **options: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, timeout=60,
-                          env=job_env(sock_dir), cwd=REPO_ROOT, **options)
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=job_env(sock_dir),
+        cwd=REPO_ROOT,
+        **options,
+    )
 
 
 def test_root_attaches_to_another_users_hooked_job(users_job: tuple[Any, str]) -> None:
@@ -132,13 +159,27 @@ def test_root_lists_another_users_jobs_and_leaves_their_sockets_alone(users_job:
 def test_a_third_user_stays_refused(users_job: tuple[Any, str]) -> None:
     job, directory = users_job
     nobody = pwd.getpwnam("nobody")
-    python = next((candidate for candidate in (sys.executable, shutil.which("python3", path="/usr/bin"))
-                   if candidate and cannot_run_python_as(nobody, candidate, "import gpumon.cli") is None), None)
+    python = next(
+        (
+            candidate
+            for candidate in (sys.executable, shutil.which("python3", path="/usr/bin"))
+            if candidate and cannot_run_python_as(nobody, candidate, "import gpumon.cli") is None
+        ),
+        None,
+    )
     if python is None:
         pytest.skip("nobody can run no Python that imports gpumon.cli")
-    done = subprocess.run([python, "-m", "gpumon", "attach", str(job.pid), "--json", "--duration", "2"],
-                          capture_output=True, text=True, timeout=60, env=job_env(directory), cwd="/",
-                          user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[])
+    done = subprocess.run(
+        [python, "-m", "gpumon", "attach", str(job.pid), "--json", "--duration", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=job_env(directory),
+        cwd="/",
+        user=nobody.pw_uid,
+        group=nobody.pw_gid,
+        extra_groups=[],
+    )
     assert done.returncode == 2, done.stdout
     assert len(done.stderr.strip().splitlines()) == 1 and '"type": "hello"' not in done.stdout
     assert not done.stdout.strip()

@@ -94,7 +94,8 @@ def fake_torch() -> Any:
         state.precision = value
 
     return SimpleNamespace(
-        cuda=FakeCuda(), backends=SimpleNamespace(cuda=SimpleNamespace(matmul=matmul), cudnn=cudnn),
+        cuda=FakeCuda(),
+        backends=SimpleNamespace(cuda=SimpleNamespace(matmul=matmul), cudnn=cudnn),
         set_float32_matmul_precision=set_float32_matmul_precision,
         get_float32_matmul_precision=lambda: state.precision,
     )

@@ -34,8 +34,13 @@ class Job(JobOutput):
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in [full_env.get("PYTHONPATH", ""), str(REPO_ROOT)] if p)
         full_env.setdefault("OMP_NUM_THREADS", "1")
         self.sock_dir = sock_dir
-        self.proc = subprocess.Popen([sys.executable, str(JOB_SCRIPT), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=full_env)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(JOB_SCRIPT), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+        )
         self.pid = self.proc.pid
         self.socket_path = os.path.join(sock_dir, f"{self.pid}.sock")
 

@@ -51,10 +51,14 @@ def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -
     assert shares.steps == 2 and shares.gpu is None and shares.pageable is None
     assert sum(getattr(shares, part) for part in BUDGET_PART_NAMES) == pytest.approx(1.0)
     assert shares.data_collate > 0.1 and shares.data == pytest.approx(
-        sum(records[s]["data_ms"] for s in (16, 32)) / sum(records[s]["wall_ms"] for s in (16, 32)), abs=1e-3)
+        sum(records[s]["data_ms"] for s in (16, 32)) / sum(records[s]["wall_ms"] for s in (16, 32)), abs=1e-3
+    )
     line = budget_line(view, 120)
-    assert line is not None and line.plain.startswith("Budget") and f"collate {units.share(shares.data_collate)}" \
-        in line.plain
+    assert (
+        line is not None
+        and line.plain.startswith("Budget")
+        and f"collate {units.share(shares.data_collate)}" in line.plain
+    )
     assert budget_line(replace(view, steps=tuple(s for s in view.steps if s.budget is None)), 120) is None
 
 
@@ -114,28 +118,32 @@ class CudaLike:
     is_cuda = True
 
 
-@pytest.mark.parametrize(("name", "tensor", "args", "kwargs", "expected"), [
-    ("to", torch.zeros(1), ("cuda",), {}, ("h2d", True)),
-    ("to", torch.zeros(1), (torch.device("cuda", 0),), {"non_blocking": True}, ("h2d", False)),
-    ("to", torch.zeros(1), (), {"device": "cuda:1", "dtype": torch.float16}, ("h2d", True)),
-    ("to", torch.zeros(1), (0,), {}, ("h2d", True)),
-    ("to", torch.zeros(1), (torch.float16,), {}, (None, True)),
-    ("to", torch.zeros(1), ("cpu",), {}, (None, True)),
-    ("to", CudaLike(), ("cpu",), {}, ("sync", True)),
-    ("to", CudaLike(), ("cpu",), {"non_blocking": True}, (None, False)),
-    ("cuda", torch.zeros(1), (), {}, ("h2d", True)),
-    ("cuda", torch.zeros(1), (0, True), {}, ("h2d", False)),
-    ("cuda", CudaLike(), (), {}, (None, True)),
-    ("copy_", CudaLike(), (torch.zeros(1),), {}, ("h2d", True)),
-    ("copy_", torch.zeros(1), (CudaLike(),), {}, ("sync", True)),
-    ("copy_", torch.zeros(1), (torch.zeros(1),), {}, (None, True)),
-    ("item", CudaLike(), (), {}, ("sync", True)),
-    ("item", torch.zeros(1), (), {}, (None, True)),
-    ("tolist", CudaLike(), (), {}, ("sync", True)),
-    ("cpu", CudaLike(), (), {}, ("sync", True)),
-])
-def test_calls_are_told_apart_by_direction(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                                           expected: tuple[str | None, bool]) -> None:
+@pytest.mark.parametrize(
+    ("name", "tensor", "args", "kwargs", "expected"),
+    [
+        ("to", torch.zeros(1), ("cuda",), {}, ("h2d", True)),
+        ("to", torch.zeros(1), (torch.device("cuda", 0),), {"non_blocking": True}, ("h2d", False)),
+        ("to", torch.zeros(1), (), {"device": "cuda:1", "dtype": torch.float16}, ("h2d", True)),
+        ("to", torch.zeros(1), (0,), {}, ("h2d", True)),
+        ("to", torch.zeros(1), (torch.float16,), {}, (None, True)),
+        ("to", torch.zeros(1), ("cpu",), {}, (None, True)),
+        ("to", CudaLike(), ("cpu",), {}, ("sync", True)),
+        ("to", CudaLike(), ("cpu",), {"non_blocking": True}, (None, False)),
+        ("cuda", torch.zeros(1), (), {}, ("h2d", True)),
+        ("cuda", torch.zeros(1), (0, True), {}, ("h2d", False)),
+        ("cuda", CudaLike(), (), {}, (None, True)),
+        ("copy_", CudaLike(), (torch.zeros(1),), {}, ("h2d", True)),
+        ("copy_", torch.zeros(1), (CudaLike(),), {}, ("sync", True)),
+        ("copy_", torch.zeros(1), (torch.zeros(1),), {}, (None, True)),
+        ("item", CudaLike(), (), {}, ("sync", True)),
+        ("item", torch.zeros(1), (), {}, (None, True)),
+        ("tolist", CudaLike(), (), {}, ("sync", True)),
+        ("cpu", CudaLike(), (), {}, ("sync", True)),
+    ],
+)
+def test_calls_are_told_apart_by_direction(
+    name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: tuple[str | None, bool]
+) -> None:
     assert _classify(name, tensor, args, kwargs) == expected
 
 

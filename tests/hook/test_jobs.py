@@ -49,7 +49,7 @@ def test_optimizer_loop_reports_what_the_loop_measured(start_job: Any) -> None:
     # The loop times next() from outside, the hook from inside __next__: equal up to call overhead.
     assert statistics.mean(loop_waits) >= 8 * 2.0
     assert abs(statistics.mean(hook_waits) - statistics.mean(loop_waits)) < 0.1 * statistics.mean(loop_waits)
-    assert max(abs(h - w) for h, w in zip(hook_waits, loop_waits)) < 2.0
+    assert max(abs(h - w) for h, w in zip(hook_waits, loop_waits, strict=True)) < 2.0
     assert all(r["wall_ms"] >= r["data_ms"] for r in records.values())
     assert all(r["gpu_ms"] is None for r in records.values())
     (loader,) = state["dataloaders"]
@@ -60,12 +60,15 @@ def test_optimizer_loop_reports_what_the_loop_measured(start_job: Any) -> None:
     _finish(job)
 
 
-@pytest.mark.parametrize(("mode", "source", "slack"), [
-    ("manual_sgd", protocol.SOURCE_BACKWARD, 1),       # p -= lr * p.grad after backward, DataLoader
-    ("manual_sgd_nodl", protocol.SOURCE_BACKWARD, 1),  # the same without a DataLoader
-    ("inference", protocol.SOURCE_DATALOADER, 1),      # no backward at all
-    ("manual_step", protocol.SOURCE_MANUAL, 0),        # gpumon.hook.step(), no DataLoader
-])
+@pytest.mark.parametrize(
+    ("mode", "source", "slack"),
+    [
+        ("manual_sgd", protocol.SOURCE_BACKWARD, 1),  # p -= lr * p.grad after backward, DataLoader
+        ("manual_sgd_nodl", protocol.SOURCE_BACKWARD, 1),  # the same without a DataLoader
+        ("inference", protocol.SOURCE_DATALOADER, 1),  # no backward at all
+        ("manual_step", protocol.SOURCE_MANUAL, 0),  # gpumon.hook.step(), no DataLoader
+    ],
+)
 def test_steps_are_detected_without_an_optimizer(start_job: Any, mode: str, source: str, slack: int) -> None:
     job = start_job("--mode", mode, "--steps", "20", "--item-sleep-ms", "0.2")
     with HookConnection(job.wait_socket()) as conn:
@@ -78,8 +81,19 @@ def test_steps_are_detected_without_an_optimizer(start_job: Any, mode: str, sour
 
 
 def test_forked_workers_get_no_socket_and_are_reported(start_job: Any, sock_dir: str) -> None:
-    job = start_job("--mode", "inference", "--steps", "12", "--workers", "2", "--start-method", "fork",
-                    "--persistent", "--item-sleep-ms", "0.5")
+    job = start_job(
+        "--mode",
+        "inference",
+        "--steps",
+        "12",
+        "--workers",
+        "2",
+        "--start-method",
+        "fork",
+        "--persistent",
+        "--item-sleep-ms",
+        "0.5",
+    )
     with HookConnection(job.wait_socket()) as conn:
         done = job.event("done")
         (pids,) = done["worker_pids"]
@@ -96,8 +110,19 @@ def test_forked_workers_get_no_socket_and_are_reported(start_job: Any, sock_dir:
 
 def test_spawned_workers_reimporting_the_script_stay_silent(start_job: Any, sock_dir: str) -> None:
     # A spawn worker re-imports __main__, which runs `import gpumon.hook` again in the worker.
-    job = start_job("--mode", "inference", "--steps", "4", "--workers", "1", "--start-method", "spawn",
-                    "--persistent", "--item-sleep-ms", "0")
+    job = start_job(
+        "--mode",
+        "inference",
+        "--steps",
+        "4",
+        "--workers",
+        "1",
+        "--start-method",
+        "spawn",
+        "--persistent",
+        "--item-sleep-ms",
+        "0",
+    )
     job.wait_socket()
     done = job.event("done")
     assert len(done["worker_pids"][0]) == 1
@@ -229,8 +254,9 @@ def test_injected_by_environment_and_chains_sitecustomize(start_job: Any, tmp_pa
 
 
 def test_gpumon_hook_0_disables_it(start_job: Any, sock_dir: str) -> None:
-    job = start_job("--mode", "inference", "--steps", "5", "--item-sleep-ms", "0",
-                    env={**os.environ, "GPUMON_HOOK": "0"})
+    job = start_job(
+        "--mode", "inference", "--steps", "5", "--item-sleep-ms", "0", env={**os.environ, "GPUMON_HOOK": "0"}
+    )
     done = job.event("done")
     assert done["hook_installed"] is False
     assert _sockets(sock_dir) == []

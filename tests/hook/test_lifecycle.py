@@ -9,7 +9,7 @@ import sys
 
 from hook_helpers import REPO_ROOT
 
-PROBE = r'''
+PROBE = r"""
 import json, sys, time
 started = time.perf_counter()
 import gpumon.hook
@@ -31,7 +31,7 @@ report["unwrapped"] = not any(hasattr(f, "__wrapped__") for f in (
     dataloader._BaseDataLoaderIter.__next__, dataloader.DataLoader.__iter__, torch.autograd.backward))
 report["post_hooks_after_uninstall"] = len(optimizer._global_optimizer_post_hooks)
 print(json.dumps(report))
-'''
+"""
 
 
 def test_import_is_cheap_and_patches_follow_torch(sock_dir: str) -> None:

@@ -26,19 +26,22 @@ def test_encode_decode_round_trip() -> None:
     assert protocol.decode(line.decode()) == msg
 
 
-@pytest.mark.parametrize(("line", "code"), [
-    (b"{nope}\n", protocol.E_BAD_JSON),
-    (b"\xff\xfe\n", protocol.E_BAD_JSON),
-    (b"[1, 2]\n", protocol.E_BAD_MESSAGE),
-    (b'{"no_type": 1}\n', protocol.E_BAD_MESSAGE),
-    (b'{"type": 5}\n', protocol.E_BAD_MESSAGE),
-    (b'{"type": "diagnose"}\n', protocol.E_BAD_MESSAGE),
-    (b'{"type": "diagnose", "steps": "10"}\n', protocol.E_BAD_MESSAGE),
-    (b'{"type": "diagnose", "steps": true}\n', protocol.E_BAD_MESSAGE),
-    (b'{"type": "subscribe", "steps_interval": "fast"}\n', protocol.E_BAD_MESSAGE),
-    (b'{"type": "set_knob", "knobs": [1]}\n', protocol.E_BAD_MESSAGE),
-    (b'{"type": "hello", "pid": 1}\n', protocol.E_BAD_MESSAGE),
-])
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (b"{nope}\n", protocol.E_BAD_JSON),
+        (b"\xff\xfe\n", protocol.E_BAD_JSON),
+        (b"[1, 2]\n", protocol.E_BAD_MESSAGE),
+        (b'{"no_type": 1}\n', protocol.E_BAD_MESSAGE),
+        (b'{"type": 5}\n', protocol.E_BAD_MESSAGE),
+        (b'{"type": "diagnose"}\n', protocol.E_BAD_MESSAGE),
+        (b'{"type": "diagnose", "steps": "10"}\n', protocol.E_BAD_MESSAGE),
+        (b'{"type": "diagnose", "steps": true}\n', protocol.E_BAD_MESSAGE),
+        (b'{"type": "subscribe", "steps_interval": "fast"}\n', protocol.E_BAD_MESSAGE),
+        (b'{"type": "set_knob", "knobs": [1]}\n', protocol.E_BAD_MESSAGE),
+        (b'{"type": "hello", "pid": 1}\n', protocol.E_BAD_MESSAGE),
+    ],
+)
 def test_decode_rejects_bad_lines_with_a_code(line: bytes, code: str) -> None:
     with pytest.raises(protocol.ProtocolError) as caught:
         protocol.decode(line)
@@ -62,11 +65,22 @@ def test_encode_refuses_what_is_not_json() -> None:
 
 def test_validate_knobs() -> None:
     assert protocol.validate_knobs({"num_workers": 4, "pin_memory": True}, live=True) == {
-        "num_workers": 4, "pin_memory": True}
+        "num_workers": 4,
+        "pin_memory": True,
+    }
     assert protocol.validate_knobs({"prefetch_factor": None}, live=True) == {"prefetch_factor": None}
     assert protocol.validate_knobs({"tf32": True, "float32_matmul_precision": "high"}, live=False)
-    for bad in ({}, [], {"num_workers": -1}, {"num_workers": True}, {"num_workers": 1.5}, {"pin_memory": 1},
-                {"float32_matmul_precision": "low"}, {"batch_size": 64}, {"prefetch_factor": 0}):
+    for bad in (
+        {},
+        [],
+        {"num_workers": -1},
+        {"num_workers": True},
+        {"num_workers": 1.5},
+        {"pin_memory": 1},
+        {"float32_matmul_precision": "low"},
+        {"batch_size": 64},
+        {"prefetch_factor": 0},
+    ):
         with pytest.raises(protocol.ProtocolError) as caught:
             protocol.validate_knobs(bad, live=False)
         assert caught.value.code == protocol.E_BAD_KNOB
@@ -111,8 +125,9 @@ def test_listing_and_cleaning_stale_sockets(sock_dir: str) -> None:
     live_path = os.path.join(sock_dir, f"{os.getpid()}.sock")
     live.bind(live_path)
     live.listen(1)
-    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+    dead_pid = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead_path = os.path.join(sock_dir, f"{dead_pid}.sock")
     dead.bind(dead_path)

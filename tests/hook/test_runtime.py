@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -46,8 +46,9 @@ def clock() -> Clock:
 def fetch(rt: HookRuntime, clock: Clock, wait: float, batch: Any = None, iterator: Any = None) -> None:
     started = rt.on_fetch_begin()
     clock.advance(wait)
-    rt.on_fetch_end(iterator if iterator is not None else object(), torch.zeros(8, 2) if batch is None else batch,
-                    started)
+    rt.on_fetch_end(
+        iterator if iterator is not None else object(), torch.zeros(8, 2) if batch is None else batch, started
+    )
 
 
 def stop_iteration(rt: HookRuntime) -> None:
@@ -56,7 +57,7 @@ def stop_iteration(rt: HookRuntime) -> None:
 
 
 class Opt:
-    param_groups: list[dict[str, Any]] = [{"params": [torch.zeros(1)]}]
+    param_groups: ClassVar[list[dict[str, Any]]] = [{"params": [torch.zeros(1)]}]
 
 
 def sources(rt: HookRuntime) -> list[str]:
@@ -361,7 +362,7 @@ def test_diagnosis_counts_syncs_per_step_and_restores_everything(clock: Clock) -
     rt.on_manual_step(None)
     user_code_syncs(1)
     with pytest.warns(DeprecationWarning, match="unrelated"):
-        warnings.warn("unrelated", DeprecationWarning)
+        warnings.warn("unrelated", DeprecationWarning, stacklevel=1)
     rt.on_manual_step(None)
     with pytest.warns(UserWarning, match="synchronizing"):  # after the window: shown as usual, not counted
         user_code_syncs(5)

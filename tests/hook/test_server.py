@@ -123,8 +123,9 @@ def test_hello_and_simple_requests(server: HookServer, runtime: HookRuntime) -> 
         assert conn.request({"type": "ping", "id": "p1"}, ("pong",))["id"] == "p1"
         state = conn.request({"type": "get_state", "id": 5}, ("state",))
         assert state["id"] == 5 and state["hook"]["clients"] == 1 and state["last_seq"] == 0
-        options = conn.request({"type": "subscribe", "id": 2, "steps_interval": 0.001, "state": False},
-                               ("subscribed",))["options"]
+        options = conn.request(
+            {"type": "subscribe", "id": 2, "steps_interval": 0.001, "state": False}, ("subscribed",)
+        )["options"]
         assert options["steps_interval"] == 0.05 and options["state"] is False
 
 
@@ -234,11 +235,13 @@ def test_diagnose_and_set_knob_go_through_the_step_boundary(server: HookServer, 
             assert conn.request({"type": "diagnose", "id": 1, "steps": 3}, ("diagnosing",))["type"] == "diagnosing"
             busy = conn.request({"type": "diagnose", "id": 2, "steps": 3}, ("diagnosing",))
             assert busy["code"] == protocol.E_BUSY
-            ack = conn.request({"type": "set_knob", "id": 3, "knobs": {"cudnn_benchmark": not benchmark}},
-                               ("knob_ack",))
+            ack = conn.request(
+                {"type": "set_knob", "id": 3, "knobs": {"cudnn_benchmark": not benchmark}}, ("knob_ack",)
+            )
             assert ack["applies"] == {"cudnn_benchmark": "next_step"}
             assert conn.request({"type": "get_state", "id": 4}, ("state",))["knobs"]["pending"] == {
-                "cudnn_benchmark": not benchmark}
+                "cudnn_benchmark": not benchmark
+            }
             assert torch.backends.cudnn.benchmark == benchmark
             bad = conn.request({"type": "set_knob", "id": 5, "knobs": {"num_workers": -2}}, ("knob_ack",))
             assert bad["code"] == protocol.E_BAD_KNOB
@@ -322,8 +325,9 @@ def test_a_forked_child_leaves_the_parent_server_alone(server: HookServer) -> No
     conn.close()
 
 
-def test_refused_socket_dirs_fall_back_to_a_private_one_and_are_reported(runtime: HookRuntime, tmp_path: Any,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_socket_dirs_fall_back_to_a_private_one_and_are_reported(
+    runtime: HookRuntime, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(protocol.SOCKET_DIR_ENV, raising=False)
     target = tmp_path / "target"
     target.mkdir(mode=0o700)
@@ -364,8 +368,9 @@ def test_refused_socket_dirs_fall_back_to_a_private_one_and_are_reported(runtime
     assert os.path.dirname(again.path) == served_in  # a safe private directory is reused, not multiplied
 
 
-def test_a_refused_override_directory_has_no_fallback(runtime: HookRuntime, tmp_path: Any,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_override_directory_has_no_fallback(
+    runtime: HookRuntime, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "target"
     target.mkdir(mode=0o700)
     link = tmp_path / "link"

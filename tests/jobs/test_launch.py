@@ -21,7 +21,6 @@ from tests.attach.attach_helpers import HOOKED_JOB, REPO_ROOT, group_alive, job_
 TRAIN = [sys.executable, str(HOOKED_JOB), "--no-import"]
 
 
-
 @pytest.fixture
 def hostile_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """GPUMON_SOCKET_DIR pointing at a world-writable directory: the hook must not serve there."""
@@ -37,8 +36,9 @@ def hostile_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_an_unsafe_socket_dir_is_replaced_by_a_private_one_the_job_is_found_in(hostile_dir: str,
-                                                                               tmp_path: Path) -> None:
+def test_an_unsafe_socket_dir_is_replaced_by_a_private_one_the_job_is_found_in(
+    hostile_dir: str, tmp_path: Path
+) -> None:
     log = tmp_path / "job.log"
     with LaunchedJob([*TRAIN, "--seconds", "60", "--workers", "1"], log=log) as launched:
         assert launched.refused_dir == f"{hostile_dir} has mode 0777, not 0700"
@@ -61,13 +61,18 @@ def test_an_unsafe_socket_dir_is_replaced_by_a_private_one_the_job_is_found_in(h
 
 
 def test_gpumon_run_says_what_it_refused_and_the_job_still_runs_hooked(hostile_dir: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "gpumon", "run", "--no-tui", "--", *TRAIN, "--steps", "5"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpumon", "run", "--no-tui", "--", *TRAIN, "--steps", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if line.startswith("gpumon:")]
     refused = f"gpumon: refused the socket directory: {hostile_dir} has mode 0777, not 0700; the job serves in "
     assert len(notes) == 1 and notes[0].startswith(refused) and notes[0].endswith(" instead"), done.stderr
-    private = notes[0][len(refused):-len(" instead")]
+    private = notes[0][len(refused) : -len(" instead")]
     assert os.path.basename(private).startswith(f"gpumon-{os.getuid()}-") and not os.path.exists(private)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert events[0]["event"] == "ready" and events[0]["hooked"] is True

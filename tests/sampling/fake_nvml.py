@@ -343,12 +343,17 @@ class FakeNvml:
                 kib: float | None = sum(known) if known else None
             else:
                 kib = handle.nvlink_kib.get((field_id, scope))
-            values.append(SimpleNamespace(
-                fieldId=field_id, scopeId=scope, timestamp=0, latencyUsec=0,
-                valueType=real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                nvmlReturn=real.NVML_SUCCESS if kib is not None else real.NVML_ERROR_NOT_SUPPORTED,
-                value=SimpleNamespace(ullVal=int(kib or 0)),
-            ))
+            values.append(
+                SimpleNamespace(
+                    fieldId=field_id,
+                    scopeId=scope,
+                    timestamp=0,
+                    latencyUsec=0,
+                    valueType=real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                    nvmlReturn=real.NVML_SUCCESS if kib is not None else real.NVML_ERROR_NOT_SUPPORTED,
+                    value=SimpleNamespace(ullVal=int(kib or 0)),
+                )
+            )
         return values
 
     # ---- MIG -----------------------------------------------------------------------------------
@@ -419,10 +424,15 @@ class FakeEventSet:
     def post(self, device: FakeDevice, xid: int) -> None:
         if any(device is registered for registered in self.devices):
             with self._ready:
-                self._queue.append(SimpleNamespace(
-                    device=device, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid,
-                    gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF,
-                ))
+                self._queue.append(
+                    SimpleNamespace(
+                        device=device,
+                        eventType=real.nvmlEventTypeXidCriticalError,
+                        eventData=xid,
+                        gpuInstanceId=0xFFFFFFFF,
+                        computeInstanceId=0xFFFFFFFF,
+                    )
+                )
                 self._ready.notify_all()
 
     def wait(self, timeout_ms: int) -> Any:

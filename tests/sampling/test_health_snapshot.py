@@ -18,10 +18,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 def healthy_snapshot() -> Snapshot:
     gpu = GpuSample(
-        index=0, uuid="GPU-a", name="NVIDIA H200", clock_sm_max=1980, fan_speed=None, energy_total=1234.5,
-        nvlink_rx=1.5e9, nvlink_tx=2.5e9, ecc_corrected_volatile=1, ecc_uncorrected_volatile=0,
-        ecc_corrected_aggregate=7, ecc_uncorrected_aggregate=0, remapped_rows_correctable=0,
-        remapped_rows_uncorrectable=0, remapped_rows_pending=False, remapped_rows_failed=False, mig_mode=True,
+        index=0,
+        uuid="GPU-a",
+        name="NVIDIA H200",
+        clock_sm_max=1980,
+        fan_speed=None,
+        energy_total=1234.5,
+        nvlink_rx=1.5e9,
+        nvlink_tx=2.5e9,
+        ecc_corrected_volatile=1,
+        ecc_uncorrected_volatile=0,
+        ecc_corrected_aggregate=7,
+        ecc_uncorrected_aggregate=0,
+        remapped_rows_correctable=0,
+        remapped_rows_uncorrectable=0,
+        remapped_rows_pending=False,
+        remapped_rows_failed=False,
+        mig_mode=True,
         mig_instances=(MigSample(index=0, uuid="MIG-a", name="1g.18gb", memory_used=1, memory_total=2),),
         xid_events=(XidEvent(timestamp=1.8e9, xid=79),),
     )
@@ -52,8 +65,11 @@ def test_a_recording_made_before_the_health_fields_still_loads() -> None:
         (("mig_instances", 0, "index"), None, "gpus[0].mig_instances[0].index: expected a non-negative integer"),
         (("xid_events", 0, "xid"), -79, "gpus[0].xid_events[0].xid: expected a non-negative integer"),
         (("xid_events", 0, "timestamp"), float("nan"), "gpus[0].xid_events[0].timestamp: expected seconds"),
-        (("xid_events",), [{"timestamp": 1.0, "xid": 1}] * (XID_EVENTS_KEPT + 1),
-         f"gpus[0].xid_events: expected at most {XID_EVENTS_KEPT} items, got {XID_EVENTS_KEPT + 1}"),
+        (
+            ("xid_events",),
+            [{"timestamp": 1.0, "xid": 1}] * (XID_EVENTS_KEPT + 1),
+            f"gpus[0].xid_events: expected at most {XID_EVENTS_KEPT} items, got {XID_EVENTS_KEPT + 1}",
+        ),
     ],
 )
 def test_bad_health_values_are_named_by_their_path(path: tuple[Any, ...], value: object, message: str) -> None:

@@ -29,28 +29,42 @@ def write_meminfo(path: Path, **fields_kib: int) -> Path:
 
 
 def test_reads_the_fields_from_meminfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    meminfo = write_meminfo(tmp_path / "meminfo", MemTotal=1000, MemFree=100, MemAvailable=600, Buffers=5,
-                            SwapCached=0, SwapTotal=400, SwapFree=300)
+    meminfo = write_meminfo(
+        tmp_path / "meminfo",
+        MemTotal=1000,
+        MemFree=100,
+        MemAvailable=600,
+        Buffers=5,
+        SwapCached=0,
+        SwapTotal=400,
+        SwapFree=300,
+    )
     monkeypatch.setattr(host, "_MEMINFO", str(meminfo))
     assert memory_and_swap() == (1000 * KIB, 600 * KIB, 400 * KIB, 100 * KIB)
 
 
-def test_available_above_total_falls_back_to_free_as_psutil_does(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    meminfo = write_meminfo(tmp_path / "meminfo", MemTotal=1000, MemFree=100, MemAvailable=5000, SwapTotal=0,
-                            SwapFree=0)
+def test_available_above_total_falls_back_to_free_as_psutil_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meminfo = write_meminfo(
+        tmp_path / "meminfo", MemTotal=1000, MemFree=100, MemAvailable=5000, SwapTotal=0, SwapFree=0
+    )
     monkeypatch.setattr(host, "_MEMINFO", str(meminfo))
     assert memory_and_swap() == (1000 * KIB, 100 * KIB, 0, 0)
 
 
-@pytest.mark.parametrize("fields", [
-    {"MemTotal": 1000, "MemFree": 100, "SwapTotal": 0, "SwapFree": 0},  # no MemAvailable (kernel < 3.14)
-    {"MemTotal": 1000, "MemFree": 100, "MemAvailable": 0, "SwapTotal": 0, "SwapFree": 0},  # 0: a kernel bug
-    {"MemTotal": 1000, "MemFree": 100, "MemAvailable": 600},  # no swap fields
-    None,  # no /proc/meminfo at all
-])
-def test_missing_fields_come_from_psutil(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         fields: dict[str, int] | None) -> None:
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"MemTotal": 1000, "MemFree": 100, "SwapTotal": 0, "SwapFree": 0},  # no MemAvailable (kernel < 3.14)
+        {"MemTotal": 1000, "MemFree": 100, "MemAvailable": 0, "SwapTotal": 0, "SwapFree": 0},  # 0: a kernel bug
+        {"MemTotal": 1000, "MemFree": 100, "MemAvailable": 600},  # no swap fields
+        None,  # no /proc/meminfo at all
+    ],
+)
+def test_missing_fields_come_from_psutil(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fields: dict[str, int] | None
+) -> None:
     meminfo = tmp_path / "meminfo"
     if fields is not None:
         write_meminfo(meminfo, **fields)
@@ -62,4 +76,3 @@ def test_missing_fields_come_from_psutil(tmp_path: Path, monkeypatch: pytest.Mon
     expected_memory = (1000 * KIB, 600 * KIB) if has_available else (7 * KIB, 3 * KIB)
     assert (total, available) == expected_memory
     assert (swap_total, swap_used) == ((9 * KIB, 5 * KIB) if fields is None or "SwapTotal" not in fields else (0, 0))
-

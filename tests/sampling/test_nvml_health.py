@@ -164,18 +164,36 @@ def test_a_gpu_without_nvlink_is_asked_twice_then_never() -> None:
 def test_mig_instances_are_read_when_mig_mode_is_on() -> None:
     small = FakeMigDevice(uuid="MIG-a", gpu_instance_id=7)
     large = FakeMigDevice(
-        name="NVIDIA H100 80GB HBM3 MIG 3g.40gb", uuid="MIG-b", memory_total=40 * GIB, memory_used=30 * GIB,
-        gpu_instance_id=1, compute_instance_id=0,
+        name="NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+        uuid="MIG-b",
+        memory_total=40 * GIB,
+        memory_used=30 * GIB,
+        gpu_instance_id=1,
+        compute_instance_id=0,
     )
     device = FakeDevice(gpm=False, utilization_gpu=0, mig_mode=1, mig_devices=[small, None, large])
     fields = make_collector(FakeNvml([device])).collect_slow().fields[0]
 
     assert fields["mig_mode"] is True
     assert fields["mig_instances"] == (
-        MigSample(index=0, uuid="MIG-a", name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", gpu_instance_id=7,
-                  compute_instance_id=0, memory_used=2 * GIB, memory_total=10 * GIB),
-        MigSample(index=2, uuid="MIG-b", name="NVIDIA H100 80GB HBM3 MIG 3g.40gb", gpu_instance_id=1,
-                  compute_instance_id=0, memory_used=30 * GIB, memory_total=40 * GIB),
+        MigSample(
+            index=0,
+            uuid="MIG-a",
+            name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+            gpu_instance_id=7,
+            compute_instance_id=0,
+            memory_used=2 * GIB,
+            memory_total=10 * GIB,
+        ),
+        MigSample(
+            index=2,
+            uuid="MIG-b",
+            name="NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+            gpu_instance_id=1,
+            compute_instance_id=0,
+            memory_used=30 * GIB,
+            memory_total=40 * GIB,
+        ),
     ), "the empty slot 1 is skipped"
     assert fields["mig_instances"][1].memory_percent == pytest.approx(75.0)
 

@@ -146,8 +146,9 @@ def test_parent_map_reads_only_new_processes_and_reports_exits(monkeypatch: pyte
     assert first_children, "a Linux box always has some parent/child pairs"
 
 
-def test_without_proc_the_job_tree_comes_from_a_psutil_scan(monkeypatch: pytest.MonkeyPatch,
-                                                             job: tuple[int, int, int]) -> None:
+def test_without_proc_the_job_tree_comes_from_a_psutil_scan(
+    monkeypatch: pytest.MonkeyPatch, job: tuple[int, int, int]
+) -> None:
     import gpumon.sampling.processes as processes_module
 
     monkeypatch.setattr(processes_module, "_PROC", "/nonexistent-proc")

@@ -37,8 +37,6 @@ def recording() -> list[Snapshot]:
     return read_recording(RECORDING)
 
 
-
-
 @pytest.fixture(scope="session")
 def recording_name() -> str:
     return RECORDING.name

@@ -20,8 +20,13 @@ from gpumon.tui.process_table import ProcessTable, filter_tree
 from gpumon.tui.view_options import ViewOptions, visible_devices
 
 PROCESSES = (
-    process(100, user="alice", command="python train.py --lr 3e-4", gpu_indices=(0,),
-            children=(process(101, user="alice", command="pt_data_worker"),)),
+    process(
+        100,
+        user="alice",
+        command="python train.py --lr 3e-4",
+        gpu_indices=(0,),
+        children=(process(101, user="alice", command="pt_data_worker"),),
+    ),
     process(200, user="bob", command="python eval.py", gpu_indices=(1,)),
     process(300, user="carol", command="vllm serve", gpu_indices=(0, 1)),
 )
@@ -74,8 +79,17 @@ async def test_user_and_only_gpus_show_their_processes_and_gpus() -> None:
 
 
 def test_filter_tree_keeps_ancestors_of_a_deep_match() -> None:
-    deep = process(1, command="init", children=(process(2, command="sshd", children=(
-        process(3, command="bash", children=(process(4, command="python needle.py"),)),)),))
+    deep = process(
+        1,
+        command="init",
+        children=(
+            process(
+                2,
+                command="sshd",
+                children=(process(3, command="bash", children=(process(4, command="python needle.py"),)),),
+            ),
+        ),
+    )
     [kept] = filter_tree((deep, process(9, command="other")), "NEEDLE")
     assert kept.pid == 1 and kept.children[0].children[0].children[0].pid == 4
     assert filter_tree((deep,), "nothing") == ()

@@ -21,16 +21,19 @@ from gpumon.tui.process_table import ProcessTable
 
 def with_gpus(snapshots: list[Snapshot], count: int) -> list[Snapshot]:
     """The recording's GPU copied to `count` GPUs (the recordings at hand have one)."""
-    return [replace(shown, gpus=tuple(replace(shown.gpus[0], index=index, uuid=f"GPU-{index}")
-                                      for index in range(count))) for shown in snapshots]
+    return [
+        replace(shown, gpus=tuple(replace(shown.gpus[0], index=index, uuid=f"GPU-{index}") for index in range(count)))
+        for shown in snapshots
+    ]
 
 
 def graph_rows(pane_text: str, label: str) -> list[str]:
     """The graph cells of one gauge's rows: from its label's line down to its y-axis' bottom mark."""
     lines = pane_text.splitlines()
     first = next(index for index, line in enumerate(lines) if line.startswith(label))
-    last = next(index for index in range(first, len(lines)) if lines[index][GRAPH_OFFSET - 4 : GRAPH_OFFSET] in
-                ("  0┤", "   ┤"))
+    last = next(
+        index for index in range(first, len(lines)) if lines[index][GRAPH_OFFSET - 4 : GRAPH_OFFSET] in ("  0┤", "   ┤")
+    )
     return [line[GRAPH_OFFSET:] for line in lines[first : last + 1]]
 
 
@@ -124,8 +127,9 @@ async def test_a_fresh_start_shows_the_span_to_fill_on_the_time_axis() -> None:
 async def test_arrows_scroll_the_graphs_back_while_paused_and_only_then() -> None:
     source = FakeSource(interval=1.0)
     app = GpumonApp(source)
-    ramp = [snapshot(1_795_000_000.0 + index, gpus=(gpu(0, utilization_gpu=float(index % 100)),))
-            for index in range(700)]
+    ramp = [
+        snapshot(1_795_000_000.0 + index, gpus=(gpu(0, utilization_gpu=float(index % 100)),)) for index in range(700)
+    ]
     async with app.run_test(size=(160, 50)) as pilot:
         source.push(*ramp)
         await pilot.pause()
@@ -159,9 +163,14 @@ async def test_process_start_end_and_throttling_are_marked_on_the_time_axis() ->
     source = FakeSource(interval=1.0)
     app = GpumonApp(source)
     job = process(10, gpu_indices=(0,))
-    steps = [snapshot(1_795_000_000.0 + index, processes=(job,) if 10 <= index < 30 else (),
-                      gpus=(gpu(0, throttle_reasons=("sw_power_cap",) if 50 <= index < 54 else ()),))
-             for index in range(60)]
+    steps = [
+        snapshot(
+            1_795_000_000.0 + index,
+            processes=(job,) if 10 <= index < 30 else (),
+            gpus=(gpu(0, throttle_reasons=("sw_power_cap",) if 50 <= index < 54 else ()),),
+        )
+        for index in range(60)
+    ]
     async with app.run_test(size=(160, 50)) as pilot:
         source.push(*steps)
         await pilot.pause()
@@ -175,8 +184,10 @@ async def test_process_start_end_and_throttling_are_marked_on_the_time_axis() ->
 async def test_eight_gpus_at_160x50_each_get_a_graph() -> None:
     source = FakeSource(interval=1.0)
     app = GpumonApp(source)
-    eight = [snapshot(1_795_000_000.0 + index, gpus=tuple(gpu(i, utilization_gpu=10.0 * i) for i in range(8)))
-             for index in range(30)]
+    eight = [
+        snapshot(1_795_000_000.0 + index, gpus=tuple(gpu(i, utilization_gpu=10.0 * i) for i in range(8)))
+        for index in range(30)
+    ]
     async with app.run_test(size=(160, 50)) as pilot:
         source.push(*eight)
         await pilot.pause()
@@ -189,8 +200,10 @@ async def test_eight_gpus_at_160x50_each_get_a_graph() -> None:
 
 async def test_a_process_on_two_gpus_shows_its_mean_sm_percent_never_above_100() -> None:
     me = os.getpid()
-    nvml = [GpuProcess(pid=me, gpu_index=0, used_memory=1 << 30, sm_percent=90.0),
-            GpuProcess(pid=me, gpu_index=1, used_memory=1 << 30, sm_percent=97.0)]
+    nvml = [
+        GpuProcess(pid=me, gpu_index=0, used_memory=1 << 30, sm_percent=90.0),
+        GpuProcess(pid=me, gpu_index=1, used_memory=1 << 30, sm_percent=97.0),
+    ]
     (sampled,) = ProcessCollector().collect(nvml)
     assert sampled.gpu_indices == (0, 1) and sampled.sm_percent == pytest.approx(93.5)
     source = FakeSource()

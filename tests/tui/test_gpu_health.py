@@ -10,10 +10,19 @@ from gpumon.tui.gpu_health import health_lines
 from gpumon.tui.gpu_pane import gpu_lines
 
 HEALTHY = dict(
-    nvlink_rx=1.5 * GIB, nvlink_tx=0.5 * GIB, ecc_corrected_volatile=0, ecc_uncorrected_volatile=0,
-    ecc_corrected_aggregate=41, ecc_uncorrected_aggregate=0, remapped_rows_correctable=0,
-    remapped_rows_uncorrectable=0, remapped_rows_pending=False, remapped_rows_failed=False, xid_events=(),
-    energy_total=2_500_000.0, mig_mode=False,
+    nvlink_rx=1.5 * GIB,
+    nvlink_tx=0.5 * GIB,
+    ecc_corrected_volatile=0,
+    ecc_uncorrected_volatile=0,
+    ecc_corrected_aggregate=41,
+    ecc_uncorrected_aggregate=0,
+    remapped_rows_correctable=0,
+    remapped_rows_uncorrectable=0,
+    remapped_rows_pending=False,
+    remapped_rows_failed=False,
+    xid_events=(),
+    energy_total=2_500_000.0,
+    mig_mode=False,
 )
 
 
@@ -33,11 +42,12 @@ def test_the_health_line_shows_each_figure_and_n_a_where_unsupported() -> None:
 
 def test_errors_stand_out() -> None:
     xids = (XidEvent(1_795_000_000.0, 48), XidEvent(1_795_000_100.0, 79))
-    (line,) = health_lines(gpu(0, **{**HEALTHY, "ecc_uncorrected_volatile": 2, "remapped_rows_failed": True,
-                                     "xid_events": xids}), 200)
+    (line,) = health_lines(
+        gpu(0, **{**HEALTHY, "ecc_uncorrected_volatile": 2, "remapped_rows_failed": True, "xid_events": xids}), 200
+    )
     assert "ECC 0/2" in line.plain and "remap 0/0 FAILED" in line.plain
     assert "XID 79 at 11:08:20 (+1)" in line.plain  # TZ=UTC (conftest)
-    alarms = {line.plain[span.start:span.end] for span in line.spans if span.style == "bold white on red"}
+    alarms = {line.plain[span.start : span.end] for span in line.spans if span.style == "bold white on red"}
     assert {"0/2", " FAILED", "79 at 11:08:20 (+1)"} <= alarms
 
 

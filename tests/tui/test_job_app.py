@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.widgets import Footer
+from tui_support import FakeSource, gpu, process, snapshot, widget_text
 
 from gpumon.jobs.discovery import JobGroup, JobInfo
 from gpumon.jobs.jobstate import HookedView, replay_messages
@@ -19,7 +20,6 @@ from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
 from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.process_table import JOB_STYLES, PidCell, ProcessTable
-from tui_support import FakeSource, gpu, process, snapshot, widget_text
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "job-cpu-run.jsonl"
 MESSAGES = [json.loads(line) for line in RECORDING.read_text().splitlines()]
@@ -74,7 +74,7 @@ class TrackingSource(FakeSource):
         self.tracked.append(list(pids))
 
 
-def job_snapshot(view: HookedView, **changes: Any):  # noqa: ANN201
+def job_snapshot(view: HookedView, **changes: Any):
     """The machine as the sampler sees it: the job's process with its DataLoader workers beneath, one other job."""
     workers = tuple(process(pid, command="python hooked_train.py") for pid in view.worker_pids)
     job = process(view.pid, children=workers, command="python hooked_train.py", gpu_indices=(0,))

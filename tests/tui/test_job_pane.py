@@ -7,11 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from textual.app import App, ComposeResult
+from tui_support import widget_text
 
-from gpumon.jobs.jobstate import JobState, HookedView, RankSummary, replay_messages
+from gpumon.jobs.jobstate import HookedView, JobState, RankSummary, replay_messages
 from gpumon.jobs.pyspy import EstimateView
 from gpumon.tui.job_pane import JobPane, job_lines, stacked_bar
-from tui_support import widget_text
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "job-cpu-run.jsonl"
 
@@ -95,8 +95,10 @@ def test_a_job_waiting_to_start_and_a_silent_job_are_named() -> None:
 
 def test_ranks_are_listed_and_the_straggler_highlighted() -> None:
     live = recorded_view(len(recorded_messages()) // 2)
-    ranks = (RankSummary(rank=0, pid=10, steps_per_s=50, wall_ms=20.0, data_ms=1.0, gpu_ms=None, ended=False),
-             RankSummary(rank=1, pid=11, steps_per_s=20, wall_ms=50.0, data_ms=1.0, gpu_ms=None, ended=False))
+    ranks = (
+        RankSummary(rank=0, pid=10, steps_per_s=50, wall_ms=20.0, data_ms=1.0, gpu_ms=None, ended=False),
+        RankSummary(rank=1, pid=11, steps_per_s=20, wall_ms=50.0, data_ms=1.0, gpu_ms=None, ended=False),
+    )
     lines = job_lines(replace(live, ranks=ranks, straggler=11), 100, 14)
     (rank_line,) = [line for line in lines if line.plain.startswith("Ranks")]
     assert "r0 20.0 ms" in rank_line.plain and "r1 50.0 ms ◀ straggler" in rank_line.plain
@@ -115,7 +117,9 @@ def test_short_panes_fold_the_share_sparklines_into_one_line() -> None:
 
 async def test_the_py_spy_estimate_is_labelled_as_one() -> None:
     estimate = EstimateView(
-        pid=77, command="/usr/bin/python3 /home/u/train.py --epochs 3", rounds=4,
+        pid=77,
+        command="/usr/bin/python3 /home/u/train.py --epochs 3",
+        rounds=4,
         counts={"data_wait": 160, "forward": 30, "backward": 8, "elsewhere": 2},
         recent={"data_wait": 80, "forward": 15, "backward": 4, "elsewhere": 1},
         timeline=({"data_wait": 0.8, "forward": 0.2}, {"data_wait": 0.8, "forward": 0.15, "backward": 0.05}),

@@ -57,7 +57,7 @@ async def test_the_header_says_the_live_interval_once() -> None:
         source.push(snapshot())
         await pilot.pause()
         sub_title = app.query_one(TitleBar).sub_title
-    assert sub_title.count("every") == 1 and sub_title == live
+    assert sub_title.count("every") == 1 and sub_title == f"{live} · every 1s"
     replay = FakeSource(description="replay of run.jsonl", interval=0.5)
     async with GpumonApp(replay).run_test(size=(100, 30)) as pilot:
         replay.push(snapshot())
@@ -96,8 +96,14 @@ async def test_the_80x24_job_view_keeps_a_cpu_and_disk_line_and_a_footer_that_fi
         footer_keys = {key.key: key for key in app.query(FooterKey)}
         assert {"q", "p", "s", "question_mark", "a", "g"} <= set(footer_keys)
         shown = {key: widget_text(footer_keys[key]).strip() for key in ("q", "p", "s", "question_mark", "a", "g")}
-        assert shown == {"q": "q Quit", "p": "p Pause", "s": "s Sort", "question_mark": "? Help",
-                         "a": "a Advisor", "g": "g Guided run"}  # none cut
+        assert shown == {
+            "q": "q Quit",
+            "p": "p Pause",
+            "s": "s Sort",
+            "question_mark": "? Help",
+            "a": "a Advisor",
+            "g": "g Guided run",
+        }  # none cut
         assert all(key.region.right <= 80 for key in footer_keys.values())
         await pilot.press("plus")  # still a key, only out of the footer
         assert "faster" in source.calls

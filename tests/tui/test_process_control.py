@@ -66,10 +66,12 @@ def _wait_gone(pids: list[int], popen: subprocess.Popen[str] | None = None) -> b
 @pytest.fixture
 def tree() -> Iterator[Tree]:
     marker = f"gpumon-k-test-{uuid.uuid4().hex[:8]}"
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, marker], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
-    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker + "-sibling"],
-                               start_new_session=True, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, marker], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    sibling = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", marker + "-sibling"], start_new_session=True, text=True
+    )
     try:
         assert parent.stdout is not None
         children = [int(pid) for pid in parent.stdout.readline().split()]
@@ -87,8 +89,11 @@ def tree() -> Iterator[Tree]:
 def _snapshot(tree: Tree) -> object:
     """A snapshot whose one GPU process is the tree's parent, its children beneath it."""
     children = tuple(process(pid, command=f"python -c sleep {tree.marker}", gpu_memory=None) for pid in tree.children)
-    return snapshot(processes=(process(tree.parent.pid, command=f"python -c parent {tree.marker}",
-                                       gpu_indices=(0,), children=children),))
+    return snapshot(
+        processes=(
+            process(tree.parent.pid, command=f"python -c parent {tree.marker}", gpu_indices=(0,), children=children),
+        )
+    )
 
 
 async def _start(app: GpumonApp, source: FakeSource, tree: Tree, pilot: Pilot[None]) -> ProcessTable:
@@ -158,12 +163,16 @@ async def test_cancelling_sends_nothing(tree: Tree) -> None:
         assert _messages(app).count("SIGKILL not sent") == 3
 
 
-@pytest.mark.parametrize(("options", "live", "refusal"), [
-    (ViewOptions(settings=Settings(read_only=True)), True, READ_ONLY),
-    (ViewOptions(), False, REPLAY),
-])
-async def test_read_only_and_replays_refuse_with_a_message(tree: Tree, options: ViewOptions, live: bool,
-                                                           refusal: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "live", "refusal"),
+    [
+        (ViewOptions(settings=Settings(read_only=True)), True, READ_ONLY),
+        (ViewOptions(), False, REPLAY),
+    ],
+)
+async def test_read_only_and_replays_refuse_with_a_message(
+    tree: Tree, options: ViewOptions, live: bool, refusal: str
+) -> None:
     source = FakeSource(live=live)
     app = GpumonApp(source, options=options)
     async with app.run_test(size=(120, 30)) as pilot:

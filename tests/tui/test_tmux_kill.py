@@ -57,17 +57,29 @@ def tmux_socket() -> Iterator[str]:
 
 def test_kill_a_process_tree_from_the_dashboard_in_tmux(tmux_socket: str, tmp_path: Path) -> None:
     marker = f"gpumon-tmux-{uuid.uuid4().hex[:8]}"
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, marker], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
-    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker + "-sibling"],
-                               start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, marker], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    sibling = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", marker + "-sibling"], start_new_session=True
+    )
     try:
         assert parent.stdout is not None
         children = [int(pid) for pid in parent.stdout.readline().split()]
         tree = [parent.pid, *children]
         environment = f"XDG_CONFIG_HOME={tmp_path} TERM=xterm-256color"
-        _tmux(tmux_socket, "new-session", "-d", "-x", "160", "-y", "50", "-s", "gpumon",
-              f"env {environment} {sys.executable} -m gpumon --interval 0.5")
+        _tmux(
+            tmux_socket,
+            "new-session",
+            "-d",
+            "-x",
+            "160",
+            "-y",
+            "50",
+            "-s",
+            "gpumon",
+            f"env {environment} {sys.executable} -m gpumon --interval 0.5",
+        )
 
         def screen() -> str:
             return _tmux(tmux_socket, "capture-pane", "-p", "-t", "gpumon")

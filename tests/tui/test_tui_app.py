@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from textual.widgets import DataTable
+from tui_support import GIB, FakeSource, gpu, process, snapshot, widget_text
 
 from gpumon.sampling.snapshot import CpuSample
 from gpumon.tui.app import GpumonApp
@@ -16,10 +17,9 @@ from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.sparkline import BLOCKS
 from gpumon.tui.title_bar import TitleBar
-from tui_support import GIB, FakeSource, gpu, process, snapshot, widget_text
 
 
-def two_jobs(timestamp: float = 1_795_000_000.0, **changes: object):  # noqa: ANN201
+def two_jobs(timestamp: float = 1_795_000_000.0, **changes: object):
     """Job 100 holds more GPU memory, job 200 uses more CPU; each has workers."""
     first = process(
         100,
@@ -253,7 +253,7 @@ async def test_command_palette_offers_the_actions() -> None:
         assert source.paused
 
 
-async def test_everything_fits_80x24_and_panes_sit_side_by_side_at_160x50(recording) -> None:  # noqa: ANN001
+async def test_everything_fits_80x24_and_panes_sit_side_by_side_at_160x50(recording) -> None:
     source = FakeSource()
     app = GpumonApp(source)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -285,7 +285,7 @@ async def test_everything_fits_80x24_and_panes_sit_side_by_side_at_160x50(record
         assert "SM occ" in widget_text(gpu_pane)  # the wide GPU pane shows more gauges
 
 
-async def test_sparklines_follow_the_width_on_resize(recording) -> None:  # noqa: ANN001
+async def test_sparklines_follow_the_width_on_resize(recording) -> None:
     source = FakeSource()
     app = GpumonApp(source)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -310,8 +310,11 @@ def _row_pids(table: ProcessTable) -> list[int]:
 
 def _graph_cells(pane_text: str) -> str:
     """The graph cells of a GPU pane's text: right of the y-axis."""
-    return "".join(line[GRAPH_OFFSET:] for line in pane_text.splitlines()
-                   if len(line) > GRAPH_OFFSET and line[GRAPH_OFFSET - 1] in "┤│")
+    return "".join(
+        line[GRAPH_OFFSET:]
+        for line in pane_text.splitlines()
+        if len(line) > GRAPH_OFFSET and line[GRAPH_OFFSET - 1] in "┤│"
+    )
 
 
 async def test_t_switches_the_gpu_graphs_between_braille_and_blocks() -> None:

@@ -3,19 +3,21 @@ the same screen as a fresh app that shows only the last snapshot (catches stale 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
+from tui_support import FakeSource, frozen_clock, process, snapshot
 
 from gpumon.sampling.snapshot import ProcessSample, Snapshot
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.sparkline import BLOCKS, spark_string
-from tui_support import FakeSource, frozen_clock, process, snapshot
 
 
-async def screen_after(snapshots: list[Snapshot], size: tuple[int, int], *, one_by_one: bool,
-                       cursor_row: int = 0) -> str:
+async def screen_after(
+    snapshots: list[Snapshot], size: tuple[int, int], *, one_by_one: bool, cursor_row: int = 0
+) -> str:
     """The screenshot (SVG) after showing `snapshots`, one redraw each or a single redraw of the last."""
     source = FakeSource(description="replay of test", interval=0.5)
     app = GpumonApp(source, clock=frozen_clock(snapshots))
@@ -37,9 +39,9 @@ async def screen_after(snapshots: list[Snapshot], size: tuple[int, int], *, one_
 
 
 @pytest.mark.parametrize("size", [(160, 50), (80, 24)])
-async def test_recording_shown_one_by_one_ends_like_a_single_redraw(recording, size) -> None:  # noqa: ANN001
+async def test_recording_shown_one_by_one_ends_like_a_single_redraw(recording, size) -> None:
     snapshots = recording[:30]
-    assert any(a.processes != b.processes for a, b in zip(snapshots, snapshots[1:])), "the table must change"
+    assert any(a.processes != b.processes for a, b in itertools.pairwise(snapshots)), "the table must change"
     incremental = await screen_after(snapshots, size, one_by_one=True)
     assert incremental == await screen_after(snapshots, size, one_by_one=False)
 
@@ -58,8 +60,10 @@ async def test_changed_cells_under_the_cursor_and_added_rows_redraw_like_a_fresh
         (_job(95.0, 3 * gib, (12.0, 35.0, 5.0)),),  # a worker appears
         (_job(95.0, 3 * gib, (12.0, 36.0, 5.0)),),
     ]
-    snapshots = [replace(snapshot(timestamp=1_795_000_000.0 + index), processes=processes)
-                 for index, processes in enumerate(steps)]
+    snapshots = [
+        replace(snapshot(timestamp=1_795_000_000.0 + index), processes=processes)
+        for index, processes in enumerate(steps)
+    ]
     incremental = await screen_after(snapshots, (120, 30), one_by_one=True, cursor_row=2)
     assert incremental == await screen_after(snapshots, (120, 30), one_by_one=False, cursor_row=2)
 
@@ -68,8 +72,10 @@ def test_sparklines_of_a_series_advancing_one_sample_at_a_time_match_a_fresh_dra
     # spark_string reuses the previous sparkline's cells when the window moved by one sample; check every step
     # against the scale computed here, including gaps (None), values off the scale and a window that jumps back.
     def expected(window: list[float | None], width: int, maximum: float) -> str:
-        cells = [" " if value is None else BLOCKS[int(min(1.0, max(0.0, value / maximum)) * 7 + 0.5)]
-                 for value in window[-width:]]
+        cells = [
+            " " if value is None else BLOCKS[int(min(1.0, max(0.0, value / maximum)) * 7 + 0.5)]
+            for value in window[-width:]
+        ]
         return " " * (width - len(cells)) + "".join(cells)
 
     series: list[float | None] = [float((index * 37) % 113) - 5.0 for index in range(150)]

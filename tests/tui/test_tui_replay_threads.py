@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from tui_support import widget_text
+
 from gpumon.sampling.replay import Replayer
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.title_bar import TitleBar
-from tui_support import widget_text
 
 GENEROUS_WAIT = 10.0
 
 
-async def test_app_over_a_replayer_thread_shows_data_and_controls_it(recording) -> None:  # noqa: ANN001
+async def test_app_over_a_replayer_thread_shows_data_and_controls_it(recording) -> None:
     replayer = Replayer(recording, speed=1.0, name="h100-training.jsonl")
     app = GpumonApp(replayer)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 from textual.pilot import Pilot
+from tui_support import FakeSource, frozen_clock
 
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.tui.app import GpumonApp
-from tui_support import FakeSource, frozen_clock
 
 SHOWN = 100
 """Snapshots fed before the screenshot: enough to fill the sparklines of an 80-column screen."""
@@ -24,7 +24,7 @@ def dashboard(snapshots: list[Snapshot], recording_name: str) -> tuple[GpumonApp
     return GpumonApp(source, clock=frozen_clock(snapshots)), source
 
 
-def fed(source: FakeSource, snapshots: list[Snapshot]):  # noqa: ANN201
+def fed(source: FakeSource, snapshots: list[Snapshot]):
     async def run_before(pilot: Pilot) -> None:
         source.push(*snapshots)
         await pilot.pause()
@@ -37,29 +37,41 @@ def with_gpus(snapshots: list[Snapshot], count: int) -> list[Snapshot]:
     hand have one GPU)."""
     if count == 1:
         return snapshots
-    return [replace(shown, gpus=tuple(
-        replace(shown.gpus[0], index=index, uuid=f"GPU-{index}",
-                utilization_gpu=None if shown.gpus[0].utilization_gpu is None
-                else shown.gpus[0].utilization_gpu * (1 - index / (2 * count)))
-        for index in range(count))) for shown in snapshots]
+    return [
+        replace(
+            shown,
+            gpus=tuple(
+                replace(
+                    shown.gpus[0],
+                    index=index,
+                    uuid=f"GPU-{index}",
+                    utilization_gpu=None
+                    if shown.gpus[0].utilization_gpu is None
+                    else shown.gpus[0].utilization_gpu * (1 - index / (2 * count)),
+                )
+                for index in range(count)
+            ),
+        )
+        for shown in snapshots
+    ]
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 8])
 @pytest.mark.parametrize("size", [(80, 24), (160, 50), (220, 60)], ids=lambda size: f"{size[0]}x{size[1]}")
-def test_dashboard(snap_compare, recording, recording_name, size: tuple[int, int], gpus: int) -> None:  # noqa: ANN001
+def test_dashboard(snap_compare, recording, recording_name, size: tuple[int, int], gpus: int) -> None:
     snapshots = with_gpus(recording[:SHOWN], gpus)
     app, source = dashboard(snapshots, recording_name)
     assert snap_compare(app, terminal_size=size, run_before=fed(source, snapshots))
 
 
-def test_dashboard_without_nvidia_driver_80x24(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
+def test_dashboard_without_nvidia_driver_80x24(snap_compare, recording, recording_name) -> None:
     error = "NVIDIA driver not found (libnvidia-ml.so.1 missing)"
     snapshots = [replace(snapshot, gpus=(), gpu_error=error) for snapshot in recording[:SHOWN]]
     app, source = dashboard(snapshots, recording_name)
     assert snap_compare(app, terminal_size=(80, 24), run_before=fed(source, snapshots))
 
 
-def test_help_screen_80x24(snap_compare, recording, recording_name) -> None:  # noqa: ANN001
+def test_help_screen_80x24(snap_compare, recording, recording_name) -> None:
     snapshots = recording[:SHOWN]
     app, source = dashboard(snapshots, recording_name)
     assert snap_compare(app, press=["question_mark"], terminal_size=(80, 24), run_before=fed(source, snapshots))

@@ -17,7 +17,8 @@ def _install_gpumon_hook() -> None:
 
             package_dir = os.path.dirname(os.path.dirname(_HERE))
             spec = importlib.util.spec_from_file_location(
-                "gpumon", os.path.join(package_dir, "__init__.py"), submodule_search_locations=[package_dir])
+                "gpumon", os.path.join(package_dir, "__init__.py"), submodule_search_locations=[package_dir]
+            )
             if spec is None or spec.loader is None:
                 return
             module = importlib.util.module_from_spec(spec)

@@ -63,8 +63,12 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     fast_from = None if args.fast_after is None else time.time() + args.fast_after
-    loader = DataLoader(SleepyDataset(1_000_000, args.item_sleep_ms / 1e3, fast_from), batch_size=args.batch,
-                        num_workers=args.workers, persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        SleepyDataset(1_000_000, args.item_sleep_ms / 1e3, fast_from),
+        batch_size=args.batch,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
     steps = 0
     started = time.monotonic()
     announced = False

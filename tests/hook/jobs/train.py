@@ -66,8 +66,11 @@ def break_server(failures: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", default="optimizer",
-                        choices=["optimizer", "manual_sgd", "manual_sgd_nodl", "inference", "manual_step"])
+    parser.add_argument(
+        "--mode",
+        default="optimizer",
+        choices=["optimizer", "manual_sgd", "manual_sgd_nodl", "inference", "manual_step"],
+    )
     parser.add_argument("--steps", type=int, default=30, help="steps per epoch")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=0.0, help="keep running epochs until this long")
@@ -90,12 +93,19 @@ def main() -> None:
     if args.mode not in ("manual_sgd_nodl", "manual_step"):
         collate = None
         if args.collate_sleep_ms:
+
             def collate(items, pause=args.collate_sleep_ms / 1e3):
                 time.sleep(pause)
                 return torch.utils.data.default_collate(items)
-        loader = DataLoader(dataset, batch_size=args.batch, num_workers=args.workers, collate_fn=collate,
-                            multiprocessing_context=args.start_method if args.workers else None,
-                            persistent_workers=args.persistent and args.workers > 0)
+
+        loader = DataLoader(
+            dataset,
+            batch_size=args.batch,
+            num_workers=args.workers,
+            collate_fn=collate,
+            multiprocessing_context=args.start_method if args.workers else None,
+            persistent_workers=args.persistent and args.workers > 0,
+        )
     if args.break_internals:
         import importlib
 
@@ -157,10 +167,16 @@ def main() -> None:
                 sys.modules["gpumon.hook"].step()
             steps += 1
         del iterator, batches
-    emit(event="done", steps=steps, data_wait_ms=waits_ms, samples=samples, worker_pids=worker_pids,
-         cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
-         hook_installed=bool(sys.modules.get("gpumon.hook") and sys.modules["gpumon.hook"].is_installed()),
-         sitecustomize=getattr(sys.modules.get("sitecustomize"), "MARKER", None))
+    emit(
+        event="done",
+        steps=steps,
+        data_wait_ms=waits_ms,
+        samples=samples,
+        worker_pids=worker_pids,
+        cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+        hook_installed=bool(sys.modules.get("gpumon.hook") and sys.modules["gpumon.hook"].is_installed()),
+        sitecustomize=getattr(sys.modules.get("sitecustomize"), "MARKER", None),
+    )
     wait_for("GPUMON_TEST_RELEASE")
 
 
