@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from tui_support import GIB, gpu, snapshot
 
 from gpumon.sampling.history import History
+from gpumon.sampling.recording import read_recording
+from gpumon.sampling.replay import Replayer
 from gpumon.sampling.snapshot import MigSample, XidEvent
+from gpumon.tui.app import GpumonApp
 from gpumon.tui.gpu_health import health_lines
 from gpumon.tui.gpu_pane import gpu_lines
 
@@ -82,3 +88,21 @@ def test_the_gpu_pane_shows_health_under_the_header_and_still_fits() -> None:
     texts = [line.plain for line in lines]
     assert sum(1 for text in texts if text.startswith("  NVLink ")) == 2
     assert len(lines) <= 30
+
+
+async def test_a_real_h200_recording_shows_its_health_line_on_the_dashboard() -> None:
+    """Recorded on an H200 (driver 580) on 2026-11-23 under benchmarks/training_load.py."""
+    path = Path(__file__).resolve().parents[2] / "assets" / "recordings" / "h200-training-health.jsonl"
+    snapshots = read_recording(path)
+    assert snapshots[-1].gpus[0].energy_total is not None, "the H200 reports its energy counter"
+    source = Replayer(snapshots[-6:], speed=32, name=path.name)
+    app = GpumonApp(source)
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if source.finished and app.snapshot is not None and app.snapshot.timestamp == snapshots[-1].timestamp:
+                break
+        svg = app.export_screenshot()
+    screen = "".join(re.findall(r">([^<]*)</text>", svg)).replace("&#160;", " ")
+    for shown in ("NVLink N/A", "ECC 0/0 life 0/0", "remap 0/0", "XID none", "energy 4"):
+        assert shown in screen, shown
