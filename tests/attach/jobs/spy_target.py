@@ -43,9 +43,8 @@ class SlowBackward(torch.autograd.Function):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument(
-        "--mode", default="data", choices=["data", "data_inline", "forward", "backward", "optimizer", "sync"]
-    )
+    parser.add_argument("--mode", default="data",
+                        choices=["data", "data_inline", "forward", "backward", "optimizer", "sync"])
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
     torch.manual_seed(0)
