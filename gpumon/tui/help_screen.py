@@ -71,6 +71,9 @@ ADVISOR_KEYS = (
 )
 """Where the advisor runs (gpumon run, gpumon attach, gpumon demo); the plain dashboard tells where to find it."""
 
+ADVISOR_ELSEWHERE = (("a g", "the advisor and its guided run: they need a job (gpumon run -- CMD, attach PID, demo)"),)
+"""What the plain dashboard's help says of a and g."""
+
 JOB_FIELDS = (
     (
         "Job",
@@ -142,8 +145,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         keys: tuple[tuple[str, str], ...] = KEYS + JOB_KEYS if self.job else KEYS
         fields: tuple[tuple[str, str], ...] = FIELDS + JOB_FIELDS if self.job else FIELDS
-        if self.advisor:
-            keys += ADVISOR_KEYS
+        keys += ADVISOR_KEYS if self.advisor else ADVISOR_ELSEWHERE
         with VerticalScroll() as scroll:
             scroll.border_title = "gpumon help"
             scroll.border_subtitle = "escape closes"
