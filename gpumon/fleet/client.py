@@ -1,0 +1,189 @@
+"""A small PromQL client over Prometheus's HTTP API (stdlib urllib): instant and range queries, typed results."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.printable import printable
+
+DEFAULT_TIMEOUT = 5.0
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+"""A bigger answer is refused: the fleet view's queries return a few series per GPU and job."""
+MAX_ERROR_CHARS = 200
+
+
+class PromError(Exception):
+    """One line saying why a query got no answer (connection, HTTP status, bad JSON, Prometheus's own error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One series' newest value from an instant query."""
+
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+    def label(self, name: str) -> str | None:
+        return dict(self.labels).get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series' values over time from a range query, oldest first."""
+
+    labels: tuple[tuple[str, str], ...]
+    points: tuple[tuple[float, float], ...]
+
+    def label(self, name: str) -> str | None:
+        return dict(self.labels).get(name)
+
+
+def check_url(url: str) -> str:
+    """The base URL without a trailing slash; ValueError with one line when it is not http(s)://host[:port][/path]."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError on a bad port
+    except ValueError as error:
+        raise ValueError(f"bad Prometheus URL {printable(url)!r}: {error}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"bad Prometheus URL {printable(url)!r}: expected http://HOST:PORT or https://HOST:PORT")
+    if parts.query or parts.fragment:
+        raise ValueError(f"bad Prometheus URL {printable(url)!r}: no query or fragment, please")
+    return url.rstrip("/")
+
+
+class PromClient:
+    """Queries one Prometheus server; every failure is a PromError with one printable line."""
+
+    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.base_url = check_url(base_url)
+        self.timeout = timeout
+
+    def query(self, promql: str, at: float | None = None) -> tuple[Sample, ...]:
+        params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
+        return parse_vector(self._get("/api/v1/query", params))
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> tuple[Series, ...]:
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        return parse_matrix(self._get("/api/v1/query_range", params))
+
+    def _get(self, path: str, params: dict[str, str]) -> bytes:
+        url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                body: bytes = response.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as error:
+            body = _read_quietly(error)
+            detail = _error_of(body) or str(error.reason)
+            raise PromError(f"Prometheus at {self.base_url}: HTTP {error.code}: {_line(detail)}") from None
+        except urllib.error.URLError as error:
+            reason = error.reason.strerror if isinstance(error.reason, OSError) else error.reason
+            raise PromError(f"Prometheus at {self.base_url} unreachable: {_line(str(reason or error))}") from None
+        except (OSError, http.client.HTTPException) as error:  # timeouts, resets, broken answers
+            raise PromError(f"Prometheus at {self.base_url}: {_line(str(error) or type(error).__name__)}") from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise PromError(f"Prometheus at {self.base_url}: answer over {MAX_ANSWER_BYTES} bytes")
+        return body
+
+
+def parse_vector(body: bytes) -> tuple[Sample, ...]:
+    """The samples of an instant query's answer (resultType vector, or a scalar as one unlabelled sample)."""
+    data = _data(body)
+    kind, result = data.get("resultType"), data.get("result")
+    if kind == "scalar" and isinstance(result, list):
+        return (Sample((), _number(result)),)
+    if kind != "vector" or not isinstance(result, list):
+        raise PromError(f"Prometheus answered a {_line(str(kind))} where a vector was expected")
+    return tuple(Sample(_labels(item), _number(_field(item, "value"))) for item in result)
+
+
+def parse_matrix(body: bytes) -> tuple[Series, ...]:
+    """The series of a range query's answer (resultType matrix)."""
+    data = _data(body)
+    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        raise PromError(f"Prometheus answered a {_line(str(data.get('resultType')))} where a matrix was expected")
+    series = []
+    for item in data["result"]:
+        values = _field(item, "values")
+        if not isinstance(values, list):
+            raise PromError("Prometheus answered a series without a list of values")
+        points = tuple((_timestamp(point), _number(point)) for point in values)
+        series.append(Series(_labels(item), points))
+    return tuple(series)
+
+
+def _data(body: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise PromError("Prometheus answered something that is not JSON") from None
+    if not isinstance(answer, dict):
+        raise PromError("Prometheus answered JSON that is not an object")
+    if answer.get("status") != "success":
+        raise PromError(f"Prometheus: {_line(str(answer.get('error') or answer.get('status')))}")
+    data = answer.get("data")
+    if not isinstance(data, dict):
+        raise PromError("Prometheus answered success without data")
+    return data
+
+
+def _field(item: object, name: str) -> object:
+    if not isinstance(item, dict) or name not in item:
+        raise PromError(f"Prometheus answered a result without {name}")
+    return item[name]
+
+
+def _labels(item: object) -> tuple[tuple[str, str], ...]:
+    metric = _field(item, "metric")
+    if not isinstance(metric, dict):
+        raise PromError("Prometheus answered labels that are not an object")
+    return tuple(sorted((str(key), str(value)) for key, value in metric.items()))
+
+
+def _timestamp(point: object) -> float:
+    if not isinstance(point, list) or len(point) != 2 or not isinstance(point[0], (int, float)):
+        raise PromError("Prometheus answered a point that is not [time, value]")
+    return float(point[0])
+
+
+def _number(point: object) -> float:
+    if not isinstance(point, list) or len(point) != 2 or not isinstance(point[1], str):
+        raise PromError('Prometheus answered a point that is not [time, "value"]')
+    try:
+        return float(point[1])  # Prometheus sends values as strings, "NaN" and "+Inf" included
+    except ValueError:
+        raise PromError(f"Prometheus answered a value that is not a number: {_line(point[1])}") from None
+
+
+def _error_of(body: bytes) -> str | None:
+    try:
+        answer = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    return str(error) if error else None
+
+
+def _read_quietly(error: urllib.error.HTTPError) -> bytes:
+    try:
+        return error.read(64 * 1024)
+    except (OSError, http.client.HTTPException):
+        return b""
+
+
+def _line(text: str) -> str:
+    """One printable line, cut to MAX_ERROR_CHARS."""
+    flat = printable(" ".join(text.split()))
+    return flat if len(flat) <= MAX_ERROR_CHARS else flat[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def finite(value: float) -> float | None:
+    """None for NaN and infinities (a stale or undefined ratio)."""
+    return value if math.isfinite(value) else None

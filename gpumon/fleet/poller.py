@@ -1,0 +1,39 @@
+"""A daemon thread that reads a FleetSnapshot every interval and hands it to a callback (never on the UI thread)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from gpumon.fleet.client import PromClient
+from gpumon.fleet.snapshot import FleetSnapshot, read_fleet
+
+
+class FleetPoller:
+    """Calls `on_snapshot` from its own thread with each new snapshot until stop()."""
+
+    def __init__(self, client: PromClient, interval: float, on_snapshot: Callable[[FleetSnapshot], None]) -> None:
+        self.client = client
+        self.interval = interval
+        self._on_snapshot = on_snapshot
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpumon-fleet-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.client.timeout * 8 + 1)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            snapshot = read_fleet(self.client)
+            if self._stop.is_set():
+                return
+            try:
+                self._on_snapshot(snapshot)
+            except RuntimeError:  # the app is gone (call_from_thread after exit)
+                return
+            self._stop.wait(self.interval)

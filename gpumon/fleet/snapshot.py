@@ -1,0 +1,229 @@
+"""One immutable FleetSnapshot read from Prometheus: per host and GPU, and per job grouped across hosts by run id."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from gpumon.fleet.client import PromClient, PromError, Sample, Series, finite
+from gpumon.jobs.jobstate import RankSummary, find_straggler
+
+HISTORY_SECONDS = 300.0
+HISTORY_POINTS = 60
+"""Points per graph: a range query's step is HISTORY_SECONDS / HISTORY_POINTS (at least 1 s)."""
+EMPTY_ANSWER = "Prometheus has no gpumon_gpu_* series: is a gpumon exporter scraped?"
+
+GPU_QUERIES = {
+    "utilization": "gpumon_gpu_utilization_ratio",
+    "sm_active": "gpumon_gpu_sm_active_ratio",
+    "memory_used": "gpumon_gpu_memory_used_bytes",
+    "memory_total": "gpumon_gpu_memory_total_bytes",
+}
+HISTORY_QUERIES = {
+    "utilization": "gpumon_gpu_utilization_ratio",
+    "sm_active": "gpumon_gpu_sm_active_ratio",
+    "memory": "gpumon_gpu_memory_used_bytes / gpumon_gpu_memory_total_bytes",
+}
+JOB_QUERIES = {"step": "gpumon_job_step_seconds", "data_wait": "gpumon_job_data_wait_ratio"}
+FINDING_QUERY = "gpumon_job_finding"
+
+GpuKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """One GPU of one host: newest values (percent, bytes) and its recent history in percent, oldest first."""
+
+    host: str
+    gpu: str
+    utilization: float | None = None
+    sm_active: float | None = None
+    memory_used: float | None = None
+    memory_total: float | None = None
+    utilization_history: tuple[float | None, ...] = ()
+    sm_history: tuple[float | None, ...] = ()
+    memory_history: tuple[float | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RankRow:
+    """One rank of a job: where it runs, its mean step time (ms) and data-wait share (percent)."""
+
+    host: str
+    pid: str
+    rank: int | None
+    step_ms: float | None
+    data_wait: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One job: its ranks across hosts, the straggler (index into ranks) and the exporter's finding."""
+
+    run_id: str
+    command: str
+    ranks: tuple[RankRow, ...]
+    straggler: int | None = None
+    finding: str | None = None
+    confidence: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    """What Prometheus said at `taken`; `error` is one line when it said nothing useful (the rows are then empty)."""
+
+    taken: float
+    gpus: tuple[GpuRow, ...] = ()
+    jobs: tuple[JobRow, ...] = ()
+    error: str | None = None
+    hosts: tuple[str, ...] = field(default=())
+
+
+def read_fleet(client: PromClient, now: float | None = None) -> FleetSnapshot:
+    """Query Prometheus once; never raises for Prometheus's failures (they become the snapshot's error line)."""
+    taken = time.time() if now is None else now
+    try:
+        gpus = _gpu_rows(client, taken)
+        jobs = _job_rows(client, taken)
+    except PromError as error:
+        return FleetSnapshot(taken=taken, error=str(error))
+    if not gpus:
+        return FleetSnapshot(taken=taken, jobs=jobs, error=EMPTY_ANSWER)
+    return FleetSnapshot(taken=taken, gpus=gpus, jobs=jobs, hosts=tuple(sorted({row.host for row in gpus})))
+
+
+def _gpu_rows(client: PromClient, now: float) -> tuple[GpuRow, ...]:
+    newest = {name: _by_gpu(client.query(promql, at=now)) for name, promql in GPU_QUERIES.items()}
+    step = max(1.0, HISTORY_SECONDS / HISTORY_POINTS)
+    start = now - HISTORY_SECONDS
+    history = {
+        name: _history_by_gpu(client.query_range(promql, start, now, step), start, step)
+        for name, promql in HISTORY_QUERIES.items()
+    }
+    keys = sorted(set().union(*(values.keys() for values in newest.values())), key=_natural)
+    return tuple(
+        GpuRow(
+            host=host,
+            gpu=gpu,
+            utilization=_percent(newest["utilization"].get((host, gpu))),
+            sm_active=_percent(newest["sm_active"].get((host, gpu))),
+            memory_used=newest["memory_used"].get((host, gpu)),
+            memory_total=newest["memory_total"].get((host, gpu)),
+            utilization_history=history["utilization"].get((host, gpu), ()),
+            sm_history=history["sm_active"].get((host, gpu), ()),
+            memory_history=history["memory"].get((host, gpu), ()),
+        )
+        for host, gpu in keys
+    )
+
+
+def _by_gpu(samples: tuple[Sample, ...]) -> dict[GpuKey, float]:
+    return {(s.label("host") or "?", s.label("gpu") or "?"): s.value for s in samples if finite(s.value) is not None}
+
+
+def _history_by_gpu(series: tuple[Series, ...], start: float, step: float) -> dict[GpuKey, tuple[float | None, ...]]:
+    """Each GPU's values on the fixed grid start, start+step, ... (None where Prometheus had no point), in percent."""
+    found: dict[GpuKey, tuple[float | None, ...]] = {}
+    for one in series:
+        cells: list[float | None] = [None] * (HISTORY_POINTS + 1)
+        for stamp, value in one.points:
+            index = round((stamp - start) / step)
+            if 0 <= index < len(cells):
+                cells[index] = _percent(value)
+        found[(one.label("host") or "?", one.label("gpu") or "?")] = tuple(cells)
+    return found
+
+
+def _job_rows(client: PromClient, now: float) -> tuple[JobRow, ...]:
+    step = {_rank_key(s): s for s in client.query(JOB_QUERIES["step"], at=now)}
+    wait = {_rank_key(s): s.value for s in client.query(JOB_QUERIES["data_wait"], at=now)}
+    findings: dict[str, tuple[str, float]] = {}
+    for sample in client.query(FINDING_QUERY, at=now):
+        group = _group(sample)
+        if group not in findings or sample.value > findings[group][1]:
+            findings[group] = (sample.label("category") or "?", sample.value)
+    grouped: dict[str, list[tuple[Sample, float | None]]] = {}
+    for key, sample in step.items():
+        grouped.setdefault(_group(sample), []).append((sample, wait.get(key)))
+    jobs = []
+    for group, members in sorted(grouped.items()):
+        ranks = tuple(
+            sorted(
+                (
+                    RankRow(
+                        host=sample.label("host") or "?",
+                        pid=sample.label("pid") or "?",
+                        rank=_int(sample.label("rank")),
+                        step_ms=_scaled(sample.value, 1000.0),
+                        data_wait=_percent(data_wait),
+                    )
+                    for sample, data_wait in members
+                ),
+                key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.host, r.pid),
+            )
+        )
+        finding = findings.get(group)
+        jobs.append(
+            JobRow(
+                run_id=group,
+                command=members[0][0].label("command") or "?",
+                ranks=ranks,
+                straggler=_straggler(ranks),
+                finding=finding[0] if finding else None,
+                confidence=finite(finding[1]) if finding else None,
+            )
+        )
+    return tuple(jobs)
+
+
+def _straggler(ranks: tuple[RankRow, ...]) -> int | None:
+    """find_straggler's rule on ranks from every host; pids repeat across hosts, so each rank goes by its index."""
+    summaries = [
+        RankSummary(
+            rank=row.rank,
+            pid=index,
+            steps_per_s=None,
+            wall_ms=row.step_ms,
+            data_ms=_data_ms(row),
+            gpu_ms=None,
+            ended=False,
+        )
+        for index, row in enumerate(ranks)
+    ]
+    return find_straggler(summaries)
+
+
+def _data_ms(row: RankRow) -> float | None:
+    if row.step_ms is None or row.data_wait is None:
+        return None
+    return row.step_ms * row.data_wait / 100
+
+
+def _rank_key(sample: Sample) -> tuple[str, str]:
+    return (sample.label("host") or "?", sample.label("pid") or "?")
+
+
+def _group(sample: Sample) -> str:
+    """The torchrun run id, else the job's own host and pid (a single-process job)."""
+    run_id = sample.label("run_id")
+    return run_id if run_id else f"{sample.label('host') or '?'}:{sample.label('pid') or '?'}"
+
+
+def _percent(ratio: float | None) -> float | None:
+    return _scaled(ratio, 100.0)
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None or finite(value) is None else value * factor
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+def _natural(key: GpuKey) -> tuple[str, int, str]:
+    host, gpu = key
+    return (host, int(gpu) if gpu.isdigit() else 1 << 30, gpu)
