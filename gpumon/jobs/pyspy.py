@@ -121,6 +121,30 @@ def linecache_line(file: str, line: int) -> str:
     return linecache.getline(file, line)
 
 
+def job_source(pid: int) -> SourceLine:
+    """Source lines as the job sees them: `<string>` frames from its `python -c CODE` and relative paths from its
+    working directory, falling back to linecache_line."""
+    code_lines: list[str] = []
+    cwd = ""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = [arg.decode(errors="replace") for arg in cmdline.read().split(b"\0")]
+        if "-c" in argv[1:-1]:
+            code_lines = argv[argv.index("-c", 1) + 1].splitlines()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except (OSError, ValueError):
+        pass
+
+    def source_line(file: str, line: int) -> str:
+        if file == "<string>" and 0 < line <= len(code_lines):
+            return code_lines[line - 1]
+        if file and cwd and not os.path.isabs(file):
+            file = os.path.join(cwd, file)
+        return linecache_line(file, line)
+
+    return source_line
+
+
 def _in(frame: Frame, *parts: str) -> bool:
     path = frame.file.replace("\\", "/")
     return any(part in path for part in parts)
@@ -537,7 +561,7 @@ class PySpySampler:
         rate: int = RATE,
         round_s: int = ROUND_S,
         pyspy: str | None = None,
-        source_line: SourceLine = linecache_line,
+        source_line: SourceLine | None = None,
         native: bool = False,
     ) -> None:
         self.pid = pid
@@ -546,7 +570,7 @@ class PySpySampler:
         self.rate = rate
         self.round_s = max(1, int(round_s))
         self.pyspy = pyspy or find_pyspy()
-        self.source_line = source_line
+        self.source_line = source_line if source_line is not None else job_source(pid)
         self.command = process_command(pid)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()

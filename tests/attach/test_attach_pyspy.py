@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from gpumon.jobs.pyspy import (
     classify_stack,
     explain_pyspy_failure,
     find_pyspy,
+    job_source,
     main_thread_stacks,
     parse_dump,
     parse_raw,
@@ -217,3 +219,24 @@ def test_native_cuda_waits_and_the_jobs_own_sync_lines_are_syncs() -> None:
     assert view.native and view.sync_evidence == {SYNC_NATIVE: 40, SYNC_SOURCE: 6}
     assert view.hot_frames["cuda_sync"] == "main (train.py:57)"
     assert view.to_dict()["sync_evidence"] == {"native": 40, "torch": 0, "source": 6}
+
+
+def test_a_python_c_jobs_own_lines_are_read_from_its_command_line(tmp_path: Path) -> None:
+    """py-spy names `python -c` frames `<string>`: their text comes from the job's argv, relative files from its cwd."""
+    code = "import time\nx = 1\nwhile True:\n    time.sleep(0.05)  # norms.append(p.grad.norm().item())\n"
+    (tmp_path / "train.py").write_text("import torch\nloss.item()\n")
+    job = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 10
+        source = job_source(job.pid)
+        while source("<string>", 2) != "x = 1" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            source = job_source(job.pid)
+        assert source("<string>", 2) == "x = 1"
+        assert source("<string>", 99) == ""
+        assert source("train.py", 2).strip() == "loss.item()"
+        frames = [Frame("<module>", "<string>", 4)]
+        assert classify_stack(frames, source) == CUDA_SYNC
+    finally:
+        job.kill()
+        job.wait()
