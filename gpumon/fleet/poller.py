@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 
 from gpumon.fleet.client import PromClient
-from gpumon.fleet.snapshot import FleetSnapshot, read_fleet
+from gpumon.fleet.snapshot import QUERIES_PER_ROUND, FleetSnapshot, read_fleet
 
 
 class FleetPoller:
@@ -22,10 +22,12 @@ class FleetPoller:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, join_timeout: float | None = None) -> None:
+        """Stop polling; wait up to `join_timeout` seconds (default: the longest one round of queries takes)."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.client.timeout * 8 + 1)
+        wait = self.client.timeout * QUERIES_PER_ROUND + 1 if join_timeout is None else join_timeout
+        if wait > 0 and self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=wait)
 
     def _run(self) -> None:
         while not self._stop.is_set():

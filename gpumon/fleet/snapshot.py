@@ -26,6 +26,7 @@ HISTORY_QUERIES = {
 }
 JOB_QUERIES = {"step": "gpumon_job_step_seconds", "data_wait": "gpumon_job_data_wait_ratio"}
 FINDING_QUERY = "gpumon_job_finding"
+QUERIES_PER_ROUND = len(GPU_QUERIES) + len(HISTORY_QUERIES) + len(JOB_QUERIES) + 1
 
 GpuKey = tuple[str, str]
 
