@@ -17,6 +17,7 @@ RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "prometheus"
 EMPTY_VECTOR = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
 EMPTY_MATRIX = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
 
+RANGE = "range:"
 Answer = tuple[int, bytes]
 
 
@@ -32,14 +33,15 @@ def vector(*samples: tuple[dict[str, str], float]) -> bytes:
 
 @contextmanager
 def recorded_prometheus(answers: Mapping[str, Answer | bytes]) -> Iterator[str]:
-    """Serves `answers` (PromQL -> body, or (HTTP status, body)) on /api/v1/query and /api/v1/query_range."""
+    """Serves `answers` (PromQL -> body, or (HTTP status, body)) on /api/v1/query; on /api/v1/query_range, the
+    answer stored under RANGE + PromQL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             parts = urllib.parse.urlsplit(self.path)
             promql = urllib.parse.parse_qs(parts.query).get("query", [""])[0]
-            default = EMPTY_MATRIX if parts.path.endswith("query_range") else EMPTY_VECTOR
-            answer: Any = answers.get(promql, default)
+            ranged = parts.path.endswith("query_range")
+            answer: Any = answers.get(RANGE + promql if ranged else promql, EMPTY_MATRIX if ranged else EMPTY_VECTOR)
             status, body = answer if isinstance(answer, tuple) else (200, answer)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
