@@ -51,11 +51,11 @@ def check_url(url: str) -> str:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError as error:
-        raise ValueError(f"bad Prometheus URL {printable(url)!r}: {error}") from None
+        raise ValueError(f"bad Prometheus URL '{printable(url)}': {error}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"bad Prometheus URL {printable(url)!r}: expected http://HOST:PORT or https://HOST:PORT")
+        raise ValueError(f"bad Prometheus URL '{printable(url)}': expected http://HOST:PORT or https://HOST:PORT")
     if parts.query or parts.fragment:
-        raise ValueError(f"bad Prometheus URL {printable(url)!r}: no query or fragment, please")
+        raise ValueError(f"bad Prometheus URL '{printable(url)}': no query or fragment, please")
     return url.rstrip("/")
 
 
