@@ -2,6 +2,7 @@
 
 Prometheus is read by gpumon.fleet's poller on its own thread; each FleetSnapshot reaches the UI as a message.
 When Prometheus is lost or answers nothing, the status line says so in one line and the last rows stay shown.
+Enter on a GPU row shows that host's processes (read on a worker thread); Escape goes back.
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ import time
 from typing import ClassVar
 
 from rich.text import Text
+from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.screen import ModalScreen
+from textual.widgets import Footer, OptionList, Static
+from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
 
 from gpumon import units
-from gpumon.fleet import FleetPoller, FleetSnapshot, GpuRow, JobRow, PromClient
+from gpumon.fleet import FleetPoller, FleetSnapshot, GpuRow, HostProcesses, JobRow, PromClient, read_processes
 from gpumon.printable import printable
 from gpumon.tui.sparkline import spark_string
 
@@ -41,8 +46,9 @@ class FleetApp(App[None]):
     CSS = """
     #status { height: 1; padding: 0 1; }
     #status.error { color: $error; text-style: bold; }
-    #gpus, #jobs { padding: 0 1; }
-    #jobs { margin-top: 1; }
+    #gpu-header { padding: 0 1; text-style: bold; }
+    #gpus { height: auto; max-height: 60%; border: none; padding: 0; }
+    #jobs { padding: 0 1; margin-top: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "Quit")]
 
@@ -53,12 +59,14 @@ class FleetApp(App[None]):
         self.last_good: FleetSnapshot | None = None
         self.latest: FleetSnapshot | None = None
         self._poller: FleetPoller | None = None
+        self._rows: tuple[GpuRow, ...] = ()
 
     def compose(self) -> ComposeResult:
         source = self.client.base_url if self.client is not None else "no Prometheus"
         yield Static(f"reading {printable(source)} …", id="status")
+        yield Static(NO_DATA, id="gpu-header")
+        yield OptionList(id="gpus")
         with VerticalScroll():
-            yield Static(NO_DATA, id="gpus")
             yield Static("", id="jobs")
         yield Footer()
 
@@ -96,24 +104,49 @@ class FleetApp(App[None]):
                 f" · {time.strftime('%H:%M:%S', time.localtime(snapshot.taken))}"
             )
         shown = self.last_good if self.last_good is not None else snapshot
-        self.query_one("#gpus", Static).update(gpu_table(shown.gpus) if shown.gpus else Text(NO_DATA))
+        if shown is not snapshot and snapshot.error is not None and self.last_good is not None:
+            return  # the last good rows stay as they are
+        self._show_gpus(shown.gpus)
         self.query_one("#jobs", Static).update(job_table(shown.jobs))
 
+    def _show_gpus(self, rows: tuple[GpuRow, ...]) -> None:
+        header = self.query_one("#gpu-header", Static)
+        table = self.query_one("#gpus", OptionList)
+        width = host_width(rows)
+        header.update(gpu_header(width) if rows else Text(NO_DATA))
+        highlighted = table.highlighted
+        table.set_options(Option(gpu_line(row, width), id=str(index)) for index, row in enumerate(rows))
+        self._rows = rows
+        if rows:
+            table.highlighted = min(highlighted or 0, len(rows) - 1)
 
-def gpu_table(rows: tuple[GpuRow, ...]) -> Text:
-    """One line per host and GPU: utilization, SM activity and memory, each a graph and its newest value."""
-    width = max((len(printable(row.host)) for row in rows), default=4)
+    @on(OptionList.OptionSelected, "#gpus")
+    def open_host(self, event: OptionList.OptionSelected) -> None:
+        if self.client is None or event.option.id is None:
+            return
+        host = self._rows[int(event.option.id)].host
+        self.push_screen(ProcessScreen(self.client, host))
+
+
+def host_width(rows: tuple[GpuRow, ...]) -> int:
+    return max((len(printable(row.host)) for row in rows), default=4)
+
+
+def gpu_header(width: int) -> Text:
+    return Text(f"{'HOST':<{width}}  GPU  {'UTIL':<{GRAPH_WIDTH + 5}}{'SM':<{GRAPH_WIDTH + 5}}MEMORY")
+
+
+def gpu_line(row: GpuRow, width: int) -> Text:
+    """One host and GPU: utilization, SM activity and memory, each a graph and its newest value."""
     text = Text()
-    text.append(f"{'HOST':<{width}}  GPU  {'UTIL':<{GRAPH_WIDTH + 5}}{'SM':<{GRAPH_WIDTH + 5}}MEMORY\n", style="bold")
-    for row in rows:
-        memory_share = (
-            row.memory_used / row.memory_total * 100 if row.memory_used is not None and row.memory_total else None
-        )
-        text.append(f"{printable(row.host):<{width}}  {printable(row.gpu):>3}  ")
-        _graph(text, row.utilization_history, row.utilization, "green")
-        _graph(text, row.sm_history, row.sm_active, "cyan")
-        _graph(text, row.memory_history, memory_share, "magenta")
-        text.append(f"{units.size(row.memory_used)} / {units.size(row.memory_total)}\n")
+    memory_share = (
+        row.memory_used / row.memory_total * 100 if row.memory_used is not None and row.memory_total else None
+    )
+    text.append(f"{printable(row.host):<{width}}  {printable(row.gpu):>3}  ")
+    _graph(text, row.utilization_history, row.utilization, "green")
+    _graph(text, row.sm_history, row.sm_active, "cyan")
+    _graph(text, row.memory_history, memory_share, "magenta")
+    text.append(f"{units.size(row.memory_used)} / {units.size(row.memory_total)}")
     return text
 
 
@@ -147,4 +180,53 @@ def job_table(jobs: tuple[JobRow, ...]) -> Text:
             )
             text.append(line, style="bold red" if straggler else "")
             text.append("  ← straggler\n" if straggler else "\n", style="bold red" if straggler else "")
+    return text
+
+
+class ProcessScreen(ModalScreen[None]):
+    """One host's GPU processes from its exporter's gpumon_process_* series; read off the UI thread."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "dismiss", "Back")]
+    DEFAULT_CSS = """
+    ProcessScreen { align: center middle; }
+    ProcessScreen > VerticalScroll { width: 90%; height: 80%; border: round $accent; padding: 0 1; }
+    """
+
+    def __init__(self, client: PromClient, host: str) -> None:
+        super().__init__()
+        self.client = client
+        self.host = host
+        self.answer: HostProcesses | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(f"reading the processes of {printable(self.host)} …", id="processes")
+
+    def on_mount(self) -> None:
+        self._load()
+
+    @work(thread=True, exclusive=True)
+    def _load(self) -> HostProcesses:
+        return read_processes(self.client, self.host)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The answer reaches the UI thread as the worker's result; a dismissed screen never sees it."""
+        if event.state is WorkerState.SUCCESS and isinstance(event.worker.result, HostProcesses):
+            self.answer = event.worker.result
+            self.query_one("#processes", Static).update(process_table(self.answer))
+
+
+def process_table(answer: HostProcesses) -> Text:
+    """The host's processes, the biggest GPU memory first; or the one line saying why there are none."""
+    text = Text(f"{printable(answer.host)}: processes (Escape to go back)\n", style="bold")
+    if answer.error is not None:
+        text.append(printable(answer.error), style="bold red")
+        return text
+    text.append(f"{'PID':>8}  GPU  {'GPU MEM':>10}  {'SM':>5}  {'CPU':>6}  {'RSS':>10}  COMMAND\n", style="bold")
+    for row in answer.rows:
+        cpu = f"{row.cpu:.2f}" if row.cpu is not None else units.MISSING
+        text.append(
+            f"{printable(row.pid):>8}  {printable(row.gpu):>3}  {units.size(row.gpu_memory):>10}"
+            f"  {units.percent(row.sm):>5}  {cpu:>6}  {units.size(row.rss):>10}  {printable(row.command)}\n"
+        )
     return text

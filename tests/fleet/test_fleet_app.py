@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from fleet_helpers import closed_port_url
+from fleet_helpers import closed_port_url, recorded_prometheus, vector
 from rich.text import Text
-from textual.widgets import Static
+from textual.widgets import OptionList, Static
 
 from gpumon.fleet import FleetSnapshot, GpuRow, JobRow, PromClient, RankRow
-from gpumon.tui.fleet_app import FleetApp
+from gpumon.tui.fleet_app import FleetApp, ProcessScreen
 
 GIB = 1 << 30
 FLEET = FleetSnapshot(
@@ -34,8 +34,15 @@ LOST = FleetSnapshot(taken=1795436104.0, error="Prometheus at http://127.0.0.1:9
 
 
 def shown(app: FleetApp, selector: str) -> str:
-    content = app.query_one(selector, Static).content
+    content = app.screen.query_one(selector, Static).content
     return content.plain if isinstance(content, Text) else str(content)
+
+
+def gpu_rows(app: FleetApp) -> str:
+    table = app.query_one("#gpus", OptionList)
+    lines = [shown(app, "#gpu-header")]
+    lines += [str(table.get_option_at_index(i).prompt) for i in range(table.option_count)]
+    return "\n".join(lines)
 
 
 async def test_both_hosts_and_the_job_shown() -> None:
@@ -43,7 +50,7 @@ async def test_both_hosts_and_the_job_shown() -> None:
     async with app.run_test(size=(120, 30)) as pilot:
         app.show(FLEET)
         await pilot.pause()
-        gpus, jobs = shown(app, "#gpus"), shown(app, "#jobs")
+        gpus, jobs = gpu_rows(app), shown(app, "#jobs")
         assert "sim-node-a" in gpus and "sim-node-b" in gpus
         assert "44%" in gpus and "25%" in gpus and "20.0 GiB / 80.0 GiB" in gpus
         assert "run-7" in jobs and "2 ranks on 2 hosts" in jobs and "finding: input_bound (80% confidence)" in jobs
@@ -60,7 +67,7 @@ async def test_lost_prometheus_is_one_line_over_the_last_rows() -> None:
         await pilot.pause()
         assert shown(app, "#status") == LOST.error
         assert app.query_one("#status", Static).has_class("error")
-        assert "sim-node-b" in shown(app, "#gpus")  # the last good rows stay
+        assert "sim-node-b" in gpu_rows(app)  # the last good rows stay
         app.show(FLEET)
         await pilot.pause()
         assert not app.query_one("#status", Static).has_class("error")
@@ -75,7 +82,52 @@ async def test_polls_a_lost_prometheus_and_keeps_running() -> None:
             await pilot.pause(0.05)
         assert app.latest is not None, "a snapshot from the poller within 20 s"
         assert shown(app, "#status") == f"Prometheus at {url} unreachable: Connection refused"
-        assert shown(app, "#gpus") == "no GPU rows yet"
+        assert gpu_rows(app) == "no GPU rows yet"
         await pilot.press("q")
         await pilot.pause()
         assert not app.is_running
+
+
+async def test_enter_on_a_host_shows_its_processes() -> None:
+    host = {"host": "sim-node-b", "gpu": "0", "pid": "4242", "command": "python3 train.py"}
+    answers = {
+        'gpumon_process_gpu_memory_bytes{host="sim-node-b"}': vector((host, 3 * GIB)),
+        'gpumon_process_sm_ratio{host="sim-node-b"}': vector((host, 0.5)),
+        'gpumon_process_cpu_ratio{host="sim-node-b"}': vector((host, 1.25)),
+        'gpumon_process_resident_memory_bytes{host="sim-node-b"}': vector((host, 2 * GIB)),
+    }
+    with recorded_prometheus(answers) as url:
+        app = FleetApp(PromClient(url, timeout=2.0), interval=3600)
+        async with app.run_test(size=(120, 30)) as pilot:
+            app.show(FLEET)
+            await pilot.pause()
+            app.query_one("#gpus", OptionList).focus()
+            await pilot.press("down", "enter")
+            screen = app.screen
+            assert isinstance(screen, ProcessScreen) and screen.host == "sim-node-b"
+            deadline = time.monotonic() + 20
+            while screen.answer is None and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            table = shown(app, "#processes")
+            assert "4242" in table and "3.0 GiB" in table and "50%" in table and "1.25" in table
+            assert "python3 train.py" in table
+            await pilot.press("escape")
+            assert not isinstance(app.screen, ProcessScreen)
+
+
+async def test_a_host_without_process_series_is_one_line() -> None:
+    with recorded_prometheus({}) as url:
+        app = FleetApp(PromClient(url, timeout=2.0), interval=3600)
+        async with app.run_test(size=(120, 30)) as pilot:
+            app.show(FLEET)
+            await pilot.pause()
+            app.query_one("#gpus", OptionList).focus()
+            await pilot.press("enter")
+            screen = app.screen
+            assert isinstance(screen, ProcessScreen)
+            deadline = time.monotonic() + 20
+            while screen.answer is None and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            assert shown(app, "#processes").splitlines()[-1] == (
+                "Prometheus has no gpumon_process_* series for host sim-node-a"
+            )
