@@ -294,3 +294,20 @@ def test_daemonset_runs_an_accepted_command() -> None:
     parsed = build_parser().parse_args(args)
     assert parsed.host_label == "node-1" and parsed.listen.endswith(":9400")
     assert "hostPID: true" in text and "containerPort: 9400" in text
+
+
+def test_fleet_view_queries_exported_metrics_and_labels(exported: dict[str, set[str]]) -> None:
+    """`gpumon fleet` reads these series and labels: each one is something the exporter exports."""
+    from gpumon.fleet.processes import PROCESS_QUERIES
+    from gpumon.fleet.snapshot import FINDING_QUERY, GPU_QUERIES, HISTORY_QUERIES, JOB_QUERIES
+
+    wanted = {
+        **{name: {"host", "gpu"} for name in (*GPU_QUERIES.values(), *HISTORY_QUERIES.values())},
+        **{name: {"host", "pid", "command", "run_id", "rank"} for name in JOB_QUERIES.values()},
+        FINDING_QUERY: {"host", "pid", "run_id", "category"},
+        **{name: {"host", "pid", "gpu", "command"} for name in PROCESS_QUERIES.values()},
+    }
+    for expression, labels in wanted.items():
+        for name in re.findall(r"gpumon_[a-z_]+", expression):
+            assert name in exported, f"{name} (read by gpumon fleet) is not a metric the exporter exports"
+            assert labels <= exported[name], f"{name} lacks {labels - exported[name]}"
