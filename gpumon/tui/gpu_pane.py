@@ -20,6 +20,7 @@ from gpumon.tui.graph import (
     Graph,
     GraphStyle,
     Window,
+    drawn_text,
     event_marks,
     graph_spans,
     seconds_per_sample,
@@ -205,7 +206,7 @@ def gauge_graph_lines(gauge: Gauge, view: GraphView, width: int, rows: int) -> l
             label = " " * LABEL_COLUMN
         spans.append(Span(LABEL_COLUMN, GRAPH_OFFSET, "bright_black"))
         spans.extend(graph_spans(cells, GRAPH_OFFSET, empty, gauge.style))
-        lines.append(Text(label + mark + cells, no_wrap=True, end="", spans=spans))
+        lines.append(drawn_text(label + mark + cells, spans))
     return lines
 
 
@@ -249,9 +250,16 @@ def allot_rows(available: int, gauges_: list[Gauge]) -> list[int] | None:
     return rows
 
 
-def graph_block(gpu: GpuSample, view: GraphView, width: int, rows: list[int], axis: bool, job: bool) -> list[Text]:
-    """A GPU's header, its gauges' graphs `rows` tall and, if asked, the time axis under them."""
-    lines = header_lines(gpu, width, job) + health_lines(gpu, width)
+def head_lines(gpu: GpuSample, width: int, job: bool) -> list[Text]:
+    """A GPU's header and health lines, above its graphs."""
+    return header_lines(gpu, width, job) + health_lines(gpu, width)
+
+
+def graph_block(
+    gpu: GpuSample, view: GraphView, width: int, rows: list[int], axis: bool, head: list[Text]
+) -> list[Text]:
+    """A GPU's `head` (see head_lines), its gauges' graphs `rows` tall and, if asked, the time axis under them."""
+    lines = list(head)
     for gauge, gauge_rows in zip(gauges(gpu), rows, strict=True):
         lines.extend(gauge_graph_lines(gauge, view, width, gauge_rows))
     if axis:
@@ -277,7 +285,7 @@ def compact_lines(gpu: GpuSample, view: GraphView, width: int, job: bool = False
         (cells,), empty = view.graph_lines(gauge.history_key, 1, graph_width)
         spans.extend(graph_spans(cells, len(plain), empty, gauge.style))
         plain += cells
-    return [one_line(gpu, rows, width, job), Text(plain, no_wrap=True, end="", spans=spans)], graph_width
+    return [one_line(gpu, rows, width, job), drawn_text(plain, spans)], graph_width
 
 
 def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -> Text:
@@ -344,17 +352,17 @@ def layout(
     view = view if view is not None else GraphView(history)
     gpus = snapshot.gpus
     per_gpu = max_lines // len(gpus)
-    headers = [len(header_lines(gpu, width, gpu.uuid in job_uuids)) + len(health_lines(gpu, width)) for gpu in gpus]
+    heads = [head_lines(gpu, width, gpu.uuid in job_uuids) for gpu in gpus]
     if width > GRAPH_OFFSET + 8:
         for axis in (True, False):
             allotted = [
-                allot_rows(per_gpu - header - axis, gauges(gpu)) for gpu, header in zip(gpus, headers, strict=True)
+                allot_rows(per_gpu - len(head) - axis, gauges(gpu)) for gpu, head in zip(gpus, heads, strict=True)
             ]
             if all(rows is not None for rows in allotted) and (axis or all(max(rows or [1]) == 1 for rows in allotted)):
                 lines = [
                     line
-                    for gpu, rows in zip(gpus, allotted, strict=True)
-                    for line in graph_block(gpu, view, width, rows or [], axis, gpu.uuid in job_uuids)
+                    for gpu, rows, head in zip(gpus, allotted, heads, strict=True)
+                    for line in graph_block(gpu, view, width, rows or [], axis, head)
                 ]
                 return Layout(lines, 0 if axis else width - GRAPH_OFFSET)
     if 2 * len(gpus) <= max_lines:

@@ -156,6 +156,15 @@ class Graph:
         return columns
 
 
+def drawn_text(plain: str, spans: list[Span] | None = None, style: str = "") -> Text:
+    """A one-line Text of characters this module draws (no control codes): Rich's Text() would strip control codes
+    with str.translate, which costs a few microseconds on every braille row of every redraw."""
+    text = Text(style=style, no_wrap=True, end="", spans=spans)
+    text._text = [plain]  # what Text(plain) stores (Rich private), without the translate pass
+    text._length = len(plain)
+    return text
+
+
 def graph_spans(line: str, offset: int, empty_cells: int, style: str) -> list[Span]:
     """The spans of a graph row placed at `offset`: the cells before the history dim, the rest in `style`."""
     spans = [Span(offset, offset + empty_cells, NO_DATA_STYLE)] if empty_cells else []
@@ -199,6 +208,8 @@ XID_MARK = ("X", "bold white on red")
 def event_marks(events: Sequence[float | None], style: GraphStyle) -> list[tuple[str, str] | None]:
     """Per cell, the mark of the events of its samples (None where none happened)."""
     spc = style.samples_per_cell
+    if not any(events):
+        return [None] * -(-len(events) // spc)
     marks: list[tuple[str, str] | None] = []
     for offset in range(0, len(events), spc):
         bits = 0
@@ -232,7 +243,7 @@ def time_axis(
         if mark is not None and 0 <= cell < width:
             cells[cell] = mark[0]
             spans.append(Span(cell, cell + 1, mark[1]))
-    return Text("".join(cells), style="bright_black", no_wrap=True, end="", spans=spans)
+    return drawn_text("".join(cells), spans, style="bright_black")
 
 
 def axis_span(width: int, seconds_per_cell: float | None) -> str:
