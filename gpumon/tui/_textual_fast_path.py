@@ -100,9 +100,8 @@ class SegmentBuilder:
         plain = line.plain
         spans = line.spans
         add_base = base.__add__ if base else _unchanged
-        if not spans:
-            segments = [Segment(plain, add_base(None))]
-        else:
+        segments = [Segment(plain, add_base(None))] if not spans else self._disjoint(console, line, base, add_base)
+        if segments is None:
             values: list[StyleType] = [line.style, *(span.style for span in spans)]
             edges = [
                 (0, False, 0),
@@ -125,9 +124,42 @@ class SegmentBuilder:
                     if style is None:
                         style = styles[key] = add_base(_combine(console, key[1]))
                     segments.append(Segment(plain[offset:next_offset], style))
-        if line.cell_len < width:
-            segments.append(Segment(" " * (width - line.cell_len), add_base(None)))
+        cells = line.cell_len
+        if cells < width:
+            segments.append(Segment(" " * (width - cells), add_base(None)))
         return segments
+
+    def _disjoint(
+        self, console: Console, line: Text, base: Style, add_base: Callable[[Style | None], Style | None]
+    ) -> list[Segment] | None:
+        """`segments` for spans in order that neither overlap nor are empty (a graph row, most lines), without the
+        edge sort; None for any other spans."""
+        plain = line.plain
+        styles = self._combined_styles
+        pieces: list[tuple[int, int, tuple[StyleType, ...]]] = []
+        position = 0
+        for span in line.spans:
+            start, end = span.start, span.end
+            if not position <= start < end <= len(plain):
+                return None
+            if start > position:
+                pieces.append((position, start, (line.style,)))
+            pieces.append((start, end, (line.style, span.style)))
+            position = end
+        if position < len(plain):
+            pieces.append((position, len(plain), (line.style,)))
+        segments: list[Segment] = []
+        for begin, stop, values in pieces:
+            key = (base, values)
+            style = styles.get(key, _UNSET)
+            if style is _UNSET:
+                style = styles[key] = add_base(_combine(console, values))
+            segments.append(Segment(plain[begin:stop], style))
+        return segments
+
+
+_UNSET = Style()
+"""Marks a combination not in the cache yet (a cached one may be None)."""
 
 
 def _unchanged(style: Style | None) -> Style | None:

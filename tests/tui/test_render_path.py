@@ -1,11 +1,15 @@
-"""The dashboard's render path made cheaper draws exactly what it drew before: event marks, drawn lines."""
+"""The dashboard's render path made cheaper draws exactly what it drew before: event marks, drawn lines, segments."""
 
 from __future__ import annotations
 
 import pytest
+from rich.console import Console
+from rich.style import Style
 from rich.text import Span, Text
+from textual.strip import Strip
 
 from gpumon.sampling.history import THROTTLED
+from gpumon.tui._textual_fast_path import SegmentBuilder
 from gpumon.tui.graph import GraphStyle, drawn_text, event_marks
 
 
@@ -35,3 +39,30 @@ def test_drawn_text_is_what_rich_text_makes_of_the_same_line() -> None:
     )
     drawn.truncate(6)
     assert drawn.plain == "Util  "
+
+
+LINES = [
+    Text("Util    44% 100┤⣿⣀ ·", spans=[Span(7, 11, "green"), Span(12, 16, "bright_black"), Span(16, 20, "green")]),
+    Text("GPU0 H100  52°C", style="bold", spans=[Span(0, 4, "reverse"), Span(4, 10, "cyan")]),
+    Text("back to back", spans=[Span(0, 4, "red"), Span(4, 7, "blue"), Span(8, 12, "")]),
+    Text("overlapping", spans=[Span(0, 6, "red"), Span(3, 9, "underline")]),
+    Text("out of order", spans=[Span(5, 8, "red"), Span(0, 2, "blue")]),
+    Text("empty span", spans=[Span(3, 3, "red"), Span(4, 6, "blue")]),
+    Text("past the end", spans=[Span(5, 40, "red")]),
+    Text("no spans", style="bold"),
+]
+
+
+@pytest.mark.parametrize("line", LINES, ids=[line.plain for line in LINES])
+@pytest.mark.parametrize("base", [Style(), Style(bgcolor="grey11"), Style(color="white", bgcolor="black")])
+def test_segment_builder_draws_what_rich_and_textual_draw(line: Text, base: Style) -> None:
+    console = Console(width=40, color_system="truecolor")
+    width = 30
+    expected = Strip(line.render(console, end=""), line.cell_len).adjust_cell_length(width).apply_style(base)
+    builder = SegmentBuilder()
+    for _ in range(2):  # the second time from the cached styles
+        drawn = Strip(builder.segments(console, line, width, base), width)
+        assert drawn.text == expected.text
+        assert [(segment.text, segment.style) for segment in drawn.simplify()] == [
+            (segment.text, segment.style) for segment in expected.simplify()
+        ]
