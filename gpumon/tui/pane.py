@@ -76,7 +76,10 @@ class LinesWidget(Widget):
         return len(self.lines(width))
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        return self._strip(y, self.size.width)
+
+    def _strip(self, y: int, width: int) -> Strip:
+        """Line `y` at `width` cells (a widget's size is worth reading once per frame, not once per line)."""
         lines = self.lines(width)
         base = self.visual_style.rich_style
         if (
@@ -108,7 +111,8 @@ class LinesWidget(Widget):
         """As Textual's StylesCache renders them; a plain box's cached Strips are handed over as they are."""
         if not plain_box(self):
             return super().render_lines(crop)
-        return render_plain_box(self, crop, len(self.lines(self.size.width)), self.render_line)
+        width = self.size.width
+        return render_plain_box(self, crop, len(self.lines(width)), lambda y: self._strip(y, width))
 
 
 class Pane(LinesWidget):
