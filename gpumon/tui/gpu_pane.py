@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from rich.text import Span, Text
@@ -232,14 +233,21 @@ def allot_rows(available: int, gauges_: list[Gauge]) -> list[int] | None:
     """Graph rows per gauge within `available` lines: one each; then utilization and memory up to READABLE_ROWS; then
     the others up to two; from there utilization and memory growing twice as fast as the others, up to their caps.
     None where even one row each does not fit."""
-    if available < len(gauges_):
+    rows = _allotted(available, tuple(gauge.primary for gauge in gauges_))
+    return list(rows) if rows is not None else None
+
+
+@lru_cache(maxsize=256)
+def _allotted(available: int, primary: tuple[bool, ...]) -> tuple[int, ...] | None:
+    """allot_rows from which gauges are primary: the same on every redraw, so kept."""
+    if available < len(primary):
         return None
-    rows = [1] * len(gauges_)
-    spare = available - len(gauges_)
+    rows = [1] * len(primary)
+    spare = available - len(primary)
     stages = [(READABLE_ROWS, 1), (READABLE_ROWS, 2), (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)]
-    weights = [2 if gauge.primary else 1 for gauge in gauges_]
+    weights = [2 if is_primary else 1 for is_primary in primary]
     for primary_cap, secondary_cap in stages:
-        caps = [primary_cap if gauge.primary else secondary_cap for gauge in gauges_]
+        caps = [primary_cap if is_primary else secondary_cap for is_primary in primary]
         while spare:
             growable = [index for index in range(len(rows)) if rows[index] < caps[index]]
             if not growable:
@@ -247,7 +255,7 @@ def allot_rows(available: int, gauges_: list[Gauge]) -> list[int] | None:
             grow = min(growable, key=lambda index: (rows[index] / weights[index], index))
             rows[grow] += 1
             spare -= 1
-    return rows
+    return tuple(rows)
 
 
 def head_lines(gpu: GpuSample, width: int, job: bool) -> list[Text]:

@@ -7,9 +7,11 @@ from rich.console import Console
 from rich.style import Style
 from rich.text import Span, Text
 from textual.strip import Strip
+from tui_support import gpu
 
 from gpumon.sampling.history import THROTTLED
 from gpumon.tui._textual_fast_path import SegmentBuilder
+from gpumon.tui.gpu_pane import allot_rows, gauges
 from gpumon.tui.graph import GraphStyle, drawn_text, event_marks
 
 
@@ -66,3 +68,13 @@ def test_segment_builder_draws_what_rich_and_textual_draw(line: Text, base: Styl
         assert [(segment.text, segment.style) for segment in drawn.simplify()] == [
             (segment.text, segment.style) for segment in expected.simplify()
         ]
+
+
+def test_allotted_rows_are_kept_per_layout_but_each_caller_gets_its_own_list() -> None:
+    four = gauges(gpu(gpm=True))
+    first = allot_rows(10, four)
+    assert first == [4, 4, 1, 1]
+    assert first is not None
+    first[0] = 99
+    assert allot_rows(10, four) == [4, 4, 1, 1]
+    assert allot_rows(3, four) is None
