@@ -12,6 +12,9 @@ StylesCache applies the background and line filters), so it is used only with th
 against: `ACTIVE` is False with any other, and the panes fall back to Textual's own path.
 tests/tui/test_textual_fast_path.py fails loudly when the installed Textual is not TARGET_TEXTUAL, and checks that
 the fast path draws exactly what Textual draws.
+
+`drawn_text` (Rich internals: what `Text(plain)` stores) is here for the same reason; tests/tui/test_render_path.py
+checks it builds what Rich's own `Text` builds.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import textual
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style, StyleType
-from rich.text import Text
+from rich.text import Span, Text
 from textual.geometry import Region, Spacing
 from textual.strip import Strip
 from textual.widget import Widget
@@ -168,3 +171,12 @@ def _unchanged(style: Style | None) -> Style | None:
 
 def _combine(console: Console, values: tuple[StyleType, ...]) -> Style:
     return Style.combine(console.get_style(value, default=Style.null()) for value in values)
+
+
+def drawn_text(plain: str, spans: list[Span] | None = None, style: str = "") -> Text:
+    """A one-line Text of characters this module draws (no control codes): Rich's Text() would strip control codes
+    with str.translate, which costs a few microseconds on every braille row of every redraw."""
+    text = Text(style=style, no_wrap=True, end="", spans=spans)
+    text._text = [plain]  # what Text(plain) stores (Rich private), without the translate pass
+    text._length = len(plain)
+    return text

@@ -14,6 +14,7 @@ from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.history import History, active_throttle_reasons
 from gpumon.sampling.snapshot import GpuSample, Snapshot
+from gpumon.tui._textual_fast_path import drawn_text
 from gpumon.tui.bar import bar, bar_spans
 from gpumon.tui.format import short_gpu_name
 from gpumon.tui.gpu_health import health_lines
@@ -21,7 +22,6 @@ from gpumon.tui.graph import (
     Graph,
     GraphStyle,
     Window,
-    drawn_text,
     event_marks,
     graph_spans,
     seconds_per_sample,

@@ -11,6 +11,7 @@ from itertools import pairwise
 from rich.text import Span, Text
 
 from gpumon.sampling.history import PROCESS_ENDED, PROCESS_STARTED, THROTTLED, History
+from gpumon.tui._textual_fast_path import drawn_text
 
 
 class GraphStyle(Enum):
@@ -154,15 +155,6 @@ class Graph:
             else:
                 columns.append(column(style, rows, tuple(heights[offset : offset + spc])))
         return columns
-
-
-def drawn_text(plain: str, spans: list[Span] | None = None, style: str = "") -> Text:
-    """A one-line Text of characters this module draws (no control codes): Rich's Text() would strip control codes
-    with str.translate, which costs a few microseconds on every braille row of every redraw."""
-    text = Text(style=style, no_wrap=True, end="", spans=spans)
-    text._text = [plain]  # what Text(plain) stores (Rich private), without the translate pass
-    text._length = len(plain)
-    return text
 
 
 def graph_spans(line: str, offset: int, empty_cells: int, style: str) -> list[Span]:

@@ -10,9 +10,9 @@ from textual.strip import Strip
 from tui_support import gpu
 
 from gpumon.sampling.history import THROTTLED
-from gpumon.tui._textual_fast_path import SegmentBuilder
+from gpumon.tui._textual_fast_path import SegmentBuilder, drawn_text
 from gpumon.tui.gpu_pane import allot_rows, gauges
-from gpumon.tui.graph import GraphStyle, drawn_text, event_marks
+from gpumon.tui.graph import GraphStyle, event_marks
 
 
 @pytest.mark.parametrize("style", list(GraphStyle))
