@@ -86,8 +86,14 @@ def test_kill_a_process_tree_from_the_dashboard_in_tmux(tmux_socket: str, tmp_pa
             return _tmux(tmux_socket, "capture-pane", "-p", "-t", "gpumon")
 
         _wait(lambda: "Processes" in screen(), "the dashboard", screen)
-        _tmux(tmux_socket, "send-keys", "-t", "gpumon", "v", "/")
+        # Each key waits for the screen to show the last one took: a busy machine may not have focused the
+        # filter line yet, and the marker's letters would then reach the dashboard as keys (p pauses, - slows).
+        _tmux(tmux_socket, "send-keys", "-t", "gpumon", "v")
+        _wait(lambda: "all processes (v)" in screen(), "the every-process view", screen)
+        _tmux(tmux_socket, "send-keys", "-t", "gpumon", "/")
+        _wait(lambda: "▔▔▔▔▔▔▔▔" in screen(), "the filter line", screen)  # the input box's top edge
         _tmux(tmux_socket, "send-keys", "-t", "gpumon", "-l", marker)
+        _wait(lambda: f"filter '{marker}'" in screen(), "the filter to apply", screen)
         _tmux(tmux_socket, "send-keys", "-t", "gpumon", "Enter")
         _wait(lambda: all(str(pid) in screen() for pid in [*tree, sibling.pid]), "the filtered tree", screen)
         # The filter keeps the tree's ancestors (init, the shell...): move the cursor down to the parent's row.
