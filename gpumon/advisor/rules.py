@@ -721,13 +721,4 @@ def diagnose(signals: Signals) -> Finding:
     candidates.sort(key=lambda c: c.severity * c.confidence, reverse=True)
     primary, *others = _within_the_step(candidates)
     secondary = tuple(_finding(c, signals.source) for c in others)
-    finding = _finding(primary, signals.source)
-    return Finding(
-        category=finding.category,
-        evidence=finding.evidence,
-        confidence=finding.confidence,
-        severity=finding.severity,
-        numbers=finding.numbers,
-        secondary=secondary,
-        source=signals.source,
-    )
+    return replace(_finding(primary, signals.source), secondary=secondary)

@@ -357,14 +357,19 @@ def process_uid(pid: int) -> int | None:
         return None
 
 
-def process_command(pid: int) -> str:
-    """A process's command line from /proc ('' when gone or unreadable)."""
+def process_argv(pid: int) -> list[str]:
+    """A process's arguments from /proc ([] when gone or unreadable)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as stream:
             raw = stream.read()
     except OSError:
-        return ""
-    return " ".join(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.removesuffix(b"\0").split(b"\0")] if raw else []
+
+
+def process_command(pid: int) -> str:
+    """A process's command line from /proc ('' when gone or unreadable)."""
+    return " ".join(part for part in process_argv(pid) if part)
 
 
 def parent_pid(pid: int) -> int | None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumon.jobs.discovery import AttachError, process_command
+from gpumon.jobs.discovery import AttachError, process_argv, process_command
 from gpumon.jobs.source import Listener
 
 DATA_WAIT = "data_wait"
@@ -124,16 +124,12 @@ def linecache_line(file: str, line: int) -> str:
 def job_source(pid: int) -> SourceLine:
     """Source lines as the job sees them: `<string>` frames from its `python -c CODE` and relative paths from its
     working directory, falling back to linecache_line."""
-    code_lines: list[str] = []
-    cwd = ""
+    argv = process_argv(pid)
+    code_lines = argv[argv.index("-c", 1) + 1].splitlines() if "-c" in argv[1:-1] else []
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            argv = [arg.decode(errors="replace") for arg in cmdline.read().split(b"\0")]
-        if "-c" in argv[1:-1]:
-            code_lines = argv[argv.index("-c", 1) + 1].splitlines()
         cwd = os.readlink(f"/proc/{pid}/cwd")
-    except (OSError, ValueError):
-        pass
+    except OSError:
+        cwd = ""
 
     def source_line(file: str, line: int) -> str:
         if file == "<string>" and 0 < line <= len(code_lines):
