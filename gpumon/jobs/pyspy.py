@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpumon import protocol
 from gpumon.jobs.discovery import AttachError, process_argv, process_command
 from gpumon.jobs.source import Listener
 
@@ -711,7 +712,7 @@ class PySpySampler:
             text = ""
         if text:
             self._take(parse_raw(text))
-        exited = "process exited" in (err or "") or not _alive(self.pid)
+        exited = "process exited" in (err or "") or not protocol.pid_alive(self.pid)
         if exited:
             self._end("the process exited")
             return False
@@ -769,22 +770,6 @@ class PySpySampler:
                 listener(what)
             except Exception:  # noqa: BLE001
                 pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) still answers kill(0).
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stream:
-            data = stream.read()
-        return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] != b"Z"
-    except OSError:
-        return True
 
 
 def _innermost_python(frames: Sequence[Frame]) -> Frame | None:
