@@ -7,7 +7,7 @@ import threading
 from array import array
 from collections.abc import Iterator
 
-from gpumon.sampling.snapshot import GpuSample, Snapshot
+from gpumon.sampling.snapshot import GpuSample, Snapshot, XidEvent
 
 HISTORY_SECONDS = 600.0
 FASTEST_INTERVAL = 0.1
@@ -31,7 +31,9 @@ PROCESS_STARTED = 1
 PROCESS_ENDED = 2
 """... one stopped using it ..."""
 THROTTLED = 4
-"""... its clocks are held back (any clock-event reason but idle)."""
+"""... its clocks are held back (any clock-event reason but idle) ..."""
+XID_ERROR = 8
+"""... it reported an XID error since the previous sample."""
 
 
 def active_throttle_reasons(gpu: GpuSample) -> tuple[str, ...]:
@@ -100,11 +102,20 @@ def gpu_pids(snapshot: Snapshot) -> dict[int, frozenset[int]]:
     return {index: frozenset(found) for index, found in pids.items()}
 
 
+def latest_xids(snapshot: Snapshot) -> dict[int, XidEvent | None]:
+    """Per GPU index, the newest XID error it reported (None where none is known)."""
+    return {gpu.index: gpu.xid_events[-1] if gpu.xid_events else None for gpu in snapshot.gpus}
+
+
 def gpu_events(
-    snapshot: Snapshot, pids: dict[int, frozenset[int]], previous_pids: dict[int, frozenset[int]]
+    snapshot: Snapshot,
+    pids: dict[int, frozenset[int]],
+    previous_pids: dict[int, frozenset[int]],
+    xids: dict[int, XidEvent | None],
+    previous_xids: dict[int, XidEvent | None],
 ) -> dict[int, int]:
-    """Per GPU index, the event bits of this sample given its pids and those of the previous sample (a GPU's first
-    sample starts nothing: its processes were there before gpumon)."""
+    """Per GPU index, the event bits of this sample given its pids and newest XID errors and those of the previous
+    sample (a GPU's first sample marks nothing: its processes and the XID errors it lists came before this history)."""
     events: dict[int, int] = {}
     for gpu in snapshot.gpus:
         bits = THROTTLED if active_throttle_reasons(gpu) else 0
@@ -112,6 +123,9 @@ def gpu_events(
         if before is not None:
             now = pids[gpu.index]
             bits |= (PROCESS_STARTED if now - before else 0) | (PROCESS_ENDED if before - now else 0)
+        if gpu.index in previous_xids:
+            newest = xids[gpu.index]
+            bits |= XID_ERROR if newest is not None and newest != previous_xids[gpu.index] else 0
         events[gpu.index] = bits
     return events
 
@@ -119,8 +133,9 @@ def gpu_events(
 class History:
     """Per-metric ring buffers fed one snapshot at a time; safe to read from another thread.
 
-    Besides the metrics, each GPU has an `events` series (gpu0.events: PROCESS_STARTED | PROCESS_ENDED | THROTTLED
-    bits per sample), and `added` counts the snapshots ever added, so a view can tell how far the buffers moved.
+    Besides the metrics, each GPU has an `events` series (gpu0.events: PROCESS_STARTED | PROCESS_ENDED | THROTTLED |
+    XID_ERROR bits per sample), and `added` counts the snapshots ever added, so a view can tell how far the buffers
+    moved.
     """
 
     def __init__(self, seconds: float = HISTORY_SECONDS, fastest_interval: float = FASTEST_INTERVAL) -> None:
@@ -129,15 +144,16 @@ class History:
         self._timestamps = RingBuffer(self.capacity)
         self._lock = threading.Lock()
         self._gpu_pids: dict[int, frozenset[int]] = {}
+        self._gpu_xids: dict[int, XidEvent | None] = {}
         self.added = 0
         """Snapshots added since the start (the buffers keep the newest `capacity` of them)."""
 
     def add(self, snapshot: Snapshot) -> None:
         metrics = snapshot_metrics(snapshot)
-        pids = gpu_pids(snapshot)
-        for index, bits in gpu_events(snapshot, pids, self._gpu_pids).items():
+        pids, xids = gpu_pids(snapshot), latest_xids(snapshot)
+        for index, bits in gpu_events(snapshot, pids, self._gpu_pids, xids, self._gpu_xids).items():
             metrics[f"gpu{index}.events"] = float(bits)
-        self._gpu_pids = pids
+        self._gpu_pids, self._gpu_xids = pids, xids
         with self._lock:
             self.added += 1
             self._timestamps.append(snapshot.timestamp)

@@ -212,7 +212,8 @@ def gauge_graph_lines(gauge: Gauge, view: GraphView, width: int, rows: int) -> l
 
 
 def axis_line(gpu: GpuSample, view: GraphView, width: int) -> Text:
-    """The time axis under a GPU's graphs, with its events (processes starting and ending, throttling) marked."""
+    """The time axis under a GPU's graphs, with its events (processes starting and ending, throttling, XID errors)
+    marked."""
     graph_width = max(1, width - GRAPH_OFFSET)
     window = view.window(graph_width)
     spc = view.style.samples_per_cell

@@ -10,7 +10,7 @@ from itertools import pairwise
 
 from rich.text import Span, Text
 
-from gpumon.sampling.history import PROCESS_ENDED, PROCESS_STARTED, THROTTLED, History
+from gpumon.sampling.history import PROCESS_ENDED, PROCESS_STARTED, THROTTLED, XID_ERROR, History
 from gpumon.tui._textual_fast_path import drawn_text
 
 
@@ -192,9 +192,13 @@ def age(seconds: float) -> str:
     return f"{hours}h{rest:02d}m"
 
 
-EVENT_MARKS = ((THROTTLED, "!", "bold red"), (PROCESS_ENDED, "▾", "bold yellow"), (PROCESS_STARTED, "▴", "bold green"))
+EVENT_MARKS = (
+    (XID_ERROR, "X", "bold white on red"),
+    (THROTTLED, "!", "bold red"),
+    (PROCESS_ENDED, "▾", "bold yellow"),
+    (PROCESS_STARTED, "▴", "bold green"),
+)
 """Event bit, its mark on the time axis and the mark's style, the first that applies winning."""
-XID_MARK = ("X", "bold white on red")
 
 
 def event_marks(events: Sequence[float | None], style: GraphStyle) -> list[tuple[str, str] | None]:

@@ -48,6 +48,11 @@ FIELDS = (
         "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem.",
     ),
     ("sparklines", "percentages on a fixed 0-100% scale (▁ = 0, █ = 100); disk rates from 0 to the window's peak."),
+    (
+        "time axis",
+        "under each GPU's graphs: the age of each quarter, now on the right; marks: ▴ a process started, ▾ one "
+        "ended, ! clocks held back, X an XID error (the health line shows its code).",
+    ),
     ("CPU", "total busy %, then each core (a bar or one block per core), load averages, memory and swap."),
     ("iowait", "CPU time spent waiting for disk I/O; high iowait with a hungry GPU points at the input pipeline."),
     ("Processes", "each GPU process with its child processes (DataLoader workers) beneath it (├─ └─)."),
