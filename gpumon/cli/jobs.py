@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpumon.cli.base import Subparsers, print_json_line, subcommand
+from gpumon.cli.base import CliError, Subparsers, print_json_line, subcommand
 
 
 def register(subparsers: Subparsers) -> None:
@@ -18,13 +18,25 @@ def register(subparsers: Subparsers) -> None:
         "stale sockets of dead jobs are removed.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON (one object per job group)")
+    parser.add_argument(
+        "--socket-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also look in this socket directory (a job's GPUMON_SOCKET_DIR; repeat for several)",
+    )
 
 
 def run_jobs(args: argparse.Namespace) -> int:
+    from gpumon import protocol
     from gpumon.jobs.discovery import scan
     from gpumon.printable import printable
 
-    found = scan()
+    for directory in args.socket_dir:
+        reason = protocol.unsafe_dir_reason(directory)
+        if reason is not None:
+            raise CliError(f"--socket-dir: {printable(reason)}")
+    found = scan(directories=args.socket_dir)
     groups = found.groups
     if args.json:
         for group in groups:

@@ -5,7 +5,7 @@ Per rank (one hooked process): gpumon_job_step_seconds, gpumon_job_data_wait_rat
 gpumon_job_steps_per_second, gpumon_job_samples_per_second, gpumon_job_syncs_per_step,
 gpumon_job_dataloader_workers, gpumon_job_peak_memory_bytes, gpumon_job_steps_total, and
 gpumon_job_finding{category} (its confidence, 0-1) with gpumon_job_finding_severity{category}. Labels: host, pid,
-command, job (what the job's ranks share: its torchrun run id, its rendezvous address, else its pid), run_id, rank,
+command, job (what the job's ranks on every node share: job_key), run_id, rank,
 local_rank, world_size, and the process's container, pod and Slurm job.
 """
 
@@ -60,10 +60,12 @@ class RankFigures:
 
 
 def job_key(info: JobInfo | None, pid: int) -> str:
-    """What the ranks of one job share, as one label value: 'run:ID', 'rdzv:ADDR:PORT', else 'pid:PID'."""
+    """What the ranks of one job share on every node, as one label value: 'run:ID@ADDR:PORT' (torchrun's run id
+    and rendezvous address; 'run:ID' when the address is unknown), 'rdzv:ADDR:PORT', else 'pid:PID'."""
     key = info.group_key if info is not None else None
     if key is not None and key[0] == "run_id":
-        return label_value(f"run:{key[1]}")
+        rendezvous = ":".join(part for part in key[2:] if part)
+        return label_value(f"run:{key[1]}@{rendezvous}" if rendezvous else f"run:{key[1]}")
     if key is not None and key[0] == "master":
         return label_value(f"rdzv:{key[1]}:{key[2]}")
     return f"pid:{pid}"

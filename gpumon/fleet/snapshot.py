@@ -59,7 +59,9 @@ class RankRow:
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    """One job: its ranks across hosts, the straggler (index into ranks) and the exporter's finding."""
+    """One job: its ranks across hosts, the straggler (index into ranks) and the exporter's finding.
+
+    `run_id` is what groups the ranks: the exporter's job key ('run:ID@ADDR:PORT'), else the run id, else host:pid."""
 
     run_id: str
     command: str
@@ -204,8 +206,19 @@ def _rank_key(sample: Sample) -> tuple[str, str]:
     return (sample.label("host") or "?", sample.label("pid") or "?")
 
 
+JOB_KEY_LABELS = ("exported_job", "job")
+"""Where the exporter's `job` label is found: Prometheus renames it exported_job (its own `job` is the scrape
+job's name) unless the scrape config says honor_labels."""
+_JOB_KEY_PREFIXES = ("run:", "rdzv:")
+
+
 def _group(sample: Sample) -> str:
-    """The torchrun run id, else the job's own host and pid (a single-process job)."""
+    """What the ranks of one job share on every host: the exporter's job key (torchrun run id and rendezvous
+    address), else the bare run id (an exporter without the job label), else the job's own host and pid."""
+    for name in JOB_KEY_LABELS:
+        key = sample.label(name)
+        if key and key.startswith(_JOB_KEY_PREFIXES):
+            return key
     run_id = sample.label("run_id")
     return run_id if run_id else f"{sample.label('host') or '?'}:{sample.label('pid') or '?'}"
 

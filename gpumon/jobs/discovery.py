@@ -105,8 +105,10 @@ class JobInfo:
     def group_key(self) -> tuple[str, ...] | None:
         """What the ranks of one distributed job share, or None for a single-process job.
 
-        The torchrun / elastic run id when set; else the rendezvous address (MASTER_ADDR:MASTER_PORT); else, for a
-        process that says it is one of several (WORLD_SIZE > 1), its parent (the launcher).
+        The torchrun / elastic run id with the rendezvous address (every node of a job shares both; the address
+        tells apart jobs left on torchrun's default run id, 'none'); else the rendezvous address
+        (MASTER_ADDR:MASTER_PORT); else, for a process that says it is one of several (WORLD_SIZE > 1), its parent
+        (the launcher).
         """
         dist = self.dist
         world = self.world_size
@@ -114,7 +116,7 @@ class JobInfo:
             return None
         run_id = dist.get("run_id")
         if run_id:
-            return ("run_id", str(run_id), str(dist.get("master_port") or ""))
+            return ("run_id", str(run_id), str(dist.get("master_addr") or ""), str(dist.get("master_port") or ""))
         if dist.get("master_addr") and dist.get("master_port") and world:
             return ("master", str(dist["master_addr"]), str(dist["master_port"]))
         if world and world > 1 and self.ppid is not None:

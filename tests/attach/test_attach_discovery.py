@@ -168,7 +168,7 @@ def test_ddp_ranks_are_grouped_and_the_slow_one_is_the_straggler(start_job: Any)
     ddp = next(group for group in groups if group.distributed)
     assert ddp.pids == [fast.pid, slow.pid]
     assert [job.rank for job in ddp.jobs] == [0, 1] and ddp.world_size == 2
-    assert ddp.key == ("run_id", "attach-test", "29999")
+    assert ddp.key == ("run_id", "attach-test", "127.0.0.1", "29999")
     assert len(groups) == 1
 
     job = AttachedJob.for_pid(slow.pid)

@@ -1,0 +1,200 @@
+"""A real 2-node torchrun job on loopback: two torchrun agents (node ranks 0 and 1, gloo on the CPU) each launched by
+`gpumon run` with a socket directory of its own, each node's exporter (its own host label) seeing only its rank, a
+real Prometheus scraping both. The fleet snapshot read from it holds ONE job with both ranks, and names rank 1 (on
+the other node, the one waiting 30 ms for each batch) the straggler; `gpumon jobs --json` shown both socket
+directories groups the two ranks as one job too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from exporter_helpers import REPO, running_exporter, wait_until
+from prometheus_helpers import NO_BINARY, api, free_port, prometheus_binary, running_prometheus
+
+from gpumon import protocol
+from gpumon.fleet import FleetSnapshot, JobRow, PromClient, read_fleet
+from gpumon.jobs.discovery import process_command
+
+NODES = ("node-a", "node-b")
+JOB_TIMEOUT = 45.0
+"""Seconds for both ranks to be up, then for their figures to reach Prometheus (a shared 2-core machine)."""
+LAUNCHER_GRACE_S = 40.0
+"""Ctrl+C to stopped: torchrun gives its ranks 30 s before it SIGKILLs them."""
+
+DDP_JOB = r"""
+import time
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+
+
+class Batches(Dataset):
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, index):
+        if rank == 1:
+            time.sleep(0.03)
+        return torch.randn(64), torch.randn(64)
+
+
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for x, y in DataLoader(Batches(), batch_size=1):
+    loss = (model(x) - y).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.fixture
+def socket_dirs() -> Iterator[dict[str, str]]:
+    """One private socket directory per node (short paths under /tmp: AF_UNIX paths are limited)."""
+    base = tempfile.mkdtemp(prefix="gpumon-2n-", dir="/tmp")
+    dirs = {}
+    for node in NODES:
+        dirs[node] = os.path.join(base, node)
+        os.mkdir(dirs[node], 0o700)
+    yield dirs
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
+    socket_dirs: dict[str, str], tmp_path: Path
+) -> None:
+    binary = prometheus_binary()
+    if binary is None:
+        pytest.skip(NO_BINARY)
+    pytest.importorskip("torch.distributed.run", reason="torchrun (torch.distributed.run) is not installed")
+    script = tmp_path / "ddp_job.py"
+    script.write_text(DDP_JOB)
+    master_port = free_port()
+    launchers: list[subprocess.Popen[str]] = []
+    rank_pids: list[int] = []
+    try:
+        for node_rank, node in enumerate(NODES):
+            launchers.append(launch_node(script, node_rank, master_port, socket_dirs[node], tmp_path / node))
+        groups = wait_for_one_group(socket_dirs, launchers)
+        rank_pids = [job["pid"] for job in groups[0]["jobs"]]
+        (group,) = groups
+        assert [job["dist"]["rank"] for job in group["jobs"]] == [0, 1], group
+        assert group["label"].startswith("torchrun run none: ranks 0,1 of 2 "), group["label"]
+        assert group["group"] == ["run_id", "none", "127.0.0.1", str(master_port)]
+
+        with ExitStack() as stack:
+            exporters = [
+                stack.enter_context(
+                    running_exporter(
+                        "--interval",
+                        "1",
+                        "--host-label",
+                        node,
+                        env={protocol.SOCKET_DIR_ENV: socket_dirs[node], "PYTHONPATH": str(REPO)},
+                    )
+                )
+                for node in NODES
+            ]
+            base = stack.enter_context(running_prometheus(binary, tmp_path, [e.url for e in exporters]))
+            client = PromClient(base, timeout=5.0)
+            job = wait_for_fleet_job(client)
+            series = api(base, "/api/v1/query", query="gpumon_job_data_wait_ratio")["result"]
+        job_key = f"run:none@127.0.0.1:{master_port}"
+        assert job.run_id == job_key
+        assert [(rank.host, rank.rank) for rank in job.ranks] == [("node-a", 0), ("node-b", 1)]
+        assert {(item["metric"]["host"], item["metric"]["rank"]) for item in series} == {
+            ("node-a", "0"),
+            ("node-b", "1"),
+        }
+        # Prometheus keeps its own job label (the scrape job) and renames the exporter's: the fleet reads that one.
+        assert {item["metric"]["exported_job"] for item in series} == {job_key}
+        slow = job.ranks[1]
+        assert slow.data_wait is not None and job.ranks[0].data_wait is not None
+        assert slow.data_wait > job.ranks[0].data_wait, job.ranks
+        assert job.straggler == 1, job
+    finally:
+        stop_launchers(launchers, rank_pids, script)
+
+
+def launch_node(script: Path, node_rank: int, master_port: int, socket_dir: str, log: Path) -> subprocess.Popen[str]:
+    """One node: `gpumon run --no-tui -- torchrun --nnodes 2 --node-rank N ...` serving in its own socket dir."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env[protocol.SOCKET_DIR_ENV] = socket_dir
+    env.pop("GPUMON_KNOBS", None)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node_rank)]
+    torchrun += ["--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(master_port)]
+    with log.open("w") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpumon", "run", "--no-tui", "--", *torchrun, str(script)],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+
+def wait_for_one_group(socket_dirs: dict[str, str], launchers: list[subprocess.Popen[str]]) -> list[dict]:
+    """`gpumon jobs --json` given both nodes' socket directories, until it lists both ranks (as one group)."""
+    command = [sys.executable, "-m", "gpumon", "jobs", "--json"]
+    for directory in socket_dirs.values():
+        command += ["--socket-dir", directory]
+    deadline = time.monotonic() + JOB_TIMEOUT
+    groups: list[dict] = []
+    while time.monotonic() < deadline:
+        for launcher in launchers:
+            assert launcher.poll() is None, f"a node's launcher exited with {launcher.returncode}"
+        listed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=30, check=True)
+        groups = [json.loads(line) for line in listed.stdout.splitlines()]
+        if sum(len(group["jobs"]) for group in groups) >= 2:
+            return groups
+        time.sleep(0.5)
+    raise AssertionError(f"both ranks not listed within {JOB_TIMEOUT:g} s: {groups}")
+
+
+def wait_for_fleet_job(client: PromClient) -> JobRow:
+    """The fleet's one job, once both ranks' step time and data-wait share are in Prometheus."""
+    snapshot: FleetSnapshot | None = None
+
+    def both_ranks() -> bool:
+        nonlocal snapshot
+        snapshot = read_fleet(client)
+        ranks = [rank for job in snapshot.jobs for rank in job.ranks if rank.data_wait is not None]
+        return len(ranks) >= 2 and all(rank.step_ms for rank in ranks)
+
+    wait_until(both_ranks, JOB_TIMEOUT, "both ranks' step figures in Prometheus", interval=0.5)
+    assert snapshot is not None
+    assert len(snapshot.jobs) == 1, snapshot.jobs
+    return snapshot.jobs[0]
+
+
+def stop_launchers(launchers: list[subprocess.Popen[str]], rank_pids: list[int], script: Path) -> None:
+    """Ctrl+C to each node's process group (gpumon run passes it on to torchrun), then SIGKILL what is left."""
+    for launcher in launchers:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGINT)
+    deadline = time.monotonic() + LAUNCHER_GRACE_S
+    for launcher in launchers:
+        try:
+            launcher.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    for pid in rank_pids:  # torchrun starts each rank in a session of its own: a rank it left is killed here
+        if str(script) in process_command(pid):
+            os.kill(pid, signal.SIGKILL)
