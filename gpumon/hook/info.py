@@ -312,6 +312,7 @@ def state(
         diagnosis=protocol.DiagnosisState(
             active=bool(counter is not None and counter.active), steps_left=runtime.diagnosis_left
         ),
+        flops=runtime.flops.result,
         hook=protocol.HookInfo(
             errors=runtime.errors,
             last_error=runtime.last_error,

@@ -209,6 +209,7 @@ def _after_fork_in_child() -> None:
             state.runtime.active = False
             state.runtime.on_first_activity = None
             state.runtime.budget.stop()  # the step budget's wrappers, if the fork came in a budgeted step
+            state.runtime.flops.stop()  # the FLOP counter's dispatch mode, if the fork came in a counted step
         if state.server is not None:
             state.server.close_in_child()
         if state.watcher is not None and state.watcher in sys.meta_path:

@@ -16,6 +16,7 @@ from typing import Any
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
 from gpumon.hook.budget import BUDGET_EVERY, BudgetMeter
+from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
 from gpumon.hook.sync_counter import SyncCounter
 
@@ -142,6 +143,8 @@ class HookRuntime:
         is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
         self.budget_every = BUDGET_EVERY
         self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
+        # FLOPs of one sampled step now and then (FlopCounterMode).
+        self.flops = FlopSampler(torch, self.error)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -302,6 +305,7 @@ class HookRuntime:
         self._fetched = False
         self._backward_since = False
         self.budget.begin(self._budget_next_step())
+        self.flops.boundary(self.seq, samples)
 
         gpu = self.gpu
         if gpu is None:
@@ -359,6 +363,7 @@ class HookRuntime:
         if self.sync_counter is not None and self.sync_counter.active:
             self._finish_diagnosis()
         self.budget.stop()
+        self.flops.stop()
 
     # -- control requests (applied on the training thread) -------------------------------------
 

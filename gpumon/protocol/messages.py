@@ -179,6 +179,15 @@ class HookInfo(TypedDict, total=False):
     socket_refused: str | None  # as in hello
 
 
+class FlopCount(TypedDict, total=False):
+    available: bool  # False: not counted (reason says why); the count fields then absent
+    reason: str | None
+    flops_per_step: int  # FLOPs of the counted step, forward and backward (torch.utils.flop_counter)
+    seq: int  # the step counted
+    samples: int | None  # that step's samples; None: unknown
+    t: float  # unix time of the count
+
+
 class State(_Typed, total=False):
     t: float
     last_seq: int
@@ -189,6 +198,7 @@ class State(_Typed, total=False):
     cuda: CudaInfo
     knobs: KnobState
     diagnosis: DiagnosisState
+    flops: FlopCount | None  # the latest FLOP count of a sampled step; None: none yet
     hook: HookInfo
     id: Any  # when it answers a get_state
 

@@ -14,6 +14,8 @@ KNOBS_ENV = "GPUMON_KNOBS"
 """A JSON object of knobs (KNOBS) the hook applies at install: how trial runs change a knob."""
 GPU_TIMING_ENV = "GPUMON_HOOK_GPU_TIMING"
 """N: time every Nth step with CUDA events (and every step slower than 20 ms); 0: no GPU timing. Default 8."""
+FLOPS_ENV = "GPUMON_HOOK_FLOPS"
+"""N: count one step's FLOPs at step 30 and then every Nth step; 0: never. Default 2000."""
 
 # Hook -> client.
 HELLO = "hello"
