@@ -146,7 +146,7 @@ def gpu_line(row: GpuRow, width: int) -> Text:
     _graph(text, row.utilization_history, row.utilization, "green")
     _graph(text, row.sm_history, row.sm_active, "cyan")
     _graph(text, row.memory_history, memory_share, "magenta")
-    text.append(f"{units.size(row.memory_used)} / {units.size(row.memory_total)}")
+    text.append(f"  {units.size(row.memory_used)} / {units.size(row.memory_total)}")
     return text
 
 

@@ -15,9 +15,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from exporter_helpers import REPO, running_exporter, wait_until
@@ -25,9 +28,14 @@ from prometheus_helpers import NO_BINARY, api, free_port, prometheus_binary, run
 
 from gpumon import protocol
 from gpumon.fleet import FleetSnapshot, JobRow, PromClient, read_fleet
+from gpumon.fleet.snapshot import FINDING_QUERY, JOB_QUERIES
 from gpumon.jobs.discovery import process_command
 
-NODES = ("node-a", "node-b")
+NODES = ("sim-node-a", "sim-node-b")
+"""The host labels of the recorded GPU answers in tests/fixtures/prometheus, so recorded job answers fit them."""
+RECORD_ENV = "GPUMON_RECORD_PROMETHEUS"
+"""Set to a directory: the run also writes Prometheus's answers to the fleet's job queries there (the recorded
+answers of tests/fleet's multi-node view were made so)."""
 JOB_TIMEOUT = 45.0
 """Seconds for both ranks to be up, then for their figures to reach Prometheus (a shared 2-core machine)."""
 LAUNCHER_GRACE_S = 40.0
@@ -35,6 +43,8 @@ LAUNCHER_GRACE_S = 40.0
 
 DDP_JOB = r"""
 import time
+import urllib.parse
+import urllib.request
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
@@ -90,8 +100,9 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
     try:
         for node_rank, node in enumerate(NODES):
             launchers.append(launch_node(script, node_rank, master_port, socket_dirs[node], tmp_path / node))
-        groups = wait_for_one_group(socket_dirs, launchers)
-        rank_pids = [job["pid"] for job in groups[0]["jobs"]]
+        groups = wait_for_both_ranks(socket_dirs, launchers, script)
+        rank_pids = [job["pid"] for group in groups for job in group["jobs"]]
+        assert len(groups) == 1, groups
         (group,) = groups
         assert [job["dist"]["rank"] for job in group["jobs"]] == [0, 1], group
         assert group["label"].startswith("torchrun run none: ranks 0,1 of 2 "), group["label"]
@@ -114,12 +125,14 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
             client = PromClient(base, timeout=5.0)
             job = wait_for_fleet_job(client)
             series = api(base, "/api/v1/query", query="gpumon_job_data_wait_ratio")["result"]
+            if os.environ.get(RECORD_ENV):
+                record_job_answers(base, Path(os.environ[RECORD_ENV]))
         job_key = f"run:none@127.0.0.1:{master_port}"
         assert job.run_id == job_key
-        assert [(rank.host, rank.rank) for rank in job.ranks] == [("node-a", 0), ("node-b", 1)]
+        assert [(rank.host, rank.rank) for rank in job.ranks] == [("sim-node-a", 0), ("sim-node-b", 1)]
         assert {(item["metric"]["host"], item["metric"]["rank"]) for item in series} == {
-            ("node-a", "0"),
-            ("node-b", "1"),
+            ("sim-node-a", "0"),
+            ("sim-node-b", "1"),
         }
         # Prometheus keeps its own job label (the scrape job) and renames the exporter's: the fleet reads that one.
         assert {item["metric"]["exported_job"] for item in series} == {job_key}
@@ -149,18 +162,22 @@ def launch_node(script: Path, node_rank: int, master_port: int, socket_dir: str,
         )
 
 
-def wait_for_one_group(socket_dirs: dict[str, str], launchers: list[subprocess.Popen[str]]) -> list[dict]:
-    """`gpumon jobs --json` given both nodes' socket directories, until it lists both ranks (as one group)."""
+def wait_for_both_ranks(
+    socket_dirs: dict[str, str], launchers: list[subprocess.Popen[str]], script: Path
+) -> list[dict[str, Any]]:
+    """The groups `gpumon jobs --json` lists, given both nodes' socket directories, with a rank of this job (other
+    jobs of this user, in the usual socket directories, are left out), once both ranks are listed."""
     command = [sys.executable, "-m", "gpumon", "jobs", "--json"]
     for directory in socket_dirs.values():
         command += ["--socket-dir", directory]
     deadline = time.monotonic() + JOB_TIMEOUT
-    groups: list[dict] = []
+    groups: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         for launcher in launchers:
             assert launcher.poll() is None, f"a node's launcher exited with {launcher.returncode}"
         listed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=30, check=True)
         groups = [json.loads(line) for line in listed.stdout.splitlines()]
+        groups = [group for group in groups if any(job["argv"][:1] == [str(script)] for job in group["jobs"])]
         if sum(len(group["jobs"]) for group in groups) >= 2:
             return groups
         time.sleep(0.5)
@@ -181,6 +198,21 @@ def wait_for_fleet_job(client: PromClient) -> JobRow:
     assert snapshot is not None
     assert len(snapshot.jobs) == 1, snapshot.jobs
     return snapshot.jobs[0]
+
+
+def record_job_answers(base: str, directory: Path) -> None:
+    """Prometheus's own answers to the fleet's job queries, once both ranks have a finding: query-2node-job-*.json."""
+    wait_until(
+        lambda: len(api(base, "/api/v1/query", query=FINDING_QUERY)["result"]) >= 2,
+        JOB_TIMEOUT,
+        "both ranks' findings in Prometheus",
+        interval=0.5,
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, promql in {**JOB_QUERIES, "finding": FINDING_QUERY}.items():
+        url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        with urllib.request.urlopen(url, timeout=5.0) as response:
+            (directory / f"query-2node-job-{name}.json").write_bytes(response.read())
 
 
 def stop_launchers(launchers: list[subprocess.Popen[str]], rank_pids: list[int], script: Path) -> None:

@@ -1,0 +1,72 @@
+"""The fleet view as an SVG screenshot at 160x50: two hosts' GPUs and one 2-node torchrun job grouped across them.
+
+The job's answers are Prometheus's own, recorded from tests/exporter/test_multinode_torchrun.py (a real 2-node
+torchrun on loopback; rank 1, on sim-node-b, waits for its data); the GPU rows are the recorded answers the other
+fleet tests use. Regenerate after an intended change: python -m pytest tests/fleet/test_fleet_svg.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from fleet_helpers import RANGE, recorded, recorded_prometheus, vector
+from textual.pilot import Pilot
+
+from gpumon.fleet import FleetSnapshot, PromClient, read_fleet
+from gpumon.tui.fleet_app import FleetApp
+
+NOW = 1795436099.694
+"""The recorded GPU answers' time."""
+GIB = 1 << 30
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """The status line shows the snapshot's local time: pin it so the screenshot matches on every machine."""
+    previous = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if previous is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = previous
+    time.tzset()
+
+
+def two_node_fleet() -> FleetSnapshot:
+    gpu_a, gpu_b = {"host": "sim-node-a", "gpu": "0"}, {"host": "sim-node-b", "gpu": "0"}
+    answers = {
+        "gpumon_gpu_utilization_ratio": recorded("query-utilization.json"),
+        "gpumon_gpu_sm_active_ratio": vector((gpu_a, 0.31), (gpu_b, 0.12)),
+        "gpumon_gpu_memory_used_bytes": vector((gpu_a, 20 * GIB), (gpu_b, 8 * GIB)),
+        "gpumon_gpu_memory_total_bytes": vector((gpu_a, 80 * GIB), (gpu_b, 80 * GIB)),
+        RANGE + "gpumon_gpu_utilization_ratio": recorded("query_range-utilization.json"),
+        "gpumon_job_step_seconds": recorded("query-2node-job-step.json"),
+        "gpumon_job_data_wait_ratio": recorded("query-2node-job-data_wait.json"),
+        "gpumon_job_finding": recorded("query-2node-job-finding.json"),
+    }
+    with recorded_prometheus(answers) as url:
+        return read_fleet(PromClient(url), now=NOW)
+
+
+def test_recorded_two_node_job_is_one_job_with_its_straggler_on_the_other_node() -> None:
+    snapshot = two_node_fleet()
+    (job,) = snapshot.jobs
+    assert job.run_id.startswith("run:none@127.0.0.1:")
+    assert [(rank.host, rank.rank) for rank in job.ranks] == [("sim-node-a", 0), ("sim-node-b", 1)]
+    assert job.straggler == 1
+
+
+def test_fleet_view_160x50(snap_compare, utc: None) -> None:
+    snapshot = two_node_fleet()
+    app = FleetApp()
+
+    async def run_before(pilot: Pilot) -> None:
+        app.show(snapshot)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
