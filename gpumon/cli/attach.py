@@ -22,8 +22,19 @@ from gpumon.cli.base import (
 from gpumon.jobs.source import JobSource
 
 NATIVE_COST_HELP = (
-    "slower: py-spy unwinds every C/C++ frame, several times its usual cost per sample; the job is still never paused"
+    "costs the job time: py-spy then pauses it at each of its 50 samples a second to unwind the C/C++ frames, "
+    "where without --native it reads the job's memory without stopping it"
 )
+
+
+def add_native_argument(parser: argparse.ArgumentParser) -> None:
+    """--native, for the commands that may sample a job without the hook with py-spy (attach, diagnose --pid)."""
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="without the hook: run py-spy with --native, so a sync inside .item()/.cpu() shows as "
+        "cudaStreamSynchronize and the like (" + NATIVE_COST_HELP + ")",
+    )
 
 
 def register(subparsers: Subparsers) -> None:
@@ -48,12 +59,7 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="with --json: stop after this many seconds (default: when the job ends, or Ctrl+C)",
     )
-    parser.add_argument(
-        "--native",
-        action="store_true",
-        help="without the hook: run py-spy with --native, so a sync inside .item()/.cpu() shows as "
-        "cudaStreamSynchronize and the like (" + NATIVE_COST_HELP + ")",
-    )
+    add_native_argument(parser)
     add_interval_argument(parser)
 
 

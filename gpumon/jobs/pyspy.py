@@ -1,8 +1,9 @@
 """The fallback for jobs without the hook: sample the main thread with py-spy and estimate where its time goes.
 
 py-spy (`pip install py-spy`) runs in rounds of `py-spy record --format raw --idle --threads --nonblocking`
-(the job is never paused); each main-thread stack is put in one category: waiting on the DataLoader, CUDA
-sync, forward, backward, optimizer step, or elsewhere. The result is an ESTIMATE from stack samples.
+(the job is never paused; with --native it is, at each sample: py-spy refuses --native with --nonblocking); each
+main-thread stack is put in one category: waiting on the DataLoader, CUDA sync, forward, backward, optimizer step,
+or elsewhere. The result is an ESTIMATE from stack samples.
 """
 
 from __future__ import annotations
@@ -563,7 +564,7 @@ class PySpySampler:
     ) -> None:
         self.pid = pid
         self.native = native
-        """py-spy --native (see NATIVE_COST)."""
+        """py-spy --native, which pauses the job at each sample to unwind its C/C++ frames."""
         self.rate = rate
         self.round_s = max(1, int(round_s))
         self.pyspy = pyspy or find_pyspy()
@@ -674,11 +675,11 @@ class PySpySampler:
             str(self.round_s),
             "--idle",
             "--threads",
-            "--nonblocking",
             "--full-filenames",
             "--output",
             output,
-            *(["--native"] if self.native else []),
+            # py-spy exits with "Can't get native stack traces with the --nonblocking option" for the two together.
+            *(["--native"] if self.native else ["--nonblocking"]),
         ]
         try:
             os.unlink(output)

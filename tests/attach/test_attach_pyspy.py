@@ -159,6 +159,27 @@ def test_the_sampler_ends_when_the_process_exits_and_keeps_its_estimate() -> Non
     assert view.samples > 0 and view.counts.get(ELSEWHERE, 0) == view.samples  # what was sampled stays
 
 
+@needs_pyspy
+def test_the_native_sampler_samples_a_live_process() -> None:
+    """py-spy refuses --native together with --nonblocking: a native round must leave --nonblocking out."""
+    code = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    sum(range(1000))\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        _probe_or_skip(proc.pid)
+        sampler = PySpySampler(proc.pid, native=True)
+        sampler.start()
+        try:
+            assert wait_until(lambda: sampler.view().rounds >= 2 or sampler.view().ended, 20)
+        finally:
+            sampler.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+    view = sampler.view()
+    assert not view.ended, view.end_reason
+    assert view.native and view.samples > 0 and view.counts.get(ELSEWHERE, 0) == view.samples
+
+
 def test_py_spy_missing_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import gpumon.jobs.pyspy as pyspy_module
 
