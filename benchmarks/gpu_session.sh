@@ -18,7 +18,7 @@ case "$part" in
   sampling)  # sampler vs nvidia-smi/NVML, hook adds no sync, attach on a CUDA job (about 2 min)
     timeout 400 python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log" ;;
   overhead)  # gpumon vs nvitop CPU cost at 1 s and 0.25 s (about 6 min with the default arguments)
-    [ $# -gt 0 ] || set -- --rounds 3 --window 20 --warmup 5
+    [ $# -gt 0 ] || set -- --rounds 3 --window 20
     timeout 570 python3 benchmarks/monitor_overhead.py "$@" --json "$out/monitor_overhead.json" 2>&1 \
       | tee "$out/monitor_overhead.log" ;;
   hookcpu)   # the hook's A/B on the machine's CPU: one process per variant, then off/on inside one process (about 8 min)

@@ -1,18 +1,21 @@
-"""CPU cost of the gpumon dashboard against nvitop, each running in a pseudo-terminal, side by side in one run.
+"""CPU cost and terminal output of the gpumon dashboard against nvitop, each in a pseudo-terminal, in one run.
 
 Usage (on a GPU machine, from the project root):
 
-    python benchmarks/monitor_overhead.py --intervals 1 0.25 --rounds 3 --window 20 --json out.json
+    python benchmarks/monitor_overhead.py --intervals 1 0.25 --rounds 3 --window 30 --json out.json
 
-For each interval it alternates gpumon and nvitop (round-robin, `--rounds` times), lets each warm up,
-then reads the CPU time (user + system, the tool and its children) it spends over `--window` seconds
-and reports it as a percentage of one core. A training load (benchmarks/training_load.py) runs the
-whole time unless `--no-load` is given, so both tools have a GPU process and its workers to show.
+For each interval it alternates gpumon and nvitop (round-robin, the order reversed every other round, `--rounds`
+times, at least 3 unless `--allow-fewer`), leaves out each start's first `--warmup` seconds (8 by default), then
+over `--window` seconds reads the CPU time (user + system, the tool and its children) it spends, as a percentage of
+one core, and the bytes it writes to its terminal (drained from the pty in that window only), per second. Each is
+reported per tool and interval as the median and the min-max over the rounds. A training load
+(benchmarks/training_load.py) runs the whole time unless `--no-load` is given, so both tools have a GPU process and
+its workers to show.
 
 Without a GPU, `--replay FILE` measures gpumon's dashboard alone (the TUI cost, no sampling), replaying a
 recording made with `gpumon record` one snapshot per interval, repeated as long as the run needs:
 
-    python benchmarks/monitor_overhead.py --replay assets/recordings/h100-training.jsonl --rounds 5
+    python benchmarks/monitor_overhead.py --replay assets/recordings/h100-training.jsonl --rounds 3 --window 10
 """
 
 from __future__ import annotations
@@ -45,6 +48,29 @@ from gpumon.sampling.recording import RecordingError, RecordingWriter, read_reco
 
 REPLAY = "gpumon-replay"
 """The tool name of gpumon's dashboard replaying a recording (`--replay`)."""
+TOOLS = ("gpumon", "nvitop")
+MIN_ROUNDS = 3
+"""Fewer rounds give no median worth the name; `--allow-fewer` lets a quick check run them anyway."""
+
+
+class BenchmarkError(Exception):
+    """A run that cannot go on; main prints its message as one line."""
+
+
+@dataclasses.dataclass
+class PtyOutput:
+    """The bytes a tool has written to its terminal so far, counted by the thread that drains them."""
+
+    reader: threading.Thread | None = None
+    bytes_read: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One tool's window: CPU as % of one core, and bytes written to its terminal per second."""
+
+    cpu_percent: float
+    bytes_per_s: float
 
 
 def tool_command(tool: str, interval: float, replay: tuple[Path, float] | None = None) -> list[str]:
@@ -61,8 +87,8 @@ def tool_command(tool: str, interval: float, replay: tuple[Path, float] | None =
     raise ValueError(tool)
 
 
-def run_in_pty(command: list[str], columns: int, rows: int) -> tuple[subprocess.Popen, int, threading.Thread]:
-    """Start `command` on a fresh pseudo-terminal of the given size and drain its output in a thread."""
+def run_in_pty(command: list[str], columns: int, rows: int) -> tuple[subprocess.Popen[bytes], int, PtyOutput]:
+    """Start `command` on a fresh pseudo-terminal of the given size and drain its output in a thread, counting it."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(rows)}
@@ -70,18 +96,21 @@ def run_in_pty(command: list[str], columns: int, rows: int) -> tuple[subprocess.
         command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=ROOT
     )
     os.close(slave)
+    output = PtyOutput()
 
     def drain() -> None:
         while True:
             try:
-                if not os.read(master, 65536):
-                    break
+                data = os.read(master, 65536)
             except OSError:
                 break
+            if not data:
+                break
+            output.bytes_read += len(data)
 
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    return process, master, reader
+    output.reader = threading.Thread(target=drain, daemon=True)
+    output.reader.start()
+    return process, master, output
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -131,26 +160,35 @@ def measure(
     columns: int,
     rows: int,
     replay: tuple[Path, float] | None = None,
-) -> float:
-    """Percent of one core that `tool` used over `window` seconds after `warmup` seconds."""
-    process, master, _ = run_in_pty(tool_command(tool, interval, replay), columns, rows)
+) -> Measurement:
+    """What `tool` cost over `window` seconds after `warmup` seconds: % of one core, and bytes/s to its terminal."""
+    return measure_command(tool_command(tool, interval, replay), tool, warmup, window, columns, rows)
+
+
+def measure_command(
+    command: list[str], name: str, warmup: float, window: float, columns: int, rows: int
+) -> Measurement:
+    """measure() for any command line, called `name` in errors."""
+    process, master, output = run_in_pty(command, columns, rows)
     try:
         time.sleep(warmup)
         if process.poll() is not None:
-            raise RuntimeError(f"{tool} exited early with code {process.returncode}")
+            raise BenchmarkError(f"{name} exited during its warm-up with code {process.returncode}")
+        start_bytes = output.bytes_read
         start_cpu, start_wall = tree_cpu_seconds(process.pid), time.monotonic()
         time.sleep(window)
         used = tree_cpu_seconds(process.pid) - start_cpu
         elapsed = time.monotonic() - start_wall
+        written = output.bytes_read - start_bytes
         if process.poll() is not None:
-            raise RuntimeError(f"{tool} exited during the window with code {process.returncode}")
-        return 100.0 * used / elapsed
+            raise BenchmarkError(f"{name} exited during the window with code {process.returncode}")
+        return Measurement(cpu_percent=100.0 * used / elapsed, bytes_per_s=written / elapsed)
     finally:
         stop_group(process)
         os.close(master)
 
 
-def stop_group(process: subprocess.Popen) -> None:
+def stop_group(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group, SIGKILL it after 5 s; quiet if it is already gone."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -173,13 +211,24 @@ def gpu_name() -> str:
     return ", ".join(sorted(set(output.splitlines()))) or "no GPU"
 
 
-def main() -> int:
+def median_min_max(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def spread(values: list[float]) -> dict[str, float | list[float]]:
+    """The median, min and max of one tool's rounds, and the rounds themselves (for the JSON)."""
+    median, low, high = median_min_max(values)
+    return {"median": median, "min": low, "max": high, "samples": values}
+
+
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--intervals", type=float, nargs="+", default=[1.0, 0.25])
-    parser.add_argument("--tools", nargs="+", default=["gpumon", "nvitop"])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
+    parser.add_argument("--rounds", type=int, default=MIN_ROUNDS, help=f"at least {MIN_ROUNDS} (default)")
+    parser.add_argument("--allow-fewer", action="store_true", help=f"allow fewer than {MIN_ROUNDS} rounds")
+    parser.add_argument("--warmup", type=float, default=8.0, help="seconds left out after each start")
+    parser.add_argument("--window", type=float, default=20.0, help="seconds measured per tool and round")
     parser.add_argument("--columns", type=int, default=160)
     parser.add_argument("--rows", type=int, default=50)
     parser.add_argument("--no-load", action="store_true", help="do not run the training load")
@@ -190,7 +239,32 @@ def main() -> int:
         help="measure only gpumon's dashboard replaying this recording (no GPU, no load, no nvitop)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, in one line; None where nothing is."""
+    if args.rounds < 1:
+        return f"--rounds {args.rounds}: at least one round is needed"
+    if args.rounds < MIN_ROUNDS and not args.allow_fewer:
+        return (
+            f"--rounds {args.rounds}: steady-state figures need at least {MIN_ROUNDS} rounds (--allow-fewer for fewer)"
+        )
+    if any(not interval > 0 for interval in args.intervals):
+        return "--intervals: every interval must be a positive number of seconds"
+    if not args.warmup >= 0 or not args.window > 0:
+        return "--warmup must be 0 or more and --window more than 0 seconds"
+    if args.columns < 20 or args.rows < 10:
+        return f"--columns {args.columns} --rows {args.rows}: the terminal must be at least 20x10"
+    return None
+
+
+def main() -> int:
+    args = parse_arguments()
+    problem = argument_problem(args)
+    if problem is not None:
+        print(f"monitor_overhead: {problem}", file=sys.stderr)
+        return 2
 
     replays: dict[float, tuple[Path, float]] = {}
     scratch = None
@@ -202,7 +276,8 @@ def main() -> int:
                 replays[interval] = looped_recording(
                     args.replay, args.warmup + args.window + 10, interval, Path(scratch.name)
                 )
-        except RecordingError as error:
+        except (RecordingError, OSError) as error:
+            scratch.cleanup()
             print(f"monitor_overhead: {error}", file=sys.stderr)
             return 2
 
@@ -214,7 +289,7 @@ def main() -> int:
             start_new_session=True,
         )
         time.sleep(10)
-    samples: dict[tuple[str, float], list[float]] = {}
+    samples: dict[tuple[str, float], list[Measurement]] = {}
     try:
         for interval in args.intervals:
             for round_index in range(args.rounds):
@@ -224,7 +299,14 @@ def main() -> int:
                         tool, interval, args.warmup, args.window, args.columns, args.rows, replays.get(interval)
                     )
                     samples.setdefault((tool, interval), []).append(value)
-                    print(f"round {round_index + 1}: {tool} at {interval:g} s: {value:.2f}% of a core", flush=True)
+                    print(
+                        f"round {round_index + 1}: {tool} at {interval:g} s: {value.cpu_percent:.2f}% of a core, "
+                        f"{value.bytes_per_s / 1024:.2f} KiB/s to the terminal",
+                        flush=True,
+                    )
+    except BenchmarkError as error:
+        print(f"monitor_overhead: {error}", file=sys.stderr)
+        return 1
     finally:
         if load is not None:
             stop_group(load)
@@ -234,24 +316,32 @@ def main() -> int:
     device, date = gpu_name(), datetime.date.today().isoformat()
     source = f", replay of {args.replay}" if args.replay is not None else ""
     print(
-        f"\nMonitor CPU cost, % of one core ({device}, {date}, {args.columns}x{args.rows} pty, "
-        f"{args.rounds} rounds x {args.window:g} s, training load {'off' if args.no_load else 'on'}{source})"
+        f"\nMonitor cost, steady state ({device}, {date}, {args.columns}x{args.rows} pty, {args.rounds} rounds x "
+        f"{args.window:g} s after {args.warmup:g} s of warm-up, tools alternated, "
+        f"training load {'off' if args.no_load else 'on'}{source})"
     )
-    print(f"{'tool':<13} {'interval':>8} {'median':>8} {'min':>7} {'max':>7}")
+    print(f"{'':<22} {'CPU, % of one core':^26} {'to the terminal, KiB/s':^26}")
+    print(f"{'tool':<13} {'interval':>8} {'median':>8} {'min':>8} {'max':>8} {'median':>8} {'min':>8} {'max':>8}")
     results = []
     for (tool, interval), values in samples.items():
-        row = {
-            "tool": tool,
-            "interval": interval,
-            "median": statistics.median(values),
-            "min": min(values),
-            "max": max(values),
-            "samples": values,
-        }
-        results.append(row)
-        print(f"{tool:<13} {interval:>7g}s {row['median']:>7.2f}% {row['min']:>6.2f}% {row['max']:>6.2f}%")
+        cpu = [value.cpu_percent for value in values]
+        written = [value.bytes_per_s for value in values]
+        results.append({"tool": tool, "interval": interval, **spread(cpu), "bytes_per_s": spread(written)})
+        cpu_cells = " ".join(f"{figure:>7.2f}%" for figure in median_min_max(cpu))
+        kib_cells = " ".join(f"{figure / 1024:>8.2f}" for figure in median_min_max(written))
+        print(f"{tool:<13} {interval:>7g}s {cpu_cells} {kib_cells}")
     if args.json:
-        report = {"device": device, "date": date, "results": results}
+        report: dict[str, object] = {
+            "device": device,
+            "date": date,
+            "columns": args.columns,
+            "rows": args.rows,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "window": args.window,
+            "load": not args.no_load,
+            "results": results,
+        }
         if args.replay is not None:
             report["replay"] = str(args.replay)
         args.json.write_text(json.dumps(report, indent=2))
