@@ -38,19 +38,20 @@ RECORD_ENV = "GPUMON_RECORD_PROMETHEUS"
 answers of tests/fleet's multi-node view were made so)."""
 JOB_TIMEOUT = 45.0
 """Seconds for both ranks to be up, then for their figures to reach Prometheus (a shared 2-core machine)."""
+PEAK_QUERY = "gpumon_job_peak_memory_bytes"
 LAUNCHER_GRACE_S = 40.0
 """Ctrl+C to stopped: torchrun gives its ranks 30 s before it SIGKILLs them."""
 
 DDP_JOB = r"""
-import time
-import urllib.parse
-import urllib.request
+import sys, time
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
-dist.init_process_group("gloo")
+backend = sys.argv[1]
+dist.init_process_group(backend)
 rank = dist.get_rank()
+device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")  # each node sees its one GPU
 
 
 class Batches(Dataset):
@@ -63,9 +64,11 @@ class Batches(Dataset):
         return torch.randn(64), torch.randn(64)
 
 
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
+model = torch.nn.Linear(64, 64).to(device)
+model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if device.type == "cuda" else None)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 for x, y in DataLoader(Batches(), batch_size=1):
+    x, y = x.to(device), y.to(device)
     loss = (model(x) - y).square().mean()
     optimizer.zero_grad()
     loss.backward()
@@ -85,8 +88,30 @@ def socket_dirs() -> Iterator[dict[str, str]]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+def two_gpus() -> bool:
+    """Whether 2 GPUs are visible, asked in a child so this process holds no CUDA state."""
+    probe = "import torch; print(torch.cuda.is_available() and torch.cuda.device_count() >= 2)"
+    try:
+        answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return answer.stdout.strip().endswith("True")
+
+
+BACKENDS = [
+    "gloo",
+    pytest.param(
+        "nccl",
+        marks=pytest.mark.skipif(
+            not shutil.which("nvidia-smi") or not two_gpus(), reason="NCCL nodes need 2 GPUs (run on nvidia-h200-x2)"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
-    socket_dirs: dict[str, str], tmp_path: Path
+    socket_dirs: dict[str, str], tmp_path: Path, backend: str
 ) -> None:
     binary = prometheus_binary()
     if binary is None:
@@ -99,7 +124,7 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
     rank_pids: list[int] = []
     try:
         for node_rank, node in enumerate(NODES):
-            launchers.append(launch_node(script, node_rank, master_port, socket_dirs[node], tmp_path / node))
+            launchers.append(launch_node(script, backend, node_rank, master_port, socket_dirs[node], tmp_path / node))
         groups = wait_for_both_ranks(socket_dirs, launchers, script)
         rank_pids = [job["pid"] for group in groups for job in group["jobs"]]
         assert len(groups) == 1, groups
@@ -125,6 +150,8 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
             client = PromClient(base, timeout=5.0)
             job = wait_for_fleet_job(client)
             series = api(base, "/api/v1/query", query="gpumon_job_data_wait_ratio")["result"]
+            if backend == "nccl":
+                check_gpu_series(client, base)
             if os.environ.get(RECORD_ENV):
                 record_job_answers(base, Path(os.environ[RECORD_ENV]))
         job_key = f"run:none@127.0.0.1:{master_port}"
@@ -144,16 +171,29 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
         stop_launchers(launchers, rank_pids, script)
 
 
-def launch_node(script: Path, node_rank: int, master_port: int, socket_dir: str, log: Path) -> subprocess.Popen[str]:
-    """One node: `gpumon run --no-tui -- torchrun --nnodes 2 --node-rank N ...` serving in its own socket dir."""
+def launch_node(
+    script: Path, backend: str, node_rank: int, master_port: int, socket_dir: str, log: Path
+) -> subprocess.Popen[str]:
+    """One node: `gpumon run --no-tui -- torchrun --nnodes 2 --node-rank N ...` serving in its own socket dir.
+
+    NCCL: node N sees only GPU N, and talks to the other node over sockets on loopback as between two hosts (no
+    peer-to-peer or shared-memory shortcut within the one machine)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     env[protocol.SOCKET_DIR_ENV] = socket_dir
     env.pop("GPUMON_KNOBS", None)
+    if backend == "nccl":
+        env.update(
+            CUDA_VISIBLE_DEVICES=str(node_rank),
+            NCCL_P2P_DISABLE="1",
+            NCCL_SHM_DISABLE="1",
+            NCCL_IB_DISABLE="1",
+            NCCL_SOCKET_IFNAME="lo",
+        )
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node_rank)]
     torchrun += ["--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(master_port)]
     with log.open("w") as output:
         return subprocess.Popen(
-            [sys.executable, "-m", "gpumon", "run", "--no-tui", "--", *torchrun, str(script)],
+            [sys.executable, "-m", "gpumon", "run", "--no-tui", "--", *torchrun, str(script), backend],
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -198,6 +238,18 @@ def wait_for_fleet_job(client: PromClient) -> JobRow:
     assert snapshot is not None
     assert len(snapshot.jobs) == 1, snapshot.jobs
     return snapshot.jobs[0]
+
+
+def check_gpu_series(client: PromClient, base: str) -> None:
+    """On GPUs: both hosts' GPU rows in the fleet, and each rank's peak CUDA memory exported by its own node."""
+    snapshot = read_fleet(client)
+    assert snapshot.error is None, snapshot.error
+    assert set(snapshot.hosts) == set(NODES), snapshot.hosts
+    peaks = {
+        item["metric"]["host"]: float(item["value"][1])
+        for item in api(base, "/api/v1/query", query=PEAK_QUERY)["result"]
+    }
+    assert set(peaks) == set(NODES) and all(peak > 0 for peak in peaks.values()), peaks
 
 
 def record_job_answers(base: str, directory: Path) -> None:
