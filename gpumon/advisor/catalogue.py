@@ -13,6 +13,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.advisor.rules import (
+    COMM_BOUND,
     HEALTHY,
     HOST_SYNC,
     INPUT_BOUND,
@@ -235,6 +236,8 @@ CODE_ONLY = {
     MEMORY_IMBALANCE: "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])  "
     "# one process per GPU (torchrun), instead of nn.DataParallel",
     HOST_SYNC: "keep per-step metrics on the GPU and call .item() every N steps",
+    COMM_BOUND: "model = DistributedDataParallel(model, device_ids=[local_rank], gradient_as_bucket_view=True)  "
+    "# and `with model.no_sync():` on gradient-accumulation steps",
 }
 """Findings no knob fixes, and the code change to show instead."""
 

@@ -25,6 +25,7 @@ LOW_PRECISION = "low_precision"
 MEMORY_IMBALANCE = "memory_imbalance"
 IO_BOUND = "io_bound"
 THROTTLED = "throttled"
+COMM_BOUND = "comm_bound"
 HEALTHY = "healthy"
 CATEGORIES = (
     INPUT_BOUND,
@@ -35,6 +36,7 @@ CATEGORIES = (
     MEMORY_IMBALANCE,
     IO_BOUND,
     THROTTLED,
+    COMM_BOUND,
     HEALTHY,
 )
 
@@ -47,6 +49,7 @@ HEADLINES = {
     LOW_PRECISION: "Low precision math: fp32 where tensor cores could run bf16/TF32",
     MEMORY_IMBALANCE: "Memory imbalance: one GPU carries more than the others",
     THROTTLED: "Throttled: the GPU slows its own clocks (heat or power)",
+    COMM_BOUND: "Comm-bound: NCCL communication is not hidden behind compute",
     HEALTHY: "Healthy: nothing big to fix",
 }
 
@@ -67,6 +70,10 @@ ADVICE = {
     THROTTLED: "Nothing to change in the training script: the GPU lowers its clocks by itself. Check its cooling "
     "(airflow, fans, inlet temperature) and its power limit (nvidia-smi -q -d PERFORMANCE,POWER,"
     "TEMPERATURE; nvidia-smi -pl where allowed), or ask the machine's administrator.",
+    COMM_BOUND: "Overlap communication with compute: let DDP's gradient buckets all-reduce during backward "
+    "(bucket_cap_mb, gradient_as_bucket_view=True, no .item() or sync inside backward), skip all-reduces with "
+    "model.no_sync() on gradient-accumulation steps, give each GPU more work per step (a larger batch), compress "
+    "gradients to bf16 with a DDP comm hook, and check that NCCL uses NVLink or InfiniBand (NCCL_DEBUG=INFO).",
     HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
 }
 
@@ -120,6 +127,11 @@ PYSPY_CONFIDENCE = 0.7
 """Confidence factor for figures estimated from py-spy samples rather than measured by the hook."""
 SOURCE_LINE_CONFIDENCE = 0.5
 """The py-spy sync confidence where the syncs were only read from source lines (without --native)."""
+COMM_EXPOSED_SHARE = 0.15
+"""Exposed NCCL time (no compute kernel beside it) at or above this share of the captured step time makes the job
+comm-bound: the same bar as MIN_SEVERITY, since the share is what the job would gain with full overlap."""
+COMM_CONFIDENCE = 0.85
+"""Measured from the job's own kernel timeline, so high; not 1: the capture covers only a few steps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,6 +641,32 @@ def rule_throttled(signals: Signals) -> Candidate | None:
     return Candidate(THROTTLED, severity, 0.8 if loss is not None else 0.5, evidence, numbers)
 
 
+def rule_comm(signals: Signals) -> Candidate | None:
+    """comm_bound, from a profiler capture: NCCL kernel time with no compute kernel beside it, per step."""
+    exposed = signals.comm_exposed_ms_per_step
+    step_ms = signals.capture_step_ms or signals.step_ms
+    if exposed is None or not step_ms:
+        return None
+    share = min(1.0, exposed / step_ms)
+    if share < COMM_EXPOSED_SHARE:
+        return None
+    evidence = _join(
+        f"NCCL exposed {units.milliseconds(exposed)} of each {units.milliseconds(step_ms)} step ({pct(share)})",
+        f"{pct(signals.comm_overlap_share)} of the NCCL time ({units.milliseconds(signals.comm_ms_per_step)} "
+        "a step) overlaps compute",
+        f"profiler capture of {signals.capture_steps} steps" if signals.capture_steps else None,
+    )
+    numbers = {
+        "comm_exposed_share": _round(share),
+        "comm_exposed_ms_per_step": _round(exposed),
+        "comm_ms_per_step": _round(signals.comm_ms_per_step),
+        "comm_overlap_share": _round(signals.comm_overlap_share),
+        "step_ms": _round(step_ms),
+        "capture_steps": signals.capture_steps,
+    }
+    return Candidate(COMM_BOUND, share, COMM_CONFIDENCE, evidence, numbers)
+
+
 RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
     rule_data,
     rule_host_sync,
@@ -637,6 +675,7 @@ RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
     rule_precision,
     rule_memory_imbalance,
     rule_throttled,
+    rule_comm,
 )
 
 

@@ -10,9 +10,10 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumon.advisor.capture import Capture, CaptureError, capture
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.guided import GuidedRun, Listener
 from gpumon.advisor.live import LiveRunner
@@ -54,14 +55,23 @@ class Diagnosis:
     signals: Signals
     pid: int | None = None
     command: str = ""
+    capture: Capture | None = None
+    """The profiler capture asked for (diagnose --profile), when it worked."""
+    capture_error: str | None = None
+    """Why the capture asked for did not work (one line)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "finding": self.finding.to_dict(),
             "signals": self.signals.to_dict(),
             "pid": self.pid,
             "command": self.command,
         }
+        if self.capture is not None:
+            data["capture"] = self.capture.to_dict()
+        if self.capture_error is not None:
+            data["capture_error"] = self.capture_error
+        return data
 
 
 def windows_for(duration: float, warmup_s: float) -> tuple[float, int]:
@@ -113,8 +123,13 @@ def diagnose_pid(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     opener: Callable[[int], Any] = open_job,
+    profile_steps: int = 0,
+    trace_dir: str | None = None,
 ) -> Diagnosis:
-    """Watch a running job for `duration` seconds (its hook, else py-spy) and diagnose it."""
+    """Watch a running job for `duration` seconds (its hook, else py-spy) and diagnose it.
+
+    profile_steps: also capture that many steps with torch.profiler (hooked jobs; its NCCL figures feed comm_bound).
+    """
     try:
         job = opener(pid)
     except AttachError as error:
@@ -146,10 +161,34 @@ def diagnose_pid(
                         diagnosis = client.diagnose(DIAGNOSIS_STEPS, timeout=20.0)
                     except JobRequestError:
                         diagnosis = None
+            captured, capture_error = _profile(job, pid, profile_steps, trace_dir, progress)
         finally:
             job.stop()
         signals = build_signals(log.between(start, end), view, pid=pid, start=start, end=end, diagnosis=diagnosis)
-    return Diagnosis(diagnose(signals), signals, pid=pid, command=signals.command)
+    if captured is not None:
+        signals = replace(signals, **captured.summary.signal_values())
+    return Diagnosis(
+        diagnose(signals), signals, pid=pid, command=signals.command, capture=captured, capture_error=capture_error
+    )
+
+
+def _profile(
+    job: Any, pid: int, steps: int, trace_dir: str | None, progress: Progress | None
+) -> tuple[Capture | None, str | None]:
+    """(the profiler capture, or why there is none); (None, None) when none was asked for."""
+    if not steps:
+        return None, None
+    client = None if isinstance(job, PySpySampler) else job.primary
+    if client is None:
+        return None, f"pid {pid}: no profiler capture: the job has no gpumon hook"
+    if job.ended:
+        return None, f"pid {pid}: no profiler capture: the job ended"
+    if progress is not None:
+        progress(f"profiling {steps} steps of pid {pid}", 0.97)
+    try:
+        return capture(client, steps, directory=trace_dir), None
+    except CaptureError as error:
+        return None, str(error)
 
 
 def experiment_command(

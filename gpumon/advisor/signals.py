@@ -155,6 +155,17 @@ class Signals:
     reserved_memory: int | None = None
     alloc_retries: int | None = None
     ooms: int | None = None
+    # -- a profiler capture (gpumon profile / diagnose --profile; advisor.trace_summary.TraceSummary.signal_values)
+    capture_steps: int | None = None
+    """Steps in the capture; None: no capture."""
+    capture_step_ms: float | None = None
+    """Mean step time during the capture (its ProfilerStep marks)."""
+    comm_ms_per_step: float | None = None
+    """NCCL kernel time per captured step; None without NCCL kernels."""
+    comm_exposed_ms_per_step: float | None = None
+    """Of it, the time no compute kernel ran beside it on the same GPU."""
+    comm_overlap_share: float | None = None
+    """Share of the NCCL time hidden behind compute kernels."""
     # -- py-spy estimate
     pyspy: Mapping[str, float] = field(default_factory=dict)
     """Share of main-thread samples per py-spy category (data_wait, cuda_sync, forward, ...)."""

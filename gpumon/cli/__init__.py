@@ -6,11 +6,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpumon import __version__
-from gpumon.cli import attach, demo, diagnose, experiment, exporter, fleet, jobs, record, replay, run, snapshot
+from gpumon.cli import (
+    attach,
+    demo,
+    diagnose,
+    experiment,
+    exporter,
+    fleet,
+    jobs,
+    profile,
+    record,
+    replay,
+    run,
+    snapshot,
+)
 from gpumon.cli.base import CliError, Parser, run_handler
 from gpumon.cli.dashboard import add_dashboard_arguments, run_dashboard
 
-COMMANDS = (snapshot, record, replay, run, attach, jobs, diagnose, experiment, demo, exporter, fleet)
+COMMANDS = (snapshot, record, replay, run, attach, jobs, profile, diagnose, experiment, demo, exporter, fleet)
 
 __all__ = ["CliError", "build_parser", "main"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from gpumon.cli.base import (
     CliError,
@@ -14,6 +15,7 @@ from gpumon.cli.base import (
     print_json,
     subcommand,
 )
+from gpumon.cli.profile import steps_number
 from gpumon.cli.reporting import StderrProgress, signals_as_interrupt
 
 
@@ -41,6 +43,14 @@ def register(subparsers: Subparsers) -> None:
         default=5.0,
         help="with CMD: seconds after the first step left out (default 5)",
     )
+    parser.add_argument(
+        "--profile",
+        type=steps_number,
+        default=0,
+        metavar="N",
+        help="with --pid on a hooked job: also capture N steps with torch.profiler (trace, kernel summary, "
+        "comm_bound from NCCL time not hidden behind compute)",
+    )
     parser.add_argument("--json", action="store_true", help="print the finding and its signals as JSON")
     add_command_argument(parser)
 
@@ -60,11 +70,13 @@ def run_diagnose(args: argparse.Namespace) -> int:
     from gpumon.advisor.session import AdvisorError, diagnose_command, diagnose_pid
 
     command = target_command(args, "diagnose")
+    if args.profile and args.pid is None:
+        raise CliError("gpumon diagnose: --profile goes with --pid (a running hooked job)")
     progress = StderrProgress()
     try:
         with signals_as_interrupt():
             if args.pid is not None:
-                result = diagnose_pid(args.pid, duration=args.duration, progress=progress)
+                result = diagnose_pid(args.pid, duration=args.duration, progress=progress, profile_steps=args.profile)
             else:
                 result = diagnose_command(
                     command, duration=args.duration, warmup_s=min(args.warmup, args.duration / 2), progress=progress
@@ -75,4 +87,11 @@ def run_diagnose(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
     else:
         print(finding_text(result.finding))
+        if result.capture is not None:
+            from gpumon.advisor.trace_summary import summary_lines
+
+            print("\nProfiler capture:")
+            print("\n".join(summary_lines(result.capture.summary)))
+    if result.capture_error is not None:
+        print(f"gpumon: {result.capture_error}", file=sys.stderr)
     return 0

@@ -18,6 +18,7 @@ from gpumon.hook.batch import count_samples
 from gpumon.hook.budget import BUDGET_EVERY, BudgetMeter
 from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
+from gpumon.hook.profiler_capture import ProfilerCapture
 from gpumon.hook.sync_counter import SyncCounter
 
 MAX_RECORDS = 4096
@@ -31,6 +32,8 @@ GPU_TIMING_EVERY = 8
 """Default: CUDA events time one step in this many (events cost the job time on fast steps)..."""
 GPU_TIMING_SLOW_STEP_S = 0.020
 """...and every step after one that took at least this long (there the cost is negligible)."""
+PROFILE_EXIT_WAIT_S = 10.0
+"""At exit inside a profiler capture, how long the exit waits for its trace to be written."""
 
 # Layout of a step record (a list, so the GPU time can be filled in after the fact).
 R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE, R_BUDGET = range(9)
@@ -143,6 +146,8 @@ class HookRuntime:
         is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
         self.budget_every = BUDGET_EVERY
         self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
+        # Profiler capture (on request only).
+        self.profiler_capture = ProfilerCapture(torch, self.outbox, self.error)
         # FLOPs of one sampled step now and then (FlopCounterMode).
         self.flops = FlopSampler(torch, self.error)
 
@@ -324,6 +329,8 @@ class HookRuntime:
                 resolved.clear()
         if syncs is not None:
             self._diagnosis_step(syncs)
+        if self.profiler_capture.active:
+            self.profiler_capture.step()
         if self.control or self._reapply_env_knobs:
             self._drain_control()
 
@@ -363,6 +370,8 @@ class HookRuntime:
         if self.sync_counter is not None and self.sync_counter.active:
             self._finish_diagnosis()
         self.budget.stop()
+        self.profiler_capture.stop()
+        self.profiler_capture.wait_written(PROFILE_EXIT_WAIT_S)
         self.flops.stop()
 
     # -- control requests (applied on the training thread) -------------------------------------
@@ -377,6 +386,9 @@ class HookRuntime:
                 self.apply_knobs(payload)
             elif kind == "diagnose":
                 self._start_diagnosis(payload, request_id)
+            elif kind == "profile":
+                steps, path = payload
+                self.profiler_capture.start(steps, path, request_id)
 
     def apply_knobs(self, knobs: dict[str, Any]) -> None:
         """Apply validated knobs: global ones now, DataLoader ones at each DataLoader's next iter()."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.hook import info
+from gpumon.hook.profiler_capture import TRACES_DIR, trace_dir_problem, trace_path
 from gpumon.hook.ratelimit import TokenBucket
 from gpumon.hook.runtime import R_SEQ, HookRuntime
 from gpumon.hook.socket_dir import choose_socket_dir, prepare_socket_dir
@@ -566,6 +567,11 @@ class HookServer:
                 return
             self.runtime.control.append(("diagnose", steps, request_id))
             reply = {"type": protocol.DIAGNOSING, "steps": steps}
+        elif kind == protocol.PROFILE:
+            profiling = self._profile(client, msg, request_id)
+            if profiling is None:
+                return
+            reply = profiling
         else:  # SET_KNOB
             try:
                 knobs = protocol.validate_knobs(msg["knobs"], live=True)
@@ -584,6 +590,25 @@ class HookServer:
         if request_id is not None:
             reply["id"] = request_id
         self._send(client, reply)
+
+    def _profile(self, client: _Client, msg: dict[str, Any], request_id: Any) -> dict[str, Any] | None:
+        """Queue a profiler capture for the training thread; the `profiling` reply, or None after an error reply."""
+        steps = msg["steps"]
+        directory = os.path.normpath(msg.get("dir", os.path.join(self.directory, TRACES_DIR)))
+        if not 1 <= steps <= protocol.PROFILE_MAX_STEPS:
+            problem: str | None = f"steps must be 1..{protocol.PROFILE_MAX_STEPS}"
+        else:
+            problem = trace_dir_problem(directory)
+        if problem is not None:
+            self._client_error(client, protocol.E_BAD_MESSAGE, problem, request_id)
+            return None
+        capture = self.runtime.profiler_capture
+        if len(self.runtime.control) >= _MAX_QUEUED_CONTROL or not capture.reserve():
+            self._client_error(client, protocol.E_BUSY, "a profiler capture is already running", request_id)
+            return None
+        path = trace_path(directory, os.getpid())
+        self.runtime.control.append(("profile", (steps, path), request_id))
+        return {"type": protocol.PROFILING, "steps": steps, "path": path}
 
     def _subscribe(self, client: _Client, msg: dict[str, Any]) -> dict[str, Any]:
         now = time.monotonic()

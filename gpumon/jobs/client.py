@@ -217,6 +217,38 @@ class JobClient:
             raise JobRequestError(f"pid {self.pid} went away before its diagnosis ({self.state.end_reason})", "ended")
         return result.replies[0]
 
+    def profile(
+        self,
+        steps: int,
+        directory: str | None = None,
+        timeout: float = 120.0,
+        on_started: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Capture the next `steps` steps with torch.profiler; returns the `profile_result` message (its `path` is the
+        trace, when `available`). `on_started` gets the `profiling` reply. Waits at most `timeout` seconds for the
+        steps to run and the trace to be written. Raises JobRequestError."""
+        if not 1 <= steps <= protocol.PROFILE_MAX_STEPS:
+            raise JobRequestError(f"steps must be 1..{protocol.PROFILE_MAX_STEPS}", protocol.E_BAD_MESSAGE)
+        started = time.monotonic()
+        request_id = f"r{next(self._ids)}"
+        result = self._register(lambda m: m.get("type") == protocol.PROFILE_RESULT and m.get("id") == request_id)
+        request: dict[str, Any] = {"type": protocol.PROFILE, "steps": steps, "id": request_id}
+        if directory is not None:
+            request["dir"] = directory
+        try:
+            reply = self.request(request, (protocol.PROFILING, protocol.PROFILE_RESULT), timeout)
+            if reply.get("type") == protocol.PROFILE_RESULT:
+                return reply
+            if on_started is not None:
+                on_started(reply)
+            if not result.done.wait(max(0.0, timeout - (time.monotonic() - started))):
+                raise JobRequestError(f"no profiler trace from pid {self.pid} within {timeout:g} s", "timeout")
+        finally:
+            self._unregister(result)
+        if not result.replies:
+            raise JobRequestError(f"pid {self.pid} went away before its trace ({self.state.end_reason})", "ended")
+        return result.replies[0]
+
     def _register(self, match: Callable[[Mapping[str, Any]], bool]) -> _Pending:
         pending = _Pending(match)
         with self._pending_lock:

@@ -256,6 +256,30 @@ class KnobAck(_KnobAckFields, total=False):
     applies: dict[str, str]  # name -> APPLIES_NEXT_STEP or APPLIES_NEXT_DATALOADER_ITER
 
 
+class _ProfilingFields(_Typed):
+    steps: int
+
+
+class Profiling(_ProfilingFields, total=False):
+    id: Any
+    path: str  # where the trace will be written
+
+
+class _ProfileResultFields(_Typed):
+    available: bool  # False: no trace (reason says why); the other fields then absent
+
+
+class ProfileResult(_ProfileResultFields, total=False):
+    id: Any  # the `id` of the profile request that asked for it
+    reason: str
+    path: str  # the trace: gzipped Chrome trace JSON (Perfetto, chrome://tracing), mode 0600
+    steps: int  # steps captured
+    bytes: int  # size of the .json.gz
+    cuda: bool  # CUDA activity (kernels, copies) was captured, not only CPU ops
+    stop_ms: float  # training-thread time spent stopping the profiler (CUDA: one synchronize)
+    export_ms: float  # time writing the trace, on the hook's export thread
+
+
 class _ErrorFields(_Typed):
     code: str
     message: str
@@ -294,6 +318,15 @@ class _DiagnoseRequestFields(_Typed):
 
 class DiagnoseRequest(_DiagnoseRequestFields, total=False):
     id: Any
+
+
+class _ProfileRequestFields(_Typed):
+    steps: int  # 1..PROFILE_MAX_STEPS
+
+
+class ProfileRequest(_ProfileRequestFields, total=False):
+    id: Any
+    dir: str  # absolute path of a directory for the trace (created 0700, or ours with no group/other access)
 
 
 class _SetKnobRequestFields(_Typed):

@@ -26,9 +26,13 @@ SUBSCRIBED = "subscribed"
 DIAGNOSING = "diagnosing"
 DIAGNOSIS = "diagnosis"
 KNOB_ACK = "knob_ack"
+PROFILING = "profiling"
+PROFILE_RESULT = "profile_result"
 ERROR = "error"
 BYE = "bye"
-SERVER_TYPES = frozenset({HELLO, STEPS, STATE, PONG, SUBSCRIBED, DIAGNOSING, DIAGNOSIS, KNOB_ACK, ERROR, BYE})
+SERVER_TYPES = frozenset(
+    {HELLO, STEPS, STATE, PONG, SUBSCRIBED, DIAGNOSING, DIAGNOSIS, KNOB_ACK, PROFILING, PROFILE_RESULT, ERROR, BYE}
+)
 
 # Client -> hook.
 PING = "ping"
@@ -36,7 +40,8 @@ SUBSCRIBE = "subscribe"
 GET_STATE = "get_state"
 DIAGNOSE = "diagnose"
 SET_KNOB = "set_knob"
-REQUEST_TYPES = frozenset({PING, SUBSCRIBE, GET_STATE, DIAGNOSE, SET_KNOB})
+PROFILE = "profile"
+REQUEST_TYPES = frozenset({PING, SUBSCRIBE, GET_STATE, DIAGNOSE, SET_KNOB, PROFILE})
 
 # `error` codes.
 E_BAD_JSON = "bad_json"
@@ -56,6 +61,8 @@ SOURCE_MANUAL = "manual"
 STEP_SOURCES = (SOURCE_OPTIMIZER, SOURCE_BACKWARD, SOURCE_DATALOADER, SOURCE_MANUAL)
 
 DIAGNOSE_MAX_STEPS = 10_000
+PROFILE_MAX_STEPS = 100
+"""A profiler capture keeps every event of every step in memory until it is written: a few steps are enough."""
 BACKLOG_MAX = 4096
 
 

@@ -16,6 +16,7 @@ SHAPES: dict[str, type] = {
     names.SUBSCRIBE: messages.SubscribeRequest,
     names.DIAGNOSE: messages.DiagnoseRequest,
     names.SET_KNOB: messages.SetKnobRequest,
+    names.PROFILE: messages.ProfileRequest,
     names.HELLO: messages.Hello,
     names.STEPS: messages.Steps,
     names.STATE: messages.State,
@@ -24,6 +25,8 @@ SHAPES: dict[str, type] = {
     names.DIAGNOSING: messages.Diagnosing,
     names.DIAGNOSIS: messages.Diagnosis,
     names.KNOB_ACK: messages.KnobAck,
+    names.PROFILING: messages.Profiling,
+    names.PROFILE_RESULT: messages.ProfileResult,
     names.ERROR: messages.Error,
     names.BYE: messages.Bye,
 }
