@@ -5,7 +5,7 @@ Usage (repo root, on the GPU machine; PYTHONPATH=$PWD):
 
     python benchmarks/advisor_categories.py                      # every case this machine can run (~5 min)
     python benchmarks/advisor_categories.py --case host_sync     # one case
-    python benchmarks/advisor_categories.py --ladder             # only the demo's guided ladder (~5-8 min)
+    python benchmarks/advisor_categories.py --ladder             # only the demo's guided ladder (~2-3 min)
 
 memory_imbalance needs 2 GPUs (nn.DataParallel): it is skipped, and says so, on one GPU; run it on
 nvidia-h200-x2 with `--case memory_imbalance`. Results go to stdout and, with --out DIR, to DIR/advisor-*.json
@@ -117,8 +117,9 @@ def print_table(rows: list[dict[str, Any]]) -> str:
     return text
 
 
-def ladder(duration: float, warmup: float, out: Path | None) -> int:
+def ladder(duration: float, warmup: float, out: Path | None, trials_only: bool = False) -> int:
     markdown = (out / "advisor-demo-ladder.md") if out else Path("/tmp/advisor-demo-ladder.md")
+    started = time.monotonic()
     result = advisor(
         "demo",
         "--guided",
@@ -129,8 +130,10 @@ def ladder(duration: float, warmup: float, out: Path | None) -> int:
         f"{warmup:g}",
         "--markdown",
         str(markdown),
+        *(["--trials-only"] if trials_only else []),
         timeout=3600,
     )
+    wall_s = time.monotonic() - started
     sys.stderr.write(result.stderr[-4000:])
     if result.returncode != 0:
         print(f"demo --guided failed: exit {result.returncode}")
@@ -141,12 +144,20 @@ def ladder(duration: float, warmup: float, out: Path | None) -> int:
     kept = [v for v in report["variants"] if v["kept"]]
     best = kept[-1]["measurement"] if kept else base
     speed = best["rate"] / base["rate"] if base and base["rate"] else None
+    variants = report["variants"]
+    live = sum(1 for v in variants if v["kind"] == "live")
     print(
         f"baseline GPU-Util {fmt(base and base['gpu_util'])}% -> {fmt(best and best['gpu_util'])}%, "
         f"samples/s {fmt(base and base['rate'])} -> {fmt(best and best['rate'])} ({fmt(speed, '{:.1f}')}x); "
         f"target: <=30% -> >=90% and >=3x"
     )
+    print(
+        f"wall time {wall_s:.0f} s for `gpumon demo --guided` (the guided run itself: "
+        f"{fmt(report['meta'].get('wall_s'))} s); {len(variants)} variants after the baseline, {live} of them live "
+        f"on the running trial, {fmt(report['meta'].get('trial_starts'))} trial starts; target: >=90% in < 180 s"
+    )
     if out:
+        report["meta"]["command_wall_s"] = round(wall_s, 1)
         (out / "advisor-demo-ladder.json").write_text(json.dumps(report, indent=1))
     return 0
 
@@ -157,8 +168,15 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds diagnosed per case (default 20)")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--ladder", action="store_true", help="run the demo's guided ladder instead of the cases")
-    parser.add_argument("--ladder-duration", type=float, default=9.0, help="seconds measured per ladder variant")
-    parser.add_argument("--ladder-warmup", type=float, default=6.0)
+    parser.add_argument(
+        "--ladder-duration", type=float, default=15.0, help="most seconds measured per ladder variant (default 15)"
+    )
+    parser.add_argument("--ladder-warmup", type=float, default=5.0)
+    parser.add_argument(
+        "--ladder-trials-only",
+        action="store_true",
+        help="each ladder variant a fresh trial run, every window (as before)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write JSON and Markdown results here")
     args = parser.parse_args()
     if args.out:
@@ -167,7 +185,7 @@ def main() -> int:
     device = f"{names[0]} x{len(names)}" if names else "no GPU"
     print(f"device: {device}; date: {datetime.date.today().isoformat()}", flush=True)
     if args.ladder:
-        return ladder(args.ladder_duration, args.ladder_warmup, args.out)
+        return ladder(args.ladder_duration, args.ladder_warmup, args.out, args.ladder_trials_only)
     rows = []
     for case in args.case or list(CASES):
         _, needed = CASES[case]

@@ -38,8 +38,8 @@ case "$part" in
       | tee "$out/advisor_categories.log"
     timeout 300 python3 benchmarks/hook_overhead.py --rounds 8 --steps 700 --json "$out/hook_overhead.json" 2>&1 \
       | tee "$out/hook_overhead.log" ;;
-  ladder)    # the demo's guided ladder (gpumon demo --guided's chain, about 5-8 min)
-    timeout 560 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 6 --ladder-warmup 5 --out "$out" \
+  ladder)    # the demo's guided ladder (gpumon demo --guided: live knobs on the running trial, adaptive windows; about 3 min)
+    timeout 560 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 --ladder-warmup 5 --out "$out" \
       2>&1 | tee "$out/ladder.log" ;;
   x2)        # on nvidia-h200-x2: torchrun NCCL ranks grouped with the straggler named, and nn.DataParallel's imbalance
     timeout 200 python3 -m pytest tests/attach/test_ddp_torchrun.py -v -p no:cacheprovider 2>&1 | tee "$out/ddp-tests.log"

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 from .augment import augment_batch
 from .data import NUM_CLASSES, SyntheticImages
 from .knobs import default_knobs, validate_knobs
+from .live_knobs import LiveLoaderSettings
 
 LOG_PREFIX = "gpumon-demo: "
 EXIT_CODE_FOR_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
@@ -262,13 +263,14 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
         optimizer = torch.optim.SGD(
             model.parameters(), lr=config.learning_rate, momentum=0.9, weight_decay=5e-4, nesterov=True
         )
-        non_blocking = knobs["pin_memory"] and device.type == "cuda"
+        non_blocking = loader.pin_memory and device.type == "cuda"
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
 
         started = time.perf_counter()
         last_progress = (started, 0, 0)
         loss: torch.Tensor | None = None
+        live_settings = LiveLoaderSettings()
         iterator = iter(loader)
         while True:
             if stopper.signal_name is not None:
@@ -288,6 +290,12 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
                 _log_progress(log, now, last_progress, steps, samples, last_loss)
                 last_progress = (now, steps, samples)
 
+            if live_settings.pending(loader):
+                # gpumon changed a DataLoader setting live: start the next pass over the data now so it applies.
+                previous, iterator = iterator, iter(loader)
+                if previous is not iterator:
+                    _shutdown_workers(previous)
+                non_blocking = loader.pin_memory and device.type == "cuda"
             try:
                 images, labels, indices, pids = next(iterator)
             except StopIteration:

@@ -1,5 +1,8 @@
 """The guided run: measure the baseline, diagnose, try the catalogue's experiments one by one, keep what wins beyond
-the noise, re-diagnose from the winner, and stop when a whole list of candidates brings no win."""
+the noise, re-diagnose from the winner, and stop when a whole list of candidates brings no win.
+
+Experiments the current finding rules out are skipped (said why in the report) while it holds: faster math while
+the GPU waits for its input, or loader knobs when the step hardly waits for data."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import datetime
 import os
 import platform
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -14,10 +18,16 @@ from typing import Any, Protocol
 from gpumon.advisor.catalogue import Experiment, code_change, experiments_for, needs_code_change, observed_value
 from gpumon.advisor.measure import MIN_GAIN, beats
 from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
-from gpumon.advisor.rules import Finding, diagnose
+from gpumon.advisor.rules import INPUT_BOUND, IO_BOUND, Finding, diagnose
 from gpumon.advisor.signals import Signals
 
 MAX_VARIANTS = 12
+MATH_KNOBS = frozenset({"amp_bf16", "tf32", "float32_matmul_precision", "channels_last", "cudnn_benchmark"})
+"""Knobs that make the GPU's work faster: no use while the GPU waits for its input."""
+DATA_WAIT_KNOBS = frozenset({"num_workers", "prefetch_factor", "persistent_workers"})
+"""Knobs that shorten the wait for the next batch: no use when the step hardly waits."""
+LITTLE_DATA_WAIT = 0.02
+"""A data-wait share of the step under which the DATA_WAIT_KNOBS are ruled out."""
 
 
 class Runner(Protocol):
@@ -83,6 +93,9 @@ class GuidedRun:
         self.meta = dict(meta or {})
         self.only = list(only) if only is not None else None
         """A fixed list of experiments to run in order (no diagnosis-driven plan), each kept if it wins."""
+        self.started = time.monotonic()
+        self.ruled_out: dict[str, str] = {}
+        """Experiments skipped because the finding at the time ruled them out (dropped if tried later)."""
 
     def _tell(self, event: str, payload: Any) -> None:
         if self.listener is not None:
@@ -98,6 +111,8 @@ class GuidedRun:
         advice: list[str] = []
         finding = final = None
         stopped = ""
+        self.started = time.monotonic()
+        self.ruled_out = {}
         baseline = self.runner.baseline()
         self._tell("baseline", baseline)
         best = baseline
@@ -121,6 +136,7 @@ class GuidedRun:
                     if self.cancel.is_set() or len(variants) >= self.max_variants:
                         break
                     tried.add(experiment.key)
+                    self.ruled_out.pop(experiment.key, None)
                     self._tell("start", experiment)
                     result = self.runner.run(experiment, kept)
                     assert best.measurement is not None
@@ -175,6 +191,10 @@ class GuidedRun:
                 tried.add(experiment.key)
                 skipped.append(f"{experiment.label}: {why_not}")
                 continue
+            ruled_out = None if self.only is not None or finding is None else rules_out(finding, best, experiment)
+            if ruled_out is not None:
+                self.ruled_out[experiment.key] = f"{experiment.label}: {ruled_out}"
+                continue
             runnable.append(experiment)
         return runnable
 
@@ -202,6 +222,8 @@ class GuidedRun:
             "date": datetime.date.today().isoformat(),
             "runner": self.runner.kind,
             "device": describe_machine(baseline.signals),
+            "wall_s": round(time.monotonic() - self.started, 1),
+            "trial_starts": getattr(self.runner, "runs", None),
             **self.meta,
         }
         report = GuidedReport(
@@ -212,12 +234,23 @@ class GuidedRun:
             final_finding=final,
             code=tuple(code_change(kept)),
             advice=tuple(advice),
-            skipped=tuple(skipped),
+            skipped=(*skipped, *self.ruled_out.values()),
             stopped=stopped,
             meta=meta,
         )
         self._tell("done", report)
         return report
+
+
+def rules_out(finding: Finding, best: VariantResult, experiment: Experiment) -> str | None:
+    """Why the finding of the best variant so far rules `experiment` out (None: worth a try)."""
+    knobs = set(experiment.knobs)
+    if finding.category in (INPUT_BOUND, IO_BOUND) and knobs <= MATH_KNOBS:
+        return f"ruled out while {finding.category}: the GPU waits for its input, faster math cannot help"
+    share = best.signals.data_share if best.signals is not None else None
+    if share is not None and share < LITTLE_DATA_WAIT and knobs <= DATA_WAIT_KNOBS:
+        return f"ruled out: the step waits for data only {share:.0%} of the time"
+    return None
 
 
 def with_previous(experiment: Experiment, kept: Mapping[str, Any], signals: Signals | None) -> Experiment:

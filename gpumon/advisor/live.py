@@ -69,6 +69,7 @@ class LiveRunner:
         warmup_s: float = WARMUP_S,
         window_s: float = WINDOW_S,
         repeats: int = REPEATS,
+        min_repeats: int | None = None,
         apply_timeout_s: float = APPLY_TIMEOUT_S,
         cancel: threading.Event | None = None,
         progress: Progress | None = None,
@@ -79,6 +80,8 @@ class LiveRunner:
         self.warmup_s = warmup_s
         self.window_s = window_s
         self.repeats = repeats
+        self.min_repeats = min_repeats
+        """With it, measuring stops after this many windows once the rate's confidence interval is tight."""
         self.apply_timeout_s = apply_timeout_s
         self.cancel = cancel if cancel is not None else threading.Event()
         self.progress = progress
@@ -124,6 +127,7 @@ class LiveRunner:
             self.steps,
             window_s=self.window_s,
             repeats=self.repeats,
+            min_repeats=self.min_repeats,
             cancel=self.cancel,
             alive=self._alive,
             progress=self._say,

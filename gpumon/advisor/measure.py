@@ -7,6 +7,7 @@ only the latest few the HookedView holds.
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -21,9 +22,15 @@ from gpumon.sampling.snapshot import Snapshot
 SNAPSHOTS_KEPT = 7200
 STEPS_KEPT = 500_000
 MIN_GAIN = 0.03
+"""A variant must beat the best so far by at least this share (and by more than the noise) to win."""
 MIN_WINDOW_STEPS = 3
 """A measurement window is stretched (up to 3x) until this many steps ended in it."""
-"""A variant must beat the best so far by at least this share (and by more than the noise) to win."""
+TARGET_HALF_WIDTH = 0.03
+"""Adaptive measuring stops once the 95% confidence interval of the mean rate is within +-3% of it."""
+RECORDS_IN_FLIGHT_S = 0.4
+"""The longest a step record takes to arrive after its step (the hook sends every 0.2 s)."""
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+"""Student's t, two-sided 95%, for 1 to 10 degrees of freedom (1.96 beyond)."""
 
 
 class SnapshotLog:
@@ -176,12 +183,20 @@ class Measurement:
         """The spread as a share of the rate."""
         return self.spread / self.rate if self.rate > 0 else 0.0
 
+    @property
+    def half_width(self) -> float | None:
+        """The 95% confidence interval of the mean rate, +- this share of it (None under 2 windows)."""
+        return relative_half_width(self.rates)
+
     def to_dict(self) -> dict[str, Any]:
+        half_width = self.half_width
         return {
             "rate": round(self.rate, 2),
             "unit": self.unit,
             "spread": round(self.spread, 2),
             "noise": round(self.noise, 4),
+            "windows": len(self.rates),
+            "half_width": None if half_width is None else round(half_width, 4),
             "rates": [round(r, 2) for r in self.rates],
             "gpu_util": _r(self.gpu_util),
             "sm_activity": _r(self.sm_activity),
@@ -207,6 +222,18 @@ class Measurement:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
+
+
+def relative_half_width(rates: Sequence[float]) -> float | None:
+    """Half the 95% confidence interval of the mean of `rates` (Student's t), as a share of that mean."""
+    if len(rates) < 2:
+        return None
+    mean = statistics.fmean(rates)
+    if mean <= 0:
+        return None
+    degrees = len(rates) - 1
+    t = T_975[degrees - 1] if degrees <= len(T_975) else 1.96
+    return t * statistics.stdev(rates) / math.sqrt(len(rates)) / mean
 
 
 def beats(candidate: Measurement, best: Measurement, min_gain: float = MIN_GAIN) -> bool:
@@ -255,6 +282,8 @@ def measure_windows(
     *,
     window_s: float,
     repeats: int,
+    min_repeats: int | None = None,
+    target: float = TARGET_HALF_WIDTH,
     cancel: threading.Event | None = None,
     alive: Callable[[], str | None] | None = None,
     progress: Progress | None = None,
@@ -263,22 +292,40 @@ def measure_windows(
     done_before: float = 0.0,
     share: float = 1.0,
 ) -> list[WindowRate]:
-    """Measure `repeats` consecutive windows of `window_s` seconds of the job's steps (wall-clock unix time)."""
+    """Measure consecutive windows of `window_s` seconds of the job's steps (wall-clock unix time): `repeats` of
+    them, or, with `min_repeats`, as few as that once the rates' 95% confidence interval is within +-`target`
+    of their mean (adaptive: a steady job stops early, a noisy one runs to `repeats`)."""
+    least = repeats if min_repeats is None else max(2, min(min_repeats, repeats))
     windows: list[WindowRate] = []
+    start = clock()
     for index in range(repeats):
         if progress is not None:
             progress(f"{label}: measuring window {index + 1}/{repeats}", done_before + share * index / repeats)
-        start = clock()
-        sleep_checked(window_s, cancel, alive)
+        sleep_checked(max(0.0, start + window_s - clock()), cancel, alive)
         # Slow steps: stretch the window (up to 3x) until it holds a few of them.
         stretch_until = start + 3 * window_s
         while len(log.window(start, clock())) < MIN_WINDOW_STEPS and clock() < stretch_until:
             sleep_checked(0.1, cancel, alive)
         end = clock()
-        # Records of steps that ended by `end` may still be in flight (the hook sends every 0.2 s).
-        sleep_checked(0.4, cancel, None)
+        # Records of steps that ended by `end` may still be in flight: they have all come once a later one has.
+        flushed_by = time.monotonic() + RECORDS_IN_FLIGHT_S
+        while ((last := log.last_t()) is None or last < end) and time.monotonic() < flushed_by:
+            sleep_checked(0.05, cancel, None)
         windows.append(window_rate(log, start, end))
+        start = end
+        if len(windows) >= least and index + 1 < repeats:
+            half_width = relative_half_width(window_rates(windows))
+            if half_width is not None and half_width <= target:
+                break
     return windows
+
+
+def window_rates(windows: Sequence[WindowRate]) -> list[float]:
+    """samples/s of each window, or steps/s of each where a window's samples are unknown."""
+    per_window = [w.samples_per_s for w in windows]
+    if per_window and all(rate is not None for rate in per_window):
+        return [float(rate) for rate in per_window if rate is not None]
+    return [w.steps_per_s for w in windows]
 
 
 def measurement_from(
@@ -290,14 +337,9 @@ def measurement_from(
     peak_memory: int | None,
 ) -> Measurement:
     per_window = [w.samples_per_s for w in windows]
-    if per_window and all(rate is not None for rate in per_window):
-        rates = tuple(float(rate) for rate in per_window if rate is not None)
-        unit = "samples/s"
-    else:
-        rates = tuple(w.steps_per_s for w in windows)
-        unit = "steps/s"
+    unit = "samples/s" if per_window and all(rate is not None for rate in per_window) else "steps/s"
     return Measurement(
-        rates=rates,
+        rates=tuple(window_rates(windows)),
         unit=unit,
         gpu_util=gpu_util,
         sm_activity=sm_activity,

@@ -156,7 +156,9 @@ def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> 
     meta = report.meta
     lines = [f"# {title}", ""]
     described = [
-        f"{key}: {printable_or(meta[key])}" for key in ("device", "date", "command", "runner") if meta.get(key)
+        f"{key}: {printable_or(meta[key])}"
+        for key in ("device", "date", "command", "runner", "wall_s", "trial_starts")
+        if meta.get(key)
     ]
     if described:
         lines += ["; ".join(described), ""]

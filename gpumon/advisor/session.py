@@ -206,8 +206,12 @@ def experiment_command(
     cancel: threading.Event | None = None,
     max_variants: int = 12,
     on_job: Any = None,
+    min_repeats: int | None = None,
+    live_on_trial: bool = False,
 ) -> GuidedReport:
-    """The guided run over trial runs of `command` (or the `only` experiments, in order)."""
+    """The guided run over trial runs of `command` (or the `only` experiments, in order). min_repeats: measure
+    adaptively, from that many windows up to `repeats`; live_on_trial: math-neutral knobs tried on the running
+    trial through its hook instead of a restart (TrialRunner)."""
     cancel = cancel if cancel is not None else threading.Event()
     with sampling() as (sampler, log):
         runner = TrialRunner(
@@ -219,10 +223,12 @@ def experiment_command(
             warmup_s=warmup_s,
             window_s=window_s,
             repeats=repeats,
+            min_repeats=min_repeats,
             startup_timeout_s=startup_timeout_s,
             cancel=cancel,
             progress=progress,
             on_job=on_job,
+            live_on_trial=live_on_trial,
         )
         guided = GuidedRun(
             runner,

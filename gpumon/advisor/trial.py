@@ -5,6 +5,11 @@ Ctrl+C), then SIGTERM, then SIGKILL; it never shares anything with a job the use
 does not apply (amp_bf16, batch_size, ...) counts only when the command confirms it: it acknowledges it in the
 GPUMON_KNOBS_ACK file, or the hook's state shows it (an enabled bf16 autocast, the DataLoader's batch size).
 Otherwise the variant is recorded as not applied: it needs a code change.
+
+With `live_on_trial`, a trial that measured well is left running: a math-neutral knob (Experiment.live) is then
+tried on it through its hook (a LiveRunner on its client) instead of a restart, and rolled back there if it loses;
+one that does not take effect within `live_apply_timeout_s` gets a trial run after all. Any other knob stops the
+running trial and starts a fresh one with the knobs kept so far plus the change.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpumon import protocol
 from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.live import LiveRunner
 from gpumon.advisor.measure import (
     Cancelled,
     Progress,
@@ -54,11 +61,35 @@ WARMUP_STEPS = 3
 WINDOW_S = 4.0
 REPEATS = 3
 STOP_GRACE_S = 10.0
+LIVE_WARMUP_S = 3.0
+"""Warm-up after a live change took effect on a running trial (new DataLoader workers filling their queues)."""
+LIVE_APPLY_TIMEOUT_S = 15.0
+"""How long a live change may take to show in the running trial before it gets a trial run instead."""
 DIAGNOSIS_STEPS = 20
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
 
 JobCallback = Callable[[AttachedJob | None, str], None]
 """Told about each trial's job as it starts (the job, its label) and None when it stopped (the TUI follows it)."""
+
+
+@dataclass
+class RunningTrial:
+    """One started trial: its process group, the job followed through its hook, and every step it streamed."""
+
+    label: str
+    knobs: dict[str, Any]
+    launch: LaunchedJob
+    job: AttachedJob
+    steps: StepLog
+    out_path: Path
+    ack_path: Path
+    listening: set[int] = field(default_factory=set)
+
+    def attach_listener(self, _what: str = "") -> None:
+        for client in self.job.clients:
+            if client.pid not in self.listening:
+                self.listening.add(client.pid)
+                client.add_message_listener(self.steps)
 
 
 def log_tail(path: Path, lines: int = 20) -> list[str]:
@@ -161,6 +192,7 @@ class TrialRunner:
         warmup_s: float = WARMUP_S,
         window_s: float = WINDOW_S,
         repeats: int = REPEATS,
+        min_repeats: int | None = None,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         stop_grace_s: float = STOP_GRACE_S,
         cancel: threading.Event | None = None,
@@ -168,6 +200,9 @@ class TrialRunner:
         on_job: JobCallback | None = None,
         log_dir: str | None = None,
         sync_diagnosis: bool = True,
+        live_on_trial: bool = False,
+        live_warmup_s: float = LIVE_WARMUP_S,
+        live_apply_timeout_s: float = LIVE_APPLY_TIMEOUT_S,
     ) -> None:
         if not command:
             raise ValueError("a trial run needs a command")
@@ -179,6 +214,8 @@ class TrialRunner:
         self.warmup_s = warmup_s
         self.window_s = window_s
         self.repeats = repeats
+        self.min_repeats = min_repeats
+        """With it, measuring stops after this many windows once the rate's confidence interval is tight."""
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
         self.cancel = cancel if cancel is not None else threading.Event()
@@ -186,8 +223,19 @@ class TrialRunner:
         self.on_job = on_job
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gpumon-trials-"))
         self.sync_diagnosis = sync_diagnosis
+        self.live_on_trial = live_on_trial
+        self.live_warmup_s = live_warmup_s
+        self.live_apply_timeout_s = live_apply_timeout_s
         self.runs = 0
+        """Trials started (each one a process start-up and warm-up)."""
         self.logs: list[Path] = []
+        self.running: RunningTrial | None = None
+        """The trial left running (live_on_trial): its knobs are the ones kept so far, or those plus the change
+        being decided."""
+        self.live: LiveRunner | None = None
+        """Live changes on the running trial (made for it on first use)."""
+        self.last_live = False
+        """Whether the last variant was a live change on the running trial (keep/discard act on it)."""
 
     # -- the runner interface of the guided run -------------------------------------------------
 
@@ -198,18 +246,58 @@ class TrialRunner:
         return self._trial("baseline", {}, {}, diagnose_syncs=self.sync_diagnosis)
 
     def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
-        return self._trial(
-            experiment.label, dict(experiment.knobs), {**kept, **experiment.knobs}, flags=tuple(experiment.flags)
-        )
+        knobs = {**kept, **experiment.knobs}
+        self.last_live = False
+        running = self.running
+        if self.live_on_trial and experiment.live and running is not None and running.knobs == dict(kept):
+            result = self._live_variant(running, experiment, kept)
+            if result.status != NOT_APPLIED:
+                self.last_live = True
+                return result
+            self._say(f"{experiment.label}: not in effect on the running trial; a trial run instead", 0.0)
+        return self._trial(experiment.label, dict(experiment.knobs), knobs, flags=tuple(experiment.flags))
 
     def keep(self, experiment: Experiment) -> None:
-        pass
+        if self.last_live and self.live is not None and self.running is not None:
+            self.live.keep(experiment)
+            self.running.knobs.update(experiment.knobs)
 
     def discard(self, experiment: Experiment) -> None:
-        pass
+        if self.last_live and self.live is not None:
+            self.live.discard(experiment)  # rolled back on the running trial, which goes on with the kept knobs
+        elif self.running is not None and any(
+            self.running.knobs.get(name) == value for name, value in experiment.knobs.items()
+        ):
+            self._stop(self.running)  # the losing trial: the next variant starts from the kept knobs
 
     def finish(self, kept: Mapping[str, Any]) -> None:
-        pass
+        if self.live is not None:
+            self.live.finish(kept)
+        if self.running is not None:
+            self._stop(self.running)
+
+    def _live_variant(self, running: RunningTrial, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+        client = running.job.primary
+        if client is None or client.ended:
+            return VariantResult(
+                label=experiment.label, change=dict(experiment.knobs), knobs={}, kind=KIND_TRIAL, status=NOT_APPLIED
+            )
+        if self.live is None or self.live.client is not client:
+            self.live = LiveRunner(
+                client,
+                log=self.log,
+                warmup_s=self.live_warmup_s,
+                window_s=self.window_s,
+                repeats=self.repeats,
+                min_repeats=self.min_repeats,
+                apply_timeout_s=self.live_apply_timeout_s,
+                cancel=self.cancel,
+                progress=self.progress,
+                sync_diagnosis=False,
+            )
+        result = self.live.run(experiment, kept)
+        self._say(outcome_line(result), 0.95)
+        return result
 
     # -- one trial ------------------------------------------------------------------------------
 
@@ -229,14 +317,16 @@ class TrialRunner:
         flags: tuple[str, ...] = (),
         diagnose_syncs: bool = False,
     ) -> VariantResult:
+        if self.running is not None:
+            self._stop(self.running)
+        result = VariantIdentity(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
+        if self.cancel.is_set():
+            return VariantResult(**result, status=CANCELLED, reason="cancelled")
         self.runs += 1
         stem = f"trial-{self.runs:02d}"
         out_path = self.log_dir / f"{stem}.log"
         ack_path = self.log_dir / f"{stem}.ack.json"
         self.logs.append(out_path)
-        result = VariantIdentity(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
-        if self.cancel.is_set():
-            return VariantResult(**result, status=CANCELLED, reason="cancelled")
         try:
             launch = LaunchedJob(
                 self.command,
@@ -253,44 +343,40 @@ class TrialRunner:
             launch.start()
         except LaunchError as error:
             return VariantResult(**result, status=FAILED, reason=str(error))
-        job = launch.follow()
-        steps = StepLog()
-        listening: set[int] = set()
-
-        def attach_listener(_what: str = "") -> None:
-            for client in job.clients:
-                if client.pid not in listening:
-                    listening.add(client.pid)
-                    client.add_message_listener(steps)
-
+        trial = RunningTrial(label, dict(knobs), launch, launch.follow(), StepLog(), out_path, ack_path)
+        left_running = False
         try:  # from here on, whatever happens (Ctrl+C included), the trial's process group is stopped
-            job.start(attach_listener)
+            trial.job.start(trial.attach_listener)
             if self.track is not None:
                 self.track([launch.pid])
             if self.on_job is not None:
-                self.on_job(job, label)
-            variant = self._measure(launch, job, steps, attach_listener, out_path, ack_path, result, diagnose_syncs)
+                self.on_job(trial.job, label)
+            variant = self._measure(trial, result, diagnose_syncs)
             self._say(outcome_line(variant), 0.95)
+            left_running = self.live_on_trial and variant.status == OK
             return variant
         finally:
-            self._say(f"{label}: stopping", 1.0)
-            launch.stop(self.stop_grace_s)
-            launch.close()
-            job.stop()
-            if self.on_job is not None:
-                self.on_job(None, label)
+            if left_running:
+                self.running = trial
+            else:
+                self._stop(trial)
 
-    def _measure(
-        self,
-        launch: LaunchedJob,
-        job: AttachedJob,
-        steps: StepLog,
-        attach_listener: Callable[[], None],
-        out_path: Path,
-        ack_path: Path,
-        result: VariantIdentity,
-        diagnose_syncs: bool,
-    ) -> VariantResult:
+    def _stop(self, trial: RunningTrial) -> None:
+        if self.running is trial:
+            self.running = None
+            self.live = None
+        self._say(f"{trial.label}: stopping", 1.0)
+        try:
+            trial.launch.stop(self.stop_grace_s)
+        finally:
+            trial.launch.close()
+            trial.job.stop()
+            if self.on_job is not None:
+                self.on_job(None, trial.label)
+
+    def _measure(self, trial: RunningTrial, result: VariantIdentity, diagnose_syncs: bool) -> VariantResult:
+        launch, job, steps, attach_listener = trial.launch, trial.job, trial.steps, trial.attach_listener
+        out_path, ack_path = trial.out_path, trial.ack_path
         label = result["label"]
         result = VariantIdentity(**result, pid=launch.pid)
 
@@ -329,6 +415,7 @@ class TrialRunner:
                 steps,
                 window_s=self.window_s,
                 repeats=self.repeats,
+                min_repeats=self.min_repeats,
                 cancel=self.cancel,
                 alive=alive,
                 progress=self._say,

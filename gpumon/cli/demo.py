@@ -14,6 +14,9 @@ from gpumon.cli.reporting import StderrProgress, print_report, signals_as_interr
 DEMO_MODULE = "gpumon_demo"
 DEMO_RUN_S = 3600.0
 """How long a demo trial is told to train: the trial runner stops it once measured."""
+GUIDED_MEASURED_S = 15.0
+GUIDED_WARMUP_S = 5.0
+GUIDED_WINDOW_S = 3.0
 CPU_NOTICE = "no NVIDIA GPU here: the demo runs on the CPU (small model), so the numbers say little about a GPU"
 
 
@@ -33,14 +36,27 @@ def register(subparsers: Subparsers) -> None:
         "--duration",
         type=positive_seconds,
         default=None,
-        help="how long the demo trains (default 600 s); with --guided: seconds measured per variant "
-        "after its warm-up (default 12, in 3 windows)",
+        help="how long the demo trains (default 600 s); with --guided: the most seconds measured per variant "
+        f"after its warm-up (default {GUIDED_MEASURED_S:g}), in windows of --window seconds, stopping after 2 once "
+        "samples/s is known within +-3%% (95%% confidence)",
     )
     parser.add_argument(
         "--warmup",
         type=positive_seconds,
-        default=8.0,
-        help="with --guided: seconds after each run's first step left out (default 8)",
+        default=GUIDED_WARMUP_S,
+        help=f"with --guided: seconds after each run's first step left out (default {GUIDED_WARMUP_S:g})",
+    )
+    parser.add_argument(
+        "--window",
+        type=positive_seconds,
+        default=GUIDED_WINDOW_S,
+        help=f"with --guided: seconds per measurement window (default {GUIDED_WINDOW_S:g})",
+    )
+    parser.add_argument(
+        "--trials-only",
+        action="store_true",
+        help="with --guided: every variant a fresh trial run, measured over every window (no live changes on the "
+        "running trial, no early stop)",
     )
     parser.add_argument("--device", default="auto", help="auto (CUDA when there is a GPU), cuda or cpu")
     parser.add_argument("--json", action="store_true", help="with --guided: print the results as JSON")
@@ -96,28 +112,36 @@ def demo_device(requested: str) -> tuple[str, bool]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    if not args.guided and (args.json or args.markdown):
-        raise CliError("--json and --markdown go with --guided")
+    if not args.guided and (args.json or args.markdown or args.trials_only):
+        raise CliError("--json and --markdown go with --guided (so does --trials-only)")
     device, gpu = demo_device(args.device)
     if args.guided:
         return run_demo_guided(args, device)
     return run_demo_dashboard(args, device, None if gpu else CPU_NOTICE)
 
 
-def run_demo_guided(args: argparse.Namespace, device: str) -> int:
-    from gpumon.advisor.session import experiment_command, windows_for
+def guided_windows(measured_s: float, window_s: float) -> tuple[float, int]:
+    """(window length, most windows) for `measured_s` seconds measured at most per variant: at least 2 windows."""
+    window_s = min(window_s, measured_s / 2)
+    return window_s, max(2, round(measured_s / window_s))
 
-    measured = args.duration if args.duration is not None else 12.0
-    window_s, repeats = windows_for(measured + args.warmup, args.warmup)
+
+def run_demo_guided(args: argparse.Namespace, device: str) -> int:
+    from gpumon.advisor.session import experiment_command
+
+    measured = args.duration if args.duration is not None else GUIDED_MEASURED_S
+    window_s, repeats = guided_windows(measured, args.window)
     command = demo_command(device, DEMO_RUN_S)
     with signals_as_interrupt():
         report = experiment_command(
             command,
             window_s=window_s,
             repeats=repeats,
+            min_repeats=None if args.trials_only else 2,
             warmup_s=args.warmup,
             progress=StderrProgress(),
             max_variants=12,
+            live_on_trial=not args.trials_only,
         )
     write_markdown(args.markdown, report, "gpumon demo --guided")
     print_report(report, args.json)

@@ -149,3 +149,33 @@ def test_the_plan_comes_from_the_diagnosis_of_the_best_variant(demo_signals) -> 
     assert report.variants[0].kept
     assert [event for event, _ in events][:3] == ["baseline", "finding", "plan"]
     assert events[-1][0] == "done"
+
+
+def test_knobs_the_finding_rules_out_are_skipped_with_the_reason(demo_signals) -> None:  # type: ignore[no-untyped-def]
+    """Input-bound (the recorded CPU demo): faster math cannot help, so bf16 is not tried while it holds."""
+    workers = Experiment({"num_workers": 2}, previous={"num_workers": 0})
+    runner = FakeRunner(measurement(60, 61, 59), {key(num_workers=2): measurement(61, 61, 61)}, signals=demo_signals)
+    report = GuidedRun(runner, planner=lambda finding, signals, kept: [AMP, workers]).run()
+    assert report.finding is not None and report.finding.category == "input_bound"
+    assert [call for call in runner.calls if call[0] == "run"] == [("run", {"num_workers": 2})]
+    assert report.skipped == (
+        "amp_bf16 off -> on: ruled out while input_bound: the GPU waits for its input, faster math cannot help",
+    )
+    assert report.meta["wall_s"] >= 0
+
+
+def test_loader_knobs_are_ruled_out_when_the_step_hardly_waits_for_data(demo_signals) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from gpumon.advisor.guided import rules_out
+    from gpumon.advisor.results import VariantResult
+    from gpumon.advisor.rules import diagnose
+
+    waits = VariantResult(label="b", change={}, knobs={}, kind="trial", signals=demo_signals)
+    finding = diagnose(demo_signals)
+    assert rules_out(finding, waits, PREFETCH) is None, "the demo waits for data: prefetching may help"
+    hardly = replace(waits, signals=replace(demo_signals, data_share=0.01))
+    healthy = replace(finding, category="healthy")
+    assert rules_out(healthy, hardly, PREFETCH) == "ruled out: the step waits for data only 1% of the time"
+    assert rules_out(healthy, hardly, PIN) is None, "pinning speeds the copy, not the wait"
+    assert rules_out(healthy, hardly, AMP) is None

@@ -144,3 +144,48 @@ def test_a_live_change_is_measured_and_rolled_back(sock_dir: str, sampled) -> No
         client.stop()
         job.kill()
         job.wait()
+
+
+def test_the_guided_demo_tries_math_neutral_knobs_on_the_running_trial(  # type: ignore[no-untyped-def]
+    sock_dir: str, sampled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """live_on_trial: DataLoader knobs go through the hook of the trial already running (the demo starts its next
+    pass over the data at once), so 3 variants and the baseline take 2 process starts, not 4."""
+    from gpumon.advisor import trial as trial_module
+    from gpumon.advisor.guided import GuidedRun
+
+    starts: list[list[str]] = []
+    original_start = trial_module.LaunchedJob.start
+
+    def counted_start(self):  # type: ignore[no-untyped-def]
+        starts.append(list(self.command))
+        return original_start(self)
+
+    monkeypatch.setattr(trial_module.LaunchedJob, "start", counted_start)
+    demo = [
+        sys.executable, "-m", "gpumon_demo", "--duration", "300", "--device", "cpu", "--progress-interval", "0",
+        "--dataset-size", "20000", "--batch-size", "8",
+    ]  # fmt: skip
+    trials = runner(
+        demo, sampled, window_s=1.0, repeats=3, min_repeats=2, live_on_trial=True, live_warmup_s=0.5,
+        live_apply_timeout_s=20.0,
+    )  # fmt: skip
+    only = [
+        Experiment({"num_workers": 2}, previous={"num_workers": 0}),
+        Experiment({"prefetch_factor": 4}, previous={"prefetch_factor": None}),
+        Experiment({"log_every": 50}, previous={"log_every": 1}),
+    ]
+    report = GuidedRun(trials, only=only).run()
+    assert report.baseline.ok, report.baseline.reason
+    variants = {v.label: v for v in report.variants}
+    assert [v.kind for v in report.variants] == ["live", "live", "trial"], [
+        (v.label, v.reason) for v in report.variants
+    ]
+    workers = variants["num_workers 0 -> 2"]
+    assert workers.status == OK and workers.applied == {"num_workers": "hook"}, workers.reason
+    assert workers.pid == report.baseline.pid, "measured on the baseline's own process"
+    assert workers.signals is not None and workers.signals.num_workers == 2, "in effect before it was measured"
+    assert workers.measurement is not None and 2 <= len(workers.measurement.rates) <= 3
+    assert variants["log_every 1 -> 50"].pid != report.baseline.pid, "a knob the script reads needs a fresh run"
+    assert len(starts) == trials.runs == 2 == report.meta["trial_starts"]
+    assert group_gone(report.baseline.pid) and group_gone(variants["log_every 1 -> 50"].pid), "finish stops them"
