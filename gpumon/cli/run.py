@@ -24,6 +24,13 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--no-tui", action="store_true", help="no dashboard: run CMD hooked, pass its exit code through"
     )
+    parser.add_argument(
+        "--nvtx",
+        action="store_true",
+        help="the hook marks step, data wait, forward, backward and optimizer as NVTX ranges, so an nsys profile "
+        "of this command shows them (e.g. nsys profile -t cuda,nvtx gpumon run --nvtx --no-tui -- python train.py); "
+        "every module call then runs the hook's forward hooks too (a microsecond or two each): for profiling runs",
+    )
     add_interval_argument(parser)
     parser.add_argument(
         "--log",
@@ -34,12 +41,12 @@ def register(subparsers: Subparsers) -> None:
     add_command_argument(parser)
 
 
-def launched(command: list[str], log: Path | None = None) -> LaunchedJob:
+def launched(command: list[str], log: Path | None = None, nvtx: bool = False) -> LaunchedJob:
     """The job, started (CliError when it cannot be); says where its socket goes when the usual place was unsafe."""
     if not command:
         raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")
     try:
-        job = LaunchedJob(command, log=log).start()
+        job = LaunchedJob(command, log=log, nvtx=nvtx).start()
     except LaunchError as error:
         raise CliError(str(error)) from None
     if job.refused_dir is not None:
@@ -53,14 +60,14 @@ def launched(command: list[str], log: Path | None = None) -> LaunchedJob:
 def run_launch(args: argparse.Namespace) -> int:
     command = command_of(args)
     if args.no_tui:
-        with launched(command) as job:
+        with launched(command, nvtx=args.nvtx) as job:
             return exit_status(job.wait_forwarding_signals())
 
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.advisor_app import AdvisorApp
 
     log_path: Path = args.log if args.log is not None else new_log_path("gpumon-run-")
-    with launched(command, log_path) as job:
+    with launched(command, log_path, args.nvtx) as job:
         print(f"gpumon: started pid {job.pid}; its output goes to {log_path}", file=sys.stderr)
         followed = job.follow()
         sampler = Sampler(interval=args.interval)

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from gpumon.hook.nvtx import BACKWARD, DATA_WAIT
 from gpumon.hook.runtime import HookRuntime
 
 
@@ -35,7 +36,8 @@ class Patches:
 
 
 def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
-    """Wrap DataLoader iteration, backward, autocast entry, and hook every optimizer step."""
+    """Wrap DataLoader iteration, backward, autocast entry, and hook every optimizer step (with GPUMON_NVTX,
+    every module's forward and optimizer step too, for the NVTX ranges)."""
     from torch.amp import autocast_mode
     from torch.optim import optimizer as optimizer_module
     from torch.utils.data import dataloader
@@ -50,15 +52,20 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
     def __next__(self: Any) -> Any:
         if not runtime.active:
             return original_next(self)
+        ranges = runtime.nvtx
         try:
             started = runtime.on_fetch_begin()
             after_fetch = runtime.budget_fetch(self)
+            if ranges is not None:
+                ranges.open(DATA_WAIT)
         except Exception as exc:  # noqa: BLE001
             runtime.error(exc)
             return original_next(self)
         try:
             batch = original_next(self)
         finally:
+            if ranges is not None:
+                ranges.close(DATA_WAIT)
             if after_fetch is not None:
                 try:
                     after_fetch()
@@ -101,6 +108,12 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
                 runtime.on_backward()
             except Exception as exc:  # noqa: BLE001
                 runtime.error(exc)
+            ranges = runtime.nvtx
+            if ranges is not None and ranges.open(BACKWARD):
+                try:
+                    return original_backward(*args, **kwargs)
+                finally:
+                    ranges.close(BACKWARD)
         return original_backward(*args, **kwargs)
 
     patches._set(torch.autograd, "backward", backward)
@@ -128,4 +141,6 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
 
     handle = optimizer_module.register_optimizer_step_post_hook(optimizer_step_post_hook)
     patches._restore.append(handle.remove)
+    if runtime.nvtx is not None:
+        patches._restore.extend(runtime.nvtx.install(lambda: runtime.active and not is_compiling()))
     return patches

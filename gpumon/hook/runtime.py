@@ -7,7 +7,6 @@ calls back in here except through the `control` queue, which is drained at step 
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,8 +15,10 @@ from typing import Any
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
 from gpumon.hook.budget import BUDGET_EVERY, BudgetMeter
+from gpumon.hook.env import env_count
 from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
+from gpumon.hook.nvtx import NvtxRanges, nvtx_requested
 from gpumon.hook.profiler_capture import ProfilerCapture
 from gpumon.hook.sync_counter import SyncCounter
 
@@ -114,7 +115,7 @@ class HookRuntime:
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
         # GPU timing.
-        self.gpu_every = _gpu_timing_every()
+        self.gpu_every = env_count(protocol.GPU_TIMING_ENV, GPU_TIMING_EVERY)
         self.gpu: GpuStepTimer | None = None
         self._cuda_device: int | None = None
         self._cuda_probe = 0
@@ -144,12 +145,14 @@ class HookRuntime:
         self._sync_base = 0
         # Step time budget (sampled steps).
         is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
-        self.budget_every = BUDGET_EVERY
+        self.budget_every = env_count(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
         self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
-        # Profiler capture (on request only).
-        self.profiler_capture = ProfilerCapture(torch, self.outbox, self.error)
+        # NVTX ranges for nsys (GPUMON_NVTX=1 only).
+        self.nvtx = NvtxRanges(torch) if nvtx_requested() else None
         # FLOPs of one sampled step now and then (FlopCounterMode).
         self.flops = FlopSampler(torch, self.error)
+        # Profiler capture (on request only).
+        self.profiler_capture = ProfilerCapture(torch, self.outbox, self.error)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -170,6 +173,8 @@ class HookRuntime:
         self._began = True
         if self.seq == 0:
             self._step_start = self.clock()
+        if self.nvtx is not None:
+            self.nvtx.step()
 
     def _activity(self) -> None:
         callback = self.on_first_activity
@@ -309,6 +314,8 @@ class HookRuntime:
         self._samples_known = False
         self._fetched = False
         self._backward_since = False
+        if self.nvtx is not None:
+            self.nvtx.step()
         self.budget.begin(self._budget_next_step())
         self.flops.boundary(self.seq, samples)
 
@@ -370,9 +377,11 @@ class HookRuntime:
         if self.sync_counter is not None and self.sync_counter.active:
             self._finish_diagnosis()
         self.budget.stop()
+        if self.nvtx is not None:
+            self.nvtx.close_all()
+        self.flops.stop()
         self.profiler_capture.stop()
         self.profiler_capture.wait_written(PROFILE_EXIT_WAIT_S)
-        self.flops.stop()
 
     # -- control requests (applied on the training thread) -------------------------------------
 
@@ -511,11 +520,6 @@ def copy_while_mutated(items: Any) -> list[Any]:
         except RuntimeError:  # mutated during iteration
             continue
     return []
-
-
-def _gpu_timing_every() -> int:
-    value = os.environ.get(protocol.GPU_TIMING_ENV, "").strip()
-    return max(0, int(value)) if value.isdigit() else GPU_TIMING_EVERY
 
 
 def _cuda_index_of(optimizer: Any) -> int | None:

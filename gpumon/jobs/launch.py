@@ -110,8 +110,9 @@ class LaunchedJob:
     """`command` run hooked in its own session; a context manager: started on enter, stopped (group and all) on exit.
 
     knobs: passed as GPUMON_KNOBS (the hook's own knobs validated; others pass through to a script that reads
-    them). base_env: the environment to start from (default os.environ); extra_env: added to it. log: where the
-    job's stdout and stderr go (stdin is then /dev/null); None: the job shares gpumon's terminal.
+    them). nvtx: the hook emits NVTX ranges for `nsys` (GPUMON_NVTX). base_env: the environment to start from
+    (default os.environ); extra_env: added to it. log: where the job's stdout and stderr go (stdin is then
+    /dev/null); None: the job shares gpumon's terminal.
     """
 
     def __init__(
@@ -119,6 +120,7 @@ class LaunchedJob:
         command: Sequence[str],
         *,
         knobs: Mapping[str, Any] | None = None,
+        nvtx: bool = False,
         base_env: Mapping[str, str] | None = None,
         extra_env: Mapping[str, str] | None = None,
         cwd: str | None = None,
@@ -130,7 +132,7 @@ class LaunchedJob:
         self.cwd = cwd
         self.log_path = log
         try:
-            self.env = protocol.injection_env(os.environ if base_env is None else base_env, knobs)
+            self.env = protocol.injection_env(os.environ if base_env is None else base_env, knobs, nvtx=nvtx)
         except protocol.ProtocolError as error:
             raise LaunchError(f"bad knob: {error}") from None
         self.env.update(extra_env or {})

@@ -54,6 +54,7 @@ from gpumon.protocol.messages import (
 )
 from gpumon.protocol.names import (
     BACKLOG_MAX,
+    BUDGET_EVERY_ENV,
     BYE,
     DIAGNOSE,
     DIAGNOSE_MAX_STEPS,
@@ -76,6 +77,7 @@ from gpumon.protocol.names import (
     INJECTED_ENV,
     KNOB_ACK,
     KNOBS_ENV,
+    NVTX_ENV,
     PING,
     PONG,
     PROFILE,
@@ -121,6 +123,7 @@ __all__ = [
     "APPLIES_NEXT_DATALOADER_ITER",
     "APPLIES_NEXT_STEP",
     "BACKLOG_MAX",
+    "BUDGET_EVERY_ENV",
     "BYE",
     "DIAGNOSE",
     "DIAGNOSE_MAX_STEPS",
@@ -148,6 +151,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_LINE",
     "MAX_MESSAGE",
+    "NVTX_ENV",
     "PING",
     "PONG",
     "PRIVATE_DIR_BASE",

@@ -3,6 +3,7 @@ that leave torch as they found it, and sync sites named at the job's own line.""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from dataclasses import replace
@@ -12,8 +13,9 @@ import pytest
 import torch
 from hook_helpers import collect_records
 
-from gpumon import units
+from gpumon import protocol, units
 from gpumon.hook import budget as budget_module
+from gpumon.hook import env as hook_env
 from gpumon.hook.budget import BUDGET_EVERY, _classify
 from gpumon.hook.runtime import R_BUDGET, HookRuntime
 from gpumon.hook.sync_counter import SYNC_WARNING_TEXT, SyncCounter
@@ -60,6 +62,55 @@ def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -
         and f"collate {units.share(shares.data_collate)}" in line.plain
     )
     assert budget_line(replace(view, steps=tuple(s for s in view.steps if s.budget is None)), 120) is None
+
+
+def test_the_env_var_sets_how_often_a_real_job_is_budgeted(start_job: Any) -> None:
+    env = dict(os.environ, **{protocol.BUDGET_EVERY_ENV: "4"})
+    job = start_job("--mode", "optimizer", "--steps", "10", "--item-sleep-ms", "0", env=env)
+    with HookConnection(job.wait_socket()) as conn:
+        job.event("done")
+        records = collect_records(conn, 10)
+    assert sorted(seq for seq, record in records.items() if "budget" in record) == [4, 8]
+    assert job.release() == 0, job.stderr()
+
+
+@pytest.mark.parametrize(
+    ("value", "every", "said"),
+    [
+        ("", BUDGET_EVERY, None),
+        ("1", 1, None),
+        (" 64 ", 64, None),
+        ("0", 0, None),
+        ("-3", BUDGET_EVERY, "'-3'"),
+        ("often", BUDGET_EVERY, "'often'"),
+        ("\u00b2", BUDGET_EVERY, "'\u00b2'"),  # a digit to str.isdigit, not to int()
+        ("99999999", BUDGET_EVERY, "'99999999'"),
+    ],
+)
+def test_the_env_var_is_checked_and_a_bad_value_keeps_the_default(
+    value: str, every: int, said: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(protocol.BUDGET_EVERY_ENV, value)
+    hook_env._said.clear()
+    runtimes = [HookRuntime(torch, clock=Clock()) for _ in range(2)]
+    assert [rt.budget_every for rt in runtimes] == [every, every]
+    lines = capsys.readouterr().err.splitlines()
+    if said is None:
+        assert lines == []
+    else:
+        assert lines == [
+            f"gpumon hook: {protocol.BUDGET_EVERY_ENV}={said} is not a whole number from 0 to 1000000; "
+            f"using {BUDGET_EVERY}"
+        ]
+
+
+def test_zero_budgets_no_step() -> None:
+    rt = HookRuntime(torch, clock=Clock())
+    rt.budget_every = 0
+    for _ in range(2 * BUDGET_EVERY):
+        rt.on_manual_step(None)
+        assert not rt.budget.active
+    assert all(record[R_BUDGET] is None for record in rt.records)
 
 
 class Clock:
