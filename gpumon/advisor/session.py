@@ -122,16 +122,17 @@ def diagnose_pid(
     duration: float = 20.0,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
-    opener: Callable[[int], Any] = open_job,
+    native: bool = False,
+    opener: Callable[..., Any] = open_job,
     profile_steps: int = 0,
     trace_dir: str | None = None,
 ) -> Diagnosis:
-    """Watch a running job for `duration` seconds (its hook, else py-spy) and diagnose it.
+    """Watch a running job for `duration` seconds (its hook, else py-spy, with --native if `native`) and diagnose it.
 
     profile_steps: also capture that many steps with torch.profiler (hooked jobs; its NCCL figures feed comm_bound).
     """
     try:
-        job = opener(pid)
+        job = opener(pid, native=native)
     except AttachError as error:
         raise AdvisorError(str(error)) from None
     cancel = cancel if cancel is not None else threading.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpumon.cli.attach import add_native_argument
 from gpumon.cli.base import (
     CliError,
     Subparsers,
@@ -52,6 +53,7 @@ def register(subparsers: Subparsers) -> None:
         "comm_bound from NCCL time not hidden behind compute)",
     )
     parser.add_argument("--json", action="store_true", help="print the finding and its signals as JSON")
+    add_native_argument(parser)
     add_command_argument(parser)
 
 
@@ -70,13 +72,17 @@ def run_diagnose(args: argparse.Namespace) -> int:
     from gpumon.advisor.session import AdvisorError, diagnose_command, diagnose_pid
 
     command = target_command(args, "diagnose")
+    if args.native and args.pid is None:
+        raise CliError("gpumon diagnose: --native goes with --pid (a job without the hook, sampled with py-spy)")
     if args.profile and args.pid is None:
         raise CliError("gpumon diagnose: --profile goes with --pid (a running hooked job)")
     progress = StderrProgress()
     try:
         with signals_as_interrupt():
             if args.pid is not None:
-                result = diagnose_pid(args.pid, duration=args.duration, progress=progress, profile_steps=args.profile)
+                result = diagnose_pid(
+                    args.pid, duration=args.duration, progress=progress, native=args.native, profile_steps=args.profile
+                )
             else:
                 result = diagnose_command(
                     command, duration=args.duration, warmup_s=min(args.warmup, args.duration / 2), progress=progress

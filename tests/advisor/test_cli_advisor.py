@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -221,6 +222,53 @@ def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsy
     assert result["signals"]["pyspy"]["data_wait"] > 0.5, "the loop sleeps in its Dataset: py-spy sees the wait"
     assert result["finding"]["category"] == "input_bound"
     assert result["finding"]["confidence"] < 0.9 and result["finding"]["source"] == "py-spy"
+
+
+def test_diagnose_pid_native_runs_py_spy_with_native(sock_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--native reaches the py-spy rounds (seen on py-spy's own command line) and they sample the job."""
+    job = subprocess.Popen(
+        [*PLAIN, "--item-sleep-ms", "20"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=dict(os.environ, GPUMON_HOOK="0"),
+    )
+    pyspy_commands: list[list[str]] = []
+    done = threading.Event()
+
+    def watch_py_spy() -> None:
+        while not done.wait(0.1):
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    command = child.cmdline()
+                except psutil.Error:
+                    continue
+                if command and os.path.basename(command[0]) == "py-spy" and "record" in command:
+                    pyspy_commands.append(command)
+
+    watcher = threading.Thread(target=watch_py_spy, daemon=True)
+    try:
+        time.sleep(3.0)  # past torch's import: py-spy then sees the training loop
+        watcher.start()
+        assert main(["diagnose", "--json", "--native", "--pid", str(job.pid), "--duration", "4"]) == 0
+    finally:
+        done.set()
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    watcher.join(5)
+    assert pyspy_commands and all("--native" in c and "--nonblocking" not in c for c in pyspy_commands)
+    result = json.loads(capsys.readouterr().out)
+    assert result["signals"]["source"] == "py-spy" and result["signals"]["pyspy_samples"] > 0
+    assert result["finding"]["category"] == "input_bound"
+
+
+def test_diagnose_native_without_pid_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--native", "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "gpumon: error: gpumon diagnose: --native goes with --pid (a job without the hook, sampled with py-spy)"
+    ]
 
 
 def test_the_commands_register_into_gpumons_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
