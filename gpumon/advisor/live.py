@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.measure import (
     Cancelled,
     Progress,
@@ -153,6 +154,7 @@ class LiveRunner:
             tensor_activity=signals.tensor_activity,
             peak_memory=memory.get("max_allocated") if memory else None,
         )
+        measurement = with_efficiency(measurement, self.log.between(start, end), signals, view)
         if not measurement.steps:
             return VariantResult(
                 **result,

@@ -165,6 +165,10 @@ class Measurement:
     sm_activity: float | None = None
     tensor_activity: float | None = None
     peak_memory: int | None = None
+    mfu: float | None = None
+    """Model FLOPs utilization: the hook's FLOPs per step x steps/s over a spec-sheet dense peak (0-1)."""
+    joules_per_sample: float | None = None
+    """The job's GPUs' energy (NVML's counter) per sample trained."""
     steps: int = 0
     seconds: float = 0.0
     windows: tuple[WindowRate, ...] = field(default=(), repr=False)
@@ -202,6 +206,8 @@ class Measurement:
             "sm_activity": _r(self.sm_activity),
             "tensor_activity": _r(self.tensor_activity),
             "peak_memory": self.peak_memory,
+            "mfu": None if self.mfu is None else round(self.mfu, 4),
+            "joules_per_sample": None if self.joules_per_sample is None else round(self.joules_per_sample, 6),
             "steps": self.steps,
             "seconds": round(self.seconds, 2),
         }
@@ -215,6 +221,8 @@ class Measurement:
             sm_activity=data.get("sm_activity"),
             tensor_activity=data.get("tensor_activity"),
             peak_memory=data.get("peak_memory"),
+            mfu=data.get("mfu"),
+            joules_per_sample=data.get("joules_per_sample"),
             steps=int(data.get("steps") or 0),
             seconds=float(data.get("seconds") or 0.0),
         )

@@ -20,13 +20,15 @@ from gpumon.advisor.results import (
 from gpumon.advisor.rules import Finding
 from gpumon.printable import printable, printable_or
 
-HEADERS = ("step", "GPU-Util", "SM active", "samples/s", "speed-up", "noise", "peak mem", "result")
-WIDTHS = (26, 10, 11, 11, 10, 8, 10)
+HEADERS = ("step", "GPU-Util", "SM active", "samples/s", "speed-up", "noise", "peak mem", "MFU", "J/sample", "result")
+WIDTHS = (26, 10, 11, 11, 10, 8, 10, 7, 10)
 """Column widths of the text table; the last column takes the rest."""
 
 
 ABSENT = "-"
 """A cell without a value."""
+ENERGY_NOTE_MIN = 0.05
+"""A faster variant whose joules per sample exceed the baseline's by more than this share says so."""
 
 
 def rate_cell(rate: float | None) -> str:
@@ -42,6 +44,32 @@ def percent_cell(value: float | None) -> str:
 def memory_cell(value: float | None) -> str:
     """Peak memory: '3.0 GiB', '512 MiB'."""
     return units.size(value, missing=ABSENT)
+
+
+def mfu_cell(value: float | None) -> str:
+    """MFU against the spec-sheet dense peak: '41%', '3.2%'."""
+    return percent_cell(None if value is None else value * 100)
+
+
+def joules_cell(value: float | None) -> str:
+    """Joules per sample: '2.31', '0.0123'."""
+    return ABSENT if value is None else f"{value:.3g}"
+
+
+def energy_note(measurement: Measurement | None, baseline: Measurement | None) -> str:
+    """'faster but +12% J/sample': a variant that wins on speed while each sample costs more energy."""
+    if measurement is None or baseline is None:
+        return ""
+    joules, base_joules = measurement.joules_per_sample, baseline.joules_per_sample
+    gain = speedup(measurement, baseline)
+    if joules is None or not base_joules or gain is None or gain <= 1.0:
+        return ""
+    change = joules / base_joules - 1.0
+    return f"faster but +{change * 100:.0f}% J/sample" if change > ENERGY_NOTE_MIN else ""
+
+
+def with_note(text: str, note: str) -> str:
+    return f"{text} ({note})" if text and note else (text or note)
 
 
 def result_text(result: VariantResult, is_baseline: bool = False) -> str:
@@ -76,7 +104,9 @@ def _cells(result: VariantResult, baseline: Measurement | None, is_baseline: boo
         f"{gain:.1f}x" if gain is not None and shown else "-",
         f"±{m.noise * 100:.1f}%" if shown and m else "-",
         memory_cell(m.peak_memory) if shown and m else "-",
-        result_text(result, is_baseline),
+        mfu_cell(m.mfu) if shown and m else "-",
+        joules_cell(m.joules_per_sample) if shown and m else "-",
+        with_note(result_text(result, is_baseline), "" if is_baseline or not shown else energy_note(m, baseline)),
     ]
 
 
@@ -109,7 +139,7 @@ def markdown_table(rows: Sequence[VariantResult]) -> str:
     baseline = rows[0].measurement
     headers = list(HEADERS)
     headers[3] = _unit(rows)
-    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(["---"] + ["---:"] * 6 + ["---"]) + " |"]
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(["---"] + ["---:"] * 8 + ["---"]) + " |"]
     for index, row in enumerate(rows):
         cells = [cell.replace("|", "\\|") for cell in _cells(row, baseline, index == 0)]
         lines.append("| " + " | ".join(cells) + " |")

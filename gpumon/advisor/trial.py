@@ -26,6 +26,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.live import LiveRunner
 from gpumon.advisor.measure import (
     Cancelled,
@@ -456,6 +457,7 @@ class TrialRunner:
             tensor_activity=signals.tensor_activity,
             peak_memory=memory.get("max_allocated") if memory else None,
         )
+        measurement = with_efficiency(measurement, snapshots, signals, view)
         status, reason = OK, ""
         if not measurement.steps:
             status, reason = TIMEOUT, f"no step during the {measurement.seconds:.0f} s measured (the job stalled)"

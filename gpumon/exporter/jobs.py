@@ -3,8 +3,9 @@ finding worked out on the exporter's jobs thread; a scrape only reads the last r
 
 Per rank (one hooked process): gpumon_job_step_seconds, gpumon_job_data_wait_ratio, gpumon_job_gpu_ratio,
 gpumon_job_steps_per_second, gpumon_job_samples_per_second, gpumon_job_syncs_per_step,
-gpumon_job_dataloader_workers, gpumon_job_peak_memory_bytes, gpumon_job_steps_total, and
-gpumon_job_finding{category} (its confidence, 0-1) with gpumon_job_finding_severity{category}. Labels: host, pid,
+gpumon_job_dataloader_workers, gpumon_job_peak_memory_bytes, gpumon_job_mfu_ratio,
+gpumon_job_energy_per_sample_joules, gpumon_job_steps_total, and gpumon_job_finding{category} (its confidence,
+0-1) with gpumon_job_finding_severity{category}. Labels: host, pid,
 command, job (what the job's ranks on every node share: job_key), run_id, rank,
 local_rank, world_size, and the process's container, pod and Slurm job.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpumon.advisor.efficiency import job_mfu, joules_per_sample, snapshot_power
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals, steps_in_window
 from gpumon.exporter.labels import PLACEMENT_LABELS, PlacementCache, label_value, short_command
@@ -57,6 +59,8 @@ class RankFigures:
     peak_memory: float | None
     steps_total: int
     finding: Finding | None
+    mfu: float | None = None
+    joules_per_sample: float | None = None
 
 
 def job_key(info: JobInfo | None, pid: int) -> str:
@@ -190,6 +194,7 @@ class JobMetrics:
             *(getattr(placement, name) for name in _FROM_PLACEMENT),
         )
         peak = signals.peak_memory
+        power = snapshot_power(snapshots, [gpu.index for gpu in signals.gpus]) if signals.gpus else None
         return RankFigures(
             labels=labels,
             signals=signals,
@@ -197,6 +202,8 @@ class JobMetrics:
             peak_memory=None if peak is None else float(peak),
             steps_total=view.last_seq,
             finding=finding,
+            mfu=job_mfu(view, signals.steps_per_s).value if signals.steps_per_s else None,
+            joules_per_sample=joules_per_sample(power, signals.samples_per_s),
         )
 
     # ---- the scrape ----------------------------------------------------------------------------
@@ -235,6 +242,16 @@ class JobMetrics:
                 "gpumon_job_peak_memory_bytes",
                 "Peak CUDA memory allocated (torch.cuda.max_memory_allocated).",
                 lambda f: f.peak_memory,
+            ),
+            (
+                "gpumon_job_mfu_ratio",
+                "Model FLOPs utilization: FLOPs per step x steps/s over the GPU's spec-sheet dense peak, 0-1.",
+                lambda f: f.mfu,
+            ),
+            (
+                "gpumon_job_energy_per_sample_joules",
+                "Energy of the rank's GPUs (NVML's energy counter) per sample trained.",
+                lambda f: f.joules_per_sample,
             ),
         ]
         for name, help_text, read in gauges:

@@ -16,7 +16,16 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.measure import speedup
-from gpumon.advisor.report import memory_cell, percent_cell, rate_cell, result_text
+from gpumon.advisor.report import (
+    energy_note,
+    joules_cell,
+    memory_cell,
+    mfu_cell,
+    percent_cell,
+    rate_cell,
+    result_text,
+    with_note,
+)
 from gpumon.advisor.results import OK, GuidedReport, VariantResult
 from gpumon.advisor.rules import HEALTHY, Finding
 from gpumon.printable import printable
@@ -29,6 +38,8 @@ COLUMNS = (
     ("rate", "samples/s"),
     ("gain", "speed-up"),
     ("mem", "peak mem"),
+    ("mfu", "MFU"),
+    ("joules", "J/sample"),
     ("result", "result"),
 )
 CATEGORY_STYLES = {HEALTHY: "bold green"}
@@ -153,7 +164,12 @@ class AdvisorPanel(VerticalScroll):
             (rate_cell(m.rate) + (" " + m.unit.split("/")[0] if m.unit != "samples/s" else "")) if shown and m else "-",
             f"{gain:.1f}x" if gain is not None else "-",
             memory_cell(m.peak_memory) if shown and m else "-",
-            short_result(result, is_baseline=len(self.results) == 1),
+            mfu_cell(m.mfu) if shown and m else "-",
+            joules_cell(m.joules_per_sample) if shown and m else "-",
+            with_note(
+                short_result(result, is_baseline=len(self.results) == 1),
+                energy_note(m, baseline) if shown and len(self.results) > 1 else "",
+            ),
         ]
         table.add_row(*[Text(printable(cell), style=style) for cell in cells], key=f"row-{len(self.results)}")
 

@@ -230,6 +230,8 @@ class GpumonApp(App[None]):
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
         """Redraw every pane from one snapshot (the source's history already holds it)."""
+        if self._job_pane is not None:
+            self._job_pane.energy.add(snapshot)  # before --only hides GPUs: the job's may be among them
         snapshot = self.options.apply(snapshot)
         self.snapshot = snapshot
         self.stale = False

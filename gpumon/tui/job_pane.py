@@ -1,5 +1,6 @@
 """The job pane: where an attached training job's step time goes (data wait, GPU, the rest) over time, its
-throughput, torch memory, DataLoader and precision settings, per-rank step times; or the py-spy estimate."""
+throughput, MFU and energy per sample, torch memory, DataLoader and precision settings, per-rank step times; or the
+py-spy estimate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from rich.text import Text
 
 from gpumon import units
+from gpumon.advisor.efficiency import EnergyLog, PowerSpan, job_mfu, view_joules_per_sample
 from gpumon.jobs.jobstate import HookedView, RankSummary, TimelinePoint
 from gpumon.jobs.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
 from gpumon.jobs.source import JobView
@@ -208,6 +210,48 @@ def memory_line(view: HookedView) -> Text:
     return text
 
 
+def flop_rate(value: float | None) -> str:
+    """FLOP/s with an SI prefix: 4.05e14 -> '405 TFLOP/s'."""
+    text = units.count(value)
+    return f"{text[:-1]} {text[-1]}FLOP/s" if text[-1:].isalpha() else f"{text} FLOP/s"
+
+
+def joules(value: float | None) -> str:
+    """Joules per sample: '2.31 J', '0.0123 J', '1,234 J'."""
+    if not units.finite(value):
+        return MISSING
+    assert value is not None
+    return f"{units.amount(value)} J" if value >= 100 else f"{value:.3g} J"
+
+
+def efficiency_line(view: HookedView, power: PowerSpan | None) -> Text:
+    """'Effic.  MFU 41% (405 TFLOP/s of H200 bf16 989 TFLOP/s, spec-sheet dense peak) · 2.31 J/sample (612 W)'."""
+    text = _label("Effic.")
+    reading = job_mfu(view)
+    if reading.value is not None:
+        text.append(f"MFU {units.percent(reading.value * 100, fine=True)}", style="bold")
+        text.append(
+            f" ({flop_rate(reading.achieved)} of {reading.gpu} {reading.precision} {flop_rate(reading.peak)},"
+            " spec-sheet dense peak)"
+        )
+    else:
+        text.append("MFU N/A", style="bright_black")
+        if reading.achieved is not None:
+            text.append(f" ({flop_rate(reading.achieved)}; {printable(reading.reason)})", style="bright_black")
+        else:
+            text.append(f" ({printable(reading.reason)})", style="bright_black")
+    per_sample = view_joules_per_sample(view, power)
+    if per_sample is not None and power is not None:
+        text.append(f" · {joules(per_sample)}/sample", style="bold")
+        source = "" if power.source == "energy counter" else f", {power.source}"
+        text.append(f" ({units.amount(power.watts)} W{source})")
+    elif power is None:
+        text.append(" · J/sample N/A (no energy reading yet)", style="bright_black")
+    else:
+        text.append(" · J/sample N/A (samples per step unknown)", style="bright_black")
+    return text
+
+
 def _on_off(value: Any) -> str:
     return "on" if value else "off"
 
@@ -275,7 +319,7 @@ def rank_lines(ranks: Sequence[RankSummary], straggler: int | None, width: int) 
     return lines
 
 
-def hooked_lines(view: HookedView, width: int, max_lines: int) -> list[Text]:
+def hooked_lines(view: HookedView, width: int, max_lines: int, power: PowerSpan | None = None) -> list[Text]:
     lines: list[Text] = []
     status = status_line(view)
     if status is not None:
@@ -289,6 +333,8 @@ def hooked_lines(view: HookedView, width: int, max_lines: int) -> list[Text]:
     step = [step_line(view, width), *([budget] if budget is not None else [])]
     rate = rate_line(view, width)
     details = [memory_line(view), loader_line(view), precision_line(view)]
+    if view.cuda.get("initialized"):
+        details.insert(0, efficiency_line(view, power))
     room = max_lines - len(lines) - len(step) - 1 - len(ranks)
     full_shares = share_lines(view, width, compact=False)
     shares = full_shares if room - len(full_shares) >= len(details) else share_lines(view, width, compact=True)
@@ -370,10 +416,10 @@ def job_title(view: AnyJobView) -> str:
     return " · ".join(parts)
 
 
-def job_lines(view: AnyJobView, width: int, max_lines: int) -> list[Text]:
+def job_lines(view: AnyJobView, width: int, max_lines: int, power: PowerSpan | None = None) -> list[Text]:
     if isinstance(view, EstimateView):
         return estimate_lines(view, width, max_lines)
-    return hooked_lines(view, width, max_lines)
+    return hooked_lines(view, width, max_lines, power)
 
 
 class JobPane(Pane):
@@ -386,6 +432,8 @@ class JobPane(Pane):
         """Most lines the pane may take; the app sets it from the terminal height."""
         self.view: AnyJobView | None = None
         self.border_title = "Job"
+        self.energy = EnergyLog()
+        """The GPUs' energy readings (the app adds each snapshot), for the job's joules per sample."""
 
     def show(self, view: JobView) -> None:
         if not isinstance(view, (HookedView, EstimateView)):
@@ -394,4 +442,8 @@ class JobPane(Pane):
         title = job_title(view)
         self.set_title(title)
         max_lines = self.max_lines
-        self.show_lines(lambda width: job_lines(view, width, max_lines))
+        power = None
+        if isinstance(view, HookedView):
+            # The primary rank's GPUs: its samples are the ones the view counts.
+            power = self.energy.power(self.energy.gpus_of(view.pid) or view.device_uuids)
+        self.show_lines(lambda width: job_lines(view, width, max_lines, power))

@@ -70,7 +70,9 @@ def test_steps_per_second_is_named_when_the_batch_size_is_unknown() -> None:
 
 def test_the_markdown_table_has_one_row_per_variant() -> None:
     lines = markdown_table(ROWS).splitlines()
-    assert lines[0] == "| step | GPU-Util | SM active | samples/s | speed-up | noise | peak mem | result |"
+    assert lines[0] == (
+        "| step | GPU-Util | SM active | samples/s | speed-up | noise | peak mem | MFU | J/sample | result |"
+    )
     assert lines[1].startswith("| --- | ---: |")
     assert len(lines) == 2 + len(ROWS)
     assert lines[3].startswith("| num_workers 0 -> 12 | 97% | 72% | 4,100 | 4.1x |")
