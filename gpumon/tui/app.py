@@ -37,6 +37,7 @@ from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_actions import ProcessControl
 from gpumon.tui.process_table import FilterRequested, ProcessTable
+from gpumon.tui.profile_screen import ProfileCapture
 from gpumon.tui.title_bar import TitleBar
 from gpumon.tui.view_options import ViewOptions
 
@@ -131,6 +132,14 @@ class GpumonApp(App[None]):
         ),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
+        Binding(
+            "c",
+            "capture_profile",
+            "Profile",
+            id="profile",
+            show=False,
+            tooltip="Capture the job's next steps with torch.profiler: a trace and its summary (needs the hook)",
+        ),
         Binding("a", "toggle_advisor", "Advisor", id="advisor", show=False, tooltip="The advisor (needs a job)"),
         Binding("g", "guided", "Guided run", id="guided", show=False, tooltip="The guided run (needs a job)"),
     ]
@@ -168,6 +177,7 @@ class GpumonApp(App[None]):
         self._open_job = open_job
         self._job_pane: JobPane | None = None
         self._job_pending = False
+        self._profile_capture = ProfileCapture(self)
         self._job_lock = threading.Lock()
         self._job_shown_at = 0.0
 
@@ -481,6 +491,10 @@ class GpumonApp(App[None]):
         if previous is not None:
             previous.stop()
         self._follow(job)
+
+    def action_capture_profile(self) -> None:
+        """`c`: a torch.profiler capture of the followed job (its primary rank), summarized when written."""
+        self._profile_capture.request(self.job)
 
     def action_pick_job(self) -> None:
         """Look for hooked jobs (on a worker thread) and offer them."""

@@ -31,6 +31,7 @@ class GpumonCommands(Provider):
             ("Interrupt process or job (SIGINT)", partial(table.action_signal, "SIGINT"), "I: after a confirm"),
             ("Terminate process or job (SIGTERM)", partial(table.action_signal, "SIGTERM"), "T: after a confirm"),
             ("Kill process or job (SIGKILL)", partial(table.action_signal, "SIGKILL"), "K: after a confirm"),
+            ("Profile the job (torch.profiler)", app.action_capture_profile, "c: trace the next steps, summarize"),
             ("Help: keys and fields", app.action_help, "?: what each pane and field means"),
             ("Quit gpumon", app.action_quit, "q"),
         ]

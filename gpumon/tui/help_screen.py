@@ -68,7 +68,14 @@ FIELDS = (
 )
 
 
-JOB_KEYS = (("j", "look for hooked training jobs and pick one to watch"),)
+JOB_KEYS = (
+    ("j", "look for hooked training jobs and pick one to watch"),
+    (
+        "c",
+        "capture the job's next 5 steps with torch.profiler (hooked jobs; a DDP job's primary rank): the trace "
+        "(.json.gz for Perfetto) and its summary: top kernels, GPU idle gaps, copies, NCCL overlap",
+    ),
+)
 
 ADVISOR_KEYS = (
     ("a", "show / hide the advisor panel: what holds the job back, and the experiments to try"),
