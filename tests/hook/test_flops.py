@@ -128,3 +128,20 @@ def test_a_failing_count_is_abandoned_and_never_raised() -> None:
     assert _get_current_dispatch_mode() is None and not sampler.counting
     assert [str(e) for e in errors] == ["boom"]
     assert sampler.result is not None and "boom" in str(sampler.result["reason"])
+
+
+def test_a_child_forked_inside_the_counted_step_leaves_the_mode() -> None:
+    """A DataLoader worker forked during the counted step inherits the mode; the hook's after-fork handler stops it."""
+    sampler = FlopSampler(torch, lambda exc: None, every=1000)
+    sampler.boundary(FIRST_STEP - 1, 4)
+    assert sampler.counting
+    pid = os.fork()
+    if pid == 0:
+        inherited = _get_current_dispatch_mode() is not None
+        sampler.stop()
+        os._exit(0 if inherited and _get_current_dispatch_mode() is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sampler.counting  # the parent's count goes on
+    sampler.stop()
+    assert _get_current_dispatch_mode() is None
