@@ -21,8 +21,17 @@ class LiveLoaderSettings:
         if self._runtime is None:
             return False
         try:
-            settings = dict(getattr(self._runtime(), "dataloader_knobs", None) or {})
+            runtime = self._runtime()
+            if runtime is None or not runtime.active:
+                return False  # an inactive hook applies nothing at iter()
+            settings = dict(runtime.dataloader_knobs or {})
             # None (prefetch_factor) means the library's default, whatever the loader shows.
             return any(value is not None and getattr(loader, name, value) != value for name, value in settings.items())
         except Exception:  # noqa: BLE001 - a hook of another version must not stop the training
             return False
+
+    def applied(self, loader: Any) -> None:
+        """Called after a new iter(loader): if its settings still differ, the hook cannot apply them, so stop
+        asking (a new pass every step would cost far more than a change that waits for the next epoch)."""
+        if self.pending(loader):
+            self._runtime = None

@@ -295,6 +295,7 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
                 previous, iterator = iterator, iter(loader)
                 if previous is not iterator:
                     _shutdown_workers(previous)
+                live_settings.applied(loader)
                 non_blocking = loader.pin_memory and device.type == "cuda"
             try:
                 images, labels, indices, pids = next(iterator)
