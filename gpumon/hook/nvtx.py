@@ -41,6 +41,7 @@ class NvtxRanges:
         self._thread = 0
         self._open: list[str] = []
         self._forward_module: Any = None
+        self._module_hooks: list[Any] = []
 
     # -- the stack -----------------------------------------------------------------------------
 
@@ -64,6 +65,7 @@ class NvtxRanges:
             push(name)
         except Exception as exc:  # noqa: BLE001 - e.g. "NVTX functions not installed" on a CPU build
             self._turn_off(exc)
+            self._remove_module_hooks()
             return False
         self._open.append(name)
         return True
@@ -111,39 +113,54 @@ class NvtxRanges:
         self._open.clear()
         say_once(f"NVTX ranges off: {type(exc).__name__}: {exc}"[:300])
 
+    def _remove_module_hooks(self) -> None:
+        """Off for good: module calls stop paying for the forward hooks. Only these: removing them is safe wherever
+        open() runs (torch copies its global forward hooks before calling them), the optimizer hooks inside their
+        own loop would not be (their removers still run at uninstall)."""
+        while self._module_hooks:
+            self._module_hooks.pop().remove()
+
     @property
     def depth(self) -> int:
         return len(self._open)
 
     # -- forward and optimizer, seen through torch's global hooks ---------------------------------
 
-    def install(self, live: Callable[[], bool]) -> list[Callable[[], None]]:
+    def install(self, active: Callable[[], bool], is_compiling: Callable[[], bool]) -> list[Callable[[], None]]:
         """Register the module forward and optimizer step hooks; returns what removes them (and closes the ranges).
-        `live`: whether the hook is on in this process and not inside a torch.compile trace."""
+        `active`: whether the hook is on in this process. Each hook first asks `is_compiling` and returns at once
+        inside a torch.compile trace, so the trace sees nothing of this object (it cannot trace the module it holds)."""
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optimizer_module
 
         def forward_pre_hook(module: Any, args: Any) -> None:
-            if self._forward_module is None and self.enabled and live() and self.open(FORWARD):
+            if is_compiling():
+                return
+            if self._forward_module is None and self.enabled and active() and self.open(FORWARD):
                 self._forward_module = module
 
         def forward_hook(module: Any, args: Any, output: Any) -> None:
+            if is_compiling():
+                return
             if module is self._forward_module:
                 self.close(FORWARD)
 
         def optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if self.enabled and live():
+            if not is_compiling() and self.enabled and active():
                 self.open(OPTIMIZER)
 
         def optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if self.enabled and live():
+            if not is_compiling() and self.enabled and active():
                 self.close(OPTIMIZER)
 
-        handles = [nn_module.register_module_forward_pre_hook(forward_pre_hook)]
+        module_hooks = [nn_module.register_module_forward_pre_hook(forward_pre_hook)]
         try:  # always_call: closed even when the forward raises
-            handles.append(nn_module.register_module_forward_hook(forward_hook, always_call=True))
+            module_hooks.append(nn_module.register_module_forward_hook(forward_hook, always_call=True))
         except TypeError:
-            handles.append(nn_module.register_module_forward_hook(forward_hook))
-        handles.append(optimizer_module.register_optimizer_step_pre_hook(optimizer_pre_hook))
-        handles.append(optimizer_module.register_optimizer_step_post_hook(optimizer_post_hook))
-        return [*(handle.remove for handle in handles), self.close_all]
+            module_hooks.append(nn_module.register_module_forward_hook(forward_hook))
+        self._module_hooks = list(module_hooks)
+        optimizer_hooks = [
+            optimizer_module.register_optimizer_step_pre_hook(optimizer_pre_hook),
+            optimizer_module.register_optimizer_step_post_hook(optimizer_post_hook),
+        ]
+        return [*(handle.remove for handle in (*module_hooks, *optimizer_hooks)), self.close_all]

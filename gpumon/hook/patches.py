@@ -142,5 +142,5 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
     handle = optimizer_module.register_optimizer_step_post_hook(optimizer_step_post_hook)
     patches._restore.append(handle.remove)
     if runtime.nvtx is not None:
-        patches._restore.extend(runtime.nvtx.install(lambda: runtime.active and not is_compiling()))
+        patches._restore.extend(runtime.nvtx.install(lambda: runtime.active, is_compiling))
     return patches

@@ -109,6 +109,16 @@ def test_the_env_var_turns_them_on_for_import_gpumon_hook(tmp_path: Path) -> Non
     assert hook_lines(stderr) == []
 
 
+def test_a_compiled_model_keeps_its_ranges_and_its_graph(tmp_path: Path) -> None:
+    """The hooks return first thing inside a torch.compile trace: dynamo traces through them without a graph break
+    (and without tripping over the module the forward range belongs to), and the outer call still gets its range."""
+    lines, summary, stderr = run_job(tmp_path, job_env(tmp_path, **{protocol.NVTX_ENV: "1"}), "--compile")
+    assert summary == {"steps": 10, "hook_steps": 10, "hook_errors": 0, "graph_breaks": 0}, stderr
+    tree = ranges_tree(lines)
+    expected = [NORMAL] * 5 + [[DW, DW, FW, BW, OPT]] + [NORMAL] * 4 + [[DW]]
+    assert [[name for name, _ in children] for _, children in tree] == expected
+
+
 def test_no_ranges_by_default(tmp_path: Path) -> None:
     lines, summary, _ = run_job(tmp_path, job_env(tmp_path))
     assert lines == [] and summary == {"steps": 10, "hook_steps": 10, "hook_errors": 0}
@@ -181,6 +191,26 @@ def test_only_the_training_thread_and_a_bounded_depth() -> None:
     for _ in range(2 * MAX_OPEN):
         ranges.open(DATA_WAIT)
     assert ranges.depth == MAX_OPEN
+
+
+def test_off_for_good_takes_the_forward_hooks_away() -> None:
+    """After NVTX failed, module calls no longer run the hook's forward hooks; the optimizer's stay until removed."""
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optimizer_module
+
+    hooks = (nn_module._global_forward_pre_hooks, nn_module._global_forward_hooks)
+    before = [len(h) for h in hooks], len(optimizer_module._global_optimizer_pre_hooks)
+    ranges = NvtxRanges(Recorder(fail=True).torch())
+    removers = ranges.install(lambda: True, lambda: False)
+    try:
+        assert [len(h) for h in hooks] == [n + 1 for n in before[0]]
+        torch.nn.Linear(2, 2)(torch.zeros(1, 2))  # the pre-hook's push fails
+        assert not ranges.enabled and [len(h) for h in hooks] == before[0]
+        torch.nn.Linear(2, 2)(torch.zeros(1, 2))
+    finally:
+        for remove in removers:
+            remove()
+    assert ([len(h) for h in hooks], len(optimizer_module._global_optimizer_pre_hooks)) == before
 
 
 def test_a_failing_push_turns_them_off_and_is_said_once(capsys: pytest.CaptureFixture[str]) -> None:

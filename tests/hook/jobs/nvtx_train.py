@@ -1,9 +1,12 @@
 """A training job that records the NVTX ranges the hook opens: torch.cuda.nvtx's range_push/range_pop are replaced
 by recorders before training (--no-recorder keeps torch's own). Two epochs of 5 steps, with a forward that raises
 once (step 2) and a second backward through a freed graph that raises once (step 3), both caught by the loop.
+--compile: the model under torch.compile (the eager backend: dynamo traces, nothing is compiled to code), no
+failures injected.
 
 argv: EVENTS SUMMARY. EVENTS gets one JSON line per push ["push", name] or pop ["pop"], written as it happens
-(so the pops at exit are in it); SUMMARY gets {"steps", "hook_steps", "hook_errors"} after the loop.
+(so the pops at exit are in it); SUMMARY gets {"steps", "hook_steps", "hook_errors"} after the loop (and
+"graph_breaks" with --compile).
 """
 
 from __future__ import annotations
@@ -50,21 +53,23 @@ torch.manual_seed(0)
 flaky = Flaky()
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), flaky, torch.nn.Linear(16, 2))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+compiled = "--compile" in sys.argv
+forward = torch.compile(model, backend="eager") if compiled else model
 loader = DataLoader(TensorDataset(torch.randn(40, 8), torch.randint(0, 2, (40,))), batch_size=8)
 steps = 0
 for epoch in range(2):
     for i, (x, y) in enumerate(loader):
-        if (epoch, i) == (0, 1):
+        if (epoch, i) == (0, 1) and not compiled:
             flaky.fail = True
             try:
                 model(x)
             except ValueError:
                 pass
             flaky.fail = False
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = torch.nn.functional.cross_entropy(forward(x), y)
         optimizer.zero_grad()
         loss.backward()
-        if (epoch, i) == (0, 2):
+        if (epoch, i) == (0, 2) and not compiled:
             try:
                 loss.backward()  # the graph's buffers are freed: raises
             except RuntimeError:
@@ -73,5 +78,10 @@ for epoch in range(2):
         steps += 1
 
 runtime = gpumon.hook.lifecycle.runtime()
+result = {"steps": steps, "hook_steps": runtime.seq, "hook_errors": runtime.errors}
+if compiled:
+    from torch._dynamo.utils import counters
+
+    result["graph_breaks"] = sum(counters["graph_break"].values())
 with open(summary_path, "w") as summary:
-    json.dump({"steps": steps, "hook_steps": runtime.seq, "hook_errors": runtime.errors}, summary)
+    json.dump(result, summary)
