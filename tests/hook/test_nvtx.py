@@ -103,6 +103,15 @@ def test_gpumon_run_nvtx_marks_each_step_and_its_parts(
     assert hook_lines(capfd.readouterr().err) == []
 
 
+def test_the_launcher_sets_the_variable_only_when_asked() -> None:
+    from gpumon.jobs.launch import LaunchedJob
+
+    base = {"PATH": os.environ.get("PATH", "")}
+    assert LaunchedJob(["python"], base_env=base, nvtx=True).env[protocol.NVTX_ENV] == "1"
+    assert protocol.NVTX_ENV not in LaunchedJob(["python"], base_env=base).env
+    assert LaunchedJob(["python"], base_env={**base, protocol.NVTX_ENV: "1"}).env[protocol.NVTX_ENV] == "1"
+
+
 def test_the_env_var_turns_them_on_for_import_gpumon_hook(tmp_path: Path) -> None:
     lines, summary, stderr = run_job(tmp_path, job_env(tmp_path, **{protocol.NVTX_ENV: "1"}))
     check_steps(lines, summary)
