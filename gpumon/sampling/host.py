@@ -6,13 +6,52 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
 from gpumon.sampling.snapshot import CpuSample, DiskSample
 
 _SKIPPED_DISK_PREFIXES = ("loop", "ram", "zram", "fd", "sr")
+_DISKSTATS = "/proc/diskstats"
+_SECTOR_BYTES = 512
+"""/proc/diskstats counts sectors of 512 bytes whatever the device's own sector size."""
+
+
+class DiskCounters(NamedTuple):
+    """A disk's cumulative I/O counters."""
+
+    read_count: int
+    read_bytes: int
+    write_count: int
+    write_bytes: int
+
+
+def read_diskstats(path: str = _DISKSTATS) -> dict[str, DiskCounters] | None:
+    """Every block device's counters from one read of /proc/diskstats, or None where it cannot be read.
+
+    psutil.disk_io_counters reads the same file but also stats /sys/block for every device on every call, which
+    at a 0.25 s interval was a sixth of the sampler's fast tier.
+    """
+    try:
+        with open(path, "rb") as diskstats:
+            text = diskstats.read()
+    except OSError:
+        return None
+    counters: dict[str, DiskCounters] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 10:
+            continue
+        try:
+            counters[fields[2].decode(errors="replace")] = DiskCounters(
+                int(fields[3]), int(fields[5]) * _SECTOR_BYTES, int(fields[7]), int(fields[9]) * _SECTOR_BYTES
+            )
+        except ValueError:
+            continue
+    return counters
+
+
 # Partition names when /sys/class/block cannot tell: sda1 -> sda, nvme0n1p2 -> nvme0n1, mmcblk0p1 -> mmcblk0.
 _PARTITION_PATTERN = re.compile(r"^((?:nvme\d+n\d+|mmcblk\d+)p|(?:[shv]d[a-z]+|xvd[a-z]+))(\d+)$")
 
@@ -73,10 +112,12 @@ class HostCollector:
     # ---- disks ---------------------------------------------------------------------------------
 
     def _disks(self) -> tuple[DiskSample, ...]:
-        try:
-            counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
-        except (OSError, NotImplementedError, RuntimeError):
-            counters = {}
+        counters: dict[str, Any] | None = read_diskstats()
+        if counters is None:
+            try:
+                counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
+            except (OSError, NotImplementedError, RuntimeError):
+                counters = {}
         now = self._clock()
         previous, self._previous_disks = self._previous_disks, counters
         elapsed = now - self._previous_disk_time

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import psutil
+import pytest
 
-from gpumon.sampling.host import HostCollector, _whole_disks, partition_parent
+from gpumon.sampling.host import DiskCounters, HostCollector, _whole_disks, partition_parent, read_diskstats
 
 
 def test_cpu_per_core_matches_logical_cores_and_rates_are_sane() -> None:
@@ -57,3 +59,24 @@ def test_whole_disk_filter() -> None:
     assert sorted(_whole_disks(names)) == ["dm-0", "md127", "nvme7n1", "sdzz", "vdzz1"], (
         "a partition stays only when its whole disk is not listed"
     )
+
+
+def test_diskstats_counters_match_psutils_on_this_machine(tmp_path: Path) -> None:
+    """Our one read of /proc/diskstats gives psutil's counters for the disks psutil lists (a busy disk may move
+    between the two reads, so only by a little); a file that cannot be read gives None (psutil is then used)."""
+    ours = read_diskstats()
+    if ours is None:
+        pytest.skip("no /proc/diskstats here")
+    theirs = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
+    assert set(theirs) <= set(ours)
+    for name, counters in theirs.items():
+        mine = ours[name]
+        assert abs(mine.read_count - counters.read_count) <= 1000
+        assert abs(mine.write_bytes - counters.write_bytes) <= 64 * 1024 * 1024
+        assert mine.read_bytes % 512 == 0 and mine.write_bytes % 512 == 0
+    assert read_diskstats(str(tmp_path / "missing")) is None
+    fake = tmp_path / "diskstats"
+    fake.write_text(
+        "   8       0 sda 10 2 40 5 20 3 80 6 0 7 8\n   8       1 sda1 x 2 40 5 20 3 80 6 0 7 8\n short line\n"
+    )
+    assert read_diskstats(str(fake)) == {"sda": DiskCounters(10, 40 * 512, 20, 80 * 512)}
