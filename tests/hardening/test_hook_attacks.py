@@ -136,8 +136,8 @@ class StepClock:
 def test_a_connection_flood_barely_slows_the_job_and_the_hook_still_answers(start_job: Any) -> None:
     job = start_job("--mode", "optimizer", "--item-sleep-ms", "0", "--steps", "500", "--seconds", "120")
     path = job.wait_socket()
-    threads_before = thread_count(job.pid)
     conn = connect(path)
+    threads_before = thread_count(job.pid)  # after the greeting: the socket is bound before its thread starts
     clock = StepClock(conn)
     time.sleep(1.0)  # steady state
     rates: list[float] = []
