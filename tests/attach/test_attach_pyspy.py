@@ -261,3 +261,25 @@ def test_a_python_c_jobs_own_lines_are_read_from_its_command_line(tmp_path: Path
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_real_native_record_of_a_cuda_job_names_its_item_line() -> None:
+    """A real `py-spy record --native` of a CUDA job calling .item() per parameter (H200, see the fixtures' README):
+    the waits inside .item() are seen natively, the hot sync frame is the job's own line 18."""
+    from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE, PySpySampler, classify_stack_how, parse_raw
+
+    job_lines = (FIXTURES / "native_sync_job.py").read_text().splitlines(keepends=True)
+
+    def source(file: str, line: int) -> str:
+        return job_lines[line - 1] if file.endswith("native_sync_job.py") and 0 < line <= len(job_lines) else ""
+
+    stacks = parse_raw((FIXTURES / "record-native_sync-h200.raw").read_text())
+    inside_item = [stack for stack in stacks if any("THPVariable_item" in frame.name for frame in stack.frames)]
+    how = [classify_stack_how(stack.frames, source) for stack in inside_item for _ in range(stack.count)]
+    assert how.count(("cuda_sync", SYNC_NATIVE)) == 7 and how.count(("cuda_sync", SYNC_SOURCE)) == 2
+    sampler = PySpySampler(1166, pyspy="/nonexistent/py-spy", source_line=source, native=True)
+    sampler._take(stacks)
+    view = sampler.view()
+    assert view.native and view.hot_frames["cuda_sync"] == "main (native_sync_job.py:18)"
+    assert view.sync_evidence[SYNC_NATIVE] == 7
+    assert view.to_dict()["fractions"]["cuda_sync"] > 0.3
