@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpumon.advisor.measure import Measurement
-from gpumon.advisor.peak_flops import gpu_peaks, job_precision
+from gpumon.advisor.peak_flops import blended_peak, gpu_peaks, job_precision
 from gpumon.advisor.signals import Signals
 from gpumon.jobs.jobstate import HookedView
 from gpumon.jobs.step_sums import window_sums
@@ -103,7 +103,9 @@ def job_mfu(view: HookedView, steps_per_s: float | None = None) -> Mfu:
     if peaks is None:
         reason = "GPU not in the peak table"
         return Mfu(achieved=achieved, flops_per_step=flops, gpu=name, precision=precision, reason=reason)
-    peak = peaks.tflops(precision) * 1e12
+    conv_flops = count.get("conv_flops_per_step")
+    conv = conv_flops if isinstance(conv_flops, int) and not isinstance(conv_flops, bool) else 0
+    peak, precision = blended_peak(peaks, view.precision, flops, conv)
     value = None if rate is None else mfu(flops, rate, peak)
     return Mfu(
         value=value,

@@ -83,6 +83,24 @@ def job_precision(precision: Mapping[str, Any]) -> str:
     return FP32
 
 
+def blended_peak(peaks: GpuPeaks, precision: Mapping[str, Any], flops: int, conv_flops: int) -> tuple[float, str]:
+    """(peak FLOP/s, its label) for a step of `flops`, `conv_flops` of them in convolutions. Under autocast, the
+    autocast dtype's peak. Otherwise matmuls and convolutions may run at different peaks (cuDNN allows TF32 for
+    convolutions by default, matmuls do not): the peak is the rate at which the step's FLOPs, each kind at its own
+    peak, would run, and the label names both precisions when they differ."""
+    matmul = job_precision(precision)
+    if matmul in (BF16, FP16):
+        return peaks.tflops(matmul) * TERA, matmul
+    conv = TF32 if precision.get("tf32_cudnn", True) else FP32
+    conv_flops = min(max(0, conv_flops), flops)
+    if conv_flops == 0 or conv == matmul:
+        precision_used = matmul if conv_flops == 0 else conv
+        return peaks.tflops(precision_used) * TERA, precision_used
+    other = flops - conv_flops
+    seconds = other / (peaks.tflops(matmul) * TERA) + conv_flops / (peaks.tflops(conv) * TERA)
+    return flops / seconds, f"{conv} conv/{matmul} matmul"
+
+
 def peak_flops(name: str | None, precision: str) -> float | None:
     """Dense peak FLOP/s of GPU `name` at `precision`; None for a GPU not in the table."""
     peaks = gpu_peaks(name)

@@ -89,6 +89,7 @@ class FlopSampler:
             available=True,
             reason=None,
             flops_per_step=int(counter.get_total_flops()),
+            conv_flops_per_step=_convolution_flops(counter),
             seq=closed_seq,
             samples=samples,
             t=round(time.time(), 3),
@@ -149,3 +150,13 @@ def _compiled_graphs() -> int:
 def _every_from_env() -> int:
     value = os.environ.get(protocol.FLOPS_ENV, "").strip()
     return int(value) if value.isdigit() else EVERY
+
+
+def _convolution_flops(counter: Any) -> int:
+    """The counted step's FLOPs in convolutions (forward and backward): cuDNN runs them in TF32 by default even where
+    fp32 matmuls do not, so the peak they are held against differs."""
+    try:
+        per_op = counter.get_flop_counts().get("Global", {})
+        return int(sum(flops for op, flops in per_op.items() if "convolution" in str(op)))
+    except Exception:  # noqa: BLE001 - a torch whose counter lacks the breakdown: no split
+        return 0

@@ -183,6 +183,7 @@ class FlopCount(TypedDict, total=False):
     available: bool  # False: not counted (reason says why); the count fields then absent
     reason: str | None
     flops_per_step: int  # FLOPs of the counted step, forward and backward (torch.utils.flop_counter)
+    conv_flops_per_step: int  # of which in convolutions (cuDNN's TF32 setting applies to these)
     seq: int  # the step counted
     samples: int | None  # that step's samples; None: unknown
     t: float  # unix time of the count

@@ -128,6 +128,23 @@ def test_mfu_says_why_it_is_not_available() -> None:
     assert fp32.value == pytest.approx(3e13 / 67.0e12) and fp32.precision == FP32
 
 
+def test_convolutions_are_held_against_the_tf32_peak_cudnn_allows_by_default() -> None:
+    """A fp32 conv net: cuDNN may use TF32 for its convolutions (torch's default) while its matmuls stay fp32, so
+    its peak is the rate of its FLOPs each at its own peak, not the fp32 peak (which made a ResNet's MFU 54%)."""
+    conv_net = {**COUNT, "conv_flops_per_step": 2 * 10**12}  # 2 of the 3 TFLOP in convolutions
+    fp32_matmuls = {"tf32_matmul": False, "tf32_cudnn": True}
+    reading = job_mfu(gpu_view(conv_net, precision=fp32_matmuls), steps_per_s=10.0)
+    blended = 3e12 / (1e12 / 67.0e12 + 2e12 / 494.5e12)
+    assert reading.peak == pytest.approx(blended) and reading.precision == "tf32 conv/fp32 matmul"
+    assert reading.value == pytest.approx(3e13 / blended)
+    all_tf32 = job_mfu(gpu_view(conv_net, precision={**fp32_matmuls, "tf32_matmul": True}), steps_per_s=10.0)
+    assert all_tf32.peak == pytest.approx(494.5e12) and all_tf32.precision == TF32
+    no_tf32 = job_mfu(gpu_view(conv_net, precision={"tf32_matmul": False, "tf32_cudnn": False}), steps_per_s=10.0)
+    assert no_tf32.peak == pytest.approx(67.0e12) and no_tf32.precision == FP32
+    autocast = job_mfu(gpu_view(conv_net, precision=BF16_AUTOCAST), steps_per_s=10.0)
+    assert autocast.peak == pytest.approx(989.5e12) and autocast.precision == BF16
+
+
 def snapshots_with_energy(watts: float, seconds: int, every: int = 10, start: float = 1000.0) -> list[Snapshot]:
     """One snapshot a second of a GPU drawing `watts`, its energy counter read every `every` seconds (the sampler's
     health interval): between reads each snapshot repeats the last reading, as the sampler does."""

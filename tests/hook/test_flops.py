@@ -145,3 +145,21 @@ def test_a_child_forked_inside_the_counted_step_leaves_the_mode() -> None:
     assert sampler.counting  # the parent's count goes on
     sampler.stop()
     assert _get_current_dispatch_mode() is None
+
+
+def test_the_convolution_share_of_the_count() -> None:
+    """The hook reports the FLOPs of convolutions apart (their peak can differ): here exactly what the counter
+    attributes to aten.convolution and its backward, and the Linear's FLOPs stay out of it."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4))
+    x = torch.randn(2, 3, 8, 8)
+    sampler = FlopSampler(torch, on_error=lambda exc: None, every=1)
+    sampler.boundary(FIRST_STEP - 1, 2)  # opens the count for the next step
+    model(x).sum().backward()
+    sampler.boundary(FIRST_STEP, 2)
+    result = sampler.result
+    assert result is not None and result["available"]
+    with FlopCounterMode(display=False) as reference:
+        model(x).sum().backward()
+    conv = sum(flops for op, flops in reference.get_flop_counts()["Global"].items() if "convolution" in str(op))
+    assert result["conv_flops_per_step"] == conv > 0
+    assert result["flops_per_step"] == reference.get_total_flops() > conv
