@@ -26,6 +26,7 @@ MEMORY_IMBALANCE = "memory_imbalance"
 IO_BOUND = "io_bound"
 THROTTLED = "throttled"
 COMM_BOUND = "comm_bound"
+STRAGGLER = "straggler"
 HEALTHY = "healthy"
 CATEGORIES = (
     INPUT_BOUND,
@@ -37,6 +38,7 @@ CATEGORIES = (
     IO_BOUND,
     THROTTLED,
     COMM_BOUND,
+    STRAGGLER,
     HEALTHY,
 )
 
@@ -50,6 +52,7 @@ HEADLINES = {
     MEMORY_IMBALANCE: "Memory imbalance: one GPU carries more than the others",
     THROTTLED: "Throttled: the GPU slows its own clocks (heat or power)",
     COMM_BOUND: "Comm-bound: NCCL communication is not hidden behind compute",
+    STRAGGLER: "Straggler: one rank holds the others back",
     HEALTHY: "Healthy: nothing big to fix",
 }
 
@@ -74,6 +77,10 @@ ADVICE = {
     "(bucket_cap_mb, gradient_as_bucket_view=True, no .item() or sync inside backward), skip all-reduces with "
     "model.no_sync() on gradient-accumulation steps, give each GPU more work per step (a larger batch), compress "
     "gradients to bf16 with a DDP comm hook, and check that NCCL uses NVLink or InfiniBand (NCCL_DEBUG=INFO).",
+    STRAGGLER: "Fix that rank, not the job: its own budget says where its step goes. A data wait there means its "
+    "node loads slower (fewer cores or workers, remote or slower storage, uneven shards: DistributedSampler with "
+    "drop_last=True); GPU time means a slower or throttled GPU on that node (check its clocks and temperature); the "
+    "others wait for it inside every all-reduce.",
     HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
 }
 
@@ -667,6 +674,49 @@ def rule_comm(signals: Signals) -> Candidate | None:
     return Candidate(COMM_BOUND, share, COMM_CONFIDENCE, evidence, numbers)
 
 
+STRAGGLER_CONFIDENCE = 0.75
+
+
+def rule_straggler(signals: Signals) -> Candidate | None:
+    """straggler: the rank the others wait for, with its own budget. Ranks out of step: its step's excess over the
+    others' median is the share lost; in lockstep (DDP), its data wait beyond the others' is."""
+    step_ms, others_ms = signals.straggler_step_ms, signals.others_step_ms
+    if signals.straggler_pid is None or not step_ms or others_ms is None:
+        return None
+    if step_ms > others_ms * 1.10:
+        share = (step_ms - others_ms) / step_ms
+        compared = f"takes {units.milliseconds(step_ms)} a step against {units.milliseconds(others_ms)} on the others"
+    else:
+        own, others = signals.straggler_data_share or 0.0, signals.others_data_share or 0.0
+        share = max(0.0, own - others)
+        compared = f"waits for data {pct(own)} of its step against {pct(others)} on the others, who wait for it in "
+        compared += "their all-reduce"
+    name = f"rank {signals.straggler_rank}" if signals.straggler_rank is not None else "a rank"
+    budget = ", ".join(
+        f"{label} {pct(value)}"
+        for label, value in (
+            ("data", signals.straggler_data_share),
+            ("GPU", signals.straggler_gpu_share),
+            ("rest", signals.straggler_rest_share),
+        )
+        if value is not None
+    )
+    evidence = _join(f"{name} (pid {signals.straggler_pid}) {compared}", f"its step: {budget}" if budget else None)
+    numbers = {
+        "straggler_rank": signals.straggler_rank,
+        "straggler_pid": signals.straggler_pid,
+        "straggler_share": _round(share),
+        "straggler_step_ms": _round(step_ms),
+        "others_step_ms": _round(others_ms),
+        "straggler_data_share": _round(signals.straggler_data_share),
+        "straggler_gpu_share": _round(signals.straggler_gpu_share),
+        "straggler_rest_share": _round(signals.straggler_rest_share),
+        "others_data_share": _round(signals.others_data_share),
+        "ranks": signals.ranks,
+    }
+    return Candidate(STRAGGLER, share, STRAGGLER_CONFIDENCE, evidence, numbers)
+
+
 RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
     rule_data,
     rule_host_sync,
@@ -676,6 +726,7 @@ RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
     rule_memory_imbalance,
     rule_throttled,
     rule_comm,
+    rule_straggler,
 )
 
 

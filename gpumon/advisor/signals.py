@@ -166,6 +166,19 @@ class Signals:
     """Of it, the time no compute kernel ran beside it on the same GPU."""
     comm_overlap_share: float | None = None
     """Share of the NCCL time hidden behind compute kernels."""
+    # -- a distributed job's straggler (the hook's ranks; jobs.jobstate.find_straggler)
+    ranks: int | None = None
+    """Ranks seen; None: not a distributed job (or its ranks were not attached)."""
+    straggler_rank: int | None = None
+    straggler_pid: int | None = None
+    straggler_step_ms: float | None = None
+    straggler_data_share: float | None = None
+    straggler_gpu_share: float | None = None
+    straggler_rest_share: float | None = None
+    others_step_ms: float | None = None
+    """Median mean step time of the other live ranks."""
+    others_data_share: float | None = None
+    """Median data-wait share of the other live ranks."""
     # -- py-spy estimate
     pyspy: Mapping[str, float] = field(default_factory=dict)
     """Share of main-thread samples per py-spy category (data_wait, cuda_sync, forward, ...)."""
@@ -451,6 +464,32 @@ def _budget_values(view: HookedView, start: float | None, end: float | None) -> 
     )
 
 
+def _straggler_values(view: HookedView) -> dict[str, Any]:
+    """The straggling rank with its own budget, against the median of the other live ranks."""
+    if not view.ranks:
+        return {}
+    values: dict[str, Any] = {"ranks": len(view.ranks)}
+    straggler = next((rank for rank in view.ranks if rank.pid == view.straggler), None)
+    if straggler is None or not straggler.wall_ms:
+        return values
+    others = [r for r in view.ranks if r is not straggler and not r.ended and r.wall_ms]
+    walls = sorted(r.wall_ms or 0.0 for r in others)
+    data_shares = sorted((r.data_ms or 0.0) / (r.wall_ms or 1.0) for r in others)
+    values.update(
+        straggler_rank=straggler.rank,
+        straggler_pid=straggler.pid,
+        straggler_step_ms=straggler.wall_ms,
+        straggler_data_share=straggler.breakdown.data
+        if straggler.breakdown.data is not None
+        else (straggler.data_ms or 0.0) / straggler.wall_ms,
+        straggler_gpu_share=straggler.breakdown.gpu,
+        straggler_rest_share=straggler.breakdown.rest,
+        others_step_ms=walls[len(walls) // 2] if walls else None,
+        others_data_share=data_shares[len(data_shares) // 2] if data_shares else None,
+    )
+    return values
+
+
 def _hook_values(
     view: HookedView, start: float | None, end: float | None, diagnosis: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -464,6 +503,7 @@ def _hook_values(
             for site in (diagnosis.get("sites") or [])[:5]
             if isinstance(site, Mapping)
         )
+    values.update(_straggler_values(view))
     loaders = view.dataloaders
     if loaders:
         loader = loaders[0]

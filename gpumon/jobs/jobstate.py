@@ -178,6 +178,8 @@ class RankSummary:
     data_ms: float | None
     gpu_ms: float | None
     ended: bool
+    breakdown: Breakdown = field(default_factory=Breakdown)
+    """Where this rank's step time went (its own budget)."""
 
 
 def find_straggler(ranks: Sequence[RankSummary], threshold: float = 0.10) -> int | None:
@@ -516,6 +518,7 @@ def rank_summary(view: HookedView) -> RankSummary:
         data_ms=stats.data_ms,
         gpu_ms=stats.gpu_ms,
         ended=view.ended,
+        breakdown=stats.breakdown,
     )
 
 

@@ -294,8 +294,15 @@ def precision_line(view: HookedView) -> Text:
     return text
 
 
+def _budget_text(rank: RankSummary) -> str:
+    """The straggler's own budget: 'data 35% · GPU 40% · rest 25%' of its step."""
+    parts = (("data", rank.breakdown.data), ("GPU", rank.breakdown.gpu), ("rest", rank.breakdown.rest))
+    return " · ".join(f"{label} {round(100 * share)}%" for label, share in parts if share is not None)
+
+
 def rank_lines(ranks: Sequence[RankSummary], straggler: int | None, width: int) -> list[Text]:
-    """'Ranks   r0 13.0 ms  r1 41.2 ms ◀ straggler': per-rank mean step time, the straggler highlighted."""
+    """'Ranks   r0 13.0 ms  r1 41.2 ms ◀ straggler (data 35% · GPU 40% · rest 25%)': per-rank mean step time, the
+    straggler highlighted with its own budget."""
     cells: list[Text] = []
     for rank in ranks:
         name = f"r{rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
@@ -304,7 +311,9 @@ def rank_lines(ranks: Sequence[RankSummary], straggler: int | None, width: int) 
             cell.append(f"{name} {units.milliseconds(rank.wall_ms)} ◀ straggler", style="bold white on red")
         else:
             cell.append(f"{name} {units.milliseconds(rank.wall_ms)}", style="bright_black" if rank.ended else "")
-        if rank.data_ms:
+        if rank.pid == straggler and rank.breakdown.data is not None:
+            cell.append(f" ({_budget_text(rank)})", style="yellow")
+        elif rank.data_ms:
             cell.append(f" (data {units.milliseconds(rank.data_ms)})", style="yellow")
         cells.append(cell)
     lines: list[Text] = []

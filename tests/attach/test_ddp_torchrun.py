@@ -1,4 +1,5 @@
-"""A real torchrun job of 2 ranks under `gpumon run`: both ranks found and grouped, the straggler named.
+"""A real torchrun job of 2 ranks under `gpumon run`: both ranks found and grouped, the straggler named (and by the
+advisor, with its own budget).
 
 Gloo on the CPU everywhere; NCCL too where 2 GPUs are visible, each rank then on its own GPU. Rank 1 waits 30 ms for
 each batch, so the ranks step in lockstep (DDP's all-reduce) and rank 1 is the one the others wait for.
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpumon.advisor.rules import STRAGGLER, diagnose
+from gpumon.advisor.signals import build_signals
 from gpumon.jobs.discovery import scan
 from gpumon.jobs.session import AttachedJob
 from tests.job_process import nvml_uuids
@@ -129,6 +132,14 @@ def test_torchrun_ranks_are_grouped_and_the_slow_rank_is_the_straggler(
         by_rank = {rank.rank: rank for rank in view.ranks}
         assert (by_rank[1].data_ms or 0) > 25 > (by_rank[0].data_ms or 0), view.ranks
         assert view.straggler == rank_pids[1], (view.straggler, rank_pids, view.ranks)
+        # The advisor names it too, with its own budget: the others wait for its data inside their all-reduce.
+        finding = diagnose(build_signals([], view))
+        found = {f.category: f for f in (finding, *finding.secondary)}
+        assert STRAGGLER in found, finding
+        straggler = found[STRAGGLER]
+        assert straggler.numbers["straggler_rank"] == 1 and straggler.numbers["straggler_pid"] == rank_pids[1]
+        assert straggler.evidence.startswith(f"rank 1 (pid {rank_pids[1]}) waits for data"), straggler.evidence
+        assert "its step: data" in straggler.evidence and straggler.severity > 0.3, straggler
 
         if backend == "nccl":
             uuids = nvml_uuids()
