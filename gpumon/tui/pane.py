@@ -147,11 +147,21 @@ def _changed_region(y: int, old: Text, new: Text, width: int) -> Region:
         or cell_len(after) != len(after)
     ):
         return Region(0, y, width, 1)
-    start = next((index for index, (a, b) in enumerate(zip(before, after, strict=True)) if a != b), len(after))
-    end = len(after) - next(
-        (index for index, (a, b) in enumerate(zip(reversed(before), reversed(after), strict=True)) if a != b), 0
-    )
+    start = _common_prefix(before, after)
+    end = len(after) - _common_prefix(before[start:][::-1], after[start:][::-1])
     return Region(start, y, max(1, end - start), 1)
+
+
+def _common_prefix(first: str, second: str) -> int:
+    """The length of the longest common prefix, by halving slices (compared in C) rather than char by char."""
+    low, high = 0, min(len(first), len(second))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if first[:middle] == second[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _same(old: Text, new: Text) -> bool:

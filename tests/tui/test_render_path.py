@@ -78,3 +78,20 @@ def test_allotted_rows_are_kept_per_layout_but_each_caller_gets_its_own_list() -
     first[0] = 99
     assert allot_rows(10, four) == [4, 4, 1, 1]
     assert allot_rows(3, four) is None
+
+
+def test_a_changed_line_sends_only_the_cells_between_its_first_and_last_change() -> None:
+    from rich.text import Text
+    from textual.geometry import Region
+
+    from gpumon.tui.pane import _changed_region
+
+    def region(old: str, new: str) -> Region:
+        return _changed_region(3, Text(old), Text(new), 20)
+
+    assert region("abcdefgh", "abXdeYgh") == Region(2, 3, 4, 1)
+    assert region("⠁⠂⠄⡀⢀", "⠂⠄⡀⢀⠠") == Region(0, 3, 5, 1)  # a graph row moved on: every cell
+    assert region("abcdefgh", "abcdefgX") == Region(7, 3, 1, 1)
+    assert region("abab", "abaa") == Region(3, 3, 1, 1)
+    assert region("aaaa", "aaab") == Region(3, 3, 1, 1)
+    assert region("abc", "abcd") == Region(0, 3, 20, 1)  # widths differ: the whole line
