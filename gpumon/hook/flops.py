@@ -1,7 +1,8 @@
 """FLOPs of one sampled step, counted with torch.utils.flop_counter.FlopCounterMode between two step boundaries.
 
 The counted step runs slower (every torch op passes through a Python dispatch mode, and module hooks are on), so
-only one step is counted: step FIRST_STEP, then one in `every` (GPUMON_HOOK_FLOPS; 0: never). The count covers
+only one step is counted: step FIRST_STEP, then one in `every` (GPUMON_HOOK_FLOPS; 0: never) but at most one every
+RECOUNT_GAP_S. The count covers
 the ops FlopCounterMode knows (matmuls, convolutions, attention), forward and backward. Counting is skipped, with
 a reason, where it would be wrong or unsafe: another dispatch mode is active, or torch.compile has compiled code
 (its Inductor kernels are invisible to the mode). Any exception abandons the count; the job never sees it.
@@ -21,6 +22,9 @@ FIRST_STEP = 30
 """The first step counted: after warm-up (cuDNN autotuning, lazy init), early enough to be seen soon."""
 EVERY = 2000
 """Steps between counts after the first (GPUMON_HOOK_FLOPS overrides; 0 turns counting off)."""
+RECOUNT_GAP_S = 600.0
+"""Seconds at least between counts after the first: a counted step runs about 12x slower (CPU, 40 small Linear
+layers), so one in 2000 alone would cost a launch-bound loop about 0.6% of its steps."""
 EXIT_RETRIES = 64
 """Boundaries at which to retry leaving the mode when the job pushed its own dispatch mode on top of it."""
 
@@ -28,10 +32,20 @@ EXIT_RETRIES = 64
 class FlopSampler:
     """Enters FlopCounterMode at the boundary before a sampled step and leaves it at the next boundary."""
 
-    def __init__(self, torch: Any, on_error: Callable[[BaseException], None], every: int | None = None) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        on_error: Callable[[BaseException], None],
+        every: int | None = None,
+        recount_gap_s: float = RECOUNT_GAP_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._torch = torch
         self._on_error = on_error
         self.every = _every_from_env() if every is None else every
+        self._recount_gap_s = recount_gap_s
+        self._clock = clock
+        self._counted_at: float | None = None
         self._counter: Any = None
         self._counting_seq = 0
         self._exit_retries = 0
@@ -53,9 +67,10 @@ class FlopSampler:
             self._abandon(exc)
 
     def due(self, seq: int) -> bool:
-        if self.every <= 0 or seq < FIRST_STEP:
+        """Step FIRST_STEP, then one in `every` once the recount gap has passed since the last count."""
+        if self.every <= 0 or seq < FIRST_STEP or (seq - FIRST_STEP) % self.every:
             return False
-        return (seq - FIRST_STEP) % self.every == 0
+        return self._counted_at is None or self._clock() - self._counted_at >= self._recount_gap_s
 
     def _start(self, seq: int) -> None:
         reason = self._unavailable()
@@ -65,6 +80,7 @@ class FlopSampler:
         from torch.utils.flop_counter import FlopCounterMode
 
         counter: Any = FlopCounterMode(display=False)
+        self._counted_at = self._clock()
         counter.__enter__()
         self._counter = counter
         self._counting_seq = seq

@@ -7,6 +7,7 @@ calls back in here except through the `control` queue, which is drained at step 
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
-from gpumon.hook.budget import BUDGET_EVERY, BudgetMeter
+from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S, BudgetMeter
 from gpumon.hook.env import env_count
 from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
@@ -146,6 +147,8 @@ class HookRuntime:
         # Step time budget (sampled steps).
         is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
         self.budget_every = env_count(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
+        self.budget_min_gap_s = 0.0 if os.environ.get(protocol.BUDGET_EVERY_ENV) else BUDGET_MIN_GAP_S
+        self._budgeted_at: float | None = None
         self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
         # NVTX ranges for nsys (GPUMON_NVTX=1 only).
         self.nvtx = NvtxRanges(torch) if nvtx_requested() else None
@@ -316,8 +319,12 @@ class HookRuntime:
         self._backward_since = False
         if self.nvtx is not None:
             self.nvtx.step()
-        self.budget.begin(self._budget_next_step())
-        self.flops.boundary(self.seq, samples)
+        sampled = self._budget_next_step()
+        if sampled or self.budget.active:  # an unbudgeted step after another one costs nothing here
+            self.budget.begin(sampled)
+        flops = self.flops
+        if flops.counting or flops.due(self.seq + 1):
+            flops.boundary(self.seq, samples)
 
         gpu = self.gpu
         if gpu is None:
@@ -345,11 +352,19 @@ class HookRuntime:
         return self.budget.active or (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
 
     def _budget_next_step(self) -> bool:
-        """Budget one step in budget_every, and every step of a diagnosis window."""
+        """Budget one step in budget_every, at least budget_min_gap_s apart, and every step of a diagnosis window."""
         if self.budget_every <= 0:
             return False
         counter = self.sync_counter
-        return (self.seq + 1) % self.budget_every == 0 or (counter is not None and counter.active)
+        if counter is not None and counter.active:
+            return True
+        if (self.seq + 1) % self.budget_every:
+            return False
+        now = self.clock()
+        if self._budgeted_at is not None and now - self._budgeted_at < self.budget_min_gap_s:
+            return False
+        self._budgeted_at = now
+        return True
 
     def _probe_cuda(self, last_wall: float) -> None:
         """Once the job has initialized CUDA: note its device, and start GPU timing (unless turned off)."""

@@ -7,6 +7,7 @@ import os
 import sys
 import warnings
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -222,3 +223,22 @@ def test_sync_sites_name_the_jobs_line_not_torch() -> None:
         counter.stop()
     assert counter.count == 1
     assert counter.top_sites() == [{"file": __file__, "line": line, "count": 1}]
+
+
+def test_default_budgeted_steps_are_at_least_the_gap_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast loop is budgeted one step in 16 but at most ten times a second; an explicit N has no gap."""
+    monkeypatch.delenv(protocol.BUDGET_EVERY_ENV, raising=False)
+    now = [100.0]
+    runtime = HookRuntime(torch, clock=lambda: now[0])
+    due = []
+    for seq in range(200):  # 1 ms steps: 16 steps take 16 ms
+        runtime.seq = seq
+        if runtime._budget_next_step():
+            due.append(seq + 1)
+        now[0] += 0.001
+    assert due[0] == BUDGET_EVERY and all(b - a >= 100 for a, b in pairwise(due)), due
+    assert all(step % BUDGET_EVERY == 0 for step in due)
+    monkeypatch.setenv(protocol.BUDGET_EVERY_ENV, "16")
+    explicit = HookRuntime(torch, clock=lambda: now[0])
+    explicit_due = [seq + 1 for seq in range(64) if (setattr(explicit, "seq", seq) or explicit._budget_next_step())]
+    assert explicit_due == [16, 32, 48, 64]

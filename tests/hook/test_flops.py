@@ -63,7 +63,7 @@ def _step(model: torch.nn.Module, sampler: FlopSampler, seq: int) -> None:
 
 def test_counts_exactly_the_sampled_step_and_leaves_the_mode() -> None:
     errors: list[BaseException] = []
-    sampler = FlopSampler(torch, errors.append, every=3)
+    sampler = FlopSampler(torch, errors.append, every=3, recount_gap_s=0.0)
     model = torch.nn.Linear(8, 8)
     for seq in range(1, FIRST_STEP + 5):
         _step(model, sampler, seq)
@@ -163,3 +163,19 @@ def test_the_convolution_share_of_the_count() -> None:
     conv = sum(flops for op, flops in reference.get_flop_counts()["Global"].items() if "convolution" in str(op))
     assert result["conv_flops_per_step"] == conv > 0
     assert result["flops_per_step"] == reference.get_total_flops() > conv
+
+
+def test_recounts_wait_for_the_gap_as_well_as_the_steps() -> None:
+    """One in `every` steps, but never sooner than the recount gap after the last count: a counted step runs ~12x
+    slower, so a launch-bound loop must not pay for one every few seconds."""
+    now = [0.0]
+    sampler = FlopSampler(torch, lambda exc: None, every=5, recount_gap_s=600.0, clock=lambda: now[0])
+    assert sampler.due(FIRST_STEP) and not sampler.due(FIRST_STEP - 1)
+    model = torch.nn.Linear(8, 8)
+    for seq in range(1, FIRST_STEP + 1):
+        _step(model, sampler, seq)  # counts step FIRST_STEP at t=0
+    assert sampler.result is not None and sampler.result["seq"] == FIRST_STEP
+    now[0] = 599.0
+    assert not sampler.due(FIRST_STEP + 5) and not sampler.due(FIRST_STEP + 6)
+    now[0] = 600.0
+    assert sampler.due(FIRST_STEP + 10) and not sampler.due(FIRST_STEP + 11)
