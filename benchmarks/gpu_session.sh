@@ -41,8 +41,17 @@ case "$part" in
   ladder)    # the demo's guided ladder (gpumon demo --guided: live knobs on the running trial, adaptive windows; about 3 min)
     timeout 560 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 --ladder-warmup 5 --out "$out" \
       2>&1 | tee "$out/ladder.log" ;;
-  x2)        # on nvidia-h200-x2: torchrun NCCL ranks grouped with the straggler named, and nn.DataParallel's imbalance
-    timeout 200 python3 -m pytest tests/attach/test_ddp_torchrun.py -v -p no:cacheprovider 2>&1 | tee "$out/ddp-tests.log"
+  x2)        # on nvidia-h200-x2 (carry .deb/ with the prometheus package too): 2-GPU recording, NVLink/ECC/energy, DDP NCCL
+             # ranks with the straggler and comm_bound, multi-node torchrun scraped by Prometheus (scrape sample kept),
+             # nn.DataParallel's imbalance (about 8 min)
+    if ls .deb/prometheus_*.deb >/dev/null 2>&1; then dpkg -x .deb/prometheus_*.deb /tmp/prom; export PATH=/tmp/prom/usr/bin:$PATH; fi
+    python3 -m gpumon record "$out/h200x2-tests.jsonl" --duration 150 \
+      --note "2 x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F): gpumon's 2-GPU tests" \
+      > "$out/record.log" 2>&1 &
+    GPUMON_RECORD_PROMETHEUS="$out/prom" timeout 280 python3 -m pytest -v -rs -p no:cacheprovider \
+      tests/gpu/test_health_gpu.py tests/gpu/test_profile_gpu.py::test_ddp_all_reduce_not_hidden_is_comm_bound \
+      tests/attach/test_ddp_torchrun.py tests/exporter/test_multinode_torchrun.py 2>&1 | tee "$out/x2-tests.log"
+    wait
     timeout 150 python3 benchmarks/advisor_categories.py --case memory_imbalance --duration 15 --warmup 5 --out "$out" \
       2>&1 | tee "$out/advisor_memory_imbalance.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
