@@ -198,24 +198,10 @@ class JobClient:
         """
         if not 1 <= steps <= protocol.DIAGNOSE_MAX_STEPS:
             raise JobRequestError(f"steps must be 1..{protocol.DIAGNOSE_MAX_STEPS}", protocol.E_BAD_MESSAGE)
-        started = time.monotonic()
-        request_id = f"d{next(self._ids)}"
-        result = self._register(lambda m: m.get("type") == protocol.DIAGNOSIS and m.get("id") == request_id)
-        try:
-            reply = self.request(
-                {"type": protocol.DIAGNOSE, "steps": steps, "id": request_id},
-                (protocol.DIAGNOSING, protocol.DIAGNOSIS),
-                timeout,
-            )
-            if reply.get("type") == protocol.DIAGNOSIS:
-                return reply
-            if not result.done.wait(max(0.0, timeout - (time.monotonic() - started))):
-                raise JobRequestError(f"no diagnosis from pid {self.pid} within {timeout:g} s", "timeout")
-        finally:
-            self._unregister(result)
-        if not result.replies:
-            raise JobRequestError(f"pid {self.pid} went away before its diagnosis ({self.state.end_reason})", "ended")
-        return result.replies[0]
+        request: dict[str, Any] = {"type": protocol.DIAGNOSE, "steps": steps, "id": f"d{next(self._ids)}"}
+        return self._request_result(
+            request, protocol.DIAGNOSING, protocol.DIAGNOSIS, timeout, "diagnosis", "its diagnosis"
+        )
 
     def profile(
         self,
@@ -229,24 +215,40 @@ class JobClient:
         steps to run and the trace to be written. Raises JobRequestError."""
         if not 1 <= steps <= protocol.PROFILE_MAX_STEPS:
             raise JobRequestError(f"steps must be 1..{protocol.PROFILE_MAX_STEPS}", protocol.E_BAD_MESSAGE)
-        started = time.monotonic()
-        request_id = f"r{next(self._ids)}"
-        result = self._register(lambda m: m.get("type") == protocol.PROFILE_RESULT and m.get("id") == request_id)
-        request: dict[str, Any] = {"type": protocol.PROFILE, "steps": steps, "id": request_id}
+        request: dict[str, Any] = {"type": protocol.PROFILE, "steps": steps, "id": f"r{next(self._ids)}"}
         if directory is not None:
             request["dir"] = directory
+        return self._request_result(
+            request, protocol.PROFILING, protocol.PROFILE_RESULT, timeout, "profiler trace", "its trace", on_started
+        )
+
+    def _request_result(
+        self,
+        request: dict[str, Any],
+        started_type: str,
+        result_type: str,
+        timeout: float,
+        awaited: str,
+        ended_before: str,
+        on_started: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Send a request the hook acknowledges with `started_type` and answers later with `result_type` (the same
+        id); returns that answer, waiting at most `timeout` seconds in all. Raises JobRequestError."""
+        started = time.monotonic()
+        request_id = request["id"]
+        result = self._register(lambda m: m.get("type") == result_type and m.get("id") == request_id)
         try:
-            reply = self.request(request, (protocol.PROFILING, protocol.PROFILE_RESULT), timeout)
-            if reply.get("type") == protocol.PROFILE_RESULT:
+            reply = self.request(request, (started_type, result_type), timeout)
+            if reply.get("type") == result_type:
                 return reply
             if on_started is not None:
                 on_started(reply)
             if not result.done.wait(max(0.0, timeout - (time.monotonic() - started))):
-                raise JobRequestError(f"no profiler trace from pid {self.pid} within {timeout:g} s", "timeout")
+                raise JobRequestError(f"no {awaited} from pid {self.pid} within {timeout:g} s", "timeout")
         finally:
             self._unregister(result)
         if not result.replies:
-            raise JobRequestError(f"pid {self.pid} went away before its trace ({self.state.end_reason})", "ended")
+            raise JobRequestError(f"pid {self.pid} went away before {ended_before} ({self.state.end_reason})", "ended")
         return result.replies[0]
 
     def _register(self, match: Callable[[Mapping[str, Any]], bool]) -> _Pending:
