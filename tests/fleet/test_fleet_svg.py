@@ -7,11 +7,6 @@ fleet tests use. Regenerate after an intended change: python -m pytest tests/fle
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterator
-
-import pytest
 from fleet_helpers import RANGE, recorded, recorded_prometheus, vector
 from textual.pilot import Pilot
 
@@ -21,20 +16,6 @@ from gpumon.tui.fleet_app import FleetApp
 NOW = 1795436099.694
 """The recorded GPU answers' time."""
 GIB = 1 << 30
-
-
-@pytest.fixture
-def utc() -> Iterator[None]:
-    """The status line shows the snapshot's local time: pin it so the screenshot matches on every machine."""
-    previous = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if previous is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = previous
-    time.tzset()
 
 
 def two_node_fleet() -> FleetSnapshot:
@@ -61,7 +42,7 @@ def test_recorded_two_node_job_is_one_job_with_its_straggler_on_the_other_node()
     assert job.straggler == 1
 
 
-def test_fleet_view_160x50(snap_compare, utc: None) -> None:
+def test_fleet_view_160x50(snap_compare, utc_time_zone: None) -> None:
     snapshot = two_node_fleet()
     app = FleetApp()
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +16,8 @@ exists, then regenerate the screenshots: python -m pytest tests/tui --snapshot-u
 
 
 @pytest.fixture(autouse=True, scope="session")
-def utc_time_zone() -> Iterator[None]:
-    """Snapshot times are shown in local time: pin it so screenshots match on every machine."""
-    previous = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if previous is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = previous
-    time.tzset()
+def snapshots_in_utc(utc_time_zone: None) -> None:
+    """Every TUI test in UTC (tests/conftest.py's utc_time_zone)."""
 
 
 @pytest.fixture(scope="session")
