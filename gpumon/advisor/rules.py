@@ -15,6 +15,7 @@ from typing import Any
 
 from gpumon import units
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
+from gpumon.jobs.jobstate import STRAGGLER_THRESHOLD
 from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE
 
 INPUT_BOUND = "input_bound"
@@ -683,7 +684,7 @@ def rule_straggler(signals: Signals) -> Candidate | None:
     step_ms, others_ms = signals.straggler_step_ms, signals.others_step_ms
     if signals.straggler_pid is None or not step_ms or others_ms is None:
         return None
-    if step_ms > others_ms * 1.10:
+    if step_ms > others_ms * (1 + STRAGGLER_THRESHOLD):  # out of step, as jobs.jobstate.find_straggler judges
         share = (step_ms - others_ms) / step_ms
         compared = f"takes {units.milliseconds(step_ms)} a step against {units.milliseconds(others_ms)} on the others"
     else:

@@ -319,12 +319,8 @@ class HookRuntime:
         self._backward_since = False
         if self.nvtx is not None:
             self.nvtx.step()
-        sampled = self._budget_next_step()
-        if sampled or self.budget.active:  # an unbudgeted step after another one costs nothing here
-            self.budget.begin(sampled)
-        flops = self.flops
-        if flops.counting or flops.due(self.seq + 1):
-            flops.boundary(self.seq, samples)
+        self.budget.begin(self._budget_next_step())
+        self.flops.boundary(self.seq, samples)
 
         gpu = self.gpu
         if gpu is None:

@@ -182,7 +182,11 @@ class RankSummary:
     """Where this rank's step time went (its own budget)."""
 
 
-def find_straggler(ranks: Sequence[RankSummary], threshold: float = 0.10) -> int | None:
+STRAGGLER_THRESHOLD = 0.10
+"""How far a rank must stand out (its step over the others' median, or its data wait's share) to be the straggler."""
+
+
+def find_straggler(ranks: Sequence[RankSummary], threshold: float = STRAGGLER_THRESHOLD) -> int | None:
     """The pid of the rank that holds the others back, or None when none stands out by more than `threshold`.
 
     Ranks that run unsynchronised: the one with the longest mean step. Ranks kept in lockstep by collectives
