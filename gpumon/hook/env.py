@@ -26,13 +26,19 @@ def say_once(message: str) -> None:
 
 def env_count(name: str, default: int) -> int:
     """A whole number 0..MAX_COUNT from `name`; unset or empty: `default`; anything else: `default`, said once."""
+    given = env_count_given(name, default)
+    return default if given is None else given
+
+
+def env_count_given(name: str, default: int) -> int | None:
+    """As env_count, but None where the default applies (unset, empty or unreadable: the latter said once)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
-        return default
+        return None
     if raw.isascii() and raw.isdigit() and int(raw) <= MAX_COUNT:
         return int(raw)
     say_once(f"{name}={raw[:40]!r} is not a whole number from 0 to {MAX_COUNT}; using {default}")
-    return default
+    return None
 
 
 def env_switch(name: str) -> bool:

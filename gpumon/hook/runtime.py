@@ -7,7 +7,6 @@ calls back in here except through the `control` queue, which is drained at step 
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from typing import Any
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
 from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S, BudgetMeter
-from gpumon.hook.env import env_count
+from gpumon.hook.env import env_count, env_count_given
 from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
 from gpumon.hook.nvtx import NvtxRanges, nvtx_requested
@@ -146,8 +145,9 @@ class HookRuntime:
         self._sync_base = 0
         # Step time budget (sampled steps).
         is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
-        self.budget_every = env_count(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
-        self.budget_min_gap_s = 0.0 if os.environ.get(protocol.BUDGET_EVERY_ENV) else BUDGET_MIN_GAP_S
+        asked = env_count_given(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
+        self.budget_every = BUDGET_EVERY if asked is None else asked
+        self.budget_min_gap_s = BUDGET_MIN_GAP_S if asked is None else 0.0  # an explicit N: exactly one in N
         self._budgeted_at: float | None = None
         self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
         # NVTX ranges for nsys (GPUMON_NVTX=1 only).
