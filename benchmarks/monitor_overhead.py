@@ -188,6 +188,17 @@ def measure_command(
         os.close(master)
 
 
+def start_load() -> subprocess.Popen[bytes]:
+    """Start benchmarks/training_load.py (a CNN with DataLoader workers on the GPU) and give it 10 s to settle."""
+    load = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "training_load.py"), "--duration", "100000"],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    time.sleep(10)
+    return load
+
+
 def stop_group(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group, SIGKILL it after 5 s; quiet if it is already gone."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -283,12 +294,7 @@ def main() -> int:
 
     load = None
     if not args.no_load:
-        load = subprocess.Popen(
-            [sys.executable, str(ROOT / "benchmarks" / "training_load.py"), "--duration", "100000"],
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        time.sleep(10)
+        load = start_load()
     samples: dict[tuple[str, float], list[Measurement]] = {}
     try:
         for interval in args.intervals:

@@ -12,6 +12,7 @@ from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, Vertical
+from textual.driver import Driver
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -25,6 +26,7 @@ from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
+from gpumon.tui._textual_quiet_input import driver_class
 from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
@@ -180,6 +182,9 @@ class GpumonApp(App[None]):
         self._profile_capture = ProfileCapture(self)
         self._job_lock = threading.Lock()
         self._job_shown_at = 0.0
+
+    def get_driver_class(self) -> type[Driver]:
+        return driver_class(super().get_driver_class())
 
     def compose(self) -> ComposeResult:
         self._title_bar = TitleBar()

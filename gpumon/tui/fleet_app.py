@@ -15,6 +15,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList, Static
@@ -24,6 +25,7 @@ from textual.worker import Worker, WorkerState
 from gpumon import units
 from gpumon.fleet import FleetPoller, FleetSnapshot, GpuRow, HostProcesses, JobRow, PromClient, read_processes
 from gpumon.printable import printable
+from gpumon.tui._textual_quiet_input import driver_class
 from gpumon.tui.sparkline import spark_string
 
 GRAPH_WIDTH = 24
@@ -51,6 +53,9 @@ class FleetApp(App[None]):
     #jobs { padding: 0 1; margin-top: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "Quit")]
+
+    def get_driver_class(self) -> type[Driver]:
+        return driver_class(super().get_driver_class())
 
     def __init__(self, client: PromClient | None = None, interval: float = 5.0) -> None:
         super().__init__()
