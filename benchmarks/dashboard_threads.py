@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +28,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 import monitor_overhead  # the benchmark next door, for its pty, load and replay helpers
+
+from gpumon.sampling.recording import RecordingError
 
 PROBE = r"""
 import gc, json, os, runpy, sys, threading, time
@@ -87,6 +90,33 @@ runpy.run_module("gpumon", run_name="__main__", alter_sys=True)
 """
 
 
+def print_top_frames(raw: Path, count: int = 30) -> None:
+    """The functions most often on top of the stack (self) and on it at all (total), from py-spy's raw output."""
+    if not raw.exists():
+        print(f"  py-spy wrote no {raw}")
+        return
+    on_top: dict[str, int] = {}
+    on_stack: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, number = line.rpartition(" ")
+        if not stack or not number.isdigit():
+            continue
+        frames = [frame for frame in stack.split(";") if not frame.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        samples = int(number)
+        total += samples
+        on_top[frames[-1]] = on_top.get(frames[-1], 0) + samples
+        for frame in set(frames):
+            on_stack[frame] = on_stack.get(frame, 0) + samples
+    print(f"  py-spy: {total} samples off idle")
+    for title, table in (("self", on_top), ("total", on_stack)):
+        print(f"  top {count} by {title}:")
+        for frame, samples in sorted(table.items(), key=lambda item: -item[1])[:count]:
+            print(f"    {100 * samples / max(1, total):5.1f}%  {frame[:150]}")
+
+
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--interval", type=float, default=1.0)
@@ -97,6 +127,13 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--replay", type=Path, metavar="FILE", help="replay this recording instead of sampling")
     parser.add_argument("--no-load", action="store_true", help="live: do not run the training load")
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="RAW",
+        help="also sample the window with py-spy (--nonblocking, 1000 Hz, idle frames left out) into this raw file "
+        "and print the functions most often on top of the stack (py-spy's reads perturb the figures a little)",
+    )
     return parser.parse_args()
 
 
@@ -111,7 +148,7 @@ def main() -> int:
                 looped = monitor_overhead.looped_recording(
                     args.replay, args.warmup + args.window + 10, args.interval, Path(scratch)
                 )
-            except (monitor_overhead.RecordingError, OSError) as error:
+            except (RecordingError, OSError) as error:
                 print(f"dashboard_threads: {error}", file=sys.stderr)
                 return 2
             tool_args = monitor_overhead.tool_command(monitor_overhead.REPLAY, args.interval, looped)[3:]
@@ -126,6 +163,15 @@ def main() -> int:
         try:
             time.sleep(args.warmup)
             start_bytes = output.bytes_read
+            if args.py_spy is not None:
+                spy = subprocess.Popen(
+                    [
+                        *("py-spy", "record", "--nonblocking", "--rate", "1000", "--format", "raw", "--threads"),
+                        *("--duration", f"{int(args.window)}", "--pid", str(process.pid), "--output", str(args.py_spy)),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             deadline = time.monotonic() + args.window + 10
             while not report_path.exists() and time.monotonic() < deadline and process.poll() is None:
                 time.sleep(0.2)
@@ -158,6 +204,9 @@ def main() -> int:
     for generation, (seconds, count) in enumerate(zip(report["gc_seconds"], report["gc_counts"], strict=True)):
         print(f"  gc generation {generation}: {count} collections, {100 * seconds / elapsed:.3f}% of one core")
     print(f"  objects tracked by the gc at the end: {report['gc_objects']}")
+    if args.py_spy is not None:
+        spy.wait(30)
+        print_top_frames(args.py_spy)
     if args.json:
         args.json.write_text(json.dumps({**report, "interval": args.interval, "source": source}, indent=2))
     return 0
