@@ -33,6 +33,7 @@ from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import GraphStyle
+from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
 from gpumon.tui.job_picker import JobPicker
@@ -210,6 +211,7 @@ class GpumonApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        freeze_after_first_frame(self)
         self._apply_settings()
         self._size_panes(self.size)
         self._update_titles()

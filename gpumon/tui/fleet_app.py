@@ -26,6 +26,7 @@ from gpumon import units
 from gpumon.fleet import FleetPoller, FleetSnapshot, GpuRow, HostProcesses, JobRow, PromClient, read_processes
 from gpumon.printable import printable
 from gpumon.tui._textual_quiet_input import driver_class
+from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.sparkline import spark_string
 
 GRAPH_WIDTH = 24
@@ -76,6 +77,7 @@ class FleetApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        freeze_after_first_frame(self)
         if self.client is not None:
             self._poller = FleetPoller(self.client, self.interval, self._deliver)
             self._poller.start()
