@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import platform
+import pstats
 import signal
 import socket
 import subprocess
@@ -35,19 +37,34 @@ finally:
 """
 
 
-def tick_costs(fast: int, slow: int, pause: float) -> None:
+def tick_costs(fast: int, slow: int, pause: float, profile: int = 0) -> None:
+    """The mean CPU of a fast and a slow tick; with `profile`, then each tier's `profile` top functions (cProfile,
+    own time, over the same number of ticks again)."""
     sampler = Sampler()
     sampler.sample_once(window=0.1)  # opens NVML, primes every counter
+
+    def fast_ticks() -> None:
+        for _ in range(fast):
+            sampler.history.add(sampler._build_snapshot())
+            time.sleep(pause)
+
+    def slow_ticks() -> None:
+        for _ in range(slow):
+            sampler._collect_slow()
+            time.sleep(pause)
+
     started = time.process_time()
-    for _ in range(fast):
-        sampler.history.add(sampler._build_snapshot())
-        time.sleep(pause)
+    fast_ticks()
     fast_cost = (time.process_time() - started) / fast
     started = time.process_time()
-    for _ in range(slow):
-        sampler._collect_slow()
-        time.sleep(pause)
+    slow_ticks()
     slow_cost = (time.process_time() - started) / slow
+    for name, ticks, count in (("fast", fast_ticks, fast), ("slow", slow_ticks, slow)):
+        if profile:
+            profiler = cProfile.Profile(time.process_time)
+            profiler.runcall(ticks)
+            print(f"{name} tier, top {profile} functions by own CPU time over {count} ticks (cProfile inflates it):")
+            pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(profile)
     snapshot = sampler._build_snapshot()
     sampler.stop()
     gpm = [gpu.has_gpm for gpu in snapshot.gpus]
@@ -136,6 +153,7 @@ def main() -> int:
         "--threaded", type=float, default=0.0, help="also run the threaded Sampler this many seconds per interval"
     )
     parser.add_argument("--calls", type=int, default=0, help="also time each NVML query and collector this many times")
+    parser.add_argument("--profile", type=int, default=0, help="also print each tier's top N functions (cProfile)")
     parser.add_argument("--load", action="store_true", help="run a bf16 matmul load with 4 worker children meanwhile")
     args = parser.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M")
@@ -145,7 +163,7 @@ def main() -> int:
         load = subprocess.Popen([sys.executable, "-c", LOAD], stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert load.stdout is not None and load.stdout.readline().strip() == "ready"
     try:
-        tick_costs(args.fast, args.slow, args.pause)
+        tick_costs(args.fast, args.slow, args.pause, args.profile)
         if args.calls:
             call_costs(args.calls)
         if args.threaded > 0:
