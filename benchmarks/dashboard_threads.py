@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from gpumon.sampling.recording import RecordingError
 PROBE = r"""
 import gc, json, os, runpy, sys, threading, time
 
-report_path, warmup, window = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+report_path, warmup, window, profile_path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 gc_seconds = [0.0, 0.0, 0.0]
 gc_counts = [0, 0, 0]
 gc_started = [0.0]
@@ -63,12 +64,34 @@ def thread_times():
     return times
 
 
+apps = []
+if profile_path:
+    import textual.app
+
+    textual_run = textual.app.App.run
+
+    def run_and_note(self, *args, **kwargs):
+        apps.append(self)
+        return textual_run(self, *args, **kwargs)
+
+    textual.app.App.run = run_and_note
+
+
 def probe():
     time.sleep(warmup)
+    profiler = app = None
+    if profile_path:
+        import cProfile
+
+        profiler, app = cProfile.Profile(time.thread_time), apps[-1]
+        app.call_from_thread(lambda: profiler.enable())
     before, gc_before, counts_before = thread_times(), list(gc_seconds), list(gc_counts)
     started = time.monotonic()
     time.sleep(window)
     after, elapsed = thread_times(), time.monotonic() - started
+    if profiler is not None:
+        app.call_from_thread(lambda: profiler.disable())
+        profiler.dump_stats(profile_path)
     report = {
         "elapsed": elapsed,
         "threads": {
@@ -83,9 +106,19 @@ def probe():
         json.dump(report, stream)
 
 
+def probe_or_say_why():
+    try:
+        probe()
+    except BaseException:
+        import traceback
+
+        with open(report_path + ".error", "w") as stream:
+            traceback.print_exc(file=stream)
+
+
 gc.callbacks.append(on_gc)
-threading.Thread(target=probe, name="probe", daemon=True).start()
-sys.argv = ["gpumon", *sys.argv[4:]]
+threading.Thread(target=probe_or_say_why, name="probe", daemon=True).start()
+sys.argv = ["gpumon", *sys.argv[5:]]
 runpy.run_module("gpumon", run_name="__main__", alter_sys=True)
 """
 
@@ -128,6 +161,13 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--no-load", action="store_true", help="live: do not run the training load")
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument(
+        "--cprofile",
+        nargs=2,
+        metavar=("N", "FILE"),
+        help="also profile the UI thread over the window with cProfile (its own CPU time, inflated by the profiler) "
+        "into FILE and print its top N functions",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="RAW",
@@ -158,7 +198,9 @@ def main() -> int:
         if args.replay is None and not args.no_load:
             load = monitor_overhead.start_load()
         report_path = Path(scratch) / "report.json"
-        command = [sys.executable, "-c", PROBE, str(report_path), str(args.warmup), str(args.window), *tool_args]
+        profile = str(args.cprofile[1]) if args.cprofile else ""
+        command = [sys.executable, "-c", PROBE, str(report_path), str(args.warmup), str(args.window), profile]
+        command += tool_args
         process, master, output = monitor_overhead.run_in_pty(command, args.columns, args.rows)
         try:
             time.sleep(args.warmup)
@@ -173,12 +215,19 @@ def main() -> int:
                     stderr=subprocess.DEVNULL,
                 )
             deadline = time.monotonic() + args.window + 10
-            while not report_path.exists() and time.monotonic() < deadline and process.poll() is None:
+            while (
+                not report_path.exists()
+                and not Path(f"{report_path}.error").exists()
+                and time.monotonic() < deadline
+                and process.poll() is None
+            ):
                 time.sleep(0.2)
             time.sleep(0.2)
             written = output.bytes_read - start_bytes
             if not report_path.exists():
-                print(f"dashboard_threads: gpumon wrote no report (exit code {process.poll()})", file=sys.stderr)
+                error = Path(f"{report_path}.error")
+                why = error.read_text().strip().splitlines()[-1] if error.exists() else f"exit code {process.poll()}"
+                print(f"dashboard_threads: gpumon wrote no report ({why})", file=sys.stderr)
                 return 1
             report = json.loads(report_path.read_text())
         finally:
@@ -204,6 +253,10 @@ def main() -> int:
     for generation, (seconds, count) in enumerate(zip(report["gc_seconds"], report["gc_counts"], strict=True)):
         print(f"  gc generation {generation}: {count} collections, {100 * seconds / elapsed:.3f}% of one core")
     print(f"  objects tracked by the gc at the end: {report['gc_objects']}")
+    if args.cprofile:
+        stats = pstats.Stats(args.cprofile[1], stream=sys.stdout)
+        for order in ("tottime", "cumulative"):
+            stats.sort_stats(order).print_stats(int(args.cprofile[0]))
     if args.py_spy is not None:
         spy.wait(30)
         print_top_frames(args.py_spy)
