@@ -102,6 +102,8 @@ def call_costs(reps: int) -> None:
         ),
         "Temperature": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
         "CurrentClocksEventReasons": lambda: gpu._slow_fields(device),
+        "TotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle),
+        "health read (every 10 s, all its calls)": lambda: gpu._health_fields(device),
         "ComputeRunningProcesses": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle),
         "GraphicsRunningProcesses": lambda: nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
         "ProcessUtilization": lambda: gpu._process_utilization(device),

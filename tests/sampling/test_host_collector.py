@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
-from gpumon.sampling.host import DiskCounters, HostCollector, _whole_disks, partition_parent, read_diskstats
+from gpumon.sampling.host import (
+    DiskCounters,
+    HostCollector,
+    _whole_disks,
+    partition_parent,
+    read_cpu_ticks,
+    read_diskstats,
+)
 
 
 def test_cpu_per_core_matches_logical_cores_and_rates_are_sane() -> None:
@@ -80,3 +88,28 @@ def test_diskstats_counters_match_psutils_on_this_machine(tmp_path: Path) -> Non
         "   8       0 sda 10 2 40 5 20 3 80 6 0 7 8\n   8       1 sda1 x 2 40 5 20 3 80 6 0 7 8\n short line\n"
     )
     assert read_diskstats(str(fake)) == {"sda": DiskCounters(10, 40 * 512, 20, 80 * 512)}
+
+
+def test_cpu_ticks_match_psutils_on_this_machine(tmp_path: Path) -> None:
+    """Our one read of /proc/stat gives psutil's per-core times (in clock ticks, guest time left out as psutil's
+    busy figure does; a core may move on between the two reads, so only by a little); an unreadable or malformed
+    file gives None (psutil is then used)."""
+    ours = read_cpu_ticks()
+    if ours is None:
+        pytest.skip("no /proc/stat here")
+    theirs = psutil.cpu_times(percpu=True)
+    assert len(ours) == len(theirs)
+    ticks_per_second = os.sysconf("SC_CLK_TCK")
+    for (total, idle, iowait), core in zip(ours, theirs, strict=True):
+        their_total = sum(core) - getattr(core, "guest", 0.0) - getattr(core, "guest_nice", 0.0)
+        assert abs(total / ticks_per_second - their_total) <= 0.5
+        assert abs(idle / ticks_per_second - (core.idle + core.iowait)) <= 0.5
+        assert abs(iowait / ticks_per_second - core.iowait) <= 0.5
+    assert read_cpu_ticks(str(tmp_path / "missing")) is None
+    fake = tmp_path / "stat"
+    fake.write_text(
+        "cpu  100 0 50 1000 10 0 0 0 0 0\ncpu0 60 5 30 400 7 1 2 3 40 4\ncpu1 40 0 20 600 3 0 0 0 0 0\nintr 1 2 3\n"
+    )
+    assert read_cpu_ticks(str(fake)) == [(508.0, 407.0, 7.0), (663.0, 603.0, 3.0)]
+    fake.write_text("cpu0 60 x 30 400 7\n")
+    assert read_cpu_ticks(str(fake)) is None
