@@ -25,6 +25,7 @@ from operator import itemgetter
 
 import textual
 from rich.console import Console
+from rich.containers import Lines
 from rich.segment import Segment
 from rich.style import Style, StyleType
 from rich.text import Span, Text
@@ -171,6 +172,45 @@ def _unchanged(style: Style | None) -> Style | None:
 
 def _combine(console: Console, values: tuple[StyleType, ...]) -> Style:
     return Style.combine(console.get_style(value, default=Style.null()) for value in values)
+
+
+def text_cell_lines(
+    console: Console, cell: Text, width: int, padding: int, pre_style: Style, post_style: Style | None
+) -> list[list[Segment]] | None:
+    """A one-line DataTable cell as `DataTable._render_cell` draws it (Rich's `render_lines` of
+    `Styled(Padding(cell, (0, padding)), pre_style, post_style)` at `width`, one line, no wrapping), without Rich's
+    renderable pipeline; None for a cell this does not cover (wrapping, several lines, tabs, centred or full
+    justification, or too wide without a justification to cut it), which Textual then draws itself."""
+    inner = width - 2 * padding
+    plain = cell.plain
+    justify = cell.justify or "default"
+    if (
+        not cell.no_wrap
+        or inner <= 0
+        or padding < 0
+        or "\n" in plain
+        or "\t" in plain
+        or justify not in ("left", "right", "default")
+        or (justify == "default" and cell.cell_len > inner)
+    ):
+        return None
+    text = cell.copy()
+    if justify != "default":
+        Lines([text]).justify(console, inner, justify=justify, overflow=cell.overflow or "fold")
+    text.rstrip_end(inner)
+    text = _NEWLINE.join([text])  # as Text.__rich_console__ does: the line's own style becomes its first span
+    edge = Segment(" " * padding, _NULL_STYLE)
+    segments = [edge, *text.render(console, end="")] if padding else list(text.render(console, end=""))
+    room = inner - text.cell_len
+    if room > 0:
+        segments.append(Segment(" " * room, _NULL_STYLE))
+    if padding:
+        segments.append(edge)
+    return [list(Segment.apply_style(segments, pre_style, post_style))]
+
+
+_NULL_STYLE = Style.null()
+_NEWLINE = Text("\n")
 
 
 def drawn_text(plain: str, spans: list[Span] | None = None, style: str = "") -> Text:

@@ -7,19 +7,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual._types import SegmentLines
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widgets import DataTable
+from textual.widgets._data_table import CellCacheKey
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.process_tree import ProcessTreeCollector
 from gpumon.sampling.snapshot import ProcessSample
+from gpumon.tui._textual_fast_path import ACTIVE, text_cell_lines
 from gpumon.tui.format import format_state
 from gpumon.tui.process_actions import ProcessControl
 from gpumon.units import MISSING
@@ -539,6 +543,58 @@ class ProcessTable(DataTable[Text]):
         if cursor_pid in wanted and order.index(cursor_pid) != self.cursor_row:
             self.move_cursor(row=order.index(cursor_pid), animate=False)
         self._update_title()
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> SegmentLines:
+        """DataTable's cell rendering, with one-line body cells drawn by `text_cell_lines` instead of Rich's
+        renderable pipeline (most of the table's cost when a row's figures change); the same cache, key and
+        result (tests/tui/test_textual_fast_path.py compares them)."""
+        if not ACTIVE or row_index < 0 or column_index < 0 or self.fixed_rows or self.fixed_columns:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        if row_key is None or column_key is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        cache_key: CellCacheKey = (
+            row_key,
+            column_key,
+            base_style,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._update_count,
+            self._pseudo_class_state,
+        )
+        lines: SegmentLines | None = self._cell_render_cache.get(cache_key)
+        if lines is not None:
+            return lines
+        row = self.rows.get(row_key)
+        cell = self._get_row_renderables(row_index).cells[column_index]
+        if row is not None and row.height == 1 and isinstance(cell, Text):
+            component_style, post_style = self._get_styles_to_render_cell(
+                False,
+                False,
+                False,
+                hover,
+                cursor,
+                self.show_cursor,
+                self._show_hover_cursor,
+                self.cursor_foreground_priority == "css",
+                self.cursor_background_priority == "css",
+            )
+            pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
+            lines = text_cell_lines(self.app.console, cell, width, self.cell_padding, pre_style, post_style)
+        if lines is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        self._cell_render_cache[cache_key] = lines
+        return lines
 
     def _replace_cells(self, changed: dict[int, dict[str, Text]]) -> None:
         """Put new values in existing cells and repaint only their rows.

@@ -7,8 +7,15 @@ from importlib.metadata import version
 import pytest
 import tomllib
 from conftest import REPOSITORY
+from rich.console import Console
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
 from textual.geometry import Region
+from textual.renderables.styled import Styled
 from textual.widget import Widget
+from textual.widgets import DataTable
 from tui_support import FakeSource, frozen_clock
 
 from gpumon.tui import _textual_fast_path
@@ -17,6 +24,7 @@ from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.pane import LinesWidget
+from gpumon.tui.process_table import ProcessTable
 
 
 def test_installed_textual_is_the_one_the_fast_path_was_written_for() -> None:
@@ -52,3 +60,57 @@ async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, si
             pane._styles_cache.clear()
             expected = [list(strip) for strip in Widget.render_lines(pane, whole)]
             assert drawn == expected, type(pane).__name__
+
+
+def _rich_cell_lines(cell: Text, width: int, padding: int, pre: Style, post: Style) -> list[list[Segment]]:
+    """What DataTable._render_cell asks Rich for, for a one-line body cell."""
+    console = Console(width=200, color_system="truecolor")
+    options = console.options.update_dimensions(width, 1).update(no_wrap=True)
+    return console.render_lines(Styled(Padding(cell, (0, padding)), pre_style=pre, post_style=post), options)
+
+
+@pytest.mark.parametrize("justify", ["left", "right", None])
+@pytest.mark.parametrize("content", ["", "42", "12.5%", "python train.py --epochs 90 --batch-size 256", "naïve ✓"])
+@pytest.mark.parametrize("width", [3, 8, 20])
+def test_text_cells_draw_what_rich_draws(justify, content, width) -> None:
+    console = Console(width=200, color_system="truecolor")
+    cell = Text(content, style="bold yellow", justify=justify, no_wrap=True, overflow="ellipsis", end="")
+    if len(content) > 3:
+        cell.stylize("bright_black", 1, 3)
+    pre = Style(color="white", bgcolor="grey11") + Style.from_meta({"row": 3, "column": 2})
+    for post in (Style(), Style(reverse=True)):
+        expected = _rich_cell_lines(cell, width, 1, pre, post)
+        drawn = _textual_fast_path.text_cell_lines(console, cell, width, 1, pre, post)
+        if drawn is None:
+            assert justify is None and cell.cell_len > width - 2, "only a too-wide unjustified cell is left to Rich"
+            continue
+        assert drawn == expected
+        assert [segment.style.meta for line in drawn for segment in line] == [
+            segment.style.meta for line in expected for segment in line
+        ]
+
+
+async def test_process_table_cells_draw_what_datatable_draws(recording) -> None:
+    """ProcessTable._render_cell draws one-line cells itself; every cell of a real recording's table, with and
+    without the cursor and hover highlight, must come out as DataTable's own rendering."""
+    source = FakeSource(description="replay of test", interval=0.5)
+    app = GpumonApp(source, clock=frozen_clock(recording))
+    async with app.run_test(size=(160, 50)) as pilot:
+        for shown in recording[:4]:
+            source.push(shown)
+            await pilot.pause()
+        table = app.query_one(ProcessTable)
+        assert table.row_count >= 2
+        base = table.rich_style
+        compared = 0
+        for row in range(table.row_count):
+            for column, definition in enumerate(table.ordered_columns):
+                width = definition.get_render_width(table)
+                for cursor, hover in ((False, False), (True, False), (False, True)):
+                    table._cell_render_cache.clear()
+                    drawn = table._render_cell(row, column, base, width, cursor, hover)
+                    table._cell_render_cache.clear()
+                    expected = DataTable._render_cell(table, row, column, base, width, cursor, hover)
+                    assert drawn == expected, (row, definition.key)
+                    compared += 1
+        assert compared >= 2 * 11 * 3
