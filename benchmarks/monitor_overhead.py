@@ -6,11 +6,11 @@ Usage (on a GPU machine, from the project root):
 
 For each interval it alternates gpumon and nvitop (round-robin, the order reversed every other round, `--rounds`
 times, at least 3 unless `--allow-fewer`), leaves out each start's first `--warmup` seconds (8 by default), then
-over `--window` seconds reads the CPU time (user + system, the tool and its children) it spends, as a percentage of
-one core, and the bytes it writes to its terminal (drained from the pty in that window only), per second. Each is
-reported per tool and interval as the median and the min-max over the rounds. A training load
-(benchmarks/training_load.py) runs the whole time unless `--no-load` is given, so both tools have a GPU process and
-its workers to show.
+over `--window` seconds reads the CPU time (the tool's and its children's threads' time on a CPU, from
+/proc/PID/task/TID/schedstat in nanoseconds) it spends, as a percentage of one core, and the bytes it writes to its
+terminal (drained from the pty in that window only), per second. Each is reported per tool and interval as the
+median and the min-max over the rounds. A training load (benchmarks/training_load.py) runs the whole time unless
+`--no-load` is given, so both tools have a GPU process and its workers to show.
 
 Without a GPU, `--replay FILE` measures gpumon's dashboard alone (the TUI cost, no sampling), replaying a
 recording made with `gpumon record` one snapshot per interval, repeated as long as the run needs:
@@ -114,6 +114,10 @@ def run_in_pty(command: list[str], columns: int, rows: int) -> tuple[subprocess.
 
 
 def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds so far of a process and its children, summed over their threads' scheduler statistics
+    (/proc/PID/task/TID/schedstat, in nanoseconds): psutil's user + system times count in clock ticks of 10 ms,
+    0.05% of a core over a 20 s window, as coarse as the differences this benchmark is after. psutil's figure is
+    the fallback where schedstat is missing (a kernel without CONFIG_SCHEDSTATS)."""
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
@@ -122,11 +126,26 @@ def tree_cpu_seconds(pid: int) -> float:
     total = 0.0
     for process in processes:
         try:
-            times = process.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
+            total += _schedstat_seconds(process.pid)
+        except OSError:
+            try:
+                times = process.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
     return total
+
+
+def _schedstat_seconds(pid: int) -> float:
+    """On-CPU seconds of every thread a process has now (a thread that already ended is not counted)."""
+    total_ns = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stream:
+                total_ns += int(stream.read().split()[0])
+        except FileNotFoundError:
+            continue
+    return total_ns / 1e9
 
 
 def looped_recording(source: Path, seconds: float, interval: float, directory: Path) -> tuple[Path, float]:
