@@ -8,8 +8,9 @@ holds a partial escape sequence (then until that sequence's deadline), and `disa
 
 It reads Textual internals that may change in any release (`Parser._timeout_time`, `LinuxDriver.exit_event`,
 `fileno` and `run_input_thread`'s event processing), so it is used only with the Textual version it was written
-against: `driver_class` hands back Textual's own driver with any other. tests/tui/test_textual_quiet_input.py fails
-loudly when the installed Textual is not TARGET_TEXTUAL, and checks keys, a lone Escape and exit on a real pty.
+against: `driver_class` hands back Textual's own driver with any other. tests/tui/test_textual_fast_path.py fails
+loudly when the installed Textual is not TARGET_TEXTUAL; tests/tui/test_textual_quiet_input.py checks keys, a lone
+Escape, exit and the absence of idle wakes on a real pty.
 """
 
 from __future__ import annotations

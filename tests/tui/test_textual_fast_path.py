@@ -18,7 +18,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 from tui_support import FakeSource, frozen_clock
 
-from gpumon.tui import _textual_fast_path
+from gpumon.tui import _textual_fast_path, _textual_quiet_input
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
@@ -26,21 +26,24 @@ from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.pane import LinesWidget
 from gpumon.tui.process_table import ProcessTable
 
+WORKAROUNDS = [
+    (_textual_fast_path, "rendering: check it against the new StylesCache and Widget.render_lines"),
+    (_textual_quiet_input, "LinuxDriver.run_input_thread: check it against the new driver"),
+]
+"""The version-bound Textual workarounds and what to check in a new Textual before moving their TARGET_TEXTUAL."""
 
-def test_installed_textual_is_the_one_the_fast_path_was_written_for() -> None:
+
+@pytest.mark.parametrize(("workaround", "check"), WORKAROUNDS, ids=["fast_path", "quiet_input"])
+def test_installed_and_pinned_textual_is_the_one_each_workaround_was_written_for(workaround, check) -> None:
     installed = version("textual")
-    assert installed == _textual_fast_path.TARGET_TEXTUAL, (
-        f"Textual {installed} is installed but gpumon/tui/_textual_fast_path.py copies Textual "
-        f"{_textual_fast_path.TARGET_TEXTUAL}'s rendering: check it against the new StylesCache and "
-        "Widget.render_lines, then update TARGET_TEXTUAL (the fast path is off until then)"
+    assert installed == workaround.TARGET_TEXTUAL, (
+        f"Textual {installed} is installed but {workaround.__name__} copies Textual {workaround.TARGET_TEXTUAL}'s "
+        f"{check}, then update TARGET_TEXTUAL (it is off until then)"
     )
-    assert _textual_fast_path.ACTIVE
-
-
-def test_pyproject_pins_the_textual_the_fast_path_targets() -> None:
+    assert workaround.ACTIVE
     with open(REPOSITORY / "pyproject.toml", "rb") as file:
         dependencies = tomllib.load(file)["project"]["dependencies"]
-    assert f"textual=={_textual_fast_path.TARGET_TEXTUAL}" in dependencies
+    assert f"textual=={workaround.TARGET_TEXTUAL}" in dependencies
 
 
 @pytest.mark.parametrize("size", [(160, 50), (80, 24)])

@@ -1,5 +1,6 @@
-"""The quiet input driver (gpumon.tui._textual_quiet_input): bound to one Textual version; on a real pseudo-terminal
-it delivers keys and a lone Escape, exits promptly, and its input thread does not wake while no input comes."""
+"""The quiet input driver (gpumon.tui._textual_quiet_input; its Textual pin is checked in test_textual_fast_path.py):
+on a real pseudo-terminal it delivers keys and a lone Escape, exits promptly, and its input thread does not wake
+while no input comes."""
 
 from __future__ import annotations
 
@@ -11,13 +12,7 @@ import subprocess
 import sys
 import termios
 import time
-from importlib.metadata import version
 from pathlib import Path
-
-import tomllib
-from conftest import REPOSITORY
-
-from gpumon.tui import _textual_quiet_input
 
 APP = r"""
 import sys, threading
@@ -55,19 +50,6 @@ class KeyLog(App[None]):
 KeyLog().run()
 log.write("exited\n")
 """
-
-
-def test_installed_textual_is_the_one_the_quiet_driver_was_written_for() -> None:
-    installed = version("textual")
-    assert installed == _textual_quiet_input.TARGET_TEXTUAL, (
-        f"Textual {installed} is installed but gpumon/tui/_textual_quiet_input.py copies Textual "
-        f"{_textual_quiet_input.TARGET_TEXTUAL}'s LinuxDriver.run_input_thread: check it against the new driver, "
-        "then update TARGET_TEXTUAL (Textual's own driver is used until then)"
-    )
-    assert _textual_quiet_input.ACTIVE
-    with open(REPOSITORY / "pyproject.toml", "rb") as file:
-        dependencies = tomllib.load(file)["project"]["dependencies"]
-    assert f"textual=={_textual_quiet_input.TARGET_TEXTUAL}" in dependencies
 
 
 def _wait_for(log: Path, text: str, seconds: float = 20.0) -> str:
