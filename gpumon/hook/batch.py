@@ -6,32 +6,68 @@ from collections.abc import Mapping
 from typing import Any
 
 _MAX_DEPTH = 4
+_MAPPING_TYPES_MAX = 256
+_mapping_types: dict[type, bool] = {}
+_followed_types: set[type] = set()
+"""Types of a list's first item that count_samples follows (not a Mapping, str, bytes, int or float)."""
 
 
-def count_samples(batch: Any, _depth: int = 0) -> int | None:
+def count_samples(batch: Any) -> int | None:
     """The batch size of `batch`, or None when its structure does not say.
 
     A tensor (or anything with a `.shape`): its first dimension. A mapping: its first value. A
     list/tuple: its first element, except a list of samples (dicts, strings, numbers), whose length
     is the count. Only the first branch is followed, so the cost does not grow with the batch.
+    A loop rather than recursion, and the Mapping check remembered per type: this runs on every batch, cold.
     """
-    if _depth > _MAX_DEPTH:
-        return None
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        try:
-            return int(shape[0]) if len(shape) else 1
-        except (TypeError, IndexError, ValueError):
+    kind = type(batch)
+    if (kind is list or kind is tuple) and batch and type(batch[0]) in _followed_types:
+        # The default collate's batch, a list or tuple of tensors, without the general walk below: this runs cold.
+        shape = getattr(batch[0], "shape", None)
+        if shape is not None:
+            try:
+                return int(shape[0]) if len(shape) else 1
+            except (TypeError, IndexError, ValueError):
+                return None
+    mapping_types = _mapping_types
+    for _ in range(_MAX_DEPTH + 1):
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            try:
+                return int(shape[0]) if len(shape) else 1
+            except (TypeError, IndexError, ValueError):
+                return None
+        is_mapping = mapping_types.get(type(batch))
+        if is_mapping is None:
+            is_mapping = _remember_mapping(batch)
+        if is_mapping:
+            for value in batch.values():
+                batch = value
+                break
+            else:
+                return None
+        elif isinstance(batch, (list, tuple)):
+            if not batch:
+                return 0
+            first = batch[0]
+            if isinstance(first, (str, bytes, int, float)):
+                return len(batch)
+            is_mapping = mapping_types.get(type(first))
+            if is_mapping is None:
+                is_mapping = _remember_mapping(first)
+            if is_mapping:
+                return len(batch)
+            if len(_followed_types) < _MAPPING_TYPES_MAX:
+                _followed_types.add(type(first))
+            batch = first
+        else:
             return None
-    if isinstance(batch, Mapping):
-        for value in batch.values():
-            return count_samples(value, _depth + 1)
-        return None
-    if isinstance(batch, (list, tuple)):
-        if not batch:
-            return 0
-        first = batch[0]
-        if isinstance(first, (Mapping, str, bytes, int, float)):
-            return len(batch)
-        return count_samples(first, _depth + 1)
     return None
+
+
+def _remember_mapping(value: Any) -> bool:
+    """isinstance(value, Mapping), remembered for its type: the ABC check runs Python code (abc.py) each time."""
+    is_mapping = isinstance(value, Mapping)
+    if len(_mapping_types) < _MAPPING_TYPES_MAX:
+        _mapping_types[type(value)] = is_mapping
+    return is_mapping

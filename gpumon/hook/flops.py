@@ -66,6 +66,14 @@ class FlopSampler:
         except Exception as exc:  # noqa: BLE001 - the job is never affected by counting
             self._abandon(exc)
 
+    def next_boundary(self, closed_seq: int) -> int:
+        """The first boundary after the one closing `closed_seq` at which a count may start (`due` says whether it
+        does); sys.maxsize when counting is off."""
+        if self.every <= 0:
+            return sys.maxsize
+        first_step = max(closed_seq + 2, FIRST_STEP)
+        return first_step + (FIRST_STEP - first_step) % self.every - 1
+
     def due(self, seq: int) -> bool:
         """Step FIRST_STEP, then one in `every` once the recount gap has passed since the last count."""
         if self.every <= 0 or seq < FIRST_STEP or (seq - FIRST_STEP) % self.every:

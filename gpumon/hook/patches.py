@@ -55,7 +55,7 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
         ranges = runtime.nvtx
         try:
             started = runtime.on_fetch_begin()
-            after_fetch = runtime.budget_fetch(self)
+            after_fetch = runtime.budget_fetch(self) if runtime.budget.active else None
             if ranges is not None:
                 ranges.open(DATA_WAIT)
         except Exception as exc:  # noqa: BLE001
@@ -103,12 +103,14 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
 
     @functools.wraps(original_backward)
     def backward(*args: Any, **kwargs: Any) -> Any:
-        if runtime.active and not is_compiling():
-            try:
-                runtime.on_backward()
-            except Exception as exc:  # noqa: BLE001
-                runtime.error(exc)
-            ranges = runtime.nvtx
+        ranges = runtime.nvtx
+        # Once an optimizer marks the steps (and without NVTX) there is nothing to do here: checked before is_compiling.
+        if runtime.active and (runtime.backward_matters or ranges is not None) and not is_compiling():
+            if runtime.backward_matters:
+                try:
+                    runtime.on_backward()
+                except Exception as exc:  # noqa: BLE001
+                    runtime.error(exc)
             if ranges is not None and ranges.open(BACKWARD):
                 try:
                     return original_backward(*args, **kwargs)

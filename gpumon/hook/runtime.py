@@ -26,13 +26,19 @@ MAX_RECORDS = 4096
 MAX_LOADERS = 8
 MAX_ITERATORS = 16
 CUDA_PROBE_EVERY = 8
-"""Steps between checks of torch.cuda.is_initialized() while the job has not touched CUDA."""
+"""Steps between checks of torch.cuda.is_initialized() while the job has not touched CUDA, for its first
+CUDA_PROBE_RARELY_AFTER steps (a job usually initializes CUDA before its first step)..."""
+CUDA_PROBE_RARELY_AFTER = 64
+CUDA_PROBE_RARELY_EVERY = 64
+"""...and after those (a CPU job would otherwise pay for a probe, about 20 us on the VM, every 8 steps)."""
 LEAD_SWITCH_AFTER = 64
 """Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
 GPU_TIMING_EVERY = 8
 """Default: CUDA events time one step in this many (events cost the job time on fast steps)..."""
 GPU_TIMING_SLOW_STEP_S = 0.020
 """...and every step after one that took at least this long (there the cost is negligible)."""
+BUDGET_SKIP_MAX = 4
+"""Budget candidates (one step in budget_every) skipped at most without a look while the gap is expected to last."""
 PROFILE_EXIT_WAIT_S = 10.0
 """At exit inside a profiler capture, how long the exit waits for its trace to be written."""
 
@@ -94,6 +100,11 @@ class HookRuntime:
         self.active = True
         self.records: deque[list[Any]] = deque(maxlen=MAX_RECORDS)
         self.seq = 0
+        self._quiet_until = 0
+        """Boundaries before this seq are quiet (close_step); 0: the next one does everything."""
+        # Requests from the server thread, applied at step boundaries; results going back.
+        self.control: deque[tuple[str, Any, Any]] = deque(maxlen=64)
+        self.outbox: deque[protocol.Message] = deque(maxlen=64)
         self.step_source: str | None = None
         self.errors = 0
         self.last_error: str | None = None
@@ -111,6 +122,8 @@ class HookRuntime:
         self._dataloader_ever = False
         self._manual = False
         self._optimizer_seen = False
+        self.backward_matters = True
+        """Whether on_backward has anything to do: not once an optimizer's steps mark the boundaries."""
         self._lead_optimizer: int | None = None
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
@@ -118,7 +131,6 @@ class HookRuntime:
         self.gpu_every = env_count(protocol.GPU_TIMING_ENV, GPU_TIMING_EVERY)
         self.gpu: GpuStepTimer | None = None
         self._cuda_device: int | None = None
-        self._cuda_probe = 0
         self._resolved: list[list[Any]] = []
         # DataLoaders.
         self.loaders: dict[int, LoaderEntry] = {}
@@ -127,9 +139,6 @@ class HookRuntime:
         self._last_entry: LoaderEntry | None = None
         # Precision seen on the training thread.
         self.autocast: dict[str, Any] | None = None
-        # Requests from the server thread, applied at step boundaries; results going back.
-        self.control: deque[tuple[str, Any, Any]] = deque(maxlen=64)
-        self.outbox: deque[protocol.Message] = deque(maxlen=64)
         # Knobs.
         self.knobs_applied: dict[str, Any] = {}
         self.knob_errors: list[str] = []
@@ -146,9 +155,10 @@ class HookRuntime:
         # Step time budget (sampled steps).
         is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
         asked = env_count_given(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
-        self.budget_every = BUDGET_EVERY if asked is None else asked
+        self._budget_every = BUDGET_EVERY if asked is None else asked
         self.budget_min_gap_s = BUDGET_MIN_GAP_S if asked is None else 0.0  # an explicit N: exactly one in N
         self._budgeted_at: float | None = None
+        self._flops_due = 0
         self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
         # NVTX ranges for nsys (GPUMON_NVTX=1 only).
         self.nvtx = NvtxRanges(torch) if nvtx_requested() else None
@@ -253,7 +263,9 @@ class HookRuntime:
             self._lead_optimizer = key
             self._lead_device = _cuda_index_of(optimizer)
         self._other_optimizer_steps = 0
-        self._optimizer_seen = True
+        if not self._optimizer_seen:
+            self._optimizer_seen = True
+            self.backward_matters = False
         self.close_step(protocol.SOURCE_OPTIMIZER)
         if self.on_first_activity is not None:
             self._activity()
@@ -296,19 +308,17 @@ class HookRuntime:
     # -- step boundaries -----------------------------------------------------------------------
 
     def close_step(self, source: str, samples: int | None = None) -> None:
-        """End the open step: append its record (or queue it for GPU time) and start the next one."""
+        """End the open step: append its record (or queue it for GPU time) and start the next one.
+
+        Most boundaries are quiet (nothing sampled, timed, due or requested around them) and only append the record.
+        The hook's code runs once a step, with the job's work in between evicting it from the CPU caches, so each call
+        and object it touches costs far more than in a tight loop (1-3 us each on the VM): the quiet path is short."""
         now = self.clock()
-        self.seq += 1
+        seq = self.seq = self.seq + 1
         if samples is None and self._samples_known:
             samples = self._samples
-        syncs = None
-        counter = self.sync_counter
-        if counter is not None and counter.active:
-            syncs = counter.count - self._sync_base
-            self._sync_base = counter.count
         wall = now - self._step_start
-        budget = self.budget.record(wall, self._data_wait) if self.budget.active else None
-        record = [self.seq, now, wall, self._data_wait, samples, None, syncs, source, budget]
+        data_wait = self._data_wait
         self.step_source = source
         self._began = True
         self._step_start = now
@@ -317,17 +327,37 @@ class HookRuntime:
         self._samples_known = False
         self._fetched = False
         self._backward_since = False
+        if seq < self._quiet_until and not self.control:
+            self.records.append([seq, now, wall, data_wait, samples, None, None, source, None])
+        else:
+            self._close_busy_step(seq, now, wall, data_wait, samples, source)
+
+    def _close_busy_step(
+        self, seq: int, now: float, wall: float, data_wait: float, samples: int | None, source: str
+    ) -> None:
+        """close_step's boundary with work to do: sampled or timed steps, counts and probes due, requests."""
+        syncs = None
+        counter = self.sync_counter
+        if counter is not None and counter.active:
+            syncs = counter.count - self._sync_base
+            self._sync_base = counter.count
+        budget = self.budget.record(wall, data_wait) if self.budget.active else None
+        record = [seq, now, wall, data_wait, samples, None, syncs, source, budget]
         if self.nvtx is not None:
             self.nvtx.step()
-        self.budget.begin(self._budget_next_step())
-        self.flops.boundary(self.seq, samples)
+        sampled = self._budget_next_step()
+        if sampled or self.budget.active:
+            self.budget.begin(sampled)
+        if seq >= self._flops_due or self.flops.counting:
+            self.flops.boundary(seq, samples)
 
         gpu = self.gpu
         if gpu is None:
             self.records.append(record)
-            self._cuda_probe += 1
-            if self._cuda_probe >= CUDA_PROBE_EVERY and self._cuda_device is None:
-                self._cuda_probe = 0
+            if (
+                self._cuda_device is None
+                and seq % (CUDA_PROBE_EVERY if seq <= CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY) == 0
+            ):
                 self._probe_cuda(wall)
         else:
             gpu.end_step(record)
@@ -343,6 +373,44 @@ class HookRuntime:
             self.profiler_capture.step()
         if self.control or self._reapply_env_knobs:
             self._drain_control()
+        self._quiet_until = self._next_busy_boundary(now, wall)
+
+    def _next_busy_boundary(self, now: float, last_wall: float) -> int:
+        """The seq of the next boundary with more to do than appending its record: a budget or FLOP count due, a CUDA
+        probe, or the next one while anything is sampled, timed, counted or captured. `control` is checked apart."""
+        seq = self.seq
+        counter = self.sync_counter
+        if (
+            self.gpu is not None
+            or self.nvtx is not None
+            or self.budget.active
+            or self.flops.counting
+            or self.profiler_capture.active
+            or self._reapply_env_knobs
+            or (counter is not None and counter.active)
+        ):
+            return seq + 1
+        due = self._flops_due = self.flops.next_boundary(seq)
+        every = self._budget_every
+        if every > 0:  # the boundary before a step numbered a multiple of budget_every...
+            steps = 2
+            budgeted_at = self._budgeted_at
+            if budgeted_at is not None and last_wall > 0:  # ...once the gap has passed, at this step's pace
+                steps += min(int((budgeted_at + self.budget_min_gap_s - now) / last_wall), BUDGET_SKIP_MAX * every)
+            due = min(due, -(-(seq + max(2, steps)) // every) * every - 1)
+        if self._cuda_device is None:
+            every = CUDA_PROBE_EVERY if seq < CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY
+            due = min(due, -(-(seq + 1) // every) * every)
+        return due
+
+    @property
+    def budget_every(self) -> int:
+        return self._budget_every
+
+    @budget_every.setter
+    def budget_every(self, every: int) -> None:
+        self._budget_every = every
+        self._quiet_until = 0
 
     def _time_next_step(self, last_wall: float) -> bool:
         return self.budget.active or (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
@@ -461,6 +529,7 @@ class HookRuntime:
         if not knobs:
             return
         self.apply_knobs(knobs)
+        self._quiet_until = 0
         self._reapply_env_knobs = {
             k: v for k, v in knobs.items() if protocol.KNOBS[k]["applies"] == protocol.APPLIES_NEXT_STEP
         }

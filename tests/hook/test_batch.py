@@ -38,3 +38,23 @@ def test_unknown_structures_say_so() -> None:
     for _ in range(10):
         deep = (deep,)
     assert count_samples(deep) is None
+
+
+class ShapedFloat(float):
+    shape = ()
+
+
+class ShapedDict(dict):
+    shape = (9,)
+
+
+def test_the_remembered_types_keep_the_rules() -> None:
+    """The per-type shortcuts (Mapping checks, followed item types) count as the first walk did, the second time too."""
+    for _ in range(2):
+        assert count_samples([torch.zeros(5, 2), torch.zeros(5)]) == 5
+        assert count_samples((torch.zeros(3),)) == 3
+        assert count_samples([ShapedFloat(1.0), ShapedFloat(2.0)]) == 2  # numbers are samples, shape or not
+        assert count_samples([ShapedDict(), ShapedDict()]) == 2  # so are mappings
+        assert count_samples(ShapedDict(a=torch.zeros(4))) == 9  # a batch's own shape comes first
+        assert count_samples([[torch.zeros(6)]]) == 6
+        assert count_samples([object()]) is None

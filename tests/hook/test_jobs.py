@@ -138,7 +138,9 @@ def test_errors_inside_the_hook_never_reach_the_job(start_job: Any) -> None:
         records = collect_records(conn, 15)
     assert done["steps"] == 15
     assert state["last_seq"] == 15  # the optimizer path still works
-    assert state["hook"]["errors"] >= 30  # every fetch and every backward failed inside the hook
+    # every fetch failed inside the hook, and the backward before the first optimizer step (after it the optimizer
+    # marks the steps and on_backward, with nothing left to do, is no longer called)
+    assert state["hook"]["errors"] >= 16
     assert "injected failure inside the hook" in state["hook"]["last_error"]
     assert all(r["samples"] is None for r in records.values())
     _finish(job)

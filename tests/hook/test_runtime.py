@@ -400,3 +400,44 @@ def test_a_diagnosis_open_at_exit_is_closed(clock: Clock) -> None:
     (result,) = rt.outbox
     assert result["steps"] == 1 and result["syncs_total"] == 1
     assert fake.cuda.sync_debug_mode == 0
+
+
+def _drive(rt: HookRuntime, clock: Clock, steps: int) -> None:
+    for i in range(steps):
+        fetch(rt, clock, 0.0002, batch=[torch.zeros(4, 2), torch.zeros(4)])
+        clock.advance(0.001 + (i % 7) * 0.0001)
+        rt.on_backward()
+        rt.on_optimizer_step(OPT)
+
+
+@pytest.mark.parametrize("make_torch", [lambda: torch, fake_torch], ids=["cpu", "fake_cuda"])
+def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close_step's quiet path (only the record) gives the same records, budgets, FLOP count and GPU timing start as
+    doing every boundary in full, over enough steps for budgets, a FLOP count and CUDA probes."""
+    monkeypatch.delenv(protocol.BUDGET_EVERY_ENV, raising=False)
+    runs = []
+    for full in (False, True):
+        clock = Clock()
+        rt = HookRuntime(make_torch(), clock=clock)
+        rt.gpu_every = 4
+        if full:
+            monkeypatch.setattr(rt, "_next_busy_boundary", lambda now, wall, rt=rt: rt.seq + 1)
+        _drive(rt, clock, 300)
+        rt.flush()
+        runs.append(rt)
+    quiet, full_rt = runs
+    assert [r[:9] for r in quiet.records] == [r[:9] for r in full_rt.records]
+    assert sum(r[8] is not None for r in quiet.records) >= 3, "some steps were budgeted"
+    results = [{k: v for k, v in (rt.flops.result or {}).items() if k != "t"} for rt in runs]
+    assert results[0] == results[1] and results[0].get("seq") == 30
+    assert quiet.cuda_device == full_rt.cuda_device
+    assert quiet.errors == full_rt.errors == 0
+
+
+def test_a_request_is_applied_at_the_next_boundary_between_busy_ones(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    _drive(rt, clock, 3)
+    assert rt.seq < rt._quiet_until - 1, "the next boundary is a quiet one"
+    rt.control.append(("knobs", {"cudnn_benchmark": False}, None))
+    _drive(rt, clock, 1)
+    assert rt.knobs_applied == {"cudnn_benchmark": False} and not rt.control
