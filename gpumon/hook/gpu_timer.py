@@ -63,6 +63,12 @@ class GpuStepTimer:
         event.record(self._current_stream())
         return event
 
+    @property
+    def idle(self) -> bool:
+        """The open step is untimed and no record waits: closing it, and opening an untimed one, changes nothing here
+        (the runtime's quiet boundaries skip end_step, begin_step and resolve)."""
+        return not self._timed and not self._pending
+
     def begin_step(self, timed: bool, start_at_boundary: bool) -> None:
         """A step opens. `start_at_boundary`: mark its start now (no DataLoader batch will mark it)."""
         self._timed = timed

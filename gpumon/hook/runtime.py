@@ -7,6 +7,7 @@ calls back in here except through the `control` queue, which is drained at step 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,8 +38,6 @@ GPU_TIMING_EVERY = 8
 """Default: CUDA events time one step in this many (events cost the job time on fast steps)..."""
 GPU_TIMING_SLOW_STEP_S = 0.020
 """...and every step after one that took at least this long (there the cost is negligible)."""
-BUDGET_SKIP_MAX = 4
-"""Budget candidates (one step in budget_every) skipped at most without a look while the gap is expected to last."""
 PROFILE_EXIT_WAIT_S = 10.0
 """At exit inside a profiler capture, how long the exit waits for its trace to be written."""
 
@@ -101,7 +100,9 @@ class HookRuntime:
         self.records: deque[list[Any]] = deque(maxlen=MAX_RECORDS)
         self.seq = 0
         self._quiet_until = 0
-        """Boundaries before this seq are quiet (close_step); 0: the next one does everything."""
+        """Boundaries before this seq are quiet (close_step); 0: the next one does everything..."""
+        self._quiet_below_s = math.inf
+        """...and only after steps shorter than this (with GPU timing, a slow step times the next one)."""
         # Requests from the server thread, applied at step boundaries; results going back.
         self.control: deque[tuple[str, Any, Any]] = deque(maxlen=64)
         self.outbox: deque[protocol.Message] = deque(maxlen=64)
@@ -327,7 +328,7 @@ class HookRuntime:
         self._samples_known = False
         self._fetched = False
         self._backward_since = False
-        if seq < self._quiet_until and not self.control:
+        if seq < self._quiet_until and wall < self._quiet_below_s and not self.control:
             self.records.append([seq, now, wall, data_wait, samples, None, None, source, None])
         else:
             self._close_busy_step(seq, now, wall, data_wait, samples, source)
@@ -373,15 +374,17 @@ class HookRuntime:
             self.profiler_capture.step()
         if self.control or self._reapply_env_knobs:
             self._drain_control()
-        self._quiet_until = self._next_busy_boundary(now, wall)
+        self._quiet_until = self._next_busy_boundary()
 
-    def _next_busy_boundary(self, now: float, last_wall: float) -> int:
-        """The seq of the next boundary with more to do than appending its record: a budget or FLOP count due, a CUDA
-        probe, or the next one while anything is sampled, timed, counted or captured. `control` is checked apart."""
+    def _next_busy_boundary(self) -> int:
+        """The seq of the next boundary with more to do than appending its record: a budget, FLOP count, timed GPU step
+        or CUDA probe due, or the next one while anything is sampled, timed, waited for, counted or captured.
+        `control` and slow steps (GPU timing) are checked at each boundary."""
         seq = self.seq
         counter = self.sync_counter
+        gpu = self.gpu
         if (
-            self.gpu is not None
+            (gpu is not None and not gpu.idle)
             or self.nvtx is not None
             or self.budget.active
             or self.flops.counting
@@ -392,12 +395,10 @@ class HookRuntime:
             return seq + 1
         due = self._flops_due = self.flops.next_boundary(seq)
         every = self._budget_every
-        if every > 0:  # the boundary before a step numbered a multiple of budget_every...
-            steps = 2
-            budgeted_at = self._budgeted_at
-            if budgeted_at is not None and last_wall > 0:  # ...once the gap has passed, at this step's pace
-                steps += min(int((budgeted_at + self.budget_min_gap_s - now) / last_wall), BUDGET_SKIP_MAX * every)
-            due = min(due, -(-(seq + max(2, steps)) // every) * every - 1)
+        if every > 0:  # the boundary before a step numbered a multiple of budget_every
+            due = min(due, -(-(seq + 2) // every) * every - 1)
+        if gpu is not None and self.gpu_every > 0:  # the boundary before a timed step (after slow ones: _quiet_below_s)
+            due = min(due, -(-(seq + 2) // self.gpu_every) * self.gpu_every - 1)
         if self._cuda_device is None:
             every = CUDA_PROBE_EVERY if seq < CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY
             due = min(due, -(-(seq + 1) // every) * every)
@@ -441,6 +442,7 @@ class HookRuntime:
         self._cuda_device = device
         if self.gpu_every > 0:
             self.gpu = GpuStepTimer(self.torch, device)
+            self._quiet_below_s = GPU_TIMING_SLOW_STEP_S
             self.gpu.begin_step(self._time_next_step(last_wall), start_at_boundary=not self._dataloader_ever)
 
     @property

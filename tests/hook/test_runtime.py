@@ -403,10 +403,16 @@ def test_a_diagnosis_open_at_exit_is_closed(clock: Clock) -> None:
 
 
 def _drive(rt: HookRuntime, clock: Clock, steps: int) -> None:
+    """Steps of about 1 ms (every 37th one 25 ms: slow enough to have the next one GPU-timed); a fake GPU completes
+    its events by the end of each step."""
+    cuda = rt.torch.cuda
     for i in range(steps):
         fetch(rt, clock, 0.0002, batch=[torch.zeros(4, 2), torch.zeros(4)])
-        clock.advance(0.001 + (i % 7) * 0.0001)
+        clock.advance(0.025 if i % 37 == 36 else 0.001 + (i % 7) * 0.0001)
         rt.on_backward()
+        if isinstance(cuda, FakeCuda):
+            cuda.gpu_time_ms = float(i)
+            cuda.complete_all()
         rt.on_optimizer_step(OPT)
 
 
@@ -421,7 +427,7 @@ def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pyt
         rt = HookRuntime(make_torch(), clock=clock)
         rt.gpu_every = 4
         if full:
-            monkeypatch.setattr(rt, "_next_busy_boundary", lambda now, wall, rt=rt: rt.seq + 1)
+            monkeypatch.setattr(rt, "_next_busy_boundary", lambda rt=rt: rt.seq + 1)
         _drive(rt, clock, 300)
         rt.flush()
         runs.append(rt)
@@ -432,6 +438,9 @@ def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pyt
     assert results[0] == results[1] and results[0].get("seq") == 30
     assert quiet.cuda_device == full_rt.cuda_device
     assert quiet.errors == full_rt.errors == 0
+    if quiet.gpu is not None:
+        gpu_ms = [r[R_GPU] for r in quiet.records]
+        assert sum(ms is not None for ms in gpu_ms) >= 300 // 4 - 2 and None in gpu_ms
 
 
 def test_a_request_is_applied_at_the_next_boundary_between_busy_ones(clock: Clock) -> None:
