@@ -103,6 +103,9 @@ def call_costs(reps: int) -> None:
         "Temperature": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
         "CurrentClocksEventReasons": lambda: gpu._slow_fields(device),
         "TotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle),
+        "FieldValues(TOTAL_ENERGY_CONSUMPTION)": lambda: nvml.nvmlDeviceGetFieldValues(
+            handle, [getattr(nvml, "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 83)]
+        ),
         "health read (every 10 s, all its calls)": lambda: gpu._health_fields(device),
         "ComputeRunningProcesses": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle),
         "GraphicsRunningProcesses": lambda: nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
