@@ -43,6 +43,7 @@ class BudgetMeter:
         self._thread = 0
         self._depth = 0
         self._installed: list[tuple[Any, str, Any, Any]] = []
+        self._wrappers: dict[str, tuple[Any, Any]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -77,11 +78,21 @@ class BudgetMeter:
         for name in _TENSOR_METHODS if tensor is not None else ():
             original = getattr(tensor, name, None)
             if original is not None:
-                self._put(tensor, name, self._wrap(name, original))
+                self._put(tensor, name, self._wrapper(name, original, self._wrap))
         cuda = self._torch.cuda
         synchronize = getattr(cuda, "synchronize", None)
         if synchronize is not None:
-            self._put(cuda, "synchronize", self._wrap_synchronize(synchronize))
+            self._put(cuda, "synchronize", self._wrapper("synchronize", synchronize, self._wrap_synchronize))
+
+    def _wrapper(self, name: str, original: Any, wrap: Callable[..., Any]) -> Any:
+        """The wrapper of `original`, made once and reused while `original` stays what is there (a budgeted step's
+        wrappers go on and off at every one: made afresh each time, they cost more than the step's timing)."""
+        made = self._wrappers.get(name)
+        if made is not None and made[0] is original:
+            return made[1]
+        wrapper = wrap(original) if name == "synchronize" else wrap(name, original)
+        self._wrappers[name] = (original, wrapper)
+        return wrapper
 
     def _put(self, owner: Any, name: str, wrapper: Any) -> None:
         previous = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)

@@ -164,6 +164,37 @@ def test_a_wrapper_someone_else_replaced_is_left_to_them() -> None:
     assert "tolist" not in torch.Tensor.__dict__
 
 
+def test_wrappers_are_reused_only_around_the_same_original() -> None:
+    """A budgeted step's wrappers are made once; when another library replaced the method in between, the next
+    budgeted step wraps theirs."""
+    rt = HookRuntime(torch, clock=Clock())
+    calls: list[str] = []
+    rt.budget.begin(True)
+    first = torch.Tensor.__dict__["item"]
+    rt.budget.begin(False)
+    rt.budget.begin(True)
+    try:
+        assert torch.Tensor.__dict__["item"] is first
+        rt.budget.begin(False)
+        theirs = torch.Tensor.item
+
+        def their_item(self: torch.Tensor) -> Any:
+            calls.append("theirs")
+            return theirs(self)
+
+        torch.Tensor.item = their_item  # type: ignore[method-assign] - another library patching the same method
+        rt.budget.begin(True)
+        assert torch.Tensor.__dict__["item"] is not first and torch.tensor([1.5]).item() == 1.5
+        assert calls == ["theirs"]
+        rt.budget.begin(False)
+        assert torch.Tensor.__dict__["item"] is their_item
+    finally:
+        rt.budget.stop()
+        if torch.Tensor.__dict__.get("item") is not None:
+            del torch.Tensor.item
+    assert "item" not in torch.Tensor.__dict__
+
+
 class CudaLike:
     """Stands in for a CUDA tensor (no GPU here): what _classify reads of one."""
 
