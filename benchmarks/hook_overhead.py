@@ -5,6 +5,7 @@ Usage (from the project root; on CUDA when available, else CPU):
     python benchmarks/hook_overhead.py --rounds 10 --json out.json
     python benchmarks/hook_overhead.py --device cpu --loops tensor --steps 1500
     python benchmarks/hook_overhead.py --in-process --rounds 16     # off/on alternated inside one process
+    python benchmarks/hook_overhead.py --in-process --phases --rounds 100 --steps 100 --warmup 40  # where it goes
     python benchmarks/hook_overhead.py --device cpu --rounds 6 --windows 40 --steps 100 --cpu 1   # noisy machine
 
 The loop is the most sensitive case for a per-step cost: 40 Linear(64, 64) layers, batch 4, SGD,
@@ -54,8 +55,13 @@ EXTRA_VARIANTS = ("hook_every_step", "imports_only")
 LOOPS = ("tensor", "dataloader")
 
 
-def training_loop(args: argparse.Namespace) -> Callable[[int], None]:
-    """The benchmark's launch-bound loop (`args.loop`) on `args.device`: run(steps) trains that many steps."""
+PHASES = ("fetch", "backward", "optimizer_step")
+
+
+def training_loop(args: argparse.Namespace, phases: dict[str, float] | None = None) -> Callable[[int], None]:
+    """The benchmark's launch-bound loop (`args.loop`) on `args.device`: run(steps) trains that many steps.
+    With `phases`, it also adds up the host seconds of each phase there (the batch's fetch, backward, optimizer step:
+    where the hook's wrappers run; on CUDA the launches, not the GPU work)."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -81,7 +87,27 @@ def training_loop(args: argparse.Namespace) -> Callable[[int], None]:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    return run
+    def run_timing_phases(steps: int) -> None:
+        assert phases is not None
+        clock = time.perf_counter
+        batches = iter(loader) if args.loop == "dataloader" else None
+        for _ in range(steps):
+            started = clock()
+            x = inputs if batches is None else next(batches)[0].to(device, non_blocking=True)
+            fetched = clock()
+            loss = model(x).square().mean()
+            optimizer.zero_grad(set_to_none=True)
+            backward_started = clock()
+            loss.backward()
+            backward_ended = clock()
+            optimizer.step()
+            phases["fetch"] += fetched - started
+            phases["backward"] += backward_ended - backward_started
+            phases["optimizer_step"] += clock() - backward_ended
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    return run if phases is None else run_timing_phases
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -116,7 +142,8 @@ def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
 
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    run = training_loop(argparse.Namespace(**{**vars(args), "loop": loop}))
+    phases = dict.fromkeys(PHASES, 0.0) if args.phases else None
+    run = training_loop(argparse.Namespace(**{**vars(args), "loop": loop}), phases)
     rates: dict[str, list[float]] = {"off": [], "hook": []}
     for round_index in range(args.rounds):
         order = ("off", "hook") if round_index % 2 == 0 else ("hook", "off")
@@ -126,9 +153,20 @@ def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
             else:
                 gpumon.hook.uninstall()
             run(args.warmup)
+            if phases is not None:
+                phases.update(dict.fromkeys(PHASES, 0.0))
+            cpu_before = thread_schedstat()
             started = time.perf_counter()
             run(args.steps)
             rates[variant].append(args.steps / (time.perf_counter() - started))
+            cpu_after = thread_schedstat()
+            if phases is not None:
+                per_step = {name: seconds / args.steps * 1e6 for name, seconds in phases.items()}
+                if cpu_before and cpu_after:
+                    per_step["thread_cpu"] = (cpu_after[0] - cpu_before[0]) / 1e3 / args.steps
+                    per_step["thread_runs_per_window"] = cpu_after[1] - cpu_before[1]
+                for name, value in per_step.items():
+                    rates.setdefault(f"{variant}:{name}", []).append(value)
         if (round_index + 1) % max(1, args.rounds // 20) == 0:
             print(
                 f"  {loop} round {round_index + 1}/{args.rounds}: "
@@ -138,6 +176,31 @@ def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
             )
     gpumon.hook.uninstall()
     return rates
+
+
+def thread_schedstat() -> tuple[int, int] | None:
+    """(ns on CPU, times scheduled) of the calling thread, from /proc (Linux); None elsewhere."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as stat:
+            fields = stat.read().split()
+        return int(fields[0]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def summarize_phases(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per phase (and the training thread's CPU and runs): medians off and on, and the median paired difference."""
+    out = {}
+    for key in [k.split(":", 1)[1] for k in rates if k.startswith("off:")]:
+        off, hook = rates[f"off:{key}"], rates.get(f"hook:{key}", [])
+        if not off or len(off) != len(hook):
+            continue
+        out[key] = {
+            "off": statistics.median(off),
+            "hook": statistics.median(hook),
+            "paired_difference": statistics.median(h - o for h, o in zip(hook, off, strict=True)),
+        }
+    return out
 
 
 def micro(args: argparse.Namespace) -> dict[str, float]:
@@ -354,6 +417,12 @@ def main() -> None:
         help="alternate hook off/on inside one process (install/uninstall) instead of one process "
         "per variant: no process-to-process differences",
     )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="with --in-process: also the host time per step of fetch, backward and optimizer step, and the training "
+        "thread's CPU and times scheduled (schedstat: a thread the hook woke would show), off against on, paired",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="tensor", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="off", help=argparse.SUPPRESS)
@@ -403,7 +472,11 @@ def main() -> None:
         results["mode"] = "in-process"
     for loop in args.loops if args.in_process else ():
         rates = in_process(args, loop)
+        phase_rates = {key: rates.pop(key) for key in [k for k in rates if ":" in k]}
         results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates}
+        if phase_rates:
+            results["loops"][loop]["phases_us_per_step"] = summarize_phases(phase_rates)
+            results["loops"][loop]["phases_raw"] = phase_rates
     for loop in args.loops if not args.in_process else ():
         rates: dict[str, list[float]] = {variant: [] for variant in args.variants}
         client_messages: dict[str, int] = {}
@@ -452,6 +525,13 @@ def main() -> None:
             print(
                 f"{loop:<11} {variant:<16} {summary['median_steps_per_s']:>15.1f} "
                 f"{summary['spread_pct']:>7.1f}% {overhead:>9}  {interval}"
+            )
+    for loop, data in results["loops"].items():
+        for phase, figures in data.get("phases_us_per_step", {}).items():
+            unit = "" if phase.endswith("per_window") else " us/step"
+            print(
+                f"{loop:<11} {phase:<23} off {figures['off']:9.2f}  hook {figures['hook']:9.2f}  "
+                f"paired difference {figures['paired_difference']:+8.2f}{unit}"
             )
     if args.json:
         text = json.dumps(results, indent=2)
