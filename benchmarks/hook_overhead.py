@@ -162,8 +162,7 @@ def in_process(args: argparse.Namespace, loop: str) -> dict[str, list[float]]:
             cpu_after = thread_schedstat()
             if phases is not None:
                 per_step = {name: seconds / args.steps * 1e6 for name, seconds in phases.items()}
-                if cpu_before and cpu_after:
-                    per_step["thread_cpu"] = (cpu_after[0] - cpu_before[0]) / 1e3 / args.steps
+                if cpu_before and cpu_after:  # its ns on CPU move only at ticks and switches: too coarse per window
                     per_step["thread_runs_per_window"] = cpu_after[1] - cpu_before[1]
                 for name, value in per_step.items():
                     rates.setdefault(f"{variant}:{name}", []).append(value)
@@ -189,7 +188,7 @@ def thread_schedstat() -> tuple[int, int] | None:
 
 
 def summarize_phases(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    """Per phase (and the training thread's CPU and runs): medians off and on, and the median paired difference."""
+    """Per phase (and the training thread's runs): medians off and on, and the median paired difference."""
     out = {}
     for key in [k.split(":", 1)[1] for k in rates if k.startswith("off:")]:
         off, hook = rates[f"off:{key}"], rates.get(f"hook:{key}", [])
@@ -420,8 +419,8 @@ def main() -> None:
     parser.add_argument(
         "--phases",
         action="store_true",
-        help="with --in-process: also the host time per step of fetch, backward and optimizer step, and the training "
-        "thread's CPU and times scheduled (schedstat: a thread the hook woke would show), off against on, paired",
+        help="with --in-process: also the host time per step of fetch, backward and optimizer step, and how often the "
+        "training thread was scheduled (schedstat: waking another thread would show), off against on, paired",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="tensor", help=argparse.SUPPRESS)
