@@ -16,10 +16,11 @@ from gpumon.protocol.messages import StepBudget
 
 BUDGET_EVERY = 16
 """One step in this many is budgeted (and every step of a diagnosis window)."""
-BUDGET_MIN_GAP_S = 0.1
+BUDGET_MIN_GAP_S = 0.25
 """With the default BUDGET_EVERY, budgeted steps are at least this far apart: a budgeted step costs about 0.25 ms
-more (CPU, 40 small Linear layers), 1.1% of a 1.4 ms launch-bound step when one in 16 is budgeted; at most ten a
-second bounds it by 0.25% of the job's time whatever its step. An explicit GPUMON_HOOK_BUDGET_EVERY has no gap."""
+more (CPU, 40 small Linear layers), 1.1% of a 1.4 ms launch-bound step when one in 16 is budgeted; at most four a
+second bounds it by 0.1% of the job's time whatever its step (a diagnosis window still budgets every step). An
+explicit GPUMON_HOOK_BUDGET_EVERY has no gap."""
 
 _MISSING = object()
 _TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu")

@@ -31,7 +31,8 @@ PARTS = ("data_worker_ms", "data_collate_ms", "h2d_ms", "sync_wait_ms", "rest_ms
 
 def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -> None:
     steps = 2 * BUDGET_EVERY + 2
-    job = start_job("--mode", "optimizer", "--steps", str(steps), "--item-sleep-ms", "1", "--collate-sleep-ms", "5")
+    # 21 ms a step: 16 steps take longer than the default's gap between budgeted steps (BUDGET_MIN_GAP_S).
+    job = start_job("--mode", "optimizer", "--steps", str(steps), "--item-sleep-ms", "2", "--collate-sleep-ms", "5")
     with HookConnection(job.wait_socket()) as conn:
         job.event("done")
         records = collect_records(conn, steps)
@@ -43,7 +44,7 @@ def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -
         assert sum(budget[part] for part in PARTS) == pytest.approx(record["wall_ms"], abs=0.01)
         assert budget["data_worker_ms"] + budget["data_collate_ms"] == pytest.approx(record["data_ms"], abs=0.01)
         assert 5.0 <= budget["data_collate_ms"] < record["data_ms"]  # the collate_fn's own sleep, not the items'
-        assert budget["data_worker_ms"] >= 8 * 1.0  # eight items of 1 ms in Dataset.__getitem__
+        assert budget["data_worker_ms"] >= 8 * 2.0  # eight items of 2 ms in Dataset.__getitem__
         assert (budget["h2d_bytes"], budget["h2d_copies"], budget["syncs"]) == (0, 0, 0)  # a CPU job
         assert budget["gpu_ms"] is None
     assert job.release() == 0, job.stderr()
