@@ -129,6 +129,18 @@ def test_a_dead_pid_and_a_non_python_pid_are_refused() -> None:
 needs_pyspy = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed (pip install py-spy)")
 
 
+def _busy_python(seconds: float) -> subprocess.Popen[str]:
+    """A Python process spinning for `seconds`, returned once its interpreter runs (py-spy cannot read one that is
+    still starting, which a busy machine makes likely right after the spawn)."""
+    code = (
+        "import time\nprint('ready', flush=True)\nend = time.monotonic() + "
+        f"{seconds}\nwhile time.monotonic() < end:\n    sum(range(1000))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
 def _probe_or_skip(pid: int) -> None:
     try:
         probe(pid)
@@ -141,8 +153,7 @@ def _probe_or_skip(pid: int) -> None:
 @needs_pyspy
 def test_the_sampler_ends_when_the_process_exits_and_keeps_its_estimate() -> None:
     # Any Python process will do (no torch to import): a busy loop for 1.5 s.
-    code = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end:\n    sum(range(1000))\n"
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    proc = _busy_python(1.5)
     try:
         _probe_or_skip(proc.pid)
         sampler = PySpySampler(proc.pid)
@@ -162,8 +173,7 @@ def test_the_sampler_ends_when_the_process_exits_and_keeps_its_estimate() -> Non
 @needs_pyspy
 def test_the_native_sampler_samples_a_live_process() -> None:
     """py-spy refuses --native together with --nonblocking: a native round must leave --nonblocking out."""
-    code = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    sum(range(1000))\n"
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    proc = _busy_python(30)
     try:
         _probe_or_skip(proc.pid)
         sampler = PySpySampler(proc.pid, native=True)
