@@ -104,8 +104,13 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
     @functools.wraps(original_backward)
     def backward(*args: Any, **kwargs: Any) -> Any:
         ranges = runtime.nvtx
-        # Once an optimizer marks the steps (and without NVTX) there is nothing to do here: checked before is_compiling.
-        if runtime.active and (runtime.backward_matters or ranges is not None) and not is_compiling():
+        if not runtime.backward_matters and ranges is None:
+            # An optimizer marks the steps and NVTX is off: nothing will be done here again, so torch gets its own
+            # function back (a wrapper that only passes the call on still costs a few us a step, run cold).
+            if torch.autograd.backward is backward:
+                torch.autograd.backward = original_backward
+            return original_backward(*args, **kwargs)
+        if runtime.active and not is_compiling():
             if runtime.backward_matters:
                 try:
                     runtime.on_backward()

@@ -46,3 +46,33 @@ def test_import_is_cheap_and_patches_follow_torch(sock_dir: str) -> None:
     assert report["installed"] is True
     assert report["unwrapped"] and report["post_hooks_after_uninstall"] == 0
     assert os.listdir(sock_dir) == []  # uninstall stopped the server and removed its socket
+
+
+TRAIN = r"""
+import json, os
+import gpumon.hook
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+wrapped = []
+for step in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    wrapped.append(hasattr(torch.autograd.backward, "__wrapped__"))
+from gpumon.hook.lifecycle import runtime as current_runtime
+runtime = current_runtime()
+print(json.dumps({"wrapped": wrapped, "steps": runtime.seq if runtime else None}))
+"""
+
+
+def test_backward_is_torchs_own_again_once_an_optimizer_marks_the_steps(sock_dir: str) -> None:
+    """The backward wrapper has nothing left to do once optimizer steps mark the boundaries: the first backward after
+    that hands torch its own function back; with NVTX ranges on, it stays."""
+    for nvtx, expected in (("0", [True, False, False]), ("1", [True, True, True])):
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "GPUMON_NVTX": nvtx}
+        out = subprocess.run([sys.executable, "-c", TRAIN], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout.strip().splitlines()[-1])
+        assert report["wrapped"] == expected, nvtx
+        assert report["steps"] == 3, "steps are still closed by the optimizer"
