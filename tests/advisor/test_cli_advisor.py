@@ -202,8 +202,9 @@ def test_ctrl_c_in_the_demo_dashboard_leaves_no_process_behind(sock_dir: str, tm
         os.close(master)
 
 
-def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
-    job = subprocess.Popen(
+def _job_without_the_hook() -> subprocess.Popen[bytes]:
+    """The plain training job with the hook off (GPUMON_HOOK=0), waiting 20 ms per item in its Dataset."""
+    return subprocess.Popen(
         [*PLAIN, "--item-sleep-ms", "20"],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
@@ -211,6 +212,10 @@ def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsy
         start_new_session=True,
         env=dict(os.environ, GPUMON_HOOK="0"),
     )
+
+
+def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    job = _job_without_the_hook()
     try:
         time.sleep(3.0)  # past torch's import: py-spy then sees the training loop
         assert main(["diagnose", "--json", "--pid", str(job.pid), "--duration", "4"]) == 0
@@ -226,14 +231,7 @@ def test_diagnose_pid_of_a_job_without_the_hook_uses_py_spy(sock_dir: str, capsy
 
 def test_diagnose_pid_native_runs_py_spy_with_native(sock_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
     """--native reaches the py-spy rounds (seen on py-spy's own command line) and they sample the job."""
-    job = subprocess.Popen(
-        [*PLAIN, "--item-sleep-ms", "20"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env=dict(os.environ, GPUMON_HOOK="0"),
-    )
+    job = _job_without_the_hook()
     pyspy_commands: list[list[str]] = []
     done = threading.Event()
 
