@@ -88,6 +88,17 @@ class LoaderEntry:
         self.worker_pids = [w.pid for w in getattr(iterator, "_workers", ()) if getattr(w, "pid", None)]
 
 
+def _cuda_probe_every(seq: int) -> int:
+    """Boundaries between CUDA probes around boundary `seq` (a job usually initializes CUDA before its first step)."""
+    return CUDA_PROBE_EVERY if seq <= CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY
+
+
+def _boundary_before_multiple(seq: int, every: int) -> int:
+    """After boundary `seq`, the next boundary that opens a step numbered a multiple of `every` (step N opens at
+    boundary N - 1)."""
+    return -(-(seq + 2) // every) * every - 1
+
+
 class HookRuntime:
     """Per-process hook state. `torch` is the imported torch module (passed in to keep imports lazy)."""
 
@@ -355,10 +366,7 @@ class HookRuntime:
         gpu = self.gpu
         if gpu is None:
             self.records.append(record)
-            if (
-                self._cuda_device is None
-                and seq % (CUDA_PROBE_EVERY if seq <= CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY) == 0
-            ):
+            if self._cuda_device is None and seq % _cuda_probe_every(seq) == 0:
                 self._probe_cuda(wall)
         else:
             gpu.end_step(record)
@@ -394,13 +402,12 @@ class HookRuntime:
         ):
             return seq + 1
         due = self._flops_due = self.flops.next_boundary(seq)
-        every = self._budget_every
-        if every > 0:  # the boundary before a step numbered a multiple of budget_every
-            due = min(due, -(-(seq + 2) // every) * every - 1)
-        if gpu is not None and self.gpu_every > 0:  # the boundary before a timed step (after slow ones: _quiet_below_s)
-            due = min(due, -(-(seq + 2) // self.gpu_every) * self.gpu_every - 1)
+        if self._budget_every > 0:  # a budget candidate
+            due = min(due, _boundary_before_multiple(seq, self._budget_every))
+        if gpu is not None and self.gpu_every > 0:  # a timed step (after slow ones: _quiet_below_s)
+            due = min(due, _boundary_before_multiple(seq, self.gpu_every))
         if self._cuda_device is None:
-            every = CUDA_PROBE_EVERY if seq < CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY
+            every = _cuda_probe_every(seq + 1)
             due = min(due, -(-(seq + 1) // every) * every)
         return due
 
