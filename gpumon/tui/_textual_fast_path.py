@@ -19,16 +19,20 @@ checks it builds what Rich's own `Text` builds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from operator import itemgetter
 
 import textual
+from rich.color import Color as RichColor
 from rich.console import Console
 from rich.containers import Lines
 from rich.segment import Segment
 from rich.style import Style, StyleType
 from rich.text import Span, Text
+from textual.color import Color
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Region, Spacing
 from textual.strip import Strip
 from textual.widget import Widget
@@ -62,15 +66,19 @@ def plain_box(widget: Widget) -> bool:
 
 
 def render_plain_box(
-    widget: Widget, crop: Region, content_lines: int, render_line: Callable[[int], Strip]
+    widget: Widget, crop: Region, content_lines: int, render_line: Callable[[int, StyleFinish | None], Strip]
 ) -> list[Strip]:
     """The lines of `crop` of a plain-box widget (see `plain_box`) as StylesCache would draw them: the top border row
-    by Textual itself, each content line from `render_line` padded with the background, then the line filters."""
+    by Textual itself, each content line from `render_line` padded with the background, then the line filters.
+
+    `render_line(y, finish)` builds line `y` with `finish` applied to every style (see `StyleFinish`); where the
+    filters are Textual's default one, those lines come out already filtered and are not filtered again."""
     width = widget.size.width
     first_content = 1 if widget.styles.border_top[0] else 0
     base_background, background = widget.background_colors
     inner = Style(bgcolor=(base_background + background).rich_color)
     filters = widget.get_line_filters()
+    finish = style_finish(filters, background)
     strips: list[Strip] = []
     for y in crop.line_range:
         if y < first_content:
@@ -78,11 +86,14 @@ def render_plain_box(
         else:
             content_y = y - first_content
             if content_y < content_lines:
-                strip = render_line(content_y).adjust_cell_length(width, inner)
+                strip = render_line(content_y, finish).adjust_cell_length(width, inner)
+                if finish is not None and strip.cell_length == width:
+                    strips.append(strip)
+                    continue
             else:
                 strip = Strip.blank(width, inner)
-            for line_filter in filters:
-                strip = strip.apply_filter(line_filter, background)
+        for line_filter in filters:
+            strip = strip.apply_filter(line_filter, background)
         strips.append(strip)
     if crop.column_span != (0, width):
         x1, x2 = crop.column_span
@@ -90,21 +101,48 @@ def render_plain_box(
     return strips
 
 
+@dataclass(frozen=True, slots=True)
+class StyleFinish:
+    """What Textual's default line filter (`ANSIToTruecolor`: ANSI colours to the theme's truecolor, dim folded in)
+    does to each segment's style, as a function of one style.
+
+    Lines built with it need no filter pass: the pass would make a new Strip and new Segments for every line that
+    changed, every frame, and leave the styles as they are (the filter is idempotent)."""
+
+    truecolor: ANSIToTruecolor
+    background: RichColor
+
+    def __call__(self, style: Style | None) -> Style | None:
+        return None if style is None else self.truecolor.truecolor_style(style, self.background)
+
+
+def style_finish(filters: Sequence[LineFilter], background: Color) -> StyleFinish | None:
+    """The filters as a StyleFinish where they are exactly Textual's default one; None otherwise (NO_COLOR,
+    TEXTUAL_FILTERS=dim, native ANSI colours), where lines are built unfiltered and filtered as Textual does."""
+    if len(filters) == 1 and type(filters[0]) is ANSIToTruecolor:
+        return StyleFinish(filters[0], background.rich_color)
+    return None
+
+
 class SegmentBuilder:
-    """Builds `Strip(line.render(console)).adjust_cell_length(width).apply_style(base)`'s segments in one pass.
+    """Builds `Strip(line.render(console)).adjust_cell_length(width).apply_style(base)`'s segments in one pass, each
+    style passed through `finish` where one is given.
 
     The same span walk as Rich's Text.render, with the combined styles cached across redraws (a pane uses a few
     dozen). Like Text.render, a line without spans is drawn without its own style.
     """
 
     def __init__(self) -> None:
-        self._combined_styles: dict[tuple[Style, tuple[StyleType, ...]], Style | None] = {}
+        self._combined_styles: dict[tuple[Style, StyleFinish | None, tuple[StyleType, ...]], Style | None] = {}
 
-    def segments(self, console: Console, line: Text, width: int, base: Style) -> list[Segment]:
+    def segments(
+        self, console: Console, line: Text, width: int, base: Style, finish: StyleFinish | None = None
+    ) -> list[Segment]:
         plain = line.plain
         spans = line.spans
-        add_base = base.__add__ if base else _unchanged
-        segments = [Segment(plain, add_base(None))] if not spans else self._disjoint(console, line, base, add_base)
+        styles = self._combined_styles
+        plain_style = self._style(console, (base, finish, ()))
+        segments = [Segment(plain, plain_style)] if not spans else self._disjoint(console, line, base, finish)
         if segments is None:
             values: list[StyleType] = [line.style, *(span.style for span in spans)]
             edges = [
@@ -116,26 +154,35 @@ class SegmentBuilder:
             edges.sort(key=itemgetter(0, 1))
             stack: list[int] = []
             segments = []
-            styles = self._combined_styles
             for (offset, leaving, index), (next_offset, _, _) in pairwise(edges):
                 if leaving:
                     stack.remove(index)
                 else:
                     stack.append(index)
                 if next_offset > offset:
-                    key = (base, tuple(values[active] for active in sorted(stack)))
-                    style = styles.get(key)
-                    if style is None:
-                        style = styles[key] = add_base(_combine(console, key[1]))
+                    key = (base, finish, tuple(values[active] for active in sorted(stack)))
+                    style = styles.get(key, _UNSET)
+                    if style is _UNSET:
+                        style = self._style(console, key)
                     segments.append(Segment(plain[offset:next_offset], style))
         cells = line.cell_len
         if cells < width:
-            segments.append(Segment(" " * (width - cells), add_base(None)))
+            segments.append(Segment(" " * (width - cells), plain_style))
         return segments
 
-    def _disjoint(
-        self, console: Console, line: Text, base: Style, add_base: Callable[[Style | None], Style | None]
-    ) -> list[Segment] | None:
+    def _style(self, console: Console, key: tuple[Style, StyleFinish | None, tuple[StyleType, ...]]) -> Style | None:
+        """The style of the segments under `key`'s (base, finish, span styles), cached; no span styles: the base."""
+        style = self._combined_styles.get(key, _UNSET)
+        if style is _UNSET:
+            base, finish, values = key
+            combined = _combine(console, values) if values else None
+            style = (base + combined) if base else combined
+            if finish is not None:
+                style = finish(style)
+            self._combined_styles[key] = style
+        return style
+
+    def _disjoint(self, console: Console, line: Text, base: Style, finish: StyleFinish | None) -> list[Segment] | None:
         """`segments` for spans in order that neither overlap nor are empty (a graph row, most lines), without the
         edge sort; None for any other spans."""
         plain = line.plain
@@ -154,20 +201,16 @@ class SegmentBuilder:
             pieces.append((position, len(plain), (line.style,)))
         segments: list[Segment] = []
         for begin, stop, values in pieces:
-            key = (base, values)
+            key = (base, finish, values)
             style = styles.get(key, _UNSET)
             if style is _UNSET:
-                style = styles[key] = add_base(_combine(console, values))
+                style = self._style(console, key)
             segments.append(Segment(plain[begin:stop], style))
         return segments
 
 
 _UNSET = Style()
 """Marks a combination not in the cache yet (a cached one may be None)."""
-
-
-def _unchanged(style: Style | None) -> Style | None:
-    return style
 
 
 def _combine(console: Console, values: tuple[StyleType, ...]) -> Style:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
@@ -14,7 +15,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpumon.printable import printable
-from gpumon.tui._textual_fast_path import SegmentBuilder, plain_box, render_plain_box
+from gpumon.tui._textual_fast_path import SegmentBuilder, StyleFinish, plain_box, render_plain_box
 from gpumon.tui.printable_text import printable_text
 
 LineBuilder = Callable[[int], list[Text]]
@@ -33,8 +34,9 @@ class LinesWidget(Widget):
         super().__init__(id=id, classes=classes)
         self._build: LineBuilder | None = None
         self._lines: tuple[int, list[Text]] | None = None
-        self._strips: tuple[int, Style, list[Strip | None]] | None = None
-        """(width, base style, one Strip per line or None where it must be built): kept for unchanged lines."""
+        self._strips: tuple[int, Style, StyleFinish | None, list[Strip | None]] | None = None
+        """(width, base style, style finish, one Strip per line or None where it must be built): kept for unchanged
+        lines."""
         self._line_count = -1
         self._segments = SegmentBuilder()
 
@@ -52,11 +54,11 @@ class LinesWidget(Widget):
         else:
             pairs = zip(previous, self.lines(width), strict=False)
             changed = [(y, old, new) for y, (old, new) in enumerate(pairs) if not _same(old, new)]
-            if strips is not None and strips[0] == width and len(strips[2]) == line_count:
-                kept = list(strips[2])
+            if strips is not None and strips[0] == width and len(strips[3]) == line_count:
+                kept = list(strips[3])
                 for y, _, _ in changed:
                     kept[y] = None
-                self._strips = (width, strips[1], kept)
+                self._strips = (width, strips[1], strips[2], kept)
             if changed:
                 self.refresh(*(_changed_region(y, old, new, width) for y, old, new in changed))
         self._line_count = line_count
@@ -76,30 +78,34 @@ class LinesWidget(Widget):
         return len(self.lines(width))
 
     def render_line(self, y: int) -> Strip:
-        return self._strip(y, self.size.width)
+        return self._strip(y, self.size.width, None)
 
-    def _strip(self, y: int, width: int) -> Strip:
-        """Line `y` at `width` cells (a widget's size is worth reading once per frame, not once per line)."""
+    def _strip(self, y: int, width: int, finish: StyleFinish | None) -> Strip:
+        """Line `y` at `width` cells, its styles passed through `finish` (a widget's size is worth reading once per
+        frame, not once per line)."""
         lines = self.lines(width)
         base = self.visual_style.rich_style
         if (
             self._strips is None
             or self._strips[0] != width
             or self._strips[1] != base
-            or len(self._strips[2]) != len(lines)
+            or self._strips[2] != finish
+            or len(self._strips[3]) != len(lines)
         ):
-            self._strips = (width, base, [None] * len(lines))
-        strips = self._strips[2]
+            self._strips = (width, base, finish, [None] * len(lines))
+        strips = self._strips[3]
         if y >= len(strips):
             return Strip.blank(width, base)
         strip = strips[y]
         if strip is None:
             line = lines[y]
             if line.cell_len <= width:
-                strip = Strip(self._segments.segments(self.app.console, line, width, base), width)
+                strip = Strip(self._segments.segments(self.app.console, line, width, base, finish), width)
             else:
                 strip = Strip(line.render(self.app.console, end=""), line.cell_len)
                 strip = strip.adjust_cell_length(width).apply_style(base)
+                if finish is not None:
+                    strip = Strip([Segment(text, finish(style), control) for text, style, control in strip], width)
             strips[y] = strip
         return strip
 
@@ -112,7 +118,7 @@ class LinesWidget(Widget):
         if not plain_box(self):
             return super().render_lines(crop)
         width = self.size.width
-        return render_plain_box(self, crop, len(self.lines(width)), lambda y: self._strip(y, width))
+        return render_plain_box(self, crop, len(self.lines(width)), lambda y, finish: self._strip(y, width, finish))
 
 
 class Pane(LinesWidget):
