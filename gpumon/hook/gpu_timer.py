@@ -64,6 +64,11 @@ class GpuStepTimer:
         return event
 
     @property
+    def timed(self) -> bool:
+        """The open step is timed (its first DataLoader batch marks its start: `mark_start`)."""
+        return self._timed
+
+    @property
     def idle(self) -> bool:
         """The open step is untimed and no record waits: closing it, and opening an untimed one, changes nothing here
         (the runtime's quiet boundaries skip end_step, begin_step and resolve)."""

@@ -52,6 +52,14 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
     def __next__(self: Any) -> Any:
         if not runtime.active:
             return original_next(self)
+        if runtime.plain_fetch:  # most fetches: only timed and counted, in one call (this runs cold, once a step)
+            started = runtime.clock()
+            batch = original_next(self)
+            try:
+                runtime.on_fetched(self, batch, started)
+            except Exception as exc:  # noqa: BLE001
+                runtime.error(exc)
+            return batch
         ranges = runtime.nvtx
         try:
             started = runtime.on_fetch_begin()
@@ -139,14 +147,7 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
 
     patches._set(autocast_class, "__enter__", __enter__)
 
-    def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if runtime.active and not is_compiling():
-            try:
-                runtime.on_optimizer_step(optimizer)
-            except Exception as exc:  # noqa: BLE001
-                runtime.error(exc)
-
-    handle = optimizer_module.register_optimizer_step_post_hook(optimizer_step_post_hook)
+    handle = optimizer_module.register_optimizer_step_post_hook(runtime.optimizer_step_hook)
     patches._restore.append(handle.remove)
     if runtime.nvtx is not None:
         patches._restore.extend(runtime.nvtx.install(lambda: runtime.active, is_compiling))

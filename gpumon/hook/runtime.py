@@ -136,6 +136,13 @@ class HookRuntime:
         self._optimizer_seen = False
         self.backward_matters = True
         """Whether on_backward has anything to do: not once an optimizer's steps mark the boundaries."""
+        self.plain_fetch = False
+        """Whether a DataLoader fetch needs only `on_fetched` (its wait, samples and loader totals): no step closes at
+        it, and no budget, NVTX range, GPU start mark or first activity waits on it. Set at busy boundaries, where all
+        of those change."""
+        self._plain_optimizer = 0
+        """id() of the lead optimizer while its step needs only close_step (see optimizer_step_hook); 0: none."""
+        self._tensor_type: Any = getattr(torch, "Tensor", _NotATensor)
         self._lead_optimizer: int | None = None
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
@@ -143,6 +150,9 @@ class HookRuntime:
         self.gpu_every = env_count(protocol.GPU_TIMING_ENV, GPU_TIMING_EVERY)
         self.gpu: GpuStepTimer | None = None
         self._cuda_device: int | None = None
+        version = getattr(torch, "version", None)
+        self._cuda_probes = version is None or bool(getattr(version, "cuda", None) or getattr(version, "hip", None))
+        """Whether to probe for CUDA: not with a torch built without it, where CUDA can never be initialized."""
         self._resolved: list[list[Any]] = []
         # DataLoaders.
         self.loaders: dict[int, LoaderEntry] = {}
@@ -165,11 +175,16 @@ class HookRuntime:
         self._diagnosis_steps: list[int] = []
         self._sync_base = 0
         # Step time budget (sampled steps).
-        is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
+        is_compiling = self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
         asked = env_count_given(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
         self._budget_every = BUDGET_EVERY if asked is None else asked
         self.budget_min_gap_s = BUDGET_MIN_GAP_S if asked is None else 0.0  # an explicit N: exactly one in N
         self._budgeted_at: float | None = None
+        self._budget_candidate = -1
+        """The next busy boundary when only a budget candidate is due there (-1: not so); _due_after_candidate: the
+        one after it with anything else due. Within budget_min_gap_s of the last budgeted step, such a boundary is
+        quiet too (most of them, on fast steps)."""
+        self._due_after_candidate = 0
         self._flops_due = 0
         self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
         # NVTX ranges for nsys (GPUMON_NVTX=1 only).
@@ -226,15 +241,31 @@ class HookRuntime:
         return self.budget.wrap_collate(iterator)
 
     def on_fetch_end(self, iterator: Any, batch: Any, started: float) -> None:
+        self.on_fetched(iterator, batch, started)
+        if self.gpu is not None:
+            self.gpu.mark_start()
+        if self.on_first_activity is not None:
+            self._activity()
+
+    def on_fetched(self, iterator: Any, batch: Any, started: float) -> None:
+        """A fetch's wait, samples and loader totals: all a plain fetch needs (`plain_fetch`)."""
         now = self.clock()
         waited = now - started
         self._data_wait += waited
         self._fetched = True
         self._dataloader_ever = True
-        count = count_samples(batch)
-        if count is not None:
-            self._samples += count
+        kind = type(batch)
+        first: Any = batch[0] if (kind is list or kind is tuple) and batch else None
+        if type(first) is self._tensor_type:
+            # The default collate's batch without a call to count_samples: this runs cold, once a step.
+            shape = first.shape
+            self._samples += shape[0] if shape else 1
             self._samples_known = True
+        else:
+            count = count_samples(batch)
+            if count is not None:
+                self._samples += count
+                self._samples_known = True
         iterator_id = id(iterator)
         if iterator_id == self._last_iterator_id:
             entry = self._last_entry
@@ -246,10 +277,6 @@ class HookRuntime:
             entry.batches += 1
             entry.wait_s += waited
             entry.last_used = now
-        if self.gpu is not None:
-            self.gpu.mark_start()
-        if self.on_first_activity is not None:
-            self._activity()
 
     def on_backward(self) -> None:
         if not self._began:
@@ -261,7 +288,21 @@ class HookRuntime:
         if self.on_first_activity is not None:
             self._activity()
 
+    def optimizer_step_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """torch's global optimizer step post-hook: on_optimizer_step, or only close_step for the lead optimizer once
+        nothing else is left to do at its steps (one call less: this runs cold, once a step)."""
+        if not self.active or self._is_compiling():
+            return
+        try:
+            if id(optimizer) == self._plain_optimizer:
+                self.close_step(protocol.SOURCE_OPTIMIZER)
+            else:
+                self.on_optimizer_step(optimizer)
+        except Exception as exc:  # noqa: BLE001
+            self.error(exc)
+
     def on_optimizer_step(self, optimizer: Any) -> None:
+        self._plain_optimizer = 0
         if self._manual:
             return
         key = id(optimizer)
@@ -281,9 +322,11 @@ class HookRuntime:
         self.close_step(protocol.SOURCE_OPTIMIZER)
         if self.on_first_activity is not None:
             self._activity()
+        self._plain_optimizer = key
 
     def on_manual_step(self, samples: int | None) -> None:
         self._manual = True
+        self._plain_optimizer = 0
         self.close_step(protocol.SOURCE_MANUAL, samples)
         if self.on_first_activity is not None:
             self._activity()
@@ -348,6 +391,18 @@ class HookRuntime:
         self, seq: int, now: float, wall: float, data_wait: float, samples: int | None, source: str
     ) -> None:
         """close_step's boundary with work to do: sampled or timed steps, counts and probes due, requests."""
+        if (
+            seq == self._budget_candidate
+            and self._budgeted_at is not None
+            and now - self._budgeted_at < self.budget_min_gap_s
+            and wall < self._quiet_below_s
+            and not self.control
+        ):
+            # Only a budget candidate was due here, and the last budgeted step is too recent for it: as quiet as the
+            # boundaries around it (everything else _next_busy_boundary plans for is due later).
+            self.records.append([seq, now, wall, data_wait, samples, None, None, source, None])
+            self._plan_after_candidate(seq + self._budget_every)
+            return
         syncs = None
         counter = self.sync_counter
         if counter is not None and counter.active:
@@ -366,7 +421,7 @@ class HookRuntime:
         gpu = self.gpu
         if gpu is None:
             self.records.append(record)
-            if self._cuda_device is None and seq % _cuda_probe_every(seq) == 0:
+            if self._cuda_device is None and self._cuda_probes and seq % _cuda_probe_every(seq) == 0:
                 self._probe_cuda(wall)
         else:
             gpu.end_step(record)
@@ -383,6 +438,14 @@ class HookRuntime:
         if self.control or self._reapply_env_knobs:
             self._drain_control()
         self._quiet_until = self._next_busy_boundary()
+        gpu = self.gpu  # a CUDA probe may have started GPU timing above
+        self.plain_fetch = (
+            (self._optimizer_seen or self._manual)
+            and not self.budget.active
+            and self.nvtx is None
+            and (gpu is None or not gpu.timed)
+            and self.on_first_activity is None
+        )
 
     def _next_busy_boundary(self) -> int:
         """The seq of the next boundary with more to do than appending its record: a budget, FLOP count, timed GPU step
@@ -400,16 +463,26 @@ class HookRuntime:
             or self._reapply_env_knobs
             or (counter is not None and counter.active)
         ):
+            self._budget_candidate = -1
             return seq + 1
         due = self._flops_due = self.flops.next_boundary(seq)
-        if self._budget_every > 0:  # a budget candidate
-            due = min(due, _boundary_before_multiple(seq, self._budget_every))
         if gpu is not None and self.gpu_every > 0:  # a timed step (after slow ones: _quiet_below_s)
             due = min(due, _boundary_before_multiple(seq, self.gpu_every))
-        if self._cuda_device is None:
+        if self._cuda_device is None and self._cuda_probes:
             every = _cuda_probe_every(seq + 1)
             due = min(due, -(-(seq + 1) // every) * every)
+        self._due_after_candidate = due
+        if self._budget_every > 0:
+            return self._plan_after_candidate(_boundary_before_multiple(seq, self._budget_every))
+        self._budget_candidate = -1
         return due
+
+    def _plan_after_candidate(self, candidate: int) -> int:
+        """Plan the next busy boundary, the budget candidate `candidate` or the one with anything else due."""
+        due = self._due_after_candidate
+        self._budget_candidate = candidate if candidate < due else -1
+        self._quiet_until = min(candidate, due)
+        return self._quiet_until
 
     @property
     def budget_every(self) -> int:
@@ -418,7 +491,12 @@ class HookRuntime:
     @budget_every.setter
     def budget_every(self, every: int) -> None:
         self._budget_every = every
+        self._replan()
+
+    def _replan(self) -> None:
+        """Make the next boundary a busy one, which plans the ones after it again."""
         self._quiet_until = 0
+        self._budget_candidate = -1
 
     def _time_next_step(self, last_wall: float) -> bool:
         return self.budget.active or (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
@@ -538,7 +616,7 @@ class HookRuntime:
         if not knobs:
             return
         self.apply_knobs(knobs)
-        self._quiet_until = 0
+        self._replan()
         self._reapply_env_knobs = {
             k: v for k, v in knobs.items() if protocol.KNOBS[k]["applies"] == protocol.APPLIES_NEXT_STEP
         }
@@ -598,6 +676,10 @@ class HookRuntime:
 
 def _never() -> bool:
     return False
+
+
+class _NotATensor:
+    """Stands for torch.Tensor where torch has none (no batch is of this type)."""
 
 
 def copy_while_mutated(items: Any) -> list[Any]:

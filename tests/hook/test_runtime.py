@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -43,12 +44,26 @@ def clock() -> Clock:
     return Clock()
 
 
-def fetch(rt: HookRuntime, clock: Clock, wait: float, batch: Any = None, iterator: Any = None) -> None:
+def fetch(
+    rt: HookRuntime, clock: Clock, wait: float, batch: Any = None, iterator: Any = None, plain: bool = True
+) -> None:
+    """What the patched DataLoader __next__ shows the hook: only on_fetched when the runtime says a fetch is plain
+    (with `plain`), else on_fetch_begin and on_fetch_end."""
+    iterator = iterator if iterator is not None else object()
+    batch = torch.zeros(8, 2) if batch is None else batch
+    if plain and rt.plain_fetch:
+        started = rt.clock()
+        clock.advance(wait)
+        rt.on_fetched(iterator, batch, started)
+        return
     started = rt.on_fetch_begin()
     clock.advance(wait)
-    rt.on_fetch_end(
-        iterator if iterator is not None else object(), torch.zeros(8, 2) if batch is None else batch, started
-    )
+    rt.on_fetch_end(iterator, batch, started)
+
+
+def optimizer_step(rt: HookRuntime, optimizer: Any) -> None:
+    """What torch calls after an optimizer step: the hook's global post-hook."""
+    rt.optimizer_step_hook(optimizer, (), {})
 
 
 def stop_iteration(rt: HookRuntime) -> None:
@@ -252,7 +267,7 @@ def train_step(rt: HookRuntime, cuda: FakeCuda, gpu_start: float, gpu_end: float
     cuda.gpu_time_ms = gpu_start
     fetch(rt, rt.clock, 0.001)  # type: ignore[arg-type]
     cuda.gpu_time_ms = gpu_end
-    rt.on_optimizer_step(opt)
+    optimizer_step(rt, opt)
 
 
 def test_gpu_time_is_read_only_once_the_events_completed(clock: Clock) -> None:
@@ -305,6 +320,22 @@ def test_fast_steps_are_sampled_slow_ones_all_timed(clock: Clock) -> None:
         cuda.complete_all()
     # step 24 (timed, fast) leaves now; 25 followed a fast step; 26..31 are timed; 32 still queued
     assert [r[R_GPU] for r in rt.records] == [2.0, None] + [3.0] * 6
+
+
+@pytest.mark.parametrize(
+    ("cuda_version", "hip_version", "probed"), [("12.8", None, True), (None, "6.3", True), (None, None, False)]
+)
+def test_cuda_is_probed_unless_torch_was_built_without_it(
+    clock: Clock, cuda_version: str | None, hip_version: str | None, probed: bool
+) -> None:
+    fake = fake_torch()
+    fake.version = SimpleNamespace(cuda=cuda_version, hip=hip_version)
+    probes = []
+    fake.cuda.is_initialized = lambda: probes.append(1) or True
+    rt = HookRuntime(fake, clock=clock)
+    for _ in range(3 * CUDA_PROBE_EVERY):
+        optimizer_step(rt, OPT)
+    assert (rt.gpu is not None, len(probes)) == ((True, 1) if probed else (False, 0))
 
 
 def test_gpu_timing_can_be_turned_off(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -402,24 +433,37 @@ def test_a_diagnosis_open_at_exit_is_closed(clock: Clock) -> None:
     assert fake.cuda.sync_debug_mode == 0
 
 
-def _drive(rt: HookRuntime, clock: Clock, steps: int) -> None:
-    """Steps of about 1 ms (every 37th one 25 ms: slow enough to have the next one GPU-timed); a fake GPU completes
-    its events by the end of each step."""
+def _drive(rt: HookRuntime, clock: Clock, steps: int, plain: bool = True) -> int:
+    """Steps of about 1 ms (every 37th one 25 ms: slow enough to have the next one GPU-timed) through the patched
+    functions' paths (with `plain`, else always the general ones); a fake GPU completes its events by the end of each
+    step (its clock at the step's fetch). Returns how many fetches were plain."""
     cuda = rt.torch.cuda
+    plain_fetches = 0
     for i in range(steps):
-        fetch(rt, clock, 0.0002, batch=[torch.zeros(4, 2), torch.zeros(4)])
+        if isinstance(cuda, FakeCuda):
+            cuda.gpu_time_ms = i * 10.0
+        if plain and rt.plain_fetch:
+            plain_fetches += 1
+            assert not rt.budget.active and (rt.gpu is None or not rt.gpu.timed), "a plain fetch has nothing to do"
+        size = 3 + i % 4
+        fetch(rt, clock, 0.0002, batch=[torch.zeros(size, 2), torch.zeros(size)], plain=plain)
         clock.advance(0.025 if i % 37 == 36 else 0.001 + (i % 7) * 0.0001)
         rt.on_backward()
         if isinstance(cuda, FakeCuda):
-            cuda.gpu_time_ms = float(i)
+            cuda.gpu_time_ms = i * 10.0 + 1.0 + i % 3
             cuda.complete_all()
-        rt.on_optimizer_step(OPT)
+        if plain:
+            optimizer_step(rt, OPT)
+        else:
+            rt.on_optimizer_step(OPT)
+    return plain_fetches
 
 
 @pytest.mark.parametrize("make_torch", [lambda: torch, fake_torch], ids=["cpu", "fake_cuda"])
 def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """close_step's quiet path (only the record) gives the same records, budgets, FLOP count and GPU timing start as
-    doing every boundary in full, over enough steps for budgets, a FLOP count and CUDA probes."""
+    """close_step's quiet path (only the record), the plain fetch and the lead optimizer's plain step give the same
+    records, budgets, FLOP count and GPU timing (from each timed step's fetch) as doing every boundary and signal in
+    full, over enough steps for budgets, budget candidates within the gap, a FLOP count and CUDA probes."""
     monkeypatch.delenv(protocol.BUDGET_EVERY_ENV, raising=False)
     runs = []
     for full in (False, True):
@@ -428,11 +472,13 @@ def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pyt
         rt.gpu_every = 4
         if full:
             monkeypatch.setattr(rt, "_next_busy_boundary", lambda rt=rt: rt.seq + 1)
-        _drive(rt, clock, 300)
+        plain_fetches = _drive(rt, clock, 300, plain=not full)
+        assert full or plain_fetches > 150, "most fetches took the plain path"
         rt.flush()
         runs.append(rt)
     quiet, full_rt = runs
     assert [r[:9] for r in quiet.records] == [r[:9] for r in full_rt.records]
+    assert [r[R_SAMPLES] for r in quiet.records] == [3 + i % 4 for i in range(300)]
     assert sum(r[8] is not None for r in quiet.records) >= 3, "some steps were budgeted"
     results = [{k: v for k, v in (rt.flops.result or {}).items() if k != "t"} for rt in runs]
     assert results[0] == results[1] and results[0].get("seq") == 30

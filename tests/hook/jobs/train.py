@@ -112,8 +112,9 @@ def main() -> None:
         def broken(*_args, **_kwargs):
             raise RuntimeError("injected failure inside the hook")
 
-        importlib.import_module("gpumon.hook.runtime").count_samples = broken
-        importlib.import_module("gpumon.hook.lifecycle").runtime().on_backward = broken
+        runtime = importlib.import_module("gpumon.hook.lifecycle").runtime()
+        runtime.on_fetched = broken  # every fetch, plain or not
+        runtime.on_backward = broken
 
     if args.break_server:
         break_server(args.break_server)
