@@ -203,8 +203,9 @@ def summarize_phases(rates: dict[str, list[float]]) -> dict[str, dict[str, float
 
 
 def micro(args: argparse.Namespace) -> dict[str, float]:
-    """The hook's own work per training step, timed directly: what the four signals of one step cost
-    (DataLoader fetch begin/end, backward, optimizer step with CUDA events on CUDA), no training."""
+    """The hook's own work per training step, timed directly: what the signals of one step cost as the patched
+    functions send them (the DataLoader fetch, backward until an optimizer marks the steps, the optimizer step's
+    post-hook, with CUDA events on CUDA), no training."""
     import torch
 
     from gpumon.hook.runtime import GPU_TIMING_EVERY, HookRuntime
@@ -227,10 +228,14 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
             for _ in range(2):  # the first pass warms up (and starts GPU timing after a few steps)
                 started = time.perf_counter()
                 for _ in range(args.micro_steps):
-                    if with_fetch:
-                        runtime.on_fetch_end(iterator, batch, runtime.on_fetch_begin())
-                        runtime.on_backward()
-                    runtime.on_optimizer_step(optimizer)
+                    if with_fetch:  # as the patched functions call the runtime
+                        if runtime.plain_fetch:
+                            runtime.on_fetched(iterator, batch, runtime.clock())
+                        else:
+                            runtime.on_fetch_end(iterator, batch, runtime.on_fetch_begin())
+                        if runtime.backward_matters:
+                            runtime.on_backward()
+                    runtime.optimizer_step_hook(optimizer, (), {})
                 per_step = (time.perf_counter() - started) / args.micro_steps * 1e6
             suffix = "" if device.type != "cuda" else f"_gpu_timing_every_{every}"
             out[f"{name}{suffix}_us"] = round(per_step, 3)
