@@ -82,7 +82,8 @@ def render_plain_box(
     strips: list[Strip] = []
     for y in crop.line_range:
         if y < first_content:
-            strip = Widget.render_lines(widget, Region(0, y, width, 1))[0]
+            cached = _styles_cache_line(widget, y, width)
+            strip = cached if cached is not None else Widget.render_lines(widget, Region(0, y, width, 1))[0]
         else:
             content_y = y - first_content
             if content_y < content_lines:
@@ -99,6 +100,16 @@ def render_plain_box(
         x1, x2 = crop.column_span
         strips = [strip.crop(x1, x2) for strip in strips]
     return strips
+
+
+def _styles_cache_line(widget: Widget, y: int, width: int) -> Strip | None:
+    """Line `y` as StylesCache holds it, before the line filters, where it is still valid (what `StylesCache.render`
+    would hand back without drawing it again); None where it must be drawn. This skips what `render_widget` works
+    out before every call (background colours, the border title's styles), which only a line drawn again needs."""
+    cache = widget._styles_cache
+    if cache._width != width or cache.is_dirty(y):
+        return None
+    return cache._cache.get(y)
 
 
 @dataclass(frozen=True, slots=True)
