@@ -227,12 +227,10 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
             runtime.gpu_every = every
             for _ in range(2):  # the first pass warms up (and starts GPU timing after a few steps)
                 started = time.perf_counter()
+                next_batch = runtime.dataloader_next(lambda _iterator: batch)  # the DataLoader wrapper's own code
                 for _ in range(args.micro_steps):
                     if with_fetch:  # as the patched functions call the runtime
-                        if runtime.plain_fetch:
-                            runtime.on_fetched(iterator, batch, runtime.clock())
-                        else:
-                            runtime.on_fetch_end(iterator, batch, runtime.on_fetch_begin())
+                        next_batch(iterator)
                         if runtime.backward_matters:
                             runtime.on_backward()
                     runtime.optimizer_step_hook(optimizer, (), {})

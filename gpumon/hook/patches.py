@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from gpumon.hook.nvtx import BACKWARD, DATA_WAIT
+from gpumon.hook.nvtx import BACKWARD
 from gpumon.hook.runtime import HookRuntime
 
 
@@ -48,44 +48,7 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
     iter_class = dataloader._BaseDataLoaderIter
     original_next = iter_class.__dict__["__next__"]
 
-    @functools.wraps(original_next)
-    def __next__(self: Any) -> Any:
-        if not runtime.active:
-            return original_next(self)
-        if runtime.plain_fetch:  # most fetches: only timed and counted, in one call (this runs cold, once a step)
-            started = runtime.clock()
-            batch = original_next(self)
-            try:
-                runtime.on_fetched(self, batch, started)
-            except Exception as exc:  # noqa: BLE001
-                runtime.error(exc)
-            return batch
-        ranges = runtime.nvtx
-        try:
-            started = runtime.on_fetch_begin()
-            after_fetch = runtime.budget_fetch(self) if runtime.budget.active else None
-            if ranges is not None:
-                ranges.open(DATA_WAIT)
-        except Exception as exc:  # noqa: BLE001
-            runtime.error(exc)
-            return original_next(self)
-        try:
-            batch = original_next(self)
-        finally:
-            if ranges is not None:
-                ranges.close(DATA_WAIT)
-            if after_fetch is not None:
-                try:
-                    after_fetch()
-                except Exception as exc:  # noqa: BLE001
-                    runtime.error(exc)
-        try:
-            runtime.on_fetch_end(self, batch, started)
-        except Exception as exc:  # noqa: BLE001
-            runtime.error(exc)
-        return batch
-
-    patches._set(iter_class, "__next__", __next__)
+    patches._set(iter_class, "__next__", functools.wraps(original_next)(runtime.dataloader_next(original_next)))
 
     loader_class = dataloader.DataLoader
     original_iter = loader_class.__dict__["__iter__"]

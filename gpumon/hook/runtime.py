@@ -19,7 +19,7 @@ from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S, BudgetMeter
 from gpumon.hook.env import env_count, env_count_given
 from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
-from gpumon.hook.nvtx import NvtxRanges, nvtx_requested
+from gpumon.hook.nvtx import DATA_WAIT, NvtxRanges, nvtx_requested
 from gpumon.hook.profiler_capture import ProfilerCapture
 from gpumon.hook.sync_counter import SyncCounter
 
@@ -137,9 +137,9 @@ class HookRuntime:
         self.backward_matters = True
         """Whether on_backward has anything to do: not once an optimizer's steps mark the boundaries."""
         self.plain_fetch = False
-        """Whether a DataLoader fetch needs only `on_fetched` (its wait, samples and loader totals): no step closes at
-        it, and no budget, NVTX range, GPU start mark or first activity waits on it. Set at busy boundaries, where all
-        of those change."""
+        """Whether a DataLoader fetch needs only its wait, samples and loader totals counted (`dataloader_next`): no
+        step closes at it, and no budget, NVTX range, GPU start mark or first activity waits on it. Set at busy
+        boundaries, where all of those change."""
         self._plain_optimizer = 0
         """id() of the lead optimizer while its step needs only close_step (see optimizer_step_hook); 0: none."""
         self._tensor_type: Any = getattr(torch, "Tensor", _NotATensor)
@@ -224,6 +224,87 @@ class HookRuntime:
 
     # -- signals from the patched functions (training thread) -----------------------------------
 
+    def dataloader_next(self, original_next: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """The wrapper of the DataLoader iterators' `original_next`: it times each fetch and counts its batch. While
+        `plain_fetch`, that is all, in this one call (the hook's code runs cold, once a step: each call it makes costs
+        1-3 us); otherwise `_fetch` runs the fetch (a step may close at it, the budget may time its collate_fn, NVTX
+        marks it) and the GPU start mark and the first activity follow it."""
+        runtime = self
+
+        def __next__(iterator: Any) -> Any:
+            if not runtime.active:
+                return original_next(iterator)
+            plain = runtime.plain_fetch
+            if plain:
+                started = runtime.clock()
+                batch = original_next(iterator)
+            else:
+                started, batch = runtime._fetch(original_next, iterator)
+            try:
+                now = runtime.clock()
+                waited = now - started
+                iterator_id = id(iterator)
+                if iterator_id == runtime._last_iterator_id:
+                    entry = runtime._last_entry
+                else:
+                    entry = runtime._iterators.get(iterator_id)
+                    runtime._last_iterator_id = iterator_id
+                    runtime._last_entry = entry
+                if entry is not None:
+                    entry.batches += 1
+                    entry.wait_s += waited
+                    entry.last_used = now
+                runtime._data_wait += waited
+                kind = type(batch)
+                first: Any = batch[0] if (kind is list or kind is tuple) and batch else None
+                if type(first) is runtime._tensor_type:  # the default collate's batch, without count_samples' call
+                    shape = first.shape
+                    runtime._samples += shape[0] if shape else 1
+                    runtime._samples_known = True
+                else:
+                    count = count_samples(batch)
+                    if count is not None:
+                        runtime._samples += count
+                        runtime._samples_known = True
+                if not plain:
+                    runtime._fetched = True
+                    runtime._dataloader_ever = True
+                    if runtime.gpu is not None:
+                        runtime.gpu.mark_start()
+                    if runtime.on_first_activity is not None:
+                        runtime._activity()
+            except Exception as exc:  # noqa: BLE001
+                runtime.error(exc)
+            return batch
+
+        return __next__
+
+    def _fetch(self, original_next: Callable[[Any], Any], iterator: Any) -> tuple[float, Any]:
+        """A fetch that is not plain: (when it started, its batch). The original's exceptions pass through."""
+        ranges = self.nvtx
+        after_fetch = None
+        try:
+            started = self.on_fetch_begin()
+            if self.budget.active:
+                after_fetch = self.budget.wrap_collate(iterator)
+            if ranges is not None:
+                ranges.open(DATA_WAIT)
+        except Exception as exc:  # noqa: BLE001
+            self.error(exc)
+            started = self.clock()
+            return started, original_next(iterator)
+        try:
+            batch = original_next(iterator)
+        finally:
+            if ranges is not None:
+                ranges.close(DATA_WAIT)
+            if after_fetch is not None:
+                try:
+                    after_fetch()
+                except Exception as exc:  # noqa: BLE001
+                    self.error(exc)
+        return started, batch
+
     def on_fetch_begin(self) -> float:
         if not self._began:
             self._begin()
@@ -233,50 +314,6 @@ class HookRuntime:
             elif not self._backward_ever:
                 self.close_step(protocol.SOURCE_DATALOADER)
         return self.clock()
-
-    def budget_fetch(self, iterator: Any) -> Callable[[], None] | None:
-        """On a budgeted step, time this fetch's collate_fn; returns what to call after the fetch (None: nothing)."""
-        if not self.budget.active:
-            return None
-        return self.budget.wrap_collate(iterator)
-
-    def on_fetch_end(self, iterator: Any, batch: Any, started: float) -> None:
-        self.on_fetched(iterator, batch, started)
-        if self.gpu is not None:
-            self.gpu.mark_start()
-        if self.on_first_activity is not None:
-            self._activity()
-
-    def on_fetched(self, iterator: Any, batch: Any, started: float) -> None:
-        """A fetch's wait, samples and loader totals: all a plain fetch needs (`plain_fetch`)."""
-        now = self.clock()
-        waited = now - started
-        self._data_wait += waited
-        self._fetched = True
-        self._dataloader_ever = True
-        kind = type(batch)
-        first: Any = batch[0] if (kind is list or kind is tuple) and batch else None
-        if type(first) is self._tensor_type:
-            # The default collate's batch without a call to count_samples: this runs cold, once a step.
-            shape = first.shape
-            self._samples += shape[0] if shape else 1
-            self._samples_known = True
-        else:
-            count = count_samples(batch)
-            if count is not None:
-                self._samples += count
-                self._samples_known = True
-        iterator_id = id(iterator)
-        if iterator_id == self._last_iterator_id:
-            entry = self._last_entry
-        else:
-            entry = self._iterators.get(iterator_id)
-            self._last_iterator_id = iterator_id
-            self._last_entry = entry
-        if entry is not None:
-            entry.batches += 1
-            entry.wait_s += waited
-            entry.last_used = now
 
     def on_backward(self) -> None:
         if not self._began:
@@ -441,6 +478,7 @@ class HookRuntime:
         gpu = self.gpu  # a CUDA probe may have started GPU timing above
         self.plain_fetch = (
             (self._optimizer_seen or self._manual)
+            and self._dataloader_ever
             and not self.budget.active
             and self.nvtx is None
             and (gpu is None or not gpu.timed)

@@ -47,28 +47,32 @@ def clock() -> Clock:
 def fetch(
     rt: HookRuntime, clock: Clock, wait: float, batch: Any = None, iterator: Any = None, plain: bool = True
 ) -> None:
-    """What the patched DataLoader __next__ shows the hook: only on_fetched when the runtime says a fetch is plain
-    (with `plain`), else on_fetch_begin and on_fetch_end."""
-    iterator = iterator if iterator is not None else object()
+    """A batch through the hook's DataLoader __next__ wrapper, the fetch taking `wait`; without `plain`, always on the
+    wrapper's general path."""
     batch = torch.zeros(8, 2) if batch is None else batch
-    if plain and rt.plain_fetch:
-        started = rt.clock()
+
+    def original_next(_iterator: Any) -> Any:
         clock.advance(wait)
-        rt.on_fetched(iterator, batch, started)
-        return
-    started = rt.on_fetch_begin()
-    clock.advance(wait)
-    rt.on_fetch_end(iterator, batch, started)
+        return batch
+
+    if not plain:
+        rt.plain_fetch = False
+    rt.dataloader_next(original_next)(iterator if iterator is not None else object())
+
+
+def stop_iteration(rt: HookRuntime) -> None:
+    """The DataLoader's last __next__ call, the one raising StopIteration, through the hook's wrapper."""
+
+    def original_next(_iterator: Any) -> Any:
+        raise StopIteration
+
+    with pytest.raises(StopIteration):
+        rt.dataloader_next(original_next)(object())
 
 
 def optimizer_step(rt: HookRuntime, optimizer: Any) -> None:
     """What torch calls after an optimizer step: the hook's global post-hook."""
     rt.optimizer_step_hook(optimizer, (), {})
-
-
-def stop_iteration(rt: HookRuntime) -> None:
-    """What the DataLoader's last __next__ call (the one raising StopIteration) shows the hook."""
-    rt.on_fetch_begin()
 
 
 class Opt:
@@ -439,6 +443,8 @@ def _drive(rt: HookRuntime, clock: Clock, steps: int, plain: bool = True) -> int
     step (its clock at the step's fetch). Returns how many fetches were plain."""
     cuda = rt.torch.cuda
     plain_fetches = 0
+    loader, iterator = SimpleNamespace(batch_size=6), object()
+    rt.on_loader_iter_end(loader, iterator)
     for i in range(steps):
         if isinstance(cuda, FakeCuda):
             cuda.gpu_time_ms = i * 10.0
@@ -446,7 +452,7 @@ def _drive(rt: HookRuntime, clock: Clock, steps: int, plain: bool = True) -> int
             plain_fetches += 1
             assert not rt.budget.active and (rt.gpu is None or not rt.gpu.timed), "a plain fetch has nothing to do"
         size = 3 + i % 4
-        fetch(rt, clock, 0.0002, batch=[torch.zeros(size, 2), torch.zeros(size)], plain=plain)
+        fetch(rt, clock, 0.0002, batch=[torch.zeros(size, 2), torch.zeros(size)], iterator=iterator, plain=plain)
         clock.advance(0.025 if i % 37 == 36 else 0.001 + (i % 7) * 0.0001)
         rt.on_backward()
         if isinstance(cuda, FakeCuda):
@@ -479,6 +485,9 @@ def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pyt
     quiet, full_rt = runs
     assert [r[:9] for r in quiet.records] == [r[:9] for r in full_rt.records]
     assert [r[R_SAMPLES] for r in quiet.records] == [3 + i % 4 for i in range(300)]
+    (quiet_loader,), (full_loader,) = (rt.loaders.values() for rt in runs)
+    assert quiet_loader.batches == full_loader.batches == 300
+    assert quiet_loader.wait_s == full_loader.wait_s > 0
     assert sum(r[8] is not None for r in quiet.records) >= 3, "some steps were budgeted"
     results = [{k: v for k, v in (rt.flops.result or {}).items() if k != "t"} for rt in runs]
     assert results[0] == results[1] and results[0].get("seq") == 30

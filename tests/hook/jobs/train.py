@@ -112,8 +112,11 @@ def main() -> None:
         def broken(*_args, **_kwargs):
             raise RuntimeError("injected failure inside the hook")
 
+        class BrokenIterators(dict):  # the first thing each fetch looks up, plain or not
+            get = broken
+
         runtime = importlib.import_module("gpumon.hook.lifecycle").runtime()
-        runtime.on_fetched = broken  # every fetch, plain or not
+        runtime._iterators = BrokenIterators()
         runtime.on_backward = broken
 
     if args.break_server:
