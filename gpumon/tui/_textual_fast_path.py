@@ -4,12 +4,15 @@ What it replaces, and why: on every frame in which any part of a widget changed,
 for all its lines, and `Widget.render_lines` sends each one through `StylesCache` (borders, padding, tint, opacity,
 hatch, link hover styles), which costs several times more CPU than the pane's own cached Strips. For a pane whose
 box has nothing around its content but a top border, `render_plain_box` hands those Strips over as they are and lets
-Textual draw only the border row. `line_segments` is Rich's `Text.render` + `Strip.adjust_cell_length` +
-`Strip.apply_style` in one pass, with the combined styles cached across redraws.
+Textual draw only the border row. `SegmentBuilder` is Rich's `Text.render` + `Strip.adjust_cell_length` +
+`Strip.apply_style` in one pass, with the combined styles cached across redraws and, where the app's line filter is
+Textual's default one, already filtered (`StyleFinish`). `cached_lines` hands back any widget's lines straight from
+its StylesCache when none of them changed, without `render_widget`'s per-call preamble.
 
 It reads Textual internals that may change in any release (`Widget.hover_style._link_id`, the order in which
-StylesCache applies the background and line filters), so it is used only with the Textual version it was written
-against: `ACTIVE` is False with any other, and the panes fall back to Textual's own path.
+StylesCache applies the background and line filters, StylesCache's `_cache`, `_dirty_lines` and `_width`), so it is
+used only with the Textual version it was written against: `ACTIVE` is False with any other, and the panes fall back
+to Textual's own path.
 tests/tui/test_textual_fast_path.py fails loudly when the installed Textual is not TARGET_TEXTUAL, and checks that
 the fast path draws exactly what Textual draws.
 
@@ -96,6 +99,41 @@ def render_plain_box(
         for line_filter in filters:
             strip = strip.apply_filter(line_filter, background)
         strips.append(strip)
+    if crop.column_span != (0, width):
+        x1, x2 = crop.column_span
+        strips = [strip.crop(x1, x2) for strip in strips]
+    return strips
+
+
+def cached_lines(widget: Widget, crop: Region) -> list[Strip] | None:
+    """`Widget.render_lines(crop)` where StylesCache holds every line of `crop`, still valid: the cached lines with the
+    line filters, without `render_widget`'s preamble (title styles, ANSI theme and the rest, which only lines drawn
+    again need). None where a line must be drawn, or where hovered links would be restyled.
+
+    Textual's compositor asks every widget under the frame's changed area for its lines, so the screen, containers
+    and footer around the panes pay that preamble every frame, for lines that have not changed."""
+    cache = widget._styles_cache
+    width = widget.region.width
+    if (
+        not ACTIVE
+        or widget.BLANK
+        or cache._width != width
+        or not cache._dirty_lines.isdisjoint(crop.line_range)
+        or (widget.auto_links and widget.hover_style._link_id)
+    ):
+        return None
+    held = cache._cache
+    strips: list[Strip] = []
+    for y in crop.line_range:
+        strip = held.get(y)
+        if strip is None:
+            return None
+        strips.append(strip)
+    filters = widget.get_line_filters()
+    if filters:
+        background = widget.background_colors[1]
+        for line_filter in filters:
+            strips = [strip.apply_filter(line_filter, background) for strip in strips]
     if crop.column_span != (0, width):
         x1, x2 = crop.column_span
         strips = [strip.crop(x1, x2) for strip in strips]

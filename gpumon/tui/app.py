@@ -11,13 +11,12 @@ from typing import ClassVar, Protocol, runtime_checkable
 from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Container, Vertical
 from textual.driver import Driver
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
+from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from gpumon.config import save_setting
 from gpumon.jobs.discovery import AttachError, JobGroup, scan
@@ -27,6 +26,7 @@ from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui._textual_quiet_input import driver_class
+from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
 from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
@@ -187,6 +187,9 @@ class GpumonApp(App[None]):
     def get_driver_class(self) -> type[Driver]:
         return driver_class(super().get_driver_class())
 
+    def get_default_screen(self) -> Screen[object]:
+        return CachedScreen(id="_default")
+
     def compose(self) -> ComposeResult:
         self._title_bar = TitleBar()
         self._gpu_pane = GpuPane(id="gpu")
@@ -196,9 +199,9 @@ class GpumonApp(App[None]):
         self._process_table.control = ProcessControl(self.options.settings.read_only, self.source.live, self._ranks)
         self._process_table.user = self.options.user
         yield self._title_bar
-        with Container(id="top"):
+        with CachedContainer(id="top"):
             yield self._gpu_pane
-            with Vertical(id="side"):
+            with CachedVertical(id="side"):
                 yield self._cpu_pane
                 yield self._disk_pane
         self._machine_line = MachineLine(id="machine")
@@ -208,7 +211,7 @@ class GpumonApp(App[None]):
             yield self._job_pane
         yield FilterInput(self._process_table, id="filter")
         yield self._process_table
-        yield Footer()
+        yield CachedFooter()
 
     def on_mount(self) -> None:
         freeze_after_first_frame(self)

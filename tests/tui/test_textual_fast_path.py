@@ -20,6 +20,7 @@ from tui_support import FakeSource, frozen_clock
 
 from gpumon.tui import _textual_fast_path, _textual_quiet_input
 from gpumon.tui.app import GpumonApp
+from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GpuPane
@@ -63,6 +64,32 @@ async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, si
             pane._styles_cache.clear()
             expected = [list(strip) for strip in Widget.render_lines(pane, whole)]
             assert drawn == expected, type(pane).__name__
+
+
+async def test_screen_containers_and_footer_draw_their_cached_lines_as_textual_does(recording) -> None:
+    """Widgets whose lines are all cached and valid skip render_widget's preamble; what they draw must not change,
+    and the cached path must be the one taken once a frame has been drawn."""
+    source = FakeSource(description="replay of test", interval=0.5)
+    app = GpumonApp(source, clock=frozen_clock(recording))
+    async with app.run_test(size=(160, 50)) as pilot:
+        for shown in recording[:4]:
+            source.push(shown)
+            await pilot.pause()
+        widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(CachedFooter)]
+        assert [type(widget) for widget in widgets] == [CachedScreen, CachedContainer, CachedVertical, CachedFooter]
+        for widget in widgets:
+            whole = Region(0, 0, widget.region.width, widget.region.height)
+            cached = _textual_fast_path.cached_lines(widget, whole)
+            assert cached is not None, type(widget).__name__
+            assert [list(strip) for strip in widget.render_lines(whole)] == [list(strip) for strip in cached]
+            widget._styles_cache.clear()
+            assert _textual_fast_path.cached_lines(widget, whole) is None
+            expected = [list(strip) for strip in Widget.render_lines(widget, whole)]
+            assert [list(strip) for strip in cached] == expected, type(widget).__name__
+            part = Region(3, 0, 20, 1)
+            assert [list(strip) for strip in _textual_fast_path.cached_lines(widget, part) or []] == [
+                list(strip) for strip in Widget.render_lines(widget, part)
+            ]
 
 
 def _rich_cell_lines(cell: Text, width: int, padding: int, pre: Style, post: Style) -> list[list[Segment]]:
