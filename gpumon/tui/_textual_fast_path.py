@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from operator import itemgetter
+from weakref import WeakKeyDictionary
 
 import textual
 from rich.color import Color as RichColor
@@ -111,7 +112,9 @@ def cached_lines(widget: Widget, crop: Region) -> list[Strip] | None:
     again need). None where a line must be drawn, or where hovered links would be restyled.
 
     Textual's compositor asks every widget under the frame's changed area for its lines, so the screen, containers
-    and footer around the panes pay that preamble every frame, for lines that have not changed."""
+    and footer around the panes pay that preamble every frame, for lines that have not changed. The filtered lines
+    are kept while the cached ones are the same objects (StylesCache draws a line again, as a new Strip, whenever
+    anything it depends on changes, the background colours included)."""
     cache = widget._styles_cache
     width = widget.region.width
     if (
@@ -123,13 +126,17 @@ def cached_lines(widget: Widget, crop: Region) -> list[Strip] | None:
     ):
         return None
     held = cache._cache
-    strips: list[Strip] = []
+    sources: list[Strip] = []
     for y in crop.line_range:
         strip = held.get(y)
         if strip is None:
             return None
-        strips.append(strip)
-    filters = widget.get_line_filters()
+        sources.append(strip)
+    filters = tuple(widget.get_line_filters())
+    kept = _FILTERED.get(widget)
+    if kept is not None and kept[0] == crop and kept[1] == filters and kept[2] == sources:
+        return list(kept[3])
+    strips = sources
     if filters:
         background = widget.background_colors[1]
         for line_filter in filters:
@@ -137,7 +144,14 @@ def cached_lines(widget: Widget, crop: Region) -> list[Strip] | None:
     if crop.column_span != (0, width):
         x1, x2 = crop.column_span
         strips = [strip.crop(x1, x2) for strip in strips]
-    return strips
+    _FILTERED[widget] = (crop, filters, sources, strips)
+    return list(strips)
+
+
+_FILTERED: WeakKeyDictionary[Widget, tuple[Region, tuple[LineFilter, ...], list[Strip], list[Strip]]] = (
+    WeakKeyDictionary()
+)
+"""Per widget, the last `cached_lines`: its crop, the filters, the cached lines and what they gave."""
 
 
 def _styles_cache_line(widget: Widget, y: int, width: int) -> Strip | None:
