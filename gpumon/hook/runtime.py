@@ -240,6 +240,8 @@ class HookRuntime:
                 batch = original_next(iterator)
             else:
                 started, batch = runtime._fetch(original_next, iterator)
+                runtime._fetched = True  # first: step detection holds even if the counting below fails
+                runtime._dataloader_ever = True
             try:
                 now = runtime.clock()
                 waited = now - started
@@ -267,8 +269,6 @@ class HookRuntime:
                         runtime._samples += count
                         runtime._samples_known = True
                 if not plain:
-                    runtime._fetched = True
-                    runtime._dataloader_ever = True
                     if runtime.gpu is not None:
                         runtime.gpu.mark_start()
                     if runtime.on_first_activity is not None:

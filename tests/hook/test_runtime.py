@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from gpumon import protocol
 from gpumon.hook import gpu_timer, info
+from gpumon.hook import runtime as runtime_module
 from gpumon.hook.runtime import (
     CUDA_PROBE_EVERY,
     LEAD_SWITCH_AFTER,
@@ -162,6 +163,20 @@ def test_inference_steps_at_each_batch(clock: Clock) -> None:
     stop_iteration(rt)
     assert sources(rt) == [protocol.SOURCE_DATALOADER] * 3
     assert [r[R_SAMPLES] for r in rt.records] == [4] * 3
+
+
+def test_a_failure_counting_a_batch_leaves_the_steps_alone(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(batch: Any) -> int:
+        raise RuntimeError("injected failure inside the hook")
+
+    monkeypatch.setattr(runtime_module, "count_samples", broken)
+    rt = HookRuntime(torch, clock=clock)
+    for _ in range(3):
+        fetch(rt, clock, 0.001, batch={"ids": torch.zeros(4, 7)})
+        clock.advance(0.002)
+    stop_iteration(rt)
+    assert sources(rt) == [protocol.SOURCE_DATALOADER] * 3 and rt.errors == 3
+    assert all(r[R_SAMPLES] is None for r in rt.records)
 
 
 def test_manual_steps_win_over_every_other_signal(clock: Clock) -> None:
