@@ -3,6 +3,7 @@ attached training job (if any), whose client posts from its own thread too."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -51,6 +52,10 @@ JOB_TALL = 45
 GRAPH_SCROLL_STEP = 0.25
 """The arrow keys scroll the paused GPU graphs by this share of their width."""
 STALE_AFTER_INTERVALS = 5
+STALE_MIN_SECONDS = 3.0
+"""A live source is stale after this long without a snapshot, or STALE_AFTER_INTERVALS intervals if longer."""
+STALE_CHECK_SLACK = 0.05
+"""Seconds past the stale threshold at which the check runs (so the silence it measures is past the threshold)."""
 ADVISOR_NEEDS_A_JOB = "the advisor needs a job: gpumon run -- python train.py … or gpumon attach PID"
 """A live source that has not delivered for this many intervals (and at least 3 s) is marked stale."""
 
@@ -183,6 +188,7 @@ class GpumonApp(App[None]):
         self._profile_capture = ProfileCapture(self)
         self._job_lock = threading.Lock()
         self._job_shown_at = 0.0
+        self._stale_deadline: asyncio.TimerHandle | None = None
 
     def get_driver_class(self) -> type[Driver]:
         return driver_class(super().get_driver_class())
@@ -220,13 +226,15 @@ class GpumonApp(App[None]):
         self._update_titles()
         self.source.start(self._receive)
         if self.source.live:
-            self.set_interval(1.0, self.check_stale)
+            self._arm_stale_check()
         if self.job is not None:
             self._follow(self.job)
         elif self.offered_jobs:
             self.push_screen(JobPicker(self.offered_jobs), self._picked)
 
     def on_unmount(self) -> None:
+        if self._stale_deadline is not None:
+            self._stale_deadline.cancel()
         self.source.stop()
         if self.job is not None:
             self.job.stop()
@@ -255,6 +263,8 @@ class GpumonApp(App[None]):
         snapshot = self.options.apply(snapshot)
         self.snapshot = snapshot
         self.stale = False
+        if self.source.live:
+            self._arm_stale_check()
         history = self.source.history
         self._gpu_pane.show(snapshot, history)
         self._cpu_pane.show(snapshot.cpu, history)
@@ -320,11 +330,29 @@ class GpumonApp(App[None]):
         self._update_titles()
 
     def check_stale(self) -> None:
-        """Flag a live source that stopped delivering (judged by the injected clock, once a second)."""
+        """Flag a live source that stopped delivering (judged by the injected clock)."""
         if self.snapshot is None or self.paused:
             return
         silence = self.clock() - self.snapshot.timestamp
-        self.stale = silence > max(3.0, STALE_AFTER_INTERVALS * self.source.interval)
+        self.stale = silence > self._stale_after()
+
+    def _stale_after(self) -> float:
+        return max(STALE_MIN_SECONDS, STALE_AFTER_INTERVALS * self.source.interval)
+
+    def _arm_stale_check(self) -> None:
+        """Check for staleness once no snapshot has come for the stale threshold: a deadline each snapshot moves on,
+        so a source that keeps delivering never wakes the UI for it. (A Textual interval timer woke the event loop
+        every second, about 0.3 ms of CPU a wake on the VM: benchmarks/README.md, "Dashboard CPU cost".)"""
+        if self._stale_deadline is not None:
+            self._stale_deadline.cancel()
+        delay = self._stale_after() + STALE_CHECK_SLACK
+        self._stale_deadline = asyncio.get_running_loop().call_later(delay, self.call_later, self._stale_due)
+
+    def _stale_due(self) -> None:
+        self._stale_deadline = None
+        self.check_stale()
+        if not self.stale and not self.paused and self.snapshot is not None:
+            self._arm_stale_check()  # the clock is not the loop's: look again
 
     def action_toggle_pause(self) -> None:
         if self.source.paused:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from textual.widgets import DataTable
 from tui_support import GIB, FakeSource, gpu, process, snapshot, widget_text
 
 from gpumon.sampling.snapshot import CpuSample
+from gpumon.tui import app as app_module
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
@@ -229,6 +231,25 @@ async def test_stale_live_source_is_flagged_from_the_injected_clock() -> None:
         await pilot.pause()
         assert "STALE" in app.query_one(TitleBar).title
         source.push(snapshot(timestamp=now[0]))
+        await pilot.pause()
+        assert "STALE" not in app.query_one(TitleBar).title
+
+
+async def test_a_stalled_live_source_is_flagged_without_a_polling_timer(monkeypatch) -> None:
+    """The stale check is a deadline each snapshot moves on: snapshots every 50 ms never trip a 0.2 s threshold, and
+    the title says STALE once they stop."""
+    monkeypatch.setattr(app_module, "STALE_MIN_SECONDS", 0.2)
+    source = FakeSource(live=True, interval=0.01)
+    app = GpumonApp(source, clock=time.time)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(12):
+            source.push(snapshot(timestamp=time.time()))
+            await pilot.pause(0.05)
+            assert "STALE" not in app.query_one(TitleBar).title
+        await pilot.pause(0.5)
+        assert "STALE" in app.query_one(TitleBar).title
+        assert app._stale_deadline is None, "once stale, nothing is left to wake the UI until the next snapshot"
+        source.push(snapshot(timestamp=time.time()))
         await pilot.pause()
         assert "STALE" not in app.query_one(TitleBar).title
 
