@@ -1,19 +1,30 @@
 """The screen, containers and footer of the dashboard, drawn from their cached lines when none changed
-(gpumon.tui._textual_fast_path.cached_lines); the same widgets as Textual's otherwise."""
+(gpumon.tui._textual_fast_path.cached_lines); the same widgets as Textual's otherwise. The screen also repaints from
+a timer that sleeps between frames (gpumon.tui._textual_quiet_timer)."""
 
 from __future__ import annotations
 
 from textual.containers import Container, Vertical
 from textual.geometry import Region
-from textual.screen import Screen
+from textual.screen import UPDATE_PERIOD, Screen
 from textual.strip import Strip
+from textual.timer import Timer
 from textual.widgets import Footer
 
 from gpumon.tui._textual_fast_path import cached_lines
+from gpumon.tui._textual_quiet_timer import update_timer
 
 
 class CachedScreen(Screen[object]):
     """The app's default screen."""
+
+    _frame_timer: Timer | None = None
+
+    @property
+    def _update_timer(self) -> Timer:
+        if self._frame_timer is None:
+            self._frame_timer = update_timer(self, UPDATE_PERIOD, self._on_timer_update, "screen_update")
+        return self._frame_timer
 
     def render_lines(self, crop: Region) -> list[Strip]:
         strips = cached_lines(self, crop)

@@ -18,7 +18,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 from tui_support import FakeSource, frozen_clock
 
-from gpumon.tui import _textual_fast_path, _textual_quiet_input
+from gpumon.tui import _textual_fast_path, _textual_quiet_input, _textual_quiet_timer
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
@@ -30,11 +30,12 @@ from gpumon.tui.process_table import ProcessTable
 WORKAROUNDS = [
     (_textual_fast_path, "rendering: check it against the new StylesCache and Widget.render_lines"),
     (_textual_quiet_input, "LinuxDriver.run_input_thread: check it against the new driver"),
+    (_textual_quiet_timer, "Timer._run and Screen._update_timer: check them against the new timer and screen"),
 ]
 """The version-bound Textual workarounds and what to check in a new Textual before moving their TARGET_TEXTUAL."""
 
 
-@pytest.mark.parametrize(("workaround", "check"), WORKAROUNDS, ids=["fast_path", "quiet_input"])
+@pytest.mark.parametrize(("workaround", "check"), WORKAROUNDS, ids=["fast_path", "quiet_input", "quiet_timer"])
 def test_installed_and_pinned_textual_is_the_one_each_workaround_was_written_for(workaround, check) -> None:
     installed = version("textual")
     assert installed == workaround.TARGET_TEXTUAL, (
