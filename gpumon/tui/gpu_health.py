@@ -146,8 +146,33 @@ def mig_lines(gpu: GpuSample, width: int) -> list[Text]:
     return lines
 
 
+DRAWN_FROM = (
+    *_HEALTH_FIELDS,
+    "remapped_rows_uncorrectable",
+    "remapped_rows_pending",
+    "remapped_rows_failed",
+    "retired_pages_pending",
+    "mig_instances",
+)
+"""Every field of a GpuSample the health lines are drawn from (tests/tui/test_gpu_health.py checks none is missing)."""
+_DRAWN_MAX = 64
+_drawn: dict[tuple[object, ...], list[Text]] = {}
+"""(width, the DRAWN_FROM values) -> the lines: health is read every 10 s, its lines asked for every frame."""
+
+
 def health_lines(gpu: GpuSample, width: int) -> list[Text]:
     """The health line (cut to the width) and the MIG gauges; nothing for a sample without health figures."""
+    key = (width, *(getattr(gpu, name) for name in DRAWN_FROM))
+    lines = _drawn.get(key)
+    if lines is None:
+        if len(_drawn) >= _DRAWN_MAX:
+            _drawn.clear()
+        lines = _drawn[key] = draw_health_lines(gpu, width)
+    return [line.copy() for line in lines]
+
+
+def draw_health_lines(gpu: GpuSample, width: int) -> list[Text]:
+    """`health_lines`, drawn anew."""
     if not has_health(gpu):
         return []
     line = health_text(gpu)

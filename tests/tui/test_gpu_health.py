@@ -12,7 +12,7 @@ from gpumon.sampling.recording import read_recording
 from gpumon.sampling.replay import Replayer
 from gpumon.sampling.snapshot import MigSample, XidEvent
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.gpu_health import health_lines
+from gpumon.tui.gpu_health import DRAWN_FROM, draw_health_lines, health_lines
 from gpumon.tui.gpu_pane import gpu_lines
 
 HEALTHY = dict(
@@ -106,3 +106,49 @@ async def test_a_real_h200_recording_shows_its_health_line_on_the_dashboard() ->
     screen = "".join(re.findall(r">([^<]*)</text>", svg)).replace("&#160;", " ")
     for shown in ("NVLink N/A", "ECC 0/0 life 0/0", "remap 0/0", "XID none", "energy 4"):
         assert shown in screen, shown
+
+
+class _ReadRecorder:
+    """A GpuSample stand-in that records which fields are read."""
+
+    def __init__(self, sample: object) -> None:
+        self._sample = sample
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> object:
+        self.read.add(name)
+        return getattr(self._sample, name)
+
+
+def test_the_health_lines_kept_between_frames_are_keyed_on_every_field_they_are_drawn_from() -> None:
+    """health_lines keeps its lines per DRAWN_FROM values: a field read in drawing but missing from the key would show
+    stale health. Every field the drawing reads must be in the key, for healthy, failing and MIG samples."""
+    failing = dict(
+        HEALTHY,
+        ecc_uncorrected_volatile=2,
+        remapped_rows_pending=True,
+        remapped_rows_failed=True,
+        retired_pages=3,
+        retired_pages_pending=True,
+        xid_events=(XidEvent(timestamp=1_795_000_000.0, xid=79),),
+        fan_speed=55.0,
+    )
+    mig = dict(
+        HEALTHY,
+        mig_mode=True,
+        mig_instances=(MigSample(index=0, name="MIG 1g.18gb", memory_used=GIB, memory_total=18 * GIB),),
+    )
+    retired = dict(failing, remapped_rows_correctable=None, remapped_rows_uncorrectable=None)  # pre-Ampere
+    for fields in (HEALTHY, failing, retired, mig):
+        recorder = _ReadRecorder(gpu(0, **fields))
+        draw_health_lines(recorder, 160)  # type: ignore[arg-type]  # a recorder in a GpuSample's place
+        assert recorder.read <= set(DRAWN_FROM), recorder.read - set(DRAWN_FROM)
+
+
+def test_kept_health_lines_follow_a_changed_field_and_are_copies() -> None:
+    first = health_lines(gpu(0, **HEALTHY), 160)
+    again = health_lines(gpu(0, **HEALTHY, utilization_gpu=12.0), 160)
+    assert [line.plain for line in again] == [line.plain for line in first]
+    assert again[0] is not first[0], "callers may change their lines"
+    changed = health_lines(gpu(0, **dict(HEALTHY, ecc_uncorrected_volatile=1)), 160)
+    assert changed[0].plain != first[0].plain
