@@ -9,13 +9,23 @@ from textual.geometry import Region
 from textual.screen import UPDATE_PERIOD, Screen
 from textual.strip import Strip
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Footer
 
 from gpumon.tui._textual_fast_path import cached_lines
 from gpumon.tui._textual_quiet_timer import update_timer
 
 
-class CachedScreen(Screen[object]):
+class CachedLines(Widget):
+    """A widget drawn from its cached lines when none changed. Listed after the Textual class it joins (Textual takes
+    a class's CSS from the first DOMNode among its bases), before Widget in the method order."""
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        strips = cached_lines(self, crop)
+        return strips if strips is not None else super().render_lines(crop)
+
+
+class CachedScreen(Screen[object], CachedLines):
     """The app's default screen."""
 
     _frame_timer: Timer | None = None
@@ -26,24 +36,14 @@ class CachedScreen(Screen[object]):
             self._frame_timer = update_timer(self, UPDATE_PERIOD, self._on_timer_update, "screen_update")
         return self._frame_timer
 
-    def render_lines(self, crop: Region) -> list[Strip]:
-        strips = cached_lines(self, crop)
-        return strips if strips is not None else super().render_lines(crop)
+
+class CachedContainer(Container, CachedLines):
+    pass
 
 
-class CachedContainer(Container):
-    def render_lines(self, crop: Region) -> list[Strip]:
-        strips = cached_lines(self, crop)
-        return strips if strips is not None else super().render_lines(crop)
+class CachedVertical(Vertical, CachedLines):
+    pass
 
 
-class CachedVertical(Vertical):
-    def render_lines(self, crop: Region) -> list[Strip]:
-        strips = cached_lines(self, crop)
-        return strips if strips is not None else super().render_lines(crop)
-
-
-class CachedFooter(Footer):
-    def render_lines(self, crop: Region) -> list[Strip]:
-        strips = cached_lines(self, crop)
-        return strips if strips is not None else super().render_lines(crop)
+class CachedFooter(Footer, CachedLines):
+    pass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.metadata import version
 
 import pytest
@@ -48,15 +50,22 @@ def test_installed_and_pinned_textual_is_the_one_each_workaround_was_written_for
     assert f"textual=={workaround.TARGET_TEXTUAL}" in dependencies
 
 
-@pytest.mark.parametrize("size", [(160, 50), (80, 24)])
-async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, size) -> None:
-    """LinesWidget.render_lines skips Textual's per-line styling for plain boxes; the lines must not change."""
+@asynccontextmanager
+async def _replaying(recording, size: tuple[int, int]) -> AsyncIterator[GpumonApp]:
+    """The dashboard at `size` after the first four snapshots of a real recording."""
     source = FakeSource(description="replay of test", interval=0.5)
     app = GpumonApp(source, clock=frozen_clock(recording))
     async with app.run_test(size=size) as pilot:
         for shown in recording[:4]:
             source.push(shown)
             await pilot.pause()
+        yield app
+
+
+@pytest.mark.parametrize("size", [(160, 50), (80, 24)])
+async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, size) -> None:
+    """LinesWidget.render_lines skips Textual's per-line styling for plain boxes; the lines must not change."""
+    async with _replaying(recording, size) as app:
         plain = [pane for pane in app.query(LinesWidget) if pane.plain_box()]
         assert {GpuPane, CpuPane, DiskPane} <= {type(pane) for pane in plain}
         for pane in app.query(LinesWidget):
@@ -70,12 +79,7 @@ async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, si
 async def test_screen_containers_and_footer_draw_their_cached_lines_as_textual_does(recording) -> None:
     """Widgets whose lines are all cached and valid skip render_widget's preamble; what they draw must not change,
     and the cached path must be the one taken once a frame has been drawn."""
-    source = FakeSource(description="replay of test", interval=0.5)
-    app = GpumonApp(source, clock=frozen_clock(recording))
-    async with app.run_test(size=(160, 50)) as pilot:
-        for shown in recording[:4]:
-            source.push(shown)
-            await pilot.pause()
+    async with _replaying(recording, (160, 50)) as app:
         widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(CachedFooter)]
         assert [type(widget) for widget in widgets] == [CachedScreen, CachedContainer, CachedVertical, CachedFooter]
         for widget in widgets:
@@ -124,12 +128,7 @@ def test_text_cells_draw_what_rich_draws(justify, content, width) -> None:
 async def test_process_table_cells_draw_what_datatable_draws(recording) -> None:
     """ProcessTable._render_cell draws one-line cells itself; every cell of a real recording's table, with and
     without the cursor and hover highlight, must come out as DataTable's own rendering."""
-    source = FakeSource(description="replay of test", interval=0.5)
-    app = GpumonApp(source, clock=frozen_clock(recording))
-    async with app.run_test(size=(160, 50)) as pilot:
-        for shown in recording[:4]:
-            source.push(shown)
-            await pilot.pause()
+    async with _replaying(recording, (160, 50)) as app:
         table = app.query_one(ProcessTable)
         assert table.row_count >= 2
         base = table.rich_style
