@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -82,6 +83,38 @@ def test_replay_of_a_truncated_recording_names_the_line(tmp_path):
     assert result.returncode == 2
     assert "line 6: truncated" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_replay_screenshot_draws_the_last_snapshot_with_its_history(tmp_path):
+    """`gpumon replay --screenshot` on a real H200 recording: an SVG of the dashboard (no terminal), its graphs drawn
+    from the recording's history."""
+    out = tmp_path / "shot.svg"
+    result = gpumon(
+        "replay", "assets/recordings/h200-training-health.jsonl", "--screenshot", str(out), "--size", "120x40"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"gpumon: wrote {out} (120x40, 50 snapshots)"
+    root = ElementTree.fromstring(out.read_text(encoding="utf-8"))
+    text = "".join(root.itertext()).replace("\xa0", " ")
+    assert "GPU0 H200" in text
+    braille = [char for char in text if "\u2801" <= char <= "\u28ff"]
+    assert len(braille) >= 100, "the graphs are drawn from the history"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--screenshot", "/nonexistent-dir/shot.svg"), "gpumon: error: cannot write /nonexistent-dir/shot.svg"),
+        (("--screenshot", "shot.svg", "--size", "10x5"), "is outside 40x12"),
+        (("--screenshot", "shot.svg", "--size", "wide"), "is not COLUMNSxROWS"),
+    ],
+)
+def test_replay_screenshot_refuses_bad_paths_and_sizes_in_one_line(args, expected):
+    result = gpumon("replay", "assets/recordings/h200-training-health.jsonl", *args)
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (REPOSITORY / "shot.svg").exists()
 
 
 @pytest.mark.parametrize("interval", ["0", "-1", "abc", "11", "nan"])

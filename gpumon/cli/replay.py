@@ -1,12 +1,34 @@
-"""`gpumon replay`: the dashboard on a recording."""
+"""`gpumon replay`: the dashboard on a recording, or an SVG screenshot of its last snapshot."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpumon.cli.base import CliError, Subparsers, positive_float, subcommand
 from gpumon.cli.dashboard import add_view_arguments, view_options
+
+if TYPE_CHECKING:
+    from textual.pilot import Pilot
+
+SCREENSHOT_WAIT_S = 10.0
+"""How long a screenshot waits for the dashboard to show the recording's last snapshot."""
+MAX_SIZE = (1000, 500)
+"""The largest screenshot, in cells."""
+
+
+def terminal_size(text: str) -> tuple[int, int]:
+    """'160x50' -> (160, 50): columns and rows, at least 40x12, at most MAX_SIZE."""
+    columns, _, rows = text.lower().partition("x")
+    try:
+        size = (int(columns), int(rows))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not COLUMNSxROWS, e.g. 160x50") from None
+    if not (40 <= size[0] <= MAX_SIZE[0] and 12 <= size[1] <= MAX_SIZE[1]):
+        raise argparse.ArgumentTypeError(f"{text!r} is outside 40x12..{MAX_SIZE[0]}x{MAX_SIZE[1]}")
+    return size
 
 
 def register(subparsers: Subparsers) -> None:
@@ -19,6 +41,16 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument("file", type=Path, help="a file written by `gpumon record`")
     parser.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (+/- change it live)")
+    parser.add_argument(
+        "--screenshot",
+        type=Path,
+        metavar="OUT.svg",
+        help="no terminal: write the dashboard as it shows the recording's last snapshot (its history behind the "
+        "graphs) to this SVG file, and exit",
+    )
+    parser.add_argument(
+        "--size", type=terminal_size, default=(160, 50), metavar="COLSxROWS", help="the screenshot's size (160x50)"
+    )
     add_view_arguments(parser)
 
 
@@ -31,6 +63,31 @@ def run_replay(args: argparse.Namespace) -> int:
         snapshots = read_recording(args.file)
     except RecordingError as error:
         raise CliError(str(error)) from None
-    app = GpumonApp(Replayer(snapshots, speed=args.speed, name=args.file.name), options=view_options(args))
-    app.run()
-    return app.return_code or 0
+    replayer = Replayer(snapshots, speed=args.speed, name=args.file.name)
+    if args.screenshot is not None:
+        for _ in snapshots[:-1]:
+            replayer.step()  # the history behind the graphs; the app is shown the last snapshot when it starts
+    app = GpumonApp(replayer, options=view_options(args), clock=lambda: snapshots[-1].timestamp)
+    if args.screenshot is None:
+        app.run()
+        return app.return_code or 0
+    saved: list[str] = []
+
+    async def take(pilot: Pilot[object]) -> None:
+        for _ in range(int(SCREENSHOT_WAIT_S / 0.05)):
+            if app.snapshot is not None:
+                break
+            await asyncio.sleep(0.05)
+        await pilot.pause()
+        saved.append(app.export_screenshot(title=f"gpumon replay {args.file.name}"))
+        app.exit()
+
+    app.run(headless=True, size=args.size, auto_pilot=take)
+    if not saved or app.snapshot is None:
+        raise CliError(f"the dashboard did not show {args.file.name} within {SCREENSHOT_WAIT_S:g} s")
+    try:
+        args.screenshot.write_text(saved[0], encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"cannot write {args.screenshot}: {error.strerror or error}") from None
+    print(f"gpumon: wrote {args.screenshot} ({args.size[0]}x{args.size[1]}, {len(snapshots)} snapshots)")
+    return 0
