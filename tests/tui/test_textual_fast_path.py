@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import version
@@ -144,3 +145,31 @@ async def test_process_table_cells_draw_what_datatable_draws(recording) -> None:
                     assert drawn == expected, (row, definition.key)
                     compared += 1
         assert compared >= 2 * 11 * 3
+
+
+async def test_cached_lines_follow_a_theme_or_style_change(recording) -> None:
+    """cached_lines keeps its filtered lines while StylesCache's lines are the same objects: a new theme, or a new
+    style of the widget's own, must still come out as Textual draws it."""
+    async with _replaying(recording, (160, 50)) as app:
+        widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(CachedFooter)]
+        for theme in ("textual-light", "nord", "textual-dark"):
+            for widget in widgets:  # kept, for the whole widget, under the theme before
+                assert _textual_fast_path.cached_lines(widget, widget.region.reset_offset) is not None
+            app.theme = theme
+            await asyncio.sleep(0.2)  # the stylesheet update and the repaint
+            for widget in widgets:
+                whole = widget.region.reset_offset
+                drawn = [list(strip) for strip in widget.render_lines(whole)]
+                widget._styles_cache.clear()
+                assert drawn == [list(strip) for strip in Widget.render_lines(widget, whole)], (theme, widget)
+        await asyncio.sleep(0.1)
+        for widget in widgets:  # a style of the widget's own, with the same filters: new cached lines
+            widget.render_lines(widget.region.reset_offset)
+            assert _textual_fast_path.cached_lines(widget, widget.region.reset_offset) is not None, widget
+            widget.styles.background = "darkred"
+        await asyncio.sleep(0.2)
+        for widget in widgets:
+            whole = widget.region.reset_offset
+            drawn = [list(strip) for strip in widget.render_lines(whole)]
+            widget._styles_cache.clear()
+            assert drawn == [list(strip) for strip in Widget.render_lines(widget, whole)], widget
