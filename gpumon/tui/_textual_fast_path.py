@@ -6,8 +6,9 @@ hatch, link hover styles), which costs several times more CPU than the pane's ow
 box has nothing around its content but a top border, `render_plain_box` hands those Strips over as they are and lets
 Textual draw only the border row. `SegmentBuilder` is Rich's `Text.render` + `Strip.adjust_cell_length` +
 `Strip.apply_style` in one pass, with the combined styles cached across redraws and, where the app's line filter is
-Textual's default one, already filtered (`StyleFinish`). `cached_lines` hands back any widget's lines straight from
-its StylesCache when none of them changed, without `render_widget`'s per-call preamble.
+Textual's default one, already filtered (`StyleFinish`). `cached_lines` hands back any widget's lines (a plain box's
+border row too) straight from its StylesCache when none of them changed, without `render_widget`'s per-call
+preamble.
 
 It reads Textual internals that may change in any release (`Widget.hover_style._link_id`, the order in which
 StylesCache applies the background and line filters, StylesCache's `_cache`, `_dirty_lines` and `_width`), so it is
@@ -73,7 +74,8 @@ def render_plain_box(
     widget: Widget, crop: Region, content_lines: int, render_line: Callable[[int, StyleFinish | None], Strip]
 ) -> list[Strip]:
     """The lines of `crop` of a plain-box widget (see `plain_box`) as StylesCache would draw them: the top border row
-    by Textual itself, each content line from `render_line` padded with the background, then the line filters.
+    by Textual itself (from its StylesCache while valid, `cached_lines`), each content line from `render_line` padded
+    with the background, then the line filters.
 
     `render_line(y, finish)` builds line `y` with `finish` applied to every style (see `StyleFinish`); where the
     filters are Textual's default one, those lines come out already filtered and are not filtered again."""
@@ -86,17 +88,17 @@ def render_plain_box(
     strips: list[Strip] = []
     for y in crop.line_range:
         if y < first_content:
-            cached = _styles_cache_line(widget, y, width)
-            strip = cached if cached is not None else Widget.render_lines(widget, Region(0, y, width, 1))[0]
+            row = Region(0, y, width, 1)
+            strips.append((cached_lines(widget, row) or Widget.render_lines(widget, row))[0])  # filtered already
+            continue
+        content_y = y - first_content
+        if content_y < content_lines:
+            strip = render_line(content_y, finish).adjust_cell_length(width, inner)
+            if finish is not None and strip.cell_length == width:
+                strips.append(strip)
+                continue
         else:
-            content_y = y - first_content
-            if content_y < content_lines:
-                strip = render_line(content_y, finish).adjust_cell_length(width, inner)
-                if finish is not None and strip.cell_length == width:
-                    strips.append(strip)
-                    continue
-            else:
-                strip = Strip.blank(width, inner)
+            strip = Strip.blank(width, inner)
         for line_filter in filters:
             strip = strip.apply_filter(line_filter, background)
         strips.append(strip)
@@ -152,16 +154,6 @@ _FILTERED: WeakKeyDictionary[Widget, tuple[Region, tuple[LineFilter, ...], list[
     WeakKeyDictionary()
 )
 """Per widget, the last `cached_lines`: its crop, the filters, the cached lines and what they gave."""
-
-
-def _styles_cache_line(widget: Widget, y: int, width: int) -> Strip | None:
-    """Line `y` as StylesCache holds it, before the line filters, where it is still valid (what `StylesCache.render`
-    would hand back without drawing it again); None where it must be drawn. This skips what `render_widget` works
-    out before every call (background colours, the border title's styles), which only a line drawn again needs."""
-    cache = widget._styles_cache
-    if cache._width != width or cache.is_dirty(y):
-        return None
-    return cache._cache.get(y)
 
 
 @dataclass(frozen=True, slots=True)
