@@ -53,11 +53,10 @@ GRAPH_SCROLL_STEP = 0.25
 """The arrow keys scroll the paused GPU graphs by this share of their width."""
 STALE_AFTER_INTERVALS = 5
 STALE_MIN_SECONDS = 3.0
-"""A live source is stale after this long without a snapshot, or STALE_AFTER_INTERVALS intervals if longer."""
+"""A live source that has not delivered for STALE_AFTER_INTERVALS intervals, and at least this long, is stale."""
 STALE_CHECK_SLACK = 0.05
 """Seconds past the stale threshold at which the check runs (so the silence it measures is past the threshold)."""
 ADVISOR_NEEDS_A_JOB = "the advisor needs a job: gpumon run -- python train.py … or gpumon attach PID"
-"""A live source that has not delivered for this many intervals (and at least 3 s) is marked stale."""
 
 
 class SnapshotArrived(Message):
