@@ -8,8 +8,6 @@ from typing import Any
 _MAX_DEPTH = 4
 _MAPPING_TYPES_MAX = 256
 _mapping_types: dict[type, bool] = {}
-_followed_types: set[type] = set()
-"""Types of a list's first item that count_samples follows (not a Mapping, str, bytes, int or float)."""
 
 
 def count_samples(batch: Any) -> int | None:
@@ -18,17 +16,9 @@ def count_samples(batch: Any) -> int | None:
     A tensor (or anything with a `.shape`): its first dimension. A mapping: its first value. A
     list/tuple: its first element, except a list of samples (dicts, strings, numbers), whose length
     is the count. Only the first branch is followed, so the cost does not grow with the batch.
-    A loop rather than recursion, and the Mapping check remembered per type: this runs on every batch, cold.
+    A loop rather than recursion, and the Mapping check remembered per type: this runs on batches cold (the default
+    collate's list of tensors is counted inline by HookRuntime.dataloader_next, without this call).
     """
-    kind = type(batch)
-    if (kind is list or kind is tuple) and batch and type(batch[0]) in _followed_types:
-        # The default collate's batch, a list or tuple of tensors, without the general walk below: this runs cold.
-        shape = getattr(batch[0], "shape", None)
-        if shape is not None:
-            try:
-                return int(shape[0]) if len(shape) else 1
-            except (TypeError, IndexError, ValueError):
-                return None
     mapping_types = _mapping_types
     for _ in range(_MAX_DEPTH + 1):
         shape = getattr(batch, "shape", None)
@@ -57,8 +47,6 @@ def count_samples(batch: Any) -> int | None:
                 is_mapping = _remember_mapping(first)
             if is_mapping:
                 return len(batch)
-            if len(_followed_types) < _MAPPING_TYPES_MAX:
-                _followed_types.add(type(first))
             batch = first
         else:
             return None
