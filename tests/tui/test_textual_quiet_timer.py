@@ -24,21 +24,22 @@ class _Ticks(App[None]):
         self.ticks.append(time.monotonic())
 
 
-def _counting_sleeps(monkeypatch) -> list[float]:
-    sleeps: list[float] = []
-    real_sleep = _textual_quiet_timer.sleep
+def _counting_sleeps(monkeypatch, module: object, app: _Ticks) -> list[tuple[int, float]]:
+    """Each sleep the timer loop in `module` takes from now on: (ticks before it, seconds)."""
+    sleeps: list[tuple[int, float]] = []
+    real_sleep = module.sleep  # type: ignore[attr-defined]  # the timer modules' own sleep
 
     async def counted(seconds: float) -> None:
-        sleeps.append(seconds)
+        sleeps.append((len(app.ticks), seconds))
         await real_sleep(seconds)
 
-    monkeypatch.setattr(_textual_quiet_timer, "sleep", counted)
+    monkeypatch.setattr(module, "sleep", counted)
     return sleeps
 
 
 async def test_a_paused_frame_timer_waits_without_waking_and_ticks_as_soon_as_resumed(monkeypatch) -> None:
-    sleeps = _counting_sleeps(monkeypatch)
     app = _Ticks()
+    sleeps = _counting_sleeps(monkeypatch, _textual_quiet_timer, app)
     async with app.run_test() as pilot:
         timer = update_timer(app, 0.05, app.tick, "frames")
         assert isinstance(timer, FrameTimer)
@@ -72,14 +73,7 @@ async def test_textuals_own_timer_sleeps_again_after_a_tick_that_paused_it(monke
     """The reason for the workaround, checked on the installed Textual: after a tick that pauses it, its Timer still
     sleeps out another period (and so wakes the loop once more) before it waits on its pause."""
     app = _Ticks()
-    sleeps: list[tuple[int, float]] = []
-    real_sleep = textual_timer.sleep
-
-    async def counted(seconds: float) -> None:
-        sleeps.append((len(app.ticks), seconds))
-        await real_sleep(seconds)
-
-    monkeypatch.setattr(textual_timer, "sleep", counted)
+    sleeps = _counting_sleeps(monkeypatch, textual_timer, app)
     async with app.run_test() as pilot:
         timer = app.set_interval(0.05, lambda: (app.tick(), timer.pause()), pause=True)
         await pilot.pause(0.1)
