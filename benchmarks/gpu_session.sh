@@ -41,11 +41,12 @@ case "$part" in
   ladder)    # the demo's guided ladder (gpumon demo --guided: live knobs on the running trial, adaptive windows; about 3 min)
     timeout 560 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 --ladder-warmup 5 --out "$out" \
       2>&1 | tee "$out/ladder.log" ;;
-  x2)        # on nvidia-h200-x2 (carry .deb/ with the prometheus package too): 2-GPU recording, NVLink/ECC/energy, DDP NCCL
+  x2)        # on nvidia-h200-x2 or nvidia-h100-x2 (carry .deb/ with the prometheus package too): 2-GPU recording, NVLink/ECC/energy, DDP NCCL
              # ranks with the straggler and comm_bound, multi-node torchrun scraped by Prometheus (scrape sample kept),
              # nn.DataParallel's imbalance (about 8 min)
     if ls .deb/prometheus_*.deb >/dev/null 2>&1; then dpkg -x .deb/prometheus_*.deb /tmp/prom; export PATH=/tmp/prom/usr/bin:$PATH; fi
-    python3 -m gpumon record "$out/h200x2-tests.jsonl" --duration 150 \
+    chip=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H[0-9]+' | head -1 | tr 'H' 'h')
+    python3 -m gpumon record "$out/${chip:-gpu}x2-tests.jsonl" --duration 150 \
       --note "2 x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F): gpumon's 2-GPU tests" \
       > "$out/record.log" 2>&1 &
     GPUMON_RECORD_PROMETHEUS="$out/prom" timeout 280 python3 -m pytest -v -rs -p no:cacheprovider \
