@@ -101,9 +101,26 @@ def test_replay_screenshot_draws_the_last_snapshot_with_its_history(tmp_path):
     assert len(braille) >= 100, "the graphs are drawn from the history"
 
 
+def test_replay_screenshot_at_a_moment_of_a_two_gpu_recording(tmp_path):
+    """`--at 55` on the 2 x H100 recording: the screen 55 s in, while its two DDP ranks run (one per GPU, NVLink busy),
+    not its idle end."""
+    out = tmp_path / "shot.svg"
+    result = gpumon("replay", "assets/recordings/h100x2-tests.jsonl", "--at", "55", "--screenshot", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"gpumon: wrote {out} (160x50, 55 snapshots)"
+    root = ElementTree.fromstring(out.read_text(encoding="utf-8"))
+    text = "".join(root.itertext()).replace("\xa0", " ")
+    assert "GPU0 H100 80GB HBM3" in text
+    assert "GPU1 H100 80GB HBM3" in text
+    assert "Processes · 2 on GPU" in text
+    assert "NVLink ↓116G/s" in text
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
+        (("--screenshot", "shot.svg", "--at", "500"), "--at 500 is past the recording's end (24.5 s after its first"),
+        (("--screenshot", "shot.svg", "--at", "-3"), "must be zero or a positive number"),
         (("--screenshot", "/nonexistent-dir/shot.svg"), "gpumon: error: cannot write /nonexistent-dir/shot.svg"),
         (("--screenshot", "shot.svg", "--size", "10x5"), "is outside 40x12"),
         (("--screenshot", "shot.svg", "--size", "wide"), "is not COLUMNSxROWS"),

@@ -64,6 +64,16 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be zero or a positive number")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     """A positive, finite number of seconds, at most MAX_SECONDS."""
     value = positive_float(text)

@@ -1,4 +1,4 @@
-"""`gpumon replay`: the dashboard on a recording, or an SVG screenshot of its last snapshot."""
+"""`gpumon replay`: the dashboard on a recording, or an SVG screenshot of one moment of it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpumon.cli.base import CliError, Subparsers, positive_float, subcommand
+from gpumon.cli.base import CliError, Subparsers, non_negative_float, positive_float, subcommand
 from gpumon.cli.dashboard import add_view_arguments, view_options
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from textual.pilot import Pilot
+
+    from gpumon.sampling.snapshot import Snapshot
 
 SCREENSHOT_WAIT_S = 10.0
 """How long a screenshot waits for the dashboard to show the recording's last snapshot."""
@@ -31,6 +35,15 @@ def terminal_size(text: str) -> tuple[int, int]:
     return size
 
 
+def index_at(snapshots: Sequence[Snapshot], seconds: float) -> int:
+    """The last snapshot at most `seconds` after the first one; past the recording's end is a CliError."""
+    first = snapshots[0].timestamp
+    span = snapshots[-1].timestamp - first
+    if seconds > span:
+        raise CliError(f"--at {seconds:g} is past the recording's end ({span:.1f} s after its first snapshot)")
+    return max(index for index, snapshot in enumerate(snapshots) if snapshot.timestamp - first <= seconds)
+
+
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
         subparsers,
@@ -45,8 +58,15 @@ def register(subparsers: Subparsers) -> None:
         "--screenshot",
         type=Path,
         metavar="OUT.svg",
-        help="no terminal: write the dashboard as it shows the recording's last snapshot (its history behind the "
-        "graphs) to this SVG file, and exit",
+        help="no terminal: write the dashboard as it shows the recording's last snapshot, or the one --at names (its "
+        "history behind the graphs), to this SVG file, and exit",
+    )
+    parser.add_argument(
+        "--at",
+        type=non_negative_float,
+        metavar="SECONDS",
+        help="start this many seconds into the recording, its history up to there behind the graphs (with "
+        "--screenshot: the screen at that moment)",
     )
     parser.add_argument(
         "--size", type=terminal_size, default=(160, 50), metavar="COLSxROWS", help="the screenshot's size (160x50)"
@@ -63,10 +83,15 @@ def run_replay(args: argparse.Namespace) -> int:
         snapshots = read_recording(args.file)
     except RecordingError as error:
         raise CliError(str(error)) from None
-    replayer = Replayer(snapshots, speed=args.speed, name=args.file.name)
+    if args.at is not None:
+        start = index_at(snapshots, args.at)
+    else:
+        start = 0 if args.screenshot is None else len(snapshots) - 1
     if args.screenshot is not None:
-        for _ in snapshots[:-1]:
-            replayer.step()  # the history behind the graphs; the app is shown the last snapshot when it starts
+        snapshots = snapshots[: start + 1]  # the app is shown the moment's snapshot when it starts
+    replayer = Replayer(snapshots, speed=args.speed, name=args.file.name)
+    for _ in range(start):
+        replayer.step()  # the history behind the graphs
     app = GpumonApp(replayer, options=view_options(args), clock=lambda: snapshots[-1].timestamp)
     if args.screenshot is None:
         app.run()

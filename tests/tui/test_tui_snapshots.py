@@ -1,5 +1,5 @@
-"""Screenshot (SVG) regression tests at 80x24, 160x50 and 220x60 with 1, 2 and 8 GPUs, fed from the recording in
-conftest.RECORDING.
+"""Screenshot (SVG) regression tests at 80x24, 160x50 and 220x60 with 1, 2 and 8 GPUs, fed from the recordings in
+conftest: RECORDING (one GPU, copied for 8) and TWO_GPU_RECORDING.
 
 Regenerate after an intended change, or after switching RECORDING: python -m pytest tests/tui --snapshot-update
 """
@@ -19,8 +19,8 @@ SHOWN = 100
 """Snapshots fed before the screenshot: enough to fill the sparklines of an 80-column screen."""
 
 
-def dashboard(snapshots: list[Snapshot], recording_name: str) -> tuple[GpumonApp, FakeSource]:
-    source = FakeSource(description=f"replay of {recording_name}", interval=0.5)
+def dashboard(snapshots: list[Snapshot], recording_name: str, interval: float = 0.5) -> tuple[GpumonApp, FakeSource]:
+    source = FakeSource(description=f"replay of {recording_name}", interval=interval)
     return GpumonApp(source, clock=frozen_clock(snapshots)), source
 
 
@@ -33,8 +33,8 @@ def fed(source: FakeSource, snapshots: list[Snapshot]):
 
 
 def with_gpus(snapshots: list[Snapshot], count: int) -> list[Snapshot]:
-    """The recording's GPU copied to `count` GPUs, each a little less busy than the one before (the recordings at
-    hand have one GPU)."""
+    """The recording's GPU copied to `count` GPUs, each a little less busy than the one before (no recording at hand
+    has more than two)."""
     if count == 1:
         return snapshots
     return [
@@ -58,9 +58,15 @@ def with_gpus(snapshots: list[Snapshot], count: int) -> list[Snapshot]:
 
 @pytest.mark.parametrize("gpus", [1, 2, 8])
 @pytest.mark.parametrize("size", [(80, 24), (160, 50), (220, 60)], ids=lambda size: f"{size[0]}x{size[1]}")
-def test_dashboard(snap_compare, recording, recording_name, size: tuple[int, int], gpus: int) -> None:
-    snapshots = with_gpus(recording[:SHOWN], gpus)
-    app, source = dashboard(snapshots, recording_name)
+def test_dashboard(
+    snap_compare, recording, recording_name, two_gpu_recording, two_gpu_recording_name, size: tuple[int, int], gpus: int
+) -> None:
+    if gpus == 2:
+        snapshots = two_gpu_recording
+        app, source = dashboard(snapshots, two_gpu_recording_name, interval=1.0)
+    else:
+        snapshots = with_gpus(recording[:SHOWN], gpus)
+        app, source = dashboard(snapshots, recording_name)
     assert snap_compare(app, terminal_size=size, run_before=fed(source, snapshots))
 
 
