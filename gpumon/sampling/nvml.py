@@ -72,6 +72,8 @@ CLOCK_EVENT_NAMES = {
 
 HEALTH_INTERVAL = 10.0
 """Seconds between health reads (ECC, NVLink, energy, MIG...): slow-changing, and about 6 ms of CPU per H200."""
+QUIET_ENERGY_INTERVAL = 60.0
+"""Seconds between energy counter reads while nothing needs joules per sample: 4 of those 6 ms are the counter."""
 ALL_LINKS = 0xFFFFFFFF
 """Field-value scope that sums an NVLink counter over every link."""
 XID_WAIT_MS = 500
@@ -175,6 +177,9 @@ class _Device:
     health: dict[str, Any] = field(default_factory=dict)
     """The latest health fields, repeated on the slow ticks between two health reads."""
     health_read_at: float | None = None
+    energy: float | None = None
+    """The latest energy counter reading, in mJ, repeated between two reads."""
+    energy_read_at: float | None = None
 
 
 class NvmlModule(Protocol):
@@ -367,6 +372,8 @@ class GpuCollector:
         self._nvml = nvml
         self._retry_interval = retry_interval
         self._health_interval = health_interval
+        self.energy_interval = health_interval
+        """Seconds between energy counter reads (at health reads, so never more often than those)."""
         self._clock = clock
         self._lock = threading.RLock()
         self._devices: list[_Device] = []
@@ -385,6 +392,11 @@ class GpuCollector:
         self._xid: XidWatcher | None = None
 
     # ---- public API -------------------------------------------------------------------------
+
+    @property
+    def health_interval(self) -> float:
+        """Seconds between health reads."""
+        return self._health_interval
 
     @property
     def _library(self) -> NvmlModule:
@@ -808,7 +820,11 @@ class GpuCollector:
     def _health_fields(self, device: _Device) -> dict[str, Any]:
         nvml, call = self._library, self._health_call
         fan = call(device, "fan", getattr(nvml, "nvmlDeviceGetFanSpeed", None))
-        energy = call(device, "energy", getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None))
+        now = self._clock()
+        if device.energy_read_at is None or now - device.energy_read_at >= self.energy_interval:
+            device.energy = call(device, "energy", getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None))
+            device.energy_read_at = now
+        energy = device.energy
         power_limit = call(device, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
         if power_limit is not None:
             device.power_limit = power_limit / 1000.0  # it can change while running (nvidia-smi -pl)

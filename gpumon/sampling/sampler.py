@@ -12,7 +12,7 @@ from typing import Any
 
 from gpumon.sampling.history import History
 from gpumon.sampling.host import HostCollector
-from gpumon.sampling.nvml import GpuCollector, SlowGpuReading
+from gpumon.sampling.nvml import QUIET_ENERGY_INTERVAL, GpuCollector, SlowGpuReading
 from gpumon.sampling.processes import ProcessCollector
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 from gpumon.sampling.source import INTERVAL_STEPS, MAX_INTERVAL, MIN_INTERVAL, SnapshotCallback, next_step
@@ -115,6 +115,11 @@ class Sampler:
     def resume(self) -> None:
         self._paused = False
         self._wake()
+
+    def read_energy_often(self, often: bool) -> None:
+        """The energy counter at every health read (a job's joules per sample need it), or every
+        QUIET_ENERGY_INTERVAL (the dashboard's cumulative figure)."""
+        self.gpu.energy_interval = self.gpu.health_interval if often else QUIET_ENERGY_INTERVAL
 
     def faster(self) -> None:
         self.set_interval(next_step(INTERVAL_STEPS, self._interval, -1))

@@ -37,7 +37,7 @@ from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.advisor_panel import AdvisorPanel
-from gpumon.tui.app import GpumonApp, TracksPids
+from gpumon.tui.app import GpumonApp, ReadsEnergy, TracksPids
 
 DIAGNOSE_EVERY_S = 5.0
 DIAGNOSIS_WINDOW_S = 10.0
@@ -92,6 +92,10 @@ class LoggingSource:
     def track_pids(self, pids: Iterable[int]) -> None:
         if isinstance(self.inner, TracksPids):
             self.inner.track_pids(pids)
+
+    def read_energy_often(self, often: bool) -> None:
+        if isinstance(self.inner, ReadsEnergy):
+            self.inner.read_energy_often(often)
 
 
 @dataclass

@@ -78,6 +78,14 @@ class TracksPids(Protocol):
     def track_pids(self, pids: Iterable[int]) -> None: ...
 
 
+@runtime_checkable
+class ReadsEnergy(Protocol):
+    """A snapshot source whose energy counter reads can be made rarer while no job needs joules per sample (the live
+    Sampler; not a replay)."""
+
+    def read_energy_often(self, often: bool) -> None: ...
+
+
 JobOpener = Callable[[JobGroup], JobSource]
 """Connects to a picked job group (may block up to about a second; the app calls it on a worker thread)."""
 JOB_REDRAW_S = 0.25
@@ -228,7 +236,9 @@ class GpumonApp(App[None]):
             self._arm_stale_check()
         if self.job is not None:
             self._follow(self.job)
-        elif self.offered_jobs:
+            return
+        self._read_energy_for_a_job(False)
+        if self.offered_jobs:
             self.push_screen(JobPicker(self.offered_jobs), self._picked)
 
     def on_unmount(self) -> None:
@@ -465,12 +475,19 @@ class GpumonApp(App[None]):
     def _follow(self, job: JobSource) -> None:
         """Show `job` in the job pane (mounted now if the app started without one) and start its client."""
         self.job = job
+        self._read_energy_for_a_job(True)
         if self._job_pane is None:
             self._job_pane = JobPane(id="job")
             self.mount(self._job_pane, before=self._process_table)
         self._size_panes(self.size)
         job.start(self._job_signal)
         self._show_job()
+
+    def _read_energy_for_a_job(self, often: bool) -> None:
+        """A followed job's joules per sample need the energy counter at every health read; the plain dashboard's
+        cumulative figure does not."""
+        if isinstance(self.source, ReadsEnergy):
+            self.source.read_energy_often(often)
 
     def _job_signal(self, _what: str) -> None:
         """Called on the job client's thread: wake the UI once, however many messages arrive meanwhile."""

@@ -74,6 +74,15 @@ class TrackingSource(FakeSource):
         self.tracked.append(list(pids))
 
 
+class EnergySource(FakeSource):
+    def __init__(self) -> None:
+        super().__init__(live=True)
+        self.energy_often: list[bool] = []
+
+    def read_energy_often(self, often: bool) -> None:
+        self.energy_often.append(often)
+
+
 def job_snapshot(view: HookedView, **changes: Any):
     """The machine as the sampler sees it: the job's process with its DataLoader workers beneath, one other job."""
     workers = tuple(process(pid, command="python hooked_train.py") for pid in view.worker_pids)
@@ -196,3 +205,19 @@ async def test_escape_in_the_picker_keeps_the_plain_dashboard() -> None:
         await pilot.pause()
         assert not isinstance(app.screen, JobPicker)
         assert app.job is None and not app.query(JobPane)
+
+
+async def test_the_energy_counter_is_read_often_only_once_a_job_is_followed() -> None:
+    """The plain dashboard shows only the cumulative energy; a followed job's joules per sample need every read."""
+    plain = EnergySource()
+    async with GpumonApp(plain, jobs=[group_of(LIVE)], open_job=lambda group: FakeJob(LIVE)).run_test() as pilot:
+        await pilot.pause()
+        assert plain.energy_often == [False]
+        await pilot.press("enter")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        assert plain.energy_often == [False, True]
+    attached = EnergySource()
+    async with GpumonApp(attached, job=FakeJob(LIVE)).run_test() as pilot:
+        await pilot.pause()
+        assert attached.energy_often == [True]
