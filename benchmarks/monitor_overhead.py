@@ -16,6 +16,9 @@ Without a GPU, `--replay FILE` measures gpumon's dashboard alone (the TUI cost, 
 recording made with `gpumon record` one snapshot per interval, repeated as long as the run needs:
 
     python benchmarks/monitor_overhead.py --replay assets/recordings/h100-training.jsonl --rounds 3 --window 10
+
+`--base DIR` adds gpumon from another checkout (`git worktree add DIR REV`, or `git archive REV | tar -x -C DIR`) as
+the tool `gpumon-base`, alternated with the others: a change's effect measured in the same run as its anchor.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from gpumon.sampling.recording import RecordingError, RecordingWriter, read_reco
 REPLAY = "gpumon-replay"
 """The tool name of gpumon's dashboard replaying a recording (`--replay`)."""
 TOOLS = ("gpumon", "nvitop")
+BASE = "gpumon-base"
+"""The tool name of gpumon run from the checkout `--base` names."""
 MIN_ROUNDS = 3
 """Fewer rounds give no median worth the name; `--allow-fewer` lets a quick check run them anyway."""
 
@@ -80,20 +85,23 @@ def tool_command(tool: str, interval: float, replay: tuple[Path, float] | None =
             raise ValueError("the replay tool needs a recording")
         recording, spacing = replay
         return [sys.executable, "-m", "gpumon", "replay", str(recording), "--speed", f"{spacing / interval:g}"]
-    if tool == "gpumon":
+    if tool in ("gpumon", BASE):
         return [sys.executable, "-m", "gpumon", "--interval", f"{interval:g}"]
     if tool == "nvitop":
         return [sys.executable, "-m", "nvitop", "--interval", f"{interval:g}"]
     raise ValueError(tool)
 
 
-def run_in_pty(command: list[str], columns: int, rows: int) -> tuple[subprocess.Popen[bytes], int, PtyOutput]:
-    """Start `command` on a fresh pseudo-terminal of the given size and drain its output in a thread, counting it."""
+def run_in_pty(
+    command: list[str], columns: int, rows: int, cwd: Path = ROOT
+) -> tuple[subprocess.Popen[bytes], int, PtyOutput]:
+    """Start `command` in `cwd` (where `python -m` imports from first) on a fresh pseudo-terminal of the given size
+    and drain its output in a thread, counting it."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(rows)}
     process = subprocess.Popen(
-        command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=ROOT
+        command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=cwd
     )
     os.close(slave)
     output = PtyOutput()
@@ -179,16 +187,18 @@ def measure(
     columns: int,
     rows: int,
     replay: tuple[Path, float] | None = None,
+    base: Path | None = None,
 ) -> Measurement:
     """What `tool` cost over `window` seconds after `warmup` seconds: % of one core, and bytes/s to its terminal."""
-    return measure_command(tool_command(tool, interval, replay), tool, warmup, window, columns, rows)
+    cwd = base if tool == BASE and base is not None else ROOT
+    return measure_command(tool_command(tool, interval, replay), tool, warmup, window, columns, rows, cwd)
 
 
 def measure_command(
-    command: list[str], name: str, warmup: float, window: float, columns: int, rows: int
+    command: list[str], name: str, warmup: float, window: float, columns: int, rows: int, cwd: Path = ROOT
 ) -> Measurement:
     """measure() for any command line, called `name` in errors."""
-    process, master, output = run_in_pty(command, columns, rows)
+    process, master, output = run_in_pty(command, columns, rows, cwd)
     try:
         time.sleep(warmup)
         if process.poll() is not None:
@@ -268,6 +278,12 @@ def parse_arguments() -> argparse.Namespace:
         metavar="FILE",
         help="measure only gpumon's dashboard replaying this recording (no GPU, no load, no nvitop)",
     )
+    parser.add_argument(
+        "--base",
+        type=Path,
+        metavar="DIR",
+        help=f"also measure gpumon from the checkout in DIR, as {BASE}, alternated with the other tools",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     return parser.parse_args()
 
@@ -284,6 +300,10 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         return "--intervals: every interval must be a positive number of seconds"
     if not args.warmup >= 0 or not args.window > 0:
         return "--warmup must be 0 or more and --window more than 0 seconds"
+    if args.base is not None and not (args.base / "gpumon" / "__main__.py").is_file():
+        return f"--base {args.base}: no gpumon checkout there (gpumon/__main__.py is missing)"
+    if args.base is not None and args.replay is not None:
+        return "--base measures the live dashboard: leave out --replay"
     if args.columns < 20 or args.rows < 10:
         return f"--columns {args.columns} --rows {args.rows}: the terminal must be at least 20x10"
     return None
@@ -311,6 +331,8 @@ def main() -> int:
             print(f"monitor_overhead: {error}", file=sys.stderr)
             return 2
 
+    if args.base is not None:
+        args.tools = [*args.tools, BASE]
     load = None
     if not args.no_load:
         load = start_load()
@@ -321,7 +343,14 @@ def main() -> int:
                 order = args.tools if round_index % 2 == 0 else list(reversed(args.tools))
                 for tool in order:
                     value = measure(
-                        tool, interval, args.warmup, args.window, args.columns, args.rows, replays.get(interval)
+                        tool,
+                        interval,
+                        args.warmup,
+                        args.window,
+                        args.columns,
+                        args.rows,
+                        replays.get(interval),
+                        args.base,
                     )
                     samples.setdefault((tool, interval), []).append(value)
                     print(
@@ -369,6 +398,8 @@ def main() -> int:
         }
         if args.replay is not None:
             report["replay"] = str(args.replay)
+        if args.base is not None:
+            report["base"] = str(args.base)
         args.json.write_text(json.dumps(report, indent=2))
     return 0
 

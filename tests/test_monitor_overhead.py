@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.monitor_overhead import BenchmarkError, measure_command, run_in_pty, stop_group
+from benchmarks.monitor_overhead import BASE, BenchmarkError, measure_command, run_in_pty, stop_group, tool_command
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "monitor_overhead.py"
 
@@ -69,3 +69,30 @@ def test_fewer_than_three_rounds_are_refused_unless_allowed_in_one_line() -> Non
     )
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
     assert "/no/such/recording.jsonl" in missing.stderr
+
+
+def test_the_base_tool_runs_gpumon_from_the_base_checkout(tmp_path: Path) -> None:
+    """`--base DIR`: `python -m gpumon` started in DIR imports DIR's gpumon, not this checkout's."""
+    (tmp_path / "gpumon").mkdir()
+    (tmp_path / "gpumon" / "__init__.py").write_text("")
+    (tmp_path / "gpumon" / "__main__.py").write_text("import os\nos.write(1, os.getcwd().encode())\n")
+    command = tool_command(BASE, 1.0)
+    process, master, output = run_in_pty(command, 80, 24, cwd=tmp_path)
+    try:
+        process.wait(10)
+        assert output.reader is not None
+        output.reader.join(10)
+        assert output.bytes_read == len(str(tmp_path).encode())
+    finally:
+        stop_group(process)
+        os.close(master)
+
+
+def test_a_base_without_a_gpumon_checkout_is_refused_in_one_line(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [sys.executable, str(SCRIPT), "--base", str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        f"monitor_overhead: --base {tmp_path}: no gpumon checkout there (gpumon/__main__.py is missing)"
+    ]
