@@ -7,13 +7,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual._segment_tools import line_crop
 from textual._types import SegmentLines
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.timer import Timer
 from textual.widgets import DataTable
 from textual.widgets._data_table import CellCacheKey
@@ -595,6 +598,49 @@ class ProcessTable(DataTable[Text]):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         self._cell_render_cache[cache_key] = lines
         return lines
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        """DataTable's line; a body row (one line, the row cursor, no fixed or labelled parts) is assembled here from
+        its cells, skipping DataTable's per-row bookkeeping (the header's style, each cell's highlight test, its row
+        and line caches, which every update empties); the same Strip (tests/tui/test_textual_fast_path.py)."""
+        strip = self._body_line(y, x1, x2, base_style) if ACTIVE else None
+        return strip if strip is not None else super()._render_line(y, x1, x2, base_style)
+
+    def _body_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip | None:
+        """A body row's line as DataTable._render_line_in_row + _render_line draw it, or None for any other line."""
+        if (
+            self.fixed_rows
+            or self.fixed_columns
+            or self.cursor_type != "row"
+            or (self._labelled_row_exists and self.show_row_labels)
+        ):
+            return None
+        try:
+            row_key, line_in_row = self._get_offsets(y)
+        except LookupError:
+            return None
+        row_index = self._row_locations.get(row_key)
+        row = self.rows.get(row_key)
+        if row_key is self._header_row_key or line_in_row or row_index is None or row is None or row.height != 1:
+            return None
+        cursor = self.cursor_coordinate.row == row_index
+        hover = self.hover_coordinate.row == row_index
+        row_style = self._get_row_style(row_index, base_style)
+        segments: list[Segment] = []
+        table_width = self._row_label_column_width
+        for column_index, column in enumerate(self.ordered_columns):
+            width = column.get_render_width(self)
+            segments += self._render_cell(row_index, column_index, row_style, width, cursor, hover)[0]
+            table_width += width
+        extend_style, _ = self._get_styles_to_render_cell(
+            False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor, False, False
+        )
+        extend_style = (
+            row_style + extend_style + Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+        )
+        widget_width = self.size.width
+        segments.append(Segment(" " * max(0, widget_width - table_width), extend_style))
+        return Strip(line_crop(segments, x1, x2, widget_width)).adjust_cell_length(widget_width, base_style).simplify()
 
     def _replace_cells(self, changed: dict[int, dict[str, Text]]) -> None:
         """Put new values in existing cells and repaint only their rows.

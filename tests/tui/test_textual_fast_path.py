@@ -15,6 +15,7 @@ from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.renderables.styled import Styled
 from textual.widget import Widget
@@ -145,6 +146,37 @@ async def test_process_table_cells_draw_what_datatable_draws(recording) -> None:
                     assert drawn == expected, (row, definition.key)
                     compared += 1
         assert compared >= 2 * 11 * 3
+
+
+async def test_process_table_body_lines_are_the_lines_datatable_draws(recording) -> None:
+    """ProcessTable._render_line assembles a body row's line itself; every line of a real recording's table, cropped
+    or not, with the cursor and the hover on one row or another, and the line's mouse meta, must come out as
+    DataTable's own."""
+    async with _replaying(recording, (160, 50)) as app:
+        table = app.query_one(ProcessTable)
+        assert table.row_count >= 2
+        base = table.rich_style
+        width = table.size.width
+        compared = 0
+        for cursor_row, hover_row in ((0, 1), (1, 0), (1, 1)):
+            table.move_cursor(row=cursor_row, animate=False)
+            table.hover_coordinate = Coordinate(hover_row, 0)
+            table._show_hover_cursor = True
+            for y in range(table.header_height + table.row_count):
+                for x1, x2 in ((0, width), (5, width - 7)):
+                    table._line_cache.clear()
+                    table._row_render_cache.clear()
+                    drawn = table._render_line(y, x1, x2, base)
+                    table._line_cache.clear()
+                    table._row_render_cache.clear()
+                    expected = DataTable._render_line(table, y, x1, x2, base)
+                    assert drawn == expected, (y, x1, x2, cursor_row, hover_row)
+                    assert [segment.style.meta if segment.style else None for segment in drawn] == [
+                        segment.style.meta if segment.style else None for segment in expected
+                    ]
+                    compared += y >= table.header_height
+        assert table._body_line(table.header_height, 0, width, base) is not None, "the fast path drew the body"
+        assert compared >= 3 * 2 * 2
 
 
 async def test_cached_lines_follow_a_theme_or_style_change(recording) -> None:
