@@ -162,10 +162,12 @@ class GraphView:
     skip: int = 0
     """Samples scrolled back from the newest."""
     cache: GraphCache | None = None
+    whole_cells: bool = False
+    """Graphs move on a whole cell at a time (graph.WHOLE_CELLS_BELOW_S)."""
 
     def graph_lines(self, key: str, rows: int, width: int) -> tuple[list[str], int]:
         """A graph's rows, top first, and how many cells on its left have no history yet."""
-        window = window_for(self.history, self.style, width, self.skip)
+        window = self.window(width)
         cache = self.cache if self.cache is not None else {}
         graph = cache.get((key, rows, self.style))
         if graph is None:
@@ -175,7 +177,7 @@ class GraphView:
         return graph.lines(self.history, key, window), window.empty_cells
 
     def window(self, width: int) -> Window:
-        return window_for(self.history, self.style, width, self.skip)
+        return window_for(self.history, self.style, width, self.skip, self.whole_cells)
 
 
 _GRAPH_CACHE_MAX = 128
@@ -397,6 +399,8 @@ class GpuPane(Pane):
         self.graph_style = GraphStyle.BRAILLE
         self.scrolled_back = 0
         """Samples the graphs are scrolled back from the newest (only while paused)."""
+        self.whole_cells = False
+        """Braille graphs move on a whole cell at a time; the app sets it from the sampling interval."""
         self._graphs: GraphCache = {}
         self._shown: tuple[Snapshot, History] | None = None
 
@@ -404,7 +408,7 @@ class GpuPane(Pane):
         self._shown = (snapshot, history)
         max_lines = self.max_lines
         job_uuids = self.job_uuids
-        view = GraphView(history, self.graph_style, self.scrolled_back, self._graphs)
+        view = GraphView(history, self.graph_style, self.scrolled_back, self._graphs, self.whole_cells)
         unlabelled = [0]
 
         def build(width: int) -> list[Text]:

@@ -70,6 +70,26 @@ def test_a_graph_moved_on_a_few_samples_at_a_time_matches_a_fresh_drawing(style:
             break
 
 
+def test_whole_cells_draw_a_braille_cell_once_both_its_samples_are_in() -> None:
+    history = History(seconds=60.0, fastest_interval=1.0)
+    drawn: list[tuple[list[str], list[str]]] = []
+    for index in range(7):
+        history.add(snapshot(1_795_000_000.0 + index, gpus=(gpu(0, utilization_gpu=90.0 if index % 2 else 30.0),)))
+        whole = window_for(history, GraphStyle.BRAILLE, 10, whole_cells=True)
+        half = window_for(history, GraphStyle.BRAILLE, 10)
+        assert whole.end == (index + 1) // 2 * 2 and half.end == index + 1
+        key = "gpu0.utilization_gpu"
+        drawn.append(
+            (
+                Graph(GraphStyle.BRAILLE, 2).lines(history, key, whole),
+                Graph(GraphStyle.BRAILLE, 2).lines(history, key, half),
+            )
+        )
+    assert drawn[4][0] == drawn[3][0] and drawn[4][1] != drawn[3][1], "the fifth sample waits for the sixth"
+    assert drawn[5][0] == drawn[5][1], "a full cell is drawn the same either way"
+    assert window_for(history, GraphStyle.BLOCKS, 10, whole_cells=True).end == 7, "a block cell is one sample"
+
+
 def test_history_reads_samples_by_absolute_index_and_marks_gpu_events() -> None:
     history = History(seconds=1.0, fastest_interval=0.1)
     worker = process(7, gpu_indices=(0,))
@@ -122,6 +142,27 @@ async def test_a_fresh_start_shows_the_span_to_fill_on_the_time_axis() -> None:
         assert axis.split("└")[1].startswith("-1m20s") and axis.endswith("now") and "-40s" in axis
         util = graph_rows(text, "Util")
         assert util[-1].startswith(NO_DATA * 70) and util[-1][-2:].strip()
+
+
+@pytest.mark.parametrize(("interval", "whole_cells"), [(0.25, True), (1.0, False)])
+async def test_graphs_move_a_whole_cell_at_a_time_when_sampling_faster_than_a_second(
+    interval: float, whole_cells: bool
+) -> None:
+    source = FakeSource(interval=interval)
+    app = GpumonApp(source)
+    ramp = [
+        snapshot(1_795_000_000.0 + index * interval, gpus=(gpu(0, utilization_gpu=float(index * 9)),))
+        for index in range(11)
+    ]
+    async with app.run_test(size=(160, 50)) as pilot:
+        rows = []
+        for shown in ramp[8:]:
+            source.push(*([*ramp[:8], shown] if shown is ramp[8] else [shown]))
+            await pilot.pause()
+            rows.append(graph_rows(widget_text(app.query_one(GpuPane)), "Util"))
+        assert app.query_one(GpuPane).whole_cells is whole_cells
+        assert rows[0] != rows[1], "the 10th sample completes a cell: drawn either way"
+        assert (rows[1] == rows[2]) is whole_cells, "the 11th sample half a cell: drawn at once, or with the 12th"
 
 
 async def test_arrows_scroll_the_graphs_back_while_paused_and_only_then() -> None:
