@@ -77,6 +77,12 @@ GPU_GAUGES = (
     GpuGauge("gpumon_gpu_clock_memory_hertz", "Memory clock.", "clock_memory", MHZ),
     GpuGauge("gpumon_gpu_clock_sm_max_hertz", "Highest SM clock this GPU runs at.", "clock_sm_max", MHZ),
     GpuGauge("gpumon_gpu_fan_speed_ratio", "Fan speed, share of its maximum, 0-1.", "fan_speed", PERCENT),
+    GpuGauge("gpumon_gpu_pcie_link_generation", "PCIe link generation now.", "pcie_link_gen"),
+    GpuGauge("gpumon_gpu_pcie_link_width", "PCIe link lanes now.", "pcie_link_width"),
+    GpuGauge(
+        "gpumon_gpu_pcie_link_generation_max", "Highest PCIe generation of the GPU and slot.", "pcie_link_gen_max"
+    ),
+    GpuGauge("gpumon_gpu_pcie_link_width_max", "Most PCIe lanes of the GPU and slot.", "pcie_link_width_max"),
     GpuGauge("gpumon_gpu_nvlink_rx_bytes_per_second", "NVLink data received, all links.", "nvlink_rx"),
     GpuGauge("gpumon_gpu_nvlink_tx_bytes_per_second", "NVLink data sent, all links.", "nvlink_tx"),
     GpuGauge(

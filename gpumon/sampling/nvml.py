@@ -226,6 +226,10 @@ class NvmlModule(Protocol):
     def nvmlGpmMetricsGet(self, request: Any, /) -> Any: ...
     def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int, /) -> int: ...
     def nvmlDeviceGetFanSpeed(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any, /) -> int: ...
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, /) -> int: ...
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int, /) -> int: ...
     def nvmlDeviceGetRemappedRows(self, handle: Any, /) -> tuple[int, int, int, int]: ...
@@ -831,10 +835,25 @@ class GpuCollector:
         fields: dict[str, Any] = {
             "fan_speed": float(fan) if fan is not None else None,
             "energy_total": energy / 1000.0 if energy is not None else None,
+            **self._pcie_link_fields(device),
             **self._ecc_fields(device),
             **self._remapped_fields(device),
             **self._nvlink_rates(device),
         }
+        return fields
+
+    def _pcie_link_fields(self, device: _Device) -> dict[str, int | None]:
+        """The PCIe link's generation and lanes now and at most (the GPU and its slot together)."""
+        nvml = self._library
+        fields: dict[str, int | None] = {}
+        for name, function in (
+            ("pcie_link_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            ("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth"),
+            ("pcie_link_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+            ("pcie_link_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
+        ):
+            value = self._health_call(device, name, getattr(nvml, function, None))
+            fields[name] = int(value) if value is not None and int(value) > 0 else None
         return fields
 
     def _ecc_fields(self, device: _Device) -> dict[str, int | None]:

@@ -91,6 +91,14 @@ class GpuSample:
     """MHz: the highest SM clock this GPU runs at (read once)."""
     fan_speed: float | None = None
     """Percent of the fan's maximum speed (None on passively cooled GPUs)."""
+    pcie_link_gen: int | None = None
+    """The PCIe link's generation now (idle GPUs may step it down to save power)."""
+    pcie_link_width: int | None = None
+    """The PCIe link's lanes now."""
+    pcie_link_gen_max: int | None = None
+    """The highest generation the GPU and its slot can run together."""
+    pcie_link_width_max: int | None = None
+    """The most lanes the GPU and its slot can run together."""
     energy_total: float | None = None
     """Joules consumed since the driver was loaded."""
     nvlink_rx: float | None = None
@@ -362,6 +370,10 @@ _GPU_FIGURES: dict[str, Checker] = {
     "dram_bandwidth": _percent,
     "clock_sm_max": _count,
     "fan_speed": _percent,
+    "pcie_link_gen": _count,
+    "pcie_link_width": _count,
+    "pcie_link_gen_max": _count,
+    "pcie_link_width_max": _count,
     "energy_total": _non_negative,
     "nvlink_rx": _non_negative,
     "nvlink_tx": _non_negative,

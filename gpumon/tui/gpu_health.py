@@ -1,5 +1,5 @@
-"""A GPU's health under its header: NVLink, ECC, memory repairs, XID errors, fan and energy (N/A where the GPU does
-not report one), and each MIG instance as its own small memory gauge."""
+"""A GPU's health under its header: NVLink, ECC, memory repairs, XID errors, the PCIe link, fan and energy (N/A where
+the GPU does not report one), and each MIG instance as its own small memory gauge."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ _DIM = "bright_black"
 
 _HEALTH_FIELDS = (
     "fan_speed",
+    "pcie_link_gen",
+    "pcie_link_width",
     "energy_total",
     "nvlink_rx",
     "nvlink_tx",
@@ -104,11 +106,38 @@ def _xid(gpu: GpuSample) -> Text:
     return _item("XID", f"{latest.xid} at {when}{earlier}", _ALARM)
 
 
+def _pcie_link(gpu: GpuSample) -> list[Text]:
+    """'PCIe Gen5x16'; below what the GPU and slot can do, with that: 'PCIe Gen1x16/5x16' (an idle GPU stepping its
+    generation down is normal), in yellow when lanes are missing (a link trained narrow stays so); nothing for
+    samples without link figures (recordings made before them)."""
+    if gpu.pcie_link_gen is None and gpu.pcie_link_width is None:
+        return []
+    gen, width = units.count(gpu.pcie_link_gen), units.count(gpu.pcie_link_width)
+    link = f"Gen{gen}x{width}"
+    gen_max, width_max = gpu.pcie_link_gen_max, gpu.pcie_link_width_max
+    below = (gen_max is not None and (gpu.pcie_link_gen or 0) < gen_max) or (
+        width_max is not None and (gpu.pcie_link_width or 0) < width_max
+    )
+    if below:
+        link += f"/{units.count(gen_max)}x{units.count(width_max)}"
+    narrow = width_max is not None and gpu.pcie_link_width is not None and gpu.pcie_link_width < width_max
+    return [_item("PCIe", link, "yellow" if narrow else "")]
+
+
 def health_text(gpu: GpuSample) -> Text:
-    """One line: 'NVLink ↓1.2G/s ↑0.8G/s  ECC 0/0 life 3/0  remap 0/0  XID none  fan N/A  energy 1.2MJ'."""
+    """One line: 'NVLink ↓1.2G/s ↑0.8G/s  ECC 0/0 life 3/0  remap 0/0  XID none  PCIe Gen5x16  fan N/A  energy
+    1.2MJ'."""
     energy = f"{units.count(gpu.energy_total)}J" if gpu.energy_total is not None else NOT_AVAILABLE
     fan = units.percent(gpu.fan_speed) if gpu.fan_speed is not None else NOT_AVAILABLE
-    parts = [_nvlink(gpu), _ecc(gpu), _memory_repairs(gpu), _xid(gpu), _item("fan", fan), _item("energy", energy)]
+    parts = [
+        _nvlink(gpu),
+        _ecc(gpu),
+        _memory_repairs(gpu),
+        _xid(gpu),
+        *_pcie_link(gpu),
+        _item("fan", fan),
+        _item("energy", energy),
+    ]
     text = Text("  ", no_wrap=True, end="")
     for index, part in enumerate(parts):
         if index:
@@ -150,6 +179,8 @@ DRAWN_FROM = (
     *_HEALTH_FIELDS,
     "remapped_rows_uncorrectable",
     "remapped_rows_pending",
+    "pcie_link_gen_max",
+    "pcie_link_width_max",
     "remapped_rows_failed",
     "retired_pages_pending",
     "mig_instances",

@@ -172,6 +172,10 @@ def test_health_fields_and_xid_errors_counted_once() -> None:
         name="H100",
         clock_sm_max=1980,
         fan_speed=40.0,
+        pcie_link_gen=4,
+        pcie_link_width=8,
+        pcie_link_gen_max=5,
+        pcie_link_width_max=16,
         energy_total=123456.0,
         nvlink_rx=2e9,
         nvlink_tx=1e9,
@@ -192,6 +196,10 @@ def test_health_fields_and_xid_errors_counted_once() -> None:
     found = exposition(collector)
     assert only(found["gpumon_gpu_clock_sm_max_hertz"])[1] == 1980e6
     assert only(found["gpumon_gpu_fan_speed_ratio"])[1] == pytest.approx(0.4)
+    assert only(found["gpumon_gpu_pcie_link_generation"])[1] == 4.0
+    assert only(found["gpumon_gpu_pcie_link_width"])[1] == 8.0
+    assert only(found["gpumon_gpu_pcie_link_generation_max"])[1] == 5.0
+    assert only(found["gpumon_gpu_pcie_link_width_max"])[1] == 16.0
     assert only(found["gpumon_gpu_nvlink_rx_bytes_per_second"])[1] == 2e9
     assert only(found["gpumon_gpu_remapped_rows_pending"])[1] == 1.0
     assert only(found["gpumon_gpu_remapped_rows_failed"])[1] == 0.0

@@ -1,5 +1,6 @@
-"""On a GPU machine: the health fields read from the real GPUs (energy, ECC, remapped rows, power limit, NVLink while a
-copy crosses it where there are two GPUs, XID registration, MIG mode) agree with raw pynvml, and cost little."""
+"""On a GPU machine: the health fields read from the real GPUs (energy, ECC, remapped rows, power limit, the PCIe link,
+NVLink while a copy crosses it where there are two GPUs, XID registration, MIG mode) agree with raw pynvml, and cost
+little."""
 
 from __future__ import annotations
 
@@ -112,6 +113,38 @@ def test_ecc_remapped_rows_power_limit_and_mig_match_raw_nvml(collector: GpuColl
             f"GPU {gpu.index}: ECC {[got[n] for n in ('ecc_corrected_volatile', 'ecc_uncorrected_volatile')]}, "
             f"remapped {rows}, fan {got['fan_speed']}, power limit {limit:.0f} W, MIG {got['mig_mode']}"
         )
+
+
+def test_the_pcie_link_matches_raw_nvml_and_costs_little(collector: GpuCollector, raw: Any) -> None:
+    gpus = collector.collect_fast()
+    fields = collector.collect_slow().fields
+    assert gpus, "no GPU read"
+    for gpu in gpus:
+        handle = raw.nvmlDeviceGetHandleByIndex(gpu.index)
+        got = fields[gpu.index]
+        assert got["pcie_link_gen_max"] == raw.nvmlDeviceGetMaxPcieLinkGeneration(handle)
+        assert got["pcie_link_width_max"] == raw.nvmlDeviceGetMaxPcieLinkWidth(handle)
+        # The generation now may step between two reads (link power states), never above what the link can do.
+        assert 1 <= got["pcie_link_gen"] <= got["pcie_link_gen_max"] <= 6
+        assert got["pcie_link_width"] in (1, 2, 4, 8, 16, 32) and got["pcie_link_width"] <= got["pcie_link_width_max"]
+        costs = {}
+        for name in (
+            "nvmlDeviceGetCurrPcieLinkGeneration",
+            "nvmlDeviceGetCurrPcieLinkWidth",
+            "nvmlDeviceGetMaxPcieLinkGeneration",
+            "nvmlDeviceGetMaxPcieLinkWidth",
+        ):
+            function = getattr(raw, name)
+            started = time.process_time()
+            for _ in range(100):
+                function(handle)
+            costs[name] = (time.process_time() - started) / 100
+        print(
+            f"GPU {gpu.index}: PCIe Gen{got['pcie_link_gen']} x{got['pcie_link_width']} of "
+            f"Gen{got['pcie_link_gen_max']} x{got['pcie_link_width_max']}; CPU per call: "
+            + ", ".join(f"{name.removeprefix('nvmlDeviceGet')} {cost * 1e6:.0f} us" for name, cost in costs.items())
+        )
+        assert sum(costs.values()) < 0.002, "the four link calls, read every health interval, stay cheap"
 
 
 def test_xid_errors_can_be_watched_and_the_thread_stops(collector: GpuCollector) -> None:

@@ -60,6 +60,8 @@ class FakeDevice:
     # ---- health
     clock_sm_max: int = 1980
     fan_percent: int = 45
+    pcie_link: tuple[int, int, int, int] = (5, 16, 5, 16)
+    """Generation and lanes now, generation and lanes at most."""
     energy_mj: int = 123_456_789
     ecc: dict[tuple[int, int], int] = field(default_factory=dict)
     """(NVML_MEMORY_ERROR_TYPE_*, NVML_*_ECC) -> count; missing ones are 0."""
@@ -312,6 +314,22 @@ class FakeNvml:
     def nvmlDeviceGetFanSpeed(self, handle: FakeDevice) -> int:
         self._enter("nvmlDeviceGetFanSpeed", handle)
         return handle.fan_percent
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        return handle.pcie_link[0]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        return handle.pcie_link[1]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        return handle.pcie_link[2]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle)
+        return handle.pcie_link[3]
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeDevice) -> int:
         self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)

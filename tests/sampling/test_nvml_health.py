@@ -125,6 +125,23 @@ def test_retired_pages_where_rows_are_not_remapped() -> None:
     assert fields["retired_pages"] == 3 and fields["retired_pages_pending"] is True
 
 
+def test_the_pcie_link_now_and_at_most_and_none_where_unsupported() -> None:
+    narrow = FakeDevice(gpm=False, pcie_link=(4, 8, 5, 16))
+    fields = make_collector(FakeNvml([narrow])).collect_slow().fields[0]
+    assert (fields["pcie_link_gen"], fields["pcie_link_width"]) == (4, 8)
+    assert (fields["pcie_link_gen_max"], fields["pcie_link_width_max"]) == (5, 16)
+
+    bare = FakeDevice(gpm=False, unsupported={"nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth"})
+    nvml = FakeNvml([bare])
+    collector = make_collector(nvml)
+    for _ in range(3):
+        fields = collector.collect_slow().fields[0]
+        assert fields["pcie_link_gen"] == 5 and fields["pcie_link_width"] is None
+        assert fields["pcie_link_width_max"] is None
+    assert nvml.calls["nvmlDeviceGetCurrPcieLinkWidth"] == 1, "unsupported: asked once"
+    assert nvml.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 3
+
+
 def test_unsupported_health_calls_are_not_retried_but_passing_failures_are() -> None:
     device = FakeDevice(
         gpm=False,

@@ -46,6 +46,25 @@ def test_the_health_line_shows_each_figure_and_n_a_where_unsupported() -> None:
     assert bare.plain == "  NVLink N/A  ECC N/A  remap N/A  XID N/A  fan N/A  energy 10J"
 
 
+def test_the_pcie_link_shows_what_it_runs_at_and_what_it_could_where_less() -> None:
+    (full,) = health_lines(
+        gpu(0, **HEALTHY, pcie_link_gen=5, pcie_link_width=16, pcie_link_gen_max=5, pcie_link_width_max=16), 160
+    )
+    assert "XID none  PCIe Gen5x16  fan N/A" in full.plain
+
+    (idle,) = health_lines(
+        gpu(0, **HEALTHY, pcie_link_gen=1, pcie_link_width=16, pcie_link_gen_max=5, pcie_link_width_max=16), 160
+    )
+    assert "PCIe Gen1x16/5x16" in idle.plain
+    assert not any(span.style == "yellow" for span in idle.spans), "a generation stepped down at idle is normal"
+
+    (narrow,) = health_lines(
+        gpu(0, **HEALTHY, pcie_link_gen=5, pcie_link_width=8, pcie_link_gen_max=5, pcie_link_width_max=16), 160
+    )
+    flagged = {narrow.plain[span.start : span.end] for span in narrow.spans if span.style == "yellow"}
+    assert flagged == {"Gen5x8/5x16"}, "missing lanes stand out"
+
+
 def test_errors_stand_out() -> None:
     xids = (XidEvent(1_795_000_000.0, 48), XidEvent(1_795_000_100.0, 79))
     (line,) = health_lines(
