@@ -14,6 +14,7 @@ import pynvml
 import pytest
 
 from gpumon.sampling.nvml import GpuCollector
+from gpumon.sampling.snapshot import GpuSample
 
 PEER_COPY = """
 import sys, time, torch
@@ -84,13 +85,16 @@ def test_energy_grows_by_about_the_power_drawn(collector: GpuCollector, raw: Any
         assert 0.3 * gpu.power - 30 <= watts <= 3.0 * gpu.power + 30
 
 
-def test_ecc_remapped_rows_power_limit_and_mig_match_raw_nvml(collector: GpuCollector, raw: Any) -> None:
+def _each_gpu(collector: GpuCollector, raw: Any) -> list[tuple[GpuSample, Any, dict[str, Any]]]:
+    """Per GPU: its fast sample, its raw NVML handle and its slow-tier fields."""
     gpus = collector.collect_fast()
     fields = collector.collect_slow().fields
     assert gpus, "no GPU read"
-    for gpu in gpus:
-        handle = raw.nvmlDeviceGetHandleByIndex(gpu.index)
-        got = fields[gpu.index]
+    return [(gpu, raw.nvmlDeviceGetHandleByIndex(gpu.index), fields[gpu.index]) for gpu in gpus]
+
+
+def test_ecc_remapped_rows_power_limit_and_mig_match_raw_nvml(collector: GpuCollector, raw: Any) -> None:
+    for position, (gpu, handle, got) in enumerate(_each_gpu(collector, raw)):
         for name, error_type, counter in (
             ("ecc_corrected_volatile", raw.NVML_MEMORY_ERROR_TYPE_CORRECTED, raw.NVML_VOLATILE_ECC),
             ("ecc_uncorrected_volatile", raw.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, raw.NVML_VOLATILE_ECC),
@@ -103,7 +107,7 @@ def test_ecc_remapped_rows_power_limit_and_mig_match_raw_nvml(collector: GpuColl
             assert (got["remapped_rows_correctable"], got["remapped_rows_uncorrectable"]) == (rows[0], rows[1])
             assert got["remapped_rows_failed"] is bool(rows[3])
         limit = raw.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
-        assert collector.collect_fast()[gpus.index(gpu)].power_limit == pytest.approx(limit)
+        assert collector.collect_fast()[position].power_limit == pytest.approx(limit)
         assert gpu.clock_sm_max == raw.nvmlDeviceGetMaxClockInfo(handle, raw.NVML_CLOCK_SM)
         mode = _raw_or_none(raw.nvmlDeviceGetMigMode, handle)
         assert got["mig_mode"] == (None if mode is None else mode[0] == 1)
@@ -116,12 +120,7 @@ def test_ecc_remapped_rows_power_limit_and_mig_match_raw_nvml(collector: GpuColl
 
 
 def test_the_pcie_link_matches_raw_nvml_and_costs_little(collector: GpuCollector, raw: Any) -> None:
-    gpus = collector.collect_fast()
-    fields = collector.collect_slow().fields
-    assert gpus, "no GPU read"
-    for gpu in gpus:
-        handle = raw.nvmlDeviceGetHandleByIndex(gpu.index)
-        got = fields[gpu.index]
+    for gpu, handle, got in _each_gpu(collector, raw):
         assert got["pcie_link_gen_max"] == raw.nvmlDeviceGetMaxPcieLinkGeneration(handle)
         assert got["pcie_link_width_max"] == raw.nvmlDeviceGetMaxPcieLinkWidth(handle)
         # The generation now may step between two reads (link power states), never above what the link can do.

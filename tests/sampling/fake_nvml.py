@@ -315,21 +315,21 @@ class FakeNvml:
         self._enter("nvmlDeviceGetFanSpeed", handle)
         return handle.fan_percent
 
+    def _pcie_link(self, name: str, handle: FakeDevice, position: int) -> int:
+        self._enter(name, handle)
+        return handle.pcie_link[position]
+
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeDevice) -> int:
-        self._enter("nvmlDeviceGetCurrPcieLinkGeneration", handle)
-        return handle.pcie_link[0]
+        return self._pcie_link("nvmlDeviceGetCurrPcieLinkGeneration", handle, 0)
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeDevice) -> int:
-        self._enter("nvmlDeviceGetCurrPcieLinkWidth", handle)
-        return handle.pcie_link[1]
+        return self._pcie_link("nvmlDeviceGetCurrPcieLinkWidth", handle, 1)
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeDevice) -> int:
-        self._enter("nvmlDeviceGetMaxPcieLinkGeneration", handle)
-        return handle.pcie_link[2]
+        return self._pcie_link("nvmlDeviceGetMaxPcieLinkGeneration", handle, 2)
 
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeDevice) -> int:
-        self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle)
-        return handle.pcie_link[3]
+        return self._pcie_link("nvmlDeviceGetMaxPcieLinkWidth", handle, 3)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeDevice) -> int:
         self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
