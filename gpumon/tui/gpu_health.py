@@ -179,10 +179,10 @@ DRAWN_FROM = (
     *_HEALTH_FIELDS,
     "remapped_rows_uncorrectable",
     "remapped_rows_pending",
-    "pcie_link_gen_max",
-    "pcie_link_width_max",
     "remapped_rows_failed",
     "retired_pages_pending",
+    "pcie_link_gen_max",
+    "pcie_link_width_max",
     "mig_instances",
 )
 """Every field of a GpuSample the health lines are drawn from (tests/tui/test_gpu_health.py checks none is missing)."""
