@@ -124,9 +124,9 @@ def _pcie_link(gpu: GpuSample) -> list[Text]:
     return [_item("PCIe", link, "yellow" if narrow else "")]
 
 
-def health_text(gpu: GpuSample) -> Text:
+def health_text(gpu: GpuSample, width: int) -> Text:
     """One line: 'NVLink ↓1.2G/s ↑0.8G/s  ECC 0/0 life 3/0  remap 0/0  XID none  PCIe Gen5x16  fan N/A  energy
-    1.2MJ'."""
+    1.2MJ', as many whole items as fit `width` (a figure cut short, 'energy 1', would read as another figure)."""
     energy = f"{units.count(gpu.energy_total)}J" if gpu.energy_total is not None else NOT_AVAILABLE
     fan = units.percent(gpu.fan_speed) if gpu.fan_speed is not None else NOT_AVAILABLE
     parts = [
@@ -140,6 +140,8 @@ def health_text(gpu: GpuSample) -> Text:
     ]
     text = Text("  ", no_wrap=True, end="")
     for index, part in enumerate(parts):
+        if index and text.cell_len + len(_GAP) + part.cell_len > width:
+            break
         if index:
             text.append(_GAP)
         text.append_text(part)
@@ -206,6 +208,6 @@ def draw_health_lines(gpu: GpuSample, width: int) -> list[Text]:
     """`health_lines`, drawn anew."""
     if not has_health(gpu):
         return []
-    line = health_text(gpu)
-    line.truncate(width)
+    line = health_text(gpu, width)
+    line.truncate(width)  # the first item alone may be wider
     return [line, *mig_lines(gpu, width)]

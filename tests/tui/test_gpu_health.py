@@ -65,6 +65,15 @@ def test_the_pcie_link_shows_what_it_runs_at_and_what_it_could_where_less() -> N
     assert flagged == {"Gen5x8/5x16"}, "missing lanes stand out"
 
 
+def test_a_narrow_health_line_drops_whole_items_never_cuts_a_figure() -> None:
+    sample = gpu(0, **HEALTHY, pcie_link_gen=5, pcie_link_width=16, pcie_link_gen_max=5, pcie_link_width_max=16)
+    (wide,) = health_lines(sample, 160)
+    assert wide.plain.endswith("fan N/A  energy 2.5MJ")
+    cut = len(wide.plain) - 3  # "energy 2." would fit, the whole figure does not
+    (narrow,) = health_lines(sample, cut)
+    assert narrow.plain.endswith("PCIe Gen5x16  fan N/A") and "energy" not in narrow.plain
+
+
 def test_errors_stand_out() -> None:
     xids = (XidEvent(1_795_000_000.0, 48), XidEvent(1_795_000_100.0, 79))
     (line,) = health_lines(
