@@ -191,6 +191,8 @@ class GpumonApp(App[None]):
         self.offered_jobs = list(jobs)
         self._open_job = open_job
         self._job_pane: JobPane | None = None
+        self._wide = False
+        """Whether the GPU pane sits beside the CPU and disk panes (from the size _size_panes last saw)."""
         self._job_pending = False
         self._profile_capture = ProfileCapture(self)
         self._job_lock = threading.Lock()
@@ -277,14 +279,30 @@ class GpumonApp(App[None]):
         history = self.source.history
         self._gpu_pane.whole_cells = self.source.interval < WHOLE_CELLS_BELOW_S
         self._gpu_pane.show(snapshot, history)
-        self._cpu_pane.show(snapshot.cpu, history)
         self._disk_pane.show(snapshot, history)
+        self._show_cpu(snapshot)
         if self._machine_line.display:
             self._machine_line.show(snapshot)
         self._process_table.show(snapshot.processes)
         self._update_titles()
         if self.job is not None:
             self._show_job()
+
+    def _show_cpu(self, snapshot: Snapshot) -> None:
+        """The CPU pane, its graphs filling the side column down to the GPU pane's bottom, drawn as the GPU graphs."""
+        gpu = self._gpu_pane
+        self._cpu_pane.show(
+            snapshot.cpu, self.source.history, self._cpu_room(), gpu.graph_style, gpu.scrolled_back, gpu.whole_cells
+        )
+
+    def _cpu_room(self) -> int | None:
+        """Lines the CPU pane fills beside the GPU pane: its height less the disk pane's; None when the panes are
+        stacked, a job is followed, or the GPU pane is hidden."""
+        gpu, disk = self._gpu_pane, self._disk_pane
+        if not self._wide or self._job_pane is not None or not gpu.display:
+            return None
+        disk_height = len(disk.lines(disk.size.width)) + 1 if disk.display else 0
+        return len(gpu.lines(gpu.size.width)) - disk_height
 
     def on_resize(self, event: events.Resize) -> None:
         # Runs before App._on_resize records the new size, so take the size from the event.
@@ -295,7 +313,7 @@ class GpumonApp(App[None]):
     def _size_panes(self, size: Size) -> None:
         """Give the GPU pane and the core grid more lines on tall and wide terminals."""
         width, height = size
-        wide = width >= WIDE
+        wide = self._wide = width >= WIDE
         if self._job_pane is None:
             # Wide, the GPU pane shares the top with the CPU and disk panes; narrow, they sit under it, and the
             # process table keeps room for a title, a header and about seven rows.
@@ -367,6 +385,7 @@ class GpumonApp(App[None]):
     def action_toggle_pause(self) -> None:
         if self.source.paused:
             self._gpu_pane.scroll_graphs(0)
+            self._redraw_cpu()
             self.source.resume()
         else:
             self.source.pause()
@@ -384,12 +403,23 @@ class GpumonApp(App[None]):
         """Draw the GPU graphs in braille or in block characters."""
         style = GraphStyle.BLOCKS if self._gpu_pane.graph_style is GraphStyle.BRAILLE else GraphStyle.BRAILLE
         self._gpu_pane.set_graph_style(style)
+        self._redraw_cpu()
         self.notify(f"GPU graphs in {style.value}", timeout=3)
 
     def action_scroll_graphs(self, quarters: int) -> None:
-        """While paused: scroll the GPU graphs back (1) or forward (-1) by a quarter of their width; 0: the newest."""
+        """While paused: scroll the graphs back (1) or forward (-1) by a quarter of the GPU graphs' width; 0: the
+        newest."""
         pane = self._gpu_pane
         pane.scroll_graphs(round(quarters * GRAPH_SCROLL_STEP * pane.graph_samples()))
+        self._redraw_cpu()
+
+    def on_gpu_pane_resized(self) -> None:
+        self._redraw_cpu()
+
+    def _redraw_cpu(self) -> None:
+        """The CPU pane's graphs scrolled or restyled as the GPU pane's just were."""
+        if self.snapshot is not None:
+            self._show_cpu(self.snapshot)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The arrows scroll the graphs only while paused on the dashboard; otherwise they go to the process table.

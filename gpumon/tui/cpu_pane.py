@@ -1,4 +1,5 @@
-"""The CPU pane: total CPU with a 0-100% sparkline, every core in a compact grid, load, iowait, memory and swap."""
+"""The CPU pane: total CPU (history graphs of it and of memory where the pane has the room, else a 0-100%
+sparkline), every core in a compact grid, load, iowait, memory and swap."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import CpuSample
 from gpumon.tui.bar import bar, bar_spans, gauge_line, level_style
+from gpumon.tui.gauge_graph import (
+    GRAPH_OFFSET,
+    Gauge,
+    GraphCache,
+    GraphView,
+    allot_rows,
+    gauge_graph_lines,
+    time_axis_line,
+)
+from gpumon.tui.graph import GraphStyle
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string
 
@@ -85,23 +96,27 @@ def core_lines(per_core: tuple[float, ...], width: int, max_rows: int) -> list[T
     return block_core_lines(per_core, width)
 
 
-def summary_parts(cpu: CpuSample) -> list[Text]:
-    """'load 5.2 4.8 4.1', 'iowait 3%', 'mem ███··· 45% 230G/503G', 'swap 0B/8.0G'."""
+def summary_parts(cpu: CpuSample, graphed: bool = False) -> list[Text]:
+    """'load 5.2 4.8 4.1', 'iowait 3%', 'mem ███··· 45% 230G/503G', 'swap 0B/8.0G'; `graphed`: iowait and the
+    memory gauge are on the graphs, so only memory's sizes ('mem 230G/503G')."""
     load = Text("load " + " ".join(f"{value:.1f}" for value in cpu.load), end="")
     iowait = Text("iowait ", end="")
     iowait.append(units.percent(cpu.iowait), style="bold yellow" if (cpu.iowait or 0) >= 10 else "")
     memory_percent = 100.0 * cpu.memory_used / cpu.memory_total if cpu.memory_total else None
     memory = Text("mem ", end="")
-    memory.append_text(bar(memory_percent, 6, "cyan"))
     used, total = units.size(cpu.memory_used, compact=True), units.size(cpu.memory_total, compact=True)
-    memory.append(f" {units.percent(memory_percent)} {used}/{total}")
+    if graphed:
+        memory.append(f"{used}/{total}")
+    else:
+        memory.append_text(bar(memory_percent, 6, "cyan"))
+        memory.append(f" {units.percent(memory_percent)} {used}/{total}")
     swap_percent = 100.0 * cpu.swap_used / cpu.swap_total if cpu.swap_total else 0.0
     swap = Text("swap ", end="")
     swap.append(
         f"{units.size(cpu.swap_used, compact=True)}/{units.size(cpu.swap_total, compact=True)}",
         style="bold yellow" if swap_percent >= 50 else "",
     )
-    return [load, iowait, memory, swap]
+    return [load, memory, swap] if graphed else [load, iowait, memory, swap]
 
 
 def wrap_parts(parts: list[Text], width: int, gap: str = "  ") -> list[Text]:
@@ -116,12 +131,43 @@ def wrap_parts(parts: list[Text], width: int, gap: str = "  ") -> list[Text]:
     return lines
 
 
-def cpu_lines(cpu: CpuSample, history: History, width: int, max_core_rows: int) -> list[Text]:
+def host_gauges(cpu: CpuSample) -> list[Gauge]:
+    """Total CPU (iowait under its label) and memory in use, as graphed."""
+    memory_percent = 100.0 * cpu.memory_used / cpu.memory_total if cpu.memory_total else None
     return [
-        total_line(cpu, history, width),
-        *core_lines(cpu.per_core, width, max_core_rows),
-        *wrap_parts(summary_parts(cpu), width),
+        Gauge("CPU", "C", cpu.total, "cpu.total", "green", details=(("iowait", cpu.iowait),)),
+        Gauge("Mem", "M", memory_percent, "memory.percent", "cyan", primary=False),
     ]
+
+
+MIN_GRAPH_ROWS = 4
+"""Graph rows the CPU and memory graphs need between them before they replace the one-line sparkline."""
+
+
+def cpu_lines(
+    cpu: CpuSample,
+    history: History,
+    width: int,
+    max_core_rows: int,
+    room: int | None = None,
+    view: GraphView | None = None,
+) -> list[Text]:
+    """The pane's lines at `width`; with `room` (lines the pane may fill) and a `view`, the CPU and memory graphs
+    take what the core grid and the summary leave, over a time axis, when MIN_GRAPH_ROWS fit."""
+    cores = core_lines(cpu.per_core, width, max_core_rows)
+    if view is not None and room is not None and width > GRAPH_OFFSET + 8:
+        summary = wrap_parts(summary_parts(cpu, graphed=True), width)
+        gauges = host_gauges(cpu)
+        rows = allot_rows(room - len(cores) - len(summary) - 1, gauges)
+        if rows is not None and sum(rows) >= MIN_GRAPH_ROWS:
+            graphs = [
+                line
+                for gauge, count in zip(gauges, rows, strict=True)
+                for line in gauge_graph_lines(gauge, view, width, count)
+            ]
+            return [*graphs, time_axis_line(view, width), *cores, *summary]
+    summary = wrap_parts(summary_parts(cpu), width)
+    return [total_line(cpu, history, width), *cores, *summary]
 
 
 class CpuPane(Pane):
@@ -132,9 +178,21 @@ class CpuPane(Pane):
         self.max_core_rows = 1
         """Lines the per-core grid may take before it switches to one block per core; set by the app."""
         self.border_title = "CPU"
+        self._graphs: GraphCache = {}
 
-    def show(self, cpu: CpuSample, history: History) -> None:
+    def show(
+        self,
+        cpu: CpuSample,
+        history: History,
+        room: int | None = None,
+        style: GraphStyle = GraphStyle.BRAILLE,
+        scrolled_back: int = 0,
+        whole_cells: bool = False,
+    ) -> None:
+        """Redraw; `room`: the lines the pane may fill (graphs where they fit), `style`, `scrolled_back` (samples) and
+        `whole_cells` as the GPU graphs are drawn."""
         max_core_rows = self.max_core_rows
         title = f"CPU · {len(cpu.per_core)} cores" if cpu.per_core else "CPU"
         self.set_title(title)
-        self.show_lines(lambda width: cpu_lines(cpu, history, width, max_core_rows))
+        view = GraphView(history, style, scrolled_back, self._graphs, whole_cells) if room is not None else None
+        self.show_lines(lambda width: cpu_lines(cpu, history, width, max_core_rows, room, view))

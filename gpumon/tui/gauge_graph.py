@@ -1,0 +1,166 @@
+"""Gauges drawn as labelled history graphs ('Util    44% 100┤⣿⣿…', its bar and details under the label) and the row
+budget between them: shared by the GPU pane and the CPU pane's host graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from rich.text import Span, Text
+
+from gpumon import units
+from gpumon.sampling.history import History
+from gpumon.tui._textual_fast_path import drawn_text
+from gpumon.tui.bar import bar_spans
+from gpumon.tui.graph import (
+    Graph,
+    GraphStyle,
+    Window,
+    event_marks,
+    graph_spans,
+    seconds_per_sample,
+    time_axis,
+    window_for,
+    y_marks,
+)
+
+LABEL_WIDTH = 7
+PERCENT_WIDTH = 4
+LABEL_COLUMN = LABEL_WIDTH + PERCENT_WIDTH + 1
+"""'Util    44% ': the gauge's label and value left of its graph (its bar on the next row)."""
+Y_AXIS_WIDTH = 4
+GRAPH_OFFSET = LABEL_COLUMN + Y_AXIS_WIDTH
+"""Where a graph's first cell is in a full-density line."""
+MAX_PRIMARY_ROWS = 12
+"""The tallest primary graphs (GPU utilization and memory, host CPU)..."""
+MAX_SECONDARY_ROWS = 6
+"""... and the others (SM and tensor activity, host memory), in rows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gauge:
+    """One percentage (of a GPU, or of the host): its label, value, history key and colour; `details` are related
+    figures shown under its label where its graph is tall enough."""
+
+    label: str
+    short_label: str
+    value: float | None
+    history_key: str
+    style: str
+    primary: bool = True
+    details: tuple[tuple[str, float | None], ...] = ()
+
+
+GraphCache = dict[tuple[str, int, GraphStyle], Graph]
+"""(history key, rows, style) -> the Graph kept between redraws."""
+
+
+@dataclass(frozen=True, slots=True)
+class GraphView:
+    """What every graph of the pane shows: the style, how far back it is scrolled, and the graphs kept."""
+
+    history: History
+    style: GraphStyle = GraphStyle.BRAILLE
+    skip: int = 0
+    """Samples scrolled back from the newest."""
+    cache: GraphCache | None = None
+    whole_cells: bool = False
+    """Graphs move on a whole cell at a time (graph.WHOLE_CELLS_BELOW_S)."""
+
+    def graph_lines(self, key: str, rows: int, width: int) -> tuple[list[str], int]:
+        """A graph's rows, top first, and how many cells on its left have no history yet."""
+        window = self.window(width)
+        cache = self.cache if self.cache is not None else {}
+        graph = cache.get((key, rows, self.style))
+        if graph is None:
+            if len(cache) >= _GRAPH_CACHE_MAX:
+                cache.clear()
+            graph = cache[(key, rows, self.style)] = Graph(self.style, rows)
+        return graph.lines(self.history, key, window), window.empty_cells
+
+    def window(self, width: int) -> Window:
+        return window_for(self.history, self.style, width, self.skip, self.whole_cells)
+
+
+_GRAPH_CACHE_MAX = 128
+
+
+def detail_text(label: str, value: float | None) -> str:
+    return label.ljust(LABEL_WIDTH) + units.percent(value).rjust(PERCENT_WIDTH)
+
+
+def gauge_graph_lines(gauge: Gauge, view: GraphView, width: int, rows: int) -> list[Text]:
+    """'Util    44% 100┤⣿⣿⣿…': the label and value, then the gauge's bar and details under it, beside its y-axis and
+    its graph `rows` tall filling the width."""
+    graph_width = max(1, width - GRAPH_OFFSET)
+    graph, empty = view.graph_lines(gauge.history_key, rows, graph_width)
+    marks = y_marks(rows)
+    lines: list[Text] = []
+    for row, (cells, mark) in enumerate(zip(graph, marks, strict=True)):
+        spans: list[Span] = []
+        if row == 0:
+            label = f"{gauge.label.ljust(LABEL_WIDTH)}{units.percent(gauge.value).rjust(PERCENT_WIDTH)} "
+            spans.append(Span(LABEL_WIDTH, LABEL_COLUMN - 1, gauge.style))
+        elif row == 1:
+            bar_cells, spans = bar_spans(gauge.value, LABEL_COLUMN - 1, gauge.style, 0)
+            label = bar_cells + " "
+        elif row - 2 < len(gauge.details):
+            label = detail_text(*gauge.details[row - 2]) + " "
+            spans.append(Span(0, LABEL_COLUMN, "bright_black"))
+        else:
+            label = " " * LABEL_COLUMN
+        spans.append(Span(LABEL_COLUMN, GRAPH_OFFSET, "bright_black"))
+        spans.extend(graph_spans(cells, GRAPH_OFFSET, empty, gauge.style))
+        lines.append(drawn_text(label + mark + cells, spans))
+    return lines
+
+
+READABLE_ROWS = 4
+"""Utilization and memory graphs grow to this many rows before the others grow beyond two."""
+
+
+def allot_rows(available: int, gauges_: list[Gauge]) -> list[int] | None:
+    """Graph rows per gauge within `available` lines: one each; then utilization and memory up to READABLE_ROWS; then
+    the others up to two; from there utilization and memory growing twice as fast as the others, up to their caps.
+    None where even one row each does not fit."""
+    rows = _allotted(available, tuple(gauge.primary for gauge in gauges_))
+    return list(rows) if rows is not None else None
+
+
+@lru_cache(maxsize=256)
+def _allotted(available: int, primary: tuple[bool, ...]) -> tuple[int, ...] | None:
+    """allot_rows from which gauges are primary: the same on every redraw, so kept."""
+    if available < len(primary):
+        return None
+    rows = [1] * len(primary)
+    spare = available - len(primary)
+    stages = [(READABLE_ROWS, 1), (READABLE_ROWS, 2), (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)]
+    weights = [2 if is_primary else 1 for is_primary in primary]
+    for primary_cap, secondary_cap in stages:
+        caps = [primary_cap if is_primary else secondary_cap for is_primary in primary]
+        while spare:
+            growable = [index for index in range(len(rows)) if rows[index] < caps[index]]
+            if not growable:
+                break
+            grow = min(growable, key=lambda index: (rows[index] / weights[index], index))
+            rows[grow] += 1
+            spare -= 1
+    return tuple(rows)
+
+
+def time_axis_line(view: GraphView, width: int, events_key: str | None = None) -> Text:
+    """The time axis under graphs laid out as gauge_graph_lines draws them in a line `width` cells wide, with the
+    events of the history's `events_key` series marked (processes starting and ending, throttling, XID errors)."""
+    graph_width = max(1, width - GRAPH_OFFSET)
+    window = view.window(graph_width)
+    spc = view.style.samples_per_cell
+    events: Sequence[float | None] = (
+        view.history.between(events_key, window.first_cell * spc, window.end) if events_key is not None else ()
+    )
+    per_sample = seconds_per_sample(view.history, skip=view.skip)
+    seconds_per_cell = per_sample * spc if per_sample is not None else None
+    skipped = view.skip * per_sample if per_sample is not None else 0.0
+    axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, view.style))
+    prefix = Text(" " * LABEL_COLUMN + "   └", style="bright_black", no_wrap=True, end="")
+    return Text.assemble(prefix, axis, no_wrap=True, end="")
