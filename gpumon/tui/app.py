@@ -33,7 +33,7 @@ from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
 from gpumon.tui.gpu_pane import GpuPane
-from gpumon.tui.graph import WHOLE_CELLS_BELOW_S, GraphStyle
+from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
 from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
@@ -277,7 +277,7 @@ class GpumonApp(App[None]):
         if self.source.live:
             self._arm_stale_check()
         history = self.source.history
-        self._gpu_pane.whole_cells = self.source.interval < WHOLE_CELLS_BELOW_S
+        self._gpu_pane.whole_cells = self.source.interval <= WHOLE_CELLS_UP_TO_S
         self._gpu_pane.show(snapshot, history)
         self._disk_pane.show(snapshot, history)
         self._show_cpu(snapshot)

@@ -18,7 +18,7 @@ from gpumon.tui.gauge_graph import (
     gauge_graph_lines,
     time_axis_line,
 )
-from gpumon.tui.graph import GraphStyle
+from gpumon.tui.graph import MAX_ROWS, GraphStyle
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string
 
@@ -140,6 +140,8 @@ def host_gauges(cpu: CpuSample) -> list[Gauge]:
     ]
 
 
+HOST_GRAPH_CAPS = (MAX_ROWS, MAX_ROWS)
+"""The CPU and memory graphs' tallest (the only graphs in their column, they may grow past the GPU graphs' caps)."""
 MIN_GRAPH_ROWS = 4
 """Graph rows the CPU and memory graphs need between them before they replace the one-line sparkline."""
 
@@ -158,7 +160,7 @@ def cpu_lines(
     if view is not None and room is not None and width > GRAPH_OFFSET + 8:
         summary = wrap_parts(summary_parts(cpu, graphed=True), width)
         gauges = host_gauges(cpu)
-        rows = allot_rows(room - len(cores) - len(summary) - 1, gauges)
+        rows = allot_rows(room - len(cores) - len(summary) - 1, gauges, HOST_GRAPH_CAPS)
         if rows is not None and sum(rows) >= MIN_GRAPH_ROWS:
             graphs = [
                 line

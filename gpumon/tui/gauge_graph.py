@@ -66,7 +66,7 @@ class GraphView:
     """Samples scrolled back from the newest."""
     cache: GraphCache | None = None
     whole_cells: bool = False
-    """Graphs move on a whole cell at a time (graph.WHOLE_CELLS_BELOW_S)."""
+    """Graphs move on a whole cell at a time (graph.WHOLE_CELLS_UP_TO_S)."""
 
     def graph_lines(self, key: str, rows: int, width: int) -> tuple[list[str], int]:
         """A graph's rows, top first, and how many cells on its left have no history yet."""
@@ -120,27 +120,29 @@ READABLE_ROWS = 4
 """Utilization and memory graphs grow to this many rows before the others grow beyond two."""
 
 
-def allot_rows(available: int, gauges_: list[Gauge]) -> list[int] | None:
+def allot_rows(
+    available: int, gauges_: list[Gauge], caps: tuple[int, int] = (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)
+) -> list[int] | None:
     """Graph rows per gauge within `available` lines: one each; then utilization and memory up to READABLE_ROWS; then
-    the others up to two; from there utilization and memory growing twice as fast as the others, up to their caps.
-    None where even one row each does not fit."""
-    rows = _allotted(available, tuple(gauge.primary for gauge in gauges_))
+    the others up to two; from there the primary gauges growing twice as fast as the others, up to their `caps`
+    (primary, others). None where even one row each does not fit."""
+    rows = _allotted(available, tuple(gauge.primary for gauge in gauges_), caps)
     return list(rows) if rows is not None else None
 
 
 @lru_cache(maxsize=256)
-def _allotted(available: int, primary: tuple[bool, ...]) -> tuple[int, ...] | None:
+def _allotted(available: int, primary: tuple[bool, ...], caps: tuple[int, int]) -> tuple[int, ...] | None:
     """allot_rows from which gauges are primary: the same on every redraw, so kept."""
     if available < len(primary):
         return None
     rows = [1] * len(primary)
     spare = available - len(primary)
-    stages = [(READABLE_ROWS, 1), (READABLE_ROWS, 2), (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)]
+    stages = [(READABLE_ROWS, 1), (READABLE_ROWS, 2), caps]
     weights = [2 if is_primary else 1 for is_primary in primary]
     for primary_cap, secondary_cap in stages:
-        caps = [primary_cap if is_primary else secondary_cap for is_primary in primary]
+        limits = [primary_cap if is_primary else secondary_cap for is_primary in primary]
         while spare:
-            growable = [index for index in range(len(rows)) if rows[index] < caps[index]]
+            growable = [index for index in range(len(rows)) if rows[index] < limits[index]]
             if not growable:
                 break
             grow = min(growable, key=lambda index: (rows[index] / weights[index], index))

@@ -165,16 +165,17 @@ def graph_spans(line: str, offset: int, empty_cells: int, style: str) -> list[Sp
     return spans
 
 
-WHOLE_CELLS_BELOW_S = 1.0
-"""Sampling faster than this, a braille graph moves on a whole cell at a time: a cell is drawn once both its samples
-are in, at most one sample (under a second) behind the figure beside the graph, instead of being redrawn half full
-and then full. Every graph row changes half as often: replaying the H200 recording at 0.25 s on the VM, the frame
-work fell about 7% and the bytes to the terminal about 30% (benchmarks/README.md)."""
+WHOLE_CELLS_UP_TO_S = 1.0
+"""Sampling this often or faster, a braille graph moves on a whole cell at a time: a cell is drawn once both its
+samples are in, at most one sample (a second at most) behind the figure beside the graph, instead of being redrawn
+half full and then full. Every graph row changes half as often: replaying the H200 recording on the VM, the frame
+work fell about 7% at 0.25 s and 4% at 1 s, the bytes to the terminal about 30% (benchmarks/README.md). Slower
+sampling keeps half cells, so the graph never trails by more than a second."""
 
 
 def window_for(history: History, style: GraphStyle, width: int, skip: int = 0, whole_cells: bool = False) -> Window:
     """The window of a graph `width` cells wide whose newest sample is `skip` samples before the newest recorded;
-    `whole_cells`: ending at the last cell whose samples are all in (see WHOLE_CELLS_BELOW_S)."""
+    `whole_cells`: ending at the last cell whose samples are all in (see WHOLE_CELLS_UP_TO_S)."""
     added = history.added
     end = max(0, added - skip)
     if whole_cells:

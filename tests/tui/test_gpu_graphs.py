@@ -14,6 +14,8 @@ from gpumon.sampling.nvml import GpuProcess
 from gpumon.sampling.processes import ProcessCollector
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.tui.app import GpumonApp
+from gpumon.tui.cpu_pane import CpuPane
+from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GRAPH_OFFSET, GpuPane
 from gpumon.tui.graph import NO_DATA, Graph, GraphStyle, column, height, window_for
 from gpumon.tui.process_table import ProcessTable
@@ -144,8 +146,8 @@ async def test_a_fresh_start_shows_the_span_to_fill_on_the_time_axis() -> None:
         assert util[-1].startswith(NO_DATA * 70) and util[-1][-2:].strip()
 
 
-@pytest.mark.parametrize(("interval", "whole_cells"), [(0.25, True), (1.0, False)])
-async def test_graphs_move_a_whole_cell_at_a_time_when_sampling_faster_than_a_second(
+@pytest.mark.parametrize(("interval", "whole_cells"), [(0.25, True), (1.0, True), (2.0, False)])
+async def test_graphs_move_a_whole_cell_at_a_time_when_sampling_once_a_second_or_faster(
     interval: float, whole_cells: bool
 ) -> None:
     source = FakeSource(interval=interval)
@@ -255,3 +257,36 @@ async def test_a_process_on_two_gpus_shows_its_mean_sm_percent_never_above_100()
         row = app.query_one(ProcessTable).get_row_at(0)
         cells = [cell.plain.strip() for cell in row[1:]]
         assert "94" in cells and "187" not in cells
+
+
+@pytest.mark.parametrize("size", [(160, 50), (220, 60)])
+async def test_the_side_column_is_filled_by_cpu_and_memory_graphs_down_to_the_gpu_panes_bottom(
+    recording, size: tuple[int, int]
+) -> None:
+    snapshots = recording[:100]
+    source = FakeSource(description="replay", interval=0.5)
+    app = GpumonApp(source, clock=frozen_clock(snapshots))
+    async with app.run_test(size=size) as pilot:
+        source.push(*snapshots)
+        await pilot.pause()
+        gpu_pane, cpu_pane, disk_pane = app.query_one(GpuPane), app.query_one(CpuPane), app.query_one(DiskPane)
+        side_bottom = disk_pane.region.bottom
+        assert gpu_pane.region.bottom - 2 <= side_bottom <= gpu_pane.region.bottom, "no blank block under the side"
+        text = widget_text(cpu_pane)
+        rows = graph_rows(text, "CPU")
+        assert len(rows) >= 8, "the CPU graph takes most of the room"
+        drawn = "".join(rows)
+        assert sum(char not in " " + NO_DATA for char in drawn) >= 40, "the CPU history is drawn"
+        assert len(graph_rows(text, "Mem ")) >= 2
+        assert any("└" in line and line.rstrip().endswith("now") for line in text.splitlines()), "a time axis"
+
+
+async def test_a_narrow_terminal_keeps_the_one_line_cpu_history() -> None:
+    source = FakeSource(interval=1.0)
+    app = GpumonApp(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        source.push(snapshot(1_795_000_000.0), snapshot(1_795_000_001.0))
+        await pilot.pause()
+        text = widget_text(app.query_one(CpuPane))
+        assert not any("└" in line for line in text.splitlines()), "stacked under the GPU pane: no room for graphs"
+        assert text.splitlines()[1].startswith("CPU "), "the total CPU line with its sparkline"
