@@ -41,8 +41,13 @@ def bar_spans(percent: float | None, width: int, style: StyleType, offset: int) 
     For lines of many bars (a core grid), where building a Text per bar and appending it costs several times more.
     """
     cells = bar_string(percent, width)
+    return cells, bar_cell_spans(cells, style, offset)
+
+
+def bar_cell_spans(cells: str, style: StyleType, offset: int) -> list[Span]:
+    """The spans of bar cells (bar_string's) placed at `offset`: the filled part in `style`, the empty part dim."""
     spans = [Span(offset, offset + len(cells), style)] if style else []
-    return cells, spans + _empty_part(cells, offset)
+    return spans + _empty_part(cells, offset)
 
 
 def _empty_part(cells: str, offset: int) -> list[Span]:

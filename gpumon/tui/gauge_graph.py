@@ -12,7 +12,7 @@ from rich.text import Span, Text
 from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.tui._textual_fast_path import drawn_text
-from gpumon.tui.bar import bar_spans
+from gpumon.tui.bar import bar_cell_spans, bar_string
 from gpumon.tui.graph import (
     Graph,
     GraphStyle,
@@ -98,22 +98,43 @@ def gauge_graph_lines(gauge: Gauge, view: GraphView, width: int, rows: int) -> l
     marks = y_marks(rows)
     lines: list[Text] = []
     for row, (cells, mark) in enumerate(zip(graph, marks, strict=True)):
-        spans: list[Span] = []
-        if row == 0:
+        kind = min(row, 2) if row - 2 < len(gauge.details) else 3
+        if kind == 0:
             label = f"{gauge.label.ljust(LABEL_WIDTH)}{units.percent(gauge.value).rjust(PERCENT_WIDTH)} "
-            spans.append(Span(LABEL_WIDTH, LABEL_COLUMN - 1, gauge.style))
-        elif row == 1:
-            bar_cells, spans = bar_spans(gauge.value, LABEL_COLUMN - 1, gauge.style, 0)
-            label = bar_cells + " "
-        elif row - 2 < len(gauge.details):
+        elif kind == 1:
+            label = bar_string(gauge.value, LABEL_COLUMN - 1) + " "
+        elif kind == 2:
             label = detail_text(*gauge.details[row - 2]) + " "
-            spans.append(Span(0, LABEL_COLUMN, "bright_black"))
         else:
             label = " " * LABEL_COLUMN
-        spans.append(Span(LABEL_COLUMN, GRAPH_OFFSET, "bright_black"))
-        spans.extend(graph_spans(cells, GRAPH_OFFSET, empty, gauge.style))
-        lines.append(drawn_text(label + mark + cells, spans))
+        key = (kind, label, mark, cells, empty, gauge.style)
+        line = _ROW_TEXTS.get(key)
+        if line is None:
+            if len(_ROW_TEXTS) >= _ROW_TEXTS_MAX:
+                _ROW_TEXTS.clear()
+            line = _ROW_TEXTS[key] = _gauge_row(kind, label, mark, cells, empty, gauge.style)
+        lines.append(line)
     return lines
+
+
+_ROW_TEXTS: dict[tuple[int, str, str, str, int, str], Text] = {}
+"""Graph rows drawn, by what they show: a row that reads as it did (a flat graph moved on, a label whose figure held)
+is handed back as the same Text, which the pane then sees as unchanged at once. Never changed after it is made."""
+_ROW_TEXTS_MAX = 1024
+
+
+def _gauge_row(kind: int, label: str, mark: str, cells: str, empty: int, style: str) -> Text:
+    """One row of gauge_graph_lines: `kind` 0 the label and value, 1 the bar, 2 a detail, 3 blank left of the axis."""
+    spans: list[Span] = []
+    if kind == 0:
+        spans.append(Span(LABEL_WIDTH, LABEL_COLUMN - 1, style))
+    elif kind == 1:
+        spans = bar_cell_spans(label[:-1], style, 0)
+    elif kind == 2:
+        spans.append(Span(0, LABEL_COLUMN, "bright_black"))
+    spans.append(Span(LABEL_COLUMN, GRAPH_OFFSET, "bright_black"))
+    spans.extend(graph_spans(cells, GRAPH_OFFSET, empty, style))
+    return drawn_text(label + mark + cells, spans)
 
 
 READABLE_ROWS = 4

@@ -171,4 +171,4 @@ def _common_prefix(first: str, second: str) -> int:
 
 
 def _same(old: Text, new: Text) -> bool:
-    return old.plain == new.plain and old.spans == new.spans and old.style == new.style
+    return old is new or (old.plain == new.plain and old.spans == new.spans and old.style == new.style)
