@@ -67,6 +67,8 @@ class GraphView:
     cache: GraphCache | None = None
     whole_cells: bool = False
     """Graphs move on a whole cell at a time (graph.WHOLE_CELLS_UP_TO_S)."""
+    samples_per_dot: int = 1
+    """Samples averaged into each dot column (graph.Window)."""
 
     def graph_lines(self, key: str, rows: int, width: int) -> tuple[list[str], int]:
         """A graph's rows, top first, and how many cells on its left have no history yet."""
@@ -80,7 +82,7 @@ class GraphView:
         return graph.lines(self.history, key, window), window.empty_cells
 
     def window(self, width: int) -> Window:
-        return window_for(self.history, self.style, width, self.skip, self.whole_cells)
+        return window_for(self.history, self.style, width, self.skip, self.whole_cells, self.samples_per_dot)
 
 
 _GRAPH_CACHE_MAX = 128
@@ -177,13 +179,13 @@ def time_axis_line(view: GraphView, width: int, events_key: str | None = None) -
     events of the history's `events_key` series marked (processes starting and ending, throttling, XID errors)."""
     graph_width = max(1, width - GRAPH_OFFSET)
     window = view.window(graph_width)
-    spc = view.style.samples_per_cell
+    spc = window.samples_per_cell
     events: Sequence[float | None] = (
         view.history.between(events_key, window.first_cell * spc, window.end) if events_key is not None else ()
     )
     per_sample = seconds_per_sample(view.history, skip=view.skip)
     seconds_per_cell = per_sample * spc if per_sample is not None else None
     skipped = view.skip * per_sample if per_sample is not None else 0.0
-    axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, view.style))
+    axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, spc))
     prefix = Text(" " * LABEL_COLUMN + "   └", style="bright_black", no_wrap=True, end="")
     return Text.assemble(prefix, axis, no_wrap=True, end="")

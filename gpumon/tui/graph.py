@@ -89,10 +89,17 @@ class Window:
     end: int
     first_kept: int
     """The oldest sample the history still holds (absolute index); older cells show no data."""
+    samples_per_dot: int = 1
+    """Samples averaged into each dot column (braille) or cell (blocks): a coarser graph spans more time and moves
+    less often."""
+
+    @property
+    def samples_per_cell(self) -> int:
+        return self.style.samples_per_cell * self.samples_per_dot
 
     @property
     def last_cell(self) -> int:
-        return (self.end - 1) // self.style.samples_per_cell
+        return (self.end - 1) // self.samples_per_cell
 
     @property
     def first_cell(self) -> int:
@@ -101,7 +108,7 @@ class Window:
     @property
     def empty_cells(self) -> int:
         """Cells on the left with no sample at all (before the history began)."""
-        return min(self.width, max(0, self.first_kept // self.style.samples_per_cell - self.first_cell))
+        return min(self.width, max(0, self.first_kept // self.samples_per_cell - self.first_cell))
 
 
 class Graph:
@@ -120,11 +127,12 @@ class Graph:
     def lines(self, history: History, key: str, window: Window) -> list[str]:
         """The graph's rows, top first, each window.width cells."""
         previous = self._window
-        spc = self.style.samples_per_cell
+        spc = window.samples_per_cell
         if (
             previous is not None
             and previous.width == window.width
             and previous.style is window.style
+            and previous.samples_per_dot == window.samples_per_dot
             and window.end >= previous.end
             and window.last_cell - previous.last_cell < window.width
         ):
@@ -145,16 +153,26 @@ class Graph:
 
     def _columns(self, history: History, key: str, window: Window, start: int) -> list[tuple[str, ...]]:
         """The columns of the cells from the one holding sample `start` to the window's last."""
-        spc, rows, style = self.style.samples_per_cell, self.rows, self.style
-        heights = [height(value, rows, style) for value in history.between(key, start, window.end)]
-        heights += [0] * (-len(heights) % spc)
+        spc, rows, style, per_dot = window.samples_per_cell, self.rows, self.style, window.samples_per_dot
+        values = history.between(key, start, window.end)
+        if per_dot > 1:
+            values = [_mean(values[offset : offset + per_dot]) for offset in range(0, len(values), per_dot)]
+        heights = [height(value, rows, style) for value in values]
+        dots = style.samples_per_cell
+        heights += [0] * (-len(heights) % dots)
         columns: list[tuple[str, ...]] = []
-        for offset in range(0, len(heights), spc):
-            if start + offset + spc <= window.first_kept:
+        for index, offset in enumerate(range(0, len(heights), dots)):
+            if start + (index + 1) * spc <= window.first_kept:
                 columns.append(_no_data_column(rows))
             else:
-                columns.append(column(style, rows, tuple(heights[offset : offset + spc])))
+                columns.append(column(style, rows, tuple(heights[offset : offset + dots])))
         return columns
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the samples present (None where none is)."""
+    present = [value for value in values if value is not None and value == value]
+    return sum(present) / len(present) if present else None
 
 
 def graph_spans(line: str, offset: int, empty_cells: int, style: str) -> list[Span]:
@@ -173,14 +191,22 @@ work fell about 7% at 0.25 s and 4% at 1 s, the bytes to the terminal about 30% 
 sampling keeps half cells, so the graph never trails by more than a second."""
 
 
-def window_for(history: History, style: GraphStyle, width: int, skip: int = 0, whole_cells: bool = False) -> Window:
+def window_for(
+    history: History,
+    style: GraphStyle,
+    width: int,
+    skip: int = 0,
+    whole_cells: bool = False,
+    samples_per_dot: int = 1,
+) -> Window:
     """The window of a graph `width` cells wide whose newest sample is `skip` samples before the newest recorded;
-    `whole_cells`: ending at the last cell whose samples are all in (see WHOLE_CELLS_UP_TO_S)."""
+    `whole_cells`: ending at the last cell whose samples are all in (see WHOLE_CELLS_UP_TO_S); `samples_per_dot`:
+    that many samples averaged into each dot column (see Window)."""
     added = history.added
     end = max(0, added - skip)
     if whole_cells:
-        end -= end % style.samples_per_cell
-    return Window(style, width, end, max(0, added - len(history)))
+        end -= end % (style.samples_per_cell * samples_per_dot)
+    return Window(style, width, end, max(0, added - len(history)), samples_per_dot)
 
 
 def seconds_per_sample(history: History, count: int = 64, skip: int = 0) -> float | None:
@@ -213,9 +239,8 @@ EVENT_MARKS = (
 """Event bit, its mark on the time axis and the mark's style, the first that applies winning."""
 
 
-def event_marks(events: Sequence[float | None], style: GraphStyle) -> list[tuple[str, str] | None]:
-    """Per cell, the mark of the events of its samples (None where none happened)."""
-    spc = style.samples_per_cell
+def event_marks(events: Sequence[float | None], spc: int) -> list[tuple[str, str] | None]:
+    """Per cell of `spc` samples, the mark of the events of its samples (None where none happened)."""
     if not any(events):
         return [None] * -(-len(events) // spc)
     marks: list[tuple[str, str] | None] = []

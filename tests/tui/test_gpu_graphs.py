@@ -53,21 +53,25 @@ def test_braille_cells_stack_two_samples_four_levels_a_row_and_blocks_eight() ->
     assert column(blocks, 2, (height(100.0, 2, blocks),)) == ("█", "█")
 
 
+@pytest.mark.parametrize("samples_per_dot", [1, 2])
 @pytest.mark.parametrize("style", list(GraphStyle))
-def test_a_graph_moved_on_a_few_samples_at_a_time_matches_a_fresh_drawing(style: GraphStyle) -> None:
+def test_a_graph_moved_on_a_few_samples_at_a_time_matches_a_fresh_drawing(
+    style: GraphStyle, samples_per_dot: int
+) -> None:
     series = [float((index * 37) % 113) - 5.0 for index in range(120)]
     series[40:43] = [float("nan")] * 3
     history = History(seconds=5.0, fastest_interval=0.1)  # 50 samples kept: the oldest fall out along the way
     kept = Graph(style, 3)
+    width = 17 if samples_per_dot == 1 else 12  # within the 50 samples kept (a cell drawn is never drawn again)
     index = 0
     for step in [1] * 60 + [2, 3, 1, 5, 1, 1, 7] * 7:
         for value in series[index : index + step]:
             history.add(snapshot(1_795_000_000.0 + index, gpus=(gpu(0, utilization_gpu=value),)))
         index += step
-        window = window_for(history, style, 17)
+        window = window_for(history, style, width, samples_per_dot=samples_per_dot)
         expected = Graph(style, 3).lines(history, "gpu0.utilization_gpu", window)
         assert kept.lines(history, "gpu0.utilization_gpu", window) == expected, index
-        assert all(len(line) == 17 for line in expected)
+        assert all(len(line) == width for line in expected)
         if index >= len(series):
             break
 
@@ -90,6 +94,23 @@ def test_whole_cells_draw_a_braille_cell_once_both_its_samples_are_in() -> None:
     assert drawn[4][0] == drawn[3][0] and drawn[4][1] != drawn[3][1], "the fifth sample waits for the sixth"
     assert drawn[5][0] == drawn[5][1], "a full cell is drawn the same either way"
     assert window_for(history, GraphStyle.BLOCKS, 10, whole_cells=True).end == 7, "a block cell is one sample"
+
+
+@pytest.mark.parametrize("style", list(GraphStyle))
+def test_a_coarser_graph_draws_the_mean_of_each_pair_of_samples_and_moves_half_as_often(style: GraphStyle) -> None:
+    series = [10.0, 50.0, 90.0, float("nan"), 20.0, 40.0, 0.0, 100.0, 70.0, 30.0, 60.0, 80.0]
+    fine, coarse = History(seconds=60.0, fastest_interval=1.0), History(seconds=60.0, fastest_interval=1.0)
+    for index, value in enumerate(series):
+        fine.add(snapshot(1_795_000_000.0 + index, gpus=(gpu(0, utilization_gpu=value),)))
+    means = [30.0, 90.0, 30.0, 50.0, 50.0, 70.0]  # a missing sample leaves the other of its pair
+    for index, value in enumerate(means):
+        coarse.add(snapshot(1_795_000_000.0 + index, gpus=(gpu(0, utilization_gpu=value),)))
+    key = "gpu0.utilization_gpu"
+    drawn = Graph(style, 4).lines(fine, key, window_for(fine, style, 5, samples_per_dot=2))
+    assert drawn == Graph(style, 4).lines(coarse, key, window_for(coarse, style, 5))
+    whole = [window_for(fine, style, 5, skip=skip, whole_cells=True, samples_per_dot=2).end for skip in range(5)]
+    spc = 2 * style.samples_per_cell
+    assert whole == [(len(series) - skip) // spc * spc for skip in range(5)], "a whole cell is spc samples"
 
 
 def test_history_reads_samples_by_absolute_index_and_marks_gpu_events() -> None:

@@ -19,8 +19,8 @@ from gpumon.tui.graph import GraphStyle, event_marks
 def test_event_marks_without_events_are_one_empty_mark_a_cell_and_any_event_still_marks(style: GraphStyle) -> None:
     quiet: list[float | None] = [None, 0.0, None, 0.0, 0.0]
     cells = -(-len(quiet) // style.samples_per_cell)
-    assert event_marks(quiet, style) == [None] * cells
-    marked = event_marks([*quiet[:-1], float(THROTTLED)], style)
+    assert event_marks(quiet, style.samples_per_cell) == [None] * cells
+    marked = event_marks([*quiet[:-1], float(THROTTLED)], style.samples_per_cell)
     assert (
         len(marked) == cells and marked[-1] is not None and marked[-1][0] == "!" and marked[:-1] == [None] * (cells - 1)
     )

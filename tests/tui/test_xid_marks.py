@@ -16,9 +16,10 @@ START = 1_795_000_000.0
 
 def test_an_xid_error_outranks_the_other_marks_of_its_cell() -> None:
     samples = [float(PROCESS_STARTED), float(XID_ERROR | THROTTLED), 0.0, float(THROTTLED)]
-    marks = event_marks(samples, GraphStyle.BRAILLE)
+    marks = event_marks(samples, GraphStyle.BRAILLE.samples_per_cell)
     assert marks == [("X", "bold white on red"), ("!", "bold red")]
-    assert event_marks([float(XID_ERROR), 0.0], GraphStyle.BLOCKS) == [("X", "bold white on red"), None]
+    blocks = GraphStyle.BLOCKS.samples_per_cell
+    assert event_marks([float(XID_ERROR), 0.0], blocks) == [("X", "bold white on red"), None]
 
 
 async def test_xid_errors_are_marked_on_the_time_axis_at_their_sample() -> None:
