@@ -60,6 +60,9 @@ class Settings:
     """No process control (no signals); --read-only sets it too."""
     default_sort: str = "gpu_memory"
     """The process table's first sort column."""
+    host_graphs: bool = False
+    """The CPU and memory history graphs in the side column beside the GPU pane (wide terminals; `h` toggles them).
+    Off by default: at 1 s they cost about 7% more CPU (benchmarks/README.md)."""
 
 
 def config_path(environ: Mapping[str, str] = os.environ) -> Path:
@@ -110,6 +113,7 @@ _CHECKS = {
     "hidden_panes": _panes,
     "read_only": _bool,
     "default_sort": _choice(SORT_KEYS),
+    "host_graphs": _bool,
 }
 assert set(_CHECKS) == {field.name for field in fields(Settings)}
 

@@ -25,7 +25,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
         'interval = 0.5\ntheme = "nord"\ngraph_style = "blocks"\nhidden_panes = ["disk", "cpu"]\n'
-        'read_only = true\ndefault_sort = "cpu_percent"\n'
+        'read_only = true\ndefault_sort = "cpu_percent"\nhost_graphs = true\n'
     )
     settings, warnings = load_settings(path)
     assert warnings == []
@@ -36,6 +36,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
         hidden_panes=("disk", "cpu"),
         read_only=True,
         default_sort="cpu_percent",
+        host_graphs=True,
     )
 
 
@@ -43,14 +44,13 @@ def test_unknown_keys_and_bad_values_are_one_line_each_naming_the_key_and_keep_d
     path = tmp_path / "config.toml"
     path.write_text(
         'interval = 99\ncolour = "red"\nread_only = "yes"\ngraph_style = "dots"\ntheme = "nord"\n'
-        'hidden_panes = ["gpu", "clock"]\ndefault_sort = 3\n'
+        'hidden_panes = ["gpu", "clock"]\ndefault_sort = 3\nhost_graphs = 1\n'
     )
     settings, warnings = load_settings(path)
     assert settings == Settings(theme="nord")
-    assert len(warnings) == 6
-    for key, line in zip(
-        ["interval", "colour", "read_only", "graph_style", "hidden_panes", "default_sort"], warnings, strict=True
-    ):
+    assert len(warnings) == 7
+    keys = ["interval", "colour", "read_only", "graph_style", "hidden_panes", "default_sort", "host_graphs"]
+    for key, line in zip(keys, warnings, strict=True):
         assert key in line and "\n" not in line
     assert "unknown key 'colour'" in warnings[1]
 

@@ -145,6 +145,14 @@ class GpumonApp(App[None]):
             priority=True,
             tooltip="While paused: back to the newest samples",
         ),
+        Binding(
+            "h",
+            "toggle_host_graphs",
+            "Host graphs",
+            id="host-graphs",
+            show=False,
+            tooltip="CPU and memory history graphs beside the GPU graphs (wide terminals)",
+        ),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
         Binding(
@@ -180,6 +188,8 @@ class GpumonApp(App[None]):
         self.source = source
         self.options = options or ViewOptions()
         """Settings, the user and GPUs shown, where a picked theme is saved (process_actions, view_options)."""
+        self.host_graphs = self.options.settings.host_graphs
+        """The CPU and memory history graphs beside the GPU pane (`h`)."""
         self.clock = clock
         self.snapshot: Snapshot | None = None
         """The snapshot on screen."""
@@ -296,10 +306,10 @@ class GpumonApp(App[None]):
         )
 
     def _cpu_room(self) -> int | None:
-        """Lines the CPU pane fills beside the GPU pane: its height less the disk pane's; None when the panes are
-        stacked, a job is followed, or the GPU pane is hidden."""
+        """Lines the CPU pane fills beside the GPU pane: its height less the disk pane's; None when the host graphs
+        are off, the panes are stacked, a job is followed, or the GPU pane is hidden."""
         gpu, disk = self._gpu_pane, self._disk_pane
-        if not self._wide or self._job_pane is not None or not gpu.display:
+        if not self.host_graphs or not self._wide or self._job_pane is not None or not gpu.display:
             return None
         disk_height = len(disk.lines(disk.size.width)) + 1 if disk.display else 0
         return len(gpu.lines(gpu.size.width)) - disk_height
@@ -406,6 +416,13 @@ class GpumonApp(App[None]):
         self._redraw_cpu()
         self.notify(f"GPU graphs in {style.value}", timeout=3)
 
+    def action_toggle_host_graphs(self) -> None:
+        """Show or hide the CPU and memory history graphs beside the GPU pane."""
+        self.host_graphs = not self.host_graphs
+        self._redraw_cpu()
+        shown = "shown" if self.host_graphs else "hidden"
+        self.notify(f"CPU and memory graphs {shown}" + ("" if self._wide else " (on wide terminals)"), timeout=3)
+
     def action_scroll_graphs(self, quarters: int) -> None:
         """While paused: scroll the graphs back (1) or forward (-1) by a quarter of the GPU graphs' width; 0: the
         newest."""
@@ -454,6 +471,7 @@ class GpumonApp(App[None]):
         self._saved_theme = self.theme
         self.theme_changed_signal.subscribe(self, lambda _theme: self._save_theme())
         self._gpu_pane.set_graph_style(GraphStyle(settings.graph_style))
+        self.host_graphs = settings.host_graphs
         if settings.default_sort != self._process_table.sort_column:
             self._process_table.sort_by(settings.default_sort)
         panes: dict[str, Widget] = {

@@ -26,6 +26,7 @@ class GpumonCommands(Provider):
             ("Slower: longer interval", app.action_slower, "-: sample less often (replay: play slower)"),
             ("Reverse process sort order", app.action_reverse_sort, "S: biggest first / smallest first"),
             ("GPU graph style: braille / blocks", app.action_toggle_graph_style, "t: braille dots or block characters"),
+            ("CPU and memory graphs: show / hide", app.action_toggle_host_graphs, "h: beside the GPU graphs"),
             ("Filter processes", table.action_open_filter, "/: by command line, user or pid; Esc clears"),
             ("All processes / GPU processes only", table.action_toggle_all_processes, "v: every process as trees"),
             ("Interrupt process or job (SIGINT)", partial(table.action_signal, "SIGINT"), "I: after a confirm"),

@@ -18,6 +18,7 @@ KEYS = (
     ("+ / -", "sample faster / slower (replay: play faster / slower)"),
     ("s / S", "sort processes by the next column / reverse the order"),
     ("t", "GPU graphs in braille (2x4 dots a cell) or block characters"),
+    ("h", "CPU and memory history graphs beside the GPU graphs (wide terminals; host_graphs in the config)"),
     ("← → End", "while paused: scroll the GPU graphs back / forward through the history (10 min) / to the newest"),
     ("↑ ↓ PgUp PgDn", "move in the process table; the highlight stays on its process"),
     ("/", "filter processes by command line, user or pid as you type; Enter keeps it, Esc clears it"),
@@ -53,7 +54,11 @@ FIELDS = (
         "under each GPU's graphs: the age of each quarter, now on the right; marks: ▴ a process started, ▾ one "
         "ended, ! clocks held back, X an XID error (the health line shows its code).",
     ),
-    ("CPU", "total busy %, then each core (a bar or one block per core), load averages, memory and swap."),
+    (
+        "CPU",
+        "total busy %, then each core (a bar or one block per core), load averages, memory and swap; with h, CPU "
+        "and memory history graphs (each dot column the mean of two samples, so they span twice the GPU graphs' time).",
+    ),
     ("iowait", "CPU time spent waiting for disk I/O; high iowait with a hungry GPU points at the input pipeline."),
     ("Processes", "each GPU process with its child processes (DataLoader workers) beneath it (├─ └─)."),
     (

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from tui_support import FakeSource, frozen_clock, gpu, process, snapshot, widget_text
 
+from gpumon.config import Settings
 from gpumon.sampling.history import PROCESS_ENDED, PROCESS_STARTED, THROTTLED, History
 from gpumon.sampling.nvml import GpuProcess
 from gpumon.sampling.processes import ProcessCollector
@@ -19,6 +20,7 @@ from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GRAPH_OFFSET, GpuPane
 from gpumon.tui.graph import NO_DATA, Graph, GraphStyle, column, height, window_for
 from gpumon.tui.process_table import ProcessTable
+from gpumon.tui.view_options import ViewOptions
 
 
 def with_gpus(snapshots: list[Snapshot], count: int) -> list[Snapshot]:
@@ -286,7 +288,7 @@ async def test_the_side_column_is_filled_by_cpu_and_memory_graphs_down_to_the_gp
 ) -> None:
     snapshots = recording[:100]
     source = FakeSource(description="replay", interval=0.5)
-    app = GpumonApp(source, clock=frozen_clock(snapshots))
+    app = GpumonApp(source, clock=frozen_clock(snapshots), options=ViewOptions(Settings(host_graphs=True)))
     async with app.run_test(size=size) as pilot:
         source.push(*snapshots)
         await pilot.pause()
@@ -302,9 +304,27 @@ async def test_the_side_column_is_filled_by_cpu_and_memory_graphs_down_to_the_gp
         assert any("└" in line and line.rstrip().endswith("now") for line in text.splitlines()), "a time axis"
 
 
+async def test_h_shows_and_hides_the_host_graphs_which_are_off_by_default(recording) -> None:
+    snapshots = recording[:40]
+    source = FakeSource(description="replay", interval=0.5)
+    app = GpumonApp(source, clock=frozen_clock(snapshots))
+    async with app.run_test(size=(160, 50)) as pilot:
+        source.push(*snapshots)
+        await pilot.pause()
+        pane = app.query_one(CpuPane)
+        has_axis = lambda: any("└" in line for line in widget_text(pane).splitlines())  # noqa: E731
+        assert not has_axis() and widget_text(pane).splitlines()[1].startswith("CPU ")
+        await pilot.press("h")
+        await pilot.pause()
+        assert has_axis() and len(graph_rows(widget_text(pane), "CPU")) >= 8
+        await pilot.press("h")
+        await pilot.pause()
+        assert not has_axis()
+
+
 async def test_a_narrow_terminal_keeps_the_one_line_cpu_history() -> None:
     source = FakeSource(interval=1.0)
-    app = GpumonApp(source)
+    app = GpumonApp(source, options=ViewOptions(Settings(host_graphs=True)))
     async with app.run_test(size=(80, 24)) as pilot:
         source.push(snapshot(1_795_000_000.0), snapshot(1_795_000_001.0))
         await pilot.pause()
