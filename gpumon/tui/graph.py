@@ -186,9 +186,9 @@ def graph_spans(line: str, offset: int, empty_cells: int, style: str) -> list[Sp
 WHOLE_CELLS_UP_TO_S = 1.0
 """Sampling this often or faster, a braille graph moves on a whole cell at a time: a cell is drawn once both its
 samples are in, at most one sample (a second at most) behind the figure beside the graph, instead of being redrawn
-half full and then full. Every graph row changes half as often: replaying the H200 recording on the VM, the frame
-work fell about 7% at 0.25 s and 4% at 1 s, the bytes to the terminal about 30% (benchmarks/README.md). Slower
-sampling keeps half cells, so the graph never trails by more than a second."""
+half full and then full. Every graph row changes half as often: on the H200 at 1 s the dashboard went from 0.86% to
+0.82% of a core and from 7.3 to 6.5 KiB/s to the terminal (benchmarks/README.md). Slower sampling keeps half cells,
+so the graph never trails by more than a second."""
 
 
 def window_for(
