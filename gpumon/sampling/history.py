@@ -78,9 +78,7 @@ def snapshot_metrics(snapshot: Snapshot) -> dict[str, float | None]:
     metrics: dict[str, float | None] = {
         "cpu.total": snapshot.cpu.total,
         "cpu.iowait": snapshot.cpu.iowait,
-        "memory.percent": (
-            100.0 * snapshot.cpu.memory_used / snapshot.cpu.memory_total if snapshot.cpu.memory_total else None
-        ),
+        "memory.percent": snapshot.cpu.memory_percent,
     }
     for gpu in snapshot.gpus:
         for name in _GPU_METRICS:

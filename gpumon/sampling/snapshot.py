@@ -159,6 +159,10 @@ class CpuSample:
     swap_total: int = 0
     """Bytes."""
 
+    @property
+    def memory_percent(self) -> float | None:
+        return 100.0 * self.memory_used / self.memory_total if self.memory_total else None
+
 
 @dataclass(frozen=True, slots=True)
 class DiskSample:

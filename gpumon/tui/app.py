@@ -299,7 +299,8 @@ class GpumonApp(App[None]):
             self._show_job()
 
     def _show_cpu(self, snapshot: Snapshot) -> None:
-        """The CPU pane, its graphs filling the side column down to the GPU pane's bottom, drawn as the GPU graphs."""
+        """The CPU pane; with the host graphs on, its graphs fill the side column down to the GPU pane's bottom, drawn
+        as the GPU graphs are."""
         gpu = self._gpu_pane
         self._cpu_pane.show(
             snapshot.cpu, self.source.history, self._cpu_room(), gpu.graph_style, gpu.scrolled_back, gpu.whole_cells
@@ -471,7 +472,6 @@ class GpumonApp(App[None]):
         self._saved_theme = self.theme
         self.theme_changed_signal.subscribe(self, lambda _theme: self._save_theme())
         self._gpu_pane.set_graph_style(GraphStyle(settings.graph_style))
-        self.host_graphs = settings.host_graphs
         if settings.default_sort != self._process_table.sort_column:
             self._process_table.sort_by(settings.default_sort)
         panes: dict[str, Widget] = {

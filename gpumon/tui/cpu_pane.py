@@ -102,14 +102,13 @@ def summary_parts(cpu: CpuSample, graphed: bool = False) -> list[Text]:
     load = Text("load " + " ".join(f"{value:.1f}" for value in cpu.load), end="")
     iowait = Text("iowait ", end="")
     iowait.append(units.percent(cpu.iowait), style="bold yellow" if (cpu.iowait or 0) >= 10 else "")
-    memory_percent = 100.0 * cpu.memory_used / cpu.memory_total if cpu.memory_total else None
     memory = Text("mem ", end="")
     used, total = units.size(cpu.memory_used, compact=True), units.size(cpu.memory_total, compact=True)
     if graphed:
         memory.append(f"{used}/{total}")
     else:
-        memory.append_text(bar(memory_percent, 6, "cyan"))
-        memory.append(f" {units.percent(memory_percent)} {used}/{total}")
+        memory.append_text(bar(cpu.memory_percent, 6, "cyan"))
+        memory.append(f" {units.percent(cpu.memory_percent)} {used}/{total}")
     swap_percent = 100.0 * cpu.swap_used / cpu.swap_total if cpu.swap_total else 0.0
     swap = Text("swap ", end="")
     swap.append(
@@ -133,10 +132,9 @@ def wrap_parts(parts: list[Text], width: int, gap: str = "  ") -> list[Text]:
 
 def host_gauges(cpu: CpuSample) -> list[Gauge]:
     """Total CPU (iowait under its label) and memory in use, as graphed."""
-    memory_percent = 100.0 * cpu.memory_used / cpu.memory_total if cpu.memory_total else None
     return [
         Gauge("CPU", "C", cpu.total, "cpu.total", "green", details=(("iowait", cpu.iowait),)),
-        Gauge("Mem", "M", memory_percent, "memory.percent", "cyan", primary=False),
+        Gauge("Mem", "M", cpu.memory_percent, "memory.percent", "cyan", primary=False),
     ]
 
 
