@@ -1,9 +1,13 @@
 """The step time budget: where a sampled step's host time goes (collate, host->device copies, waits on the GPU).
 
-Only sampled steps pay for it: the runtime calls `begin(True)` at the boundary that opens one, which puts
-timing wrappers on a few torch.Tensor methods and torch.cuda.synchronize; `begin(False)` takes them off. The
-wrappers time the CPU-side call on the training thread only, call the original with the same arguments, and
-never add a CUDA call that synchronizes (a stream's `query()` is the only extra call, and it never waits).
+Only sampled steps are measured: the runtime calls `begin(True)` at the boundary that opens one and `begin(False)`
+at the next. Timing wrappers go on a few torch.Tensor methods and torch.cuda.synchronize at the first sampled step
+and stay until `stop()` (uninstall, exit, a forked child): outside sampled steps they only pass the call on. Taking
+them off and on at each sampled step would edit the torch.Tensor class four times a second, and from Python 3.13 a
+class edited about 500 times is never given an attribute cache again (MAX_VERSIONS_PER_CLASS): every attribute
+of every tensor would be looked up the slow way for the rest of the job (benchmarks/type_version_tags.py). The
+wrappers time the CPU-side call on the training thread only, call the original with the same arguments, and never
+add a CUDA call that synchronizes (a stream's `query()` is the only extra call, and it never waits).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ BUDGET_MIN_GAP_S = 0.25
 more (CPU, 40 small Linear layers), 1.1% of a 1.4 ms launch-bound step when one in 16 is budgeted; at most four a
 second bounds it by 0.1% of the job's time whatever its step (a diagnosis window still budgets every step). An
 explicit GPUMON_HOOK_BUDGET_EVERY has no gap."""
+
+MAX_REWRAPS = 4
+"""Times a method that another library replaced after ours went on is wrapped again, at later sampled steps."""
 
 _MISSING = object()
 _TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu")
@@ -43,8 +50,12 @@ class BudgetMeter:
         self.active = False
         self._thread = 0
         self._depth = 0
-        self._installed: list[tuple[Any, str, Any, Any]] = []
+        self._installed: dict[str, tuple[Any, str, Any, Any]] = {}
+        """Per method name: (owner, name, what was in its place, our wrapper)."""
         self._wrappers: dict[str, tuple[Any, Any]] = {}
+        self._rewraps: dict[str, int] = {}
+        self.class_edits = 0
+        """How many times the wrappers have edited a class (torch.Tensor): twice a method in a whole job, normally."""
         self.reset()
 
     def reset(self) -> None:
@@ -59,35 +70,46 @@ class BudgetMeter:
     # -- on and off at step boundaries ---------------------------------------------------------
 
     def begin(self, sampled: bool) -> None:
-        """A step opens: measure it or not (wrappers on or off)."""
+        """A step opens: measure it or not (the wrappers, once on, stay and only pass calls on while not)."""
         self.reset()
         self._depth = 0
         if sampled and not self.active:
             self._thread = threading.get_ident()
             self._install()
             self.active = True
-        elif not sampled and self.active:
+        elif not sampled:
             self.active = False
-            self._remove()
 
     def stop(self) -> None:
+        """Measure nothing more and take the wrappers off (the job's classes as they were, where still ours)."""
         self.active = False
         self._remove()
 
     def _install(self) -> None:
+        """Put each wrapper on where it is not already: at the first sampled step, and again only where another
+        library replaced one of them since (at most MAX_REWRAPS times a method: each one is a class edit)."""
         tensor = getattr(self._torch, "Tensor", None)
         for name in _TENSOR_METHODS if tensor is not None else ():
-            original = getattr(tensor, name, None)
-            if original is not None:
-                self._put(tensor, name, self._wrapper(name, original, self._wrap))
-        cuda = self._torch.cuda
-        synchronize = getattr(cuda, "synchronize", None)
-        if synchronize is not None:
-            self._put(cuda, "synchronize", self._wrapper("synchronize", synchronize, self._wrap_synchronize))
+            self._ensure(tensor, name, self._wrap)
+        self._ensure(self._torch.cuda, "synchronize", self._wrap_synchronize)
+
+    def _ensure(self, owner: Any, name: str, wrap: Callable[..., Any]) -> None:
+        current = getattr(owner, name, None)
+        installed = self._installed.get(name)
+        if current is None or (installed is not None and installed[3] is current):
+            return
+        if installed is not None:  # ours was replaced by another library's
+            if self._rewraps.get(name, 0) >= MAX_REWRAPS:
+                return
+            self._rewraps[name] = self._rewraps.get(name, 0) + 1
+        previous = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else current
+        wrapper = self._wrapper(name, current, wrap)
+        setattr(owner, name, wrapper)
+        self.class_edits += isinstance(owner, type)
+        self._installed[name] = (owner, name, previous, wrapper)
 
     def _wrapper(self, name: str, original: Any, wrap: Callable[..., Any]) -> Any:
-        """The wrapper of `original`, made once and reused while `original` stays what is there (a budgeted step's
-        wrappers go on and off at every one: made afresh each time, they cost more than the step's timing)."""
+        """The wrapper of `original`, made once and reused while `original` stays what is there."""
         made = self._wrappers.get(name)
         if made is not None and made[0] is original:
             return made[1]
@@ -95,14 +117,8 @@ class BudgetMeter:
         self._wrappers[name] = (original, wrapper)
         return wrapper
 
-    def _put(self, owner: Any, name: str, wrapper: Any) -> None:
-        previous = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)
-        setattr(owner, name, wrapper)
-        self._installed.append((owner, name, previous, wrapper))
-
     def _remove(self) -> None:
-        while self._installed:
-            owner, name, previous, wrapper = self._installed.pop()
+        for owner, name, previous, wrapper in self._installed.values():
             try:
                 current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
                 if current is not wrapper:
@@ -111,8 +127,10 @@ class BudgetMeter:
                     delattr(owner, name)
                 else:
                     setattr(owner, name, previous)
+                self.class_edits += isinstance(owner, type)
             except Exception as exc:  # noqa: BLE001 - best effort; counted, never raised into the job
                 self._on_error(exc)
+        self._installed.clear()
 
     # -- the data wait's collate part ----------------------------------------------------------
 
@@ -161,7 +179,7 @@ class BudgetMeter:
         meter = self
 
         def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if not meter._mine():
+            if not meter.active or not meter._mine():
                 return original(tensor, *args, **kwargs)
             try:
                 kind, blocking = _classify(name, tensor, args, kwargs)
@@ -188,7 +206,7 @@ class BudgetMeter:
         meter = self
 
         def synchronize(*args: Any, **kwargs: Any) -> Any:
-            if not meter._mine():
+            if not meter.active or not meter._mine():
                 return original(*args, **kwargs)
             meter._depth += 1
             started = meter._clock()

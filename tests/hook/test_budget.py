@@ -123,28 +123,50 @@ class Clock:
         return self.now
 
 
-def test_the_timing_wrappers_exist_only_during_a_budgeted_step() -> None:
+def test_the_timing_wrappers_go_on_at_the_first_budgeted_step_and_stay_until_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rt = HookRuntime(torch, clock=Clock())
+    rt.budget_min_gap_s = 0.0
     before = {name: torch.Tensor.__dict__.get(name) for name in ("to", "item", "cpu", "copy_")}
     original_sync = torch.cuda.synchronize
+    classified: list[str] = []
+    classify = budget_module._classify
+
+    def counted_classify(name: str, *rest: Any) -> tuple[str | None, bool]:
+        classified.append(name)
+        return classify(name, *rest)
+
+    monkeypatch.setattr(budget_module, "_classify", counted_classify)
     try:
         for _ in range(BUDGET_EVERY - 2):
             rt.on_manual_step(None)
             assert not rt.budget.active and "item" not in torch.Tensor.__dict__
         rt.on_manual_step(None)  # closes step BUDGET_EVERY - 1, opens step BUDGET_EVERY
         assert rt.budget.active and "item" in torch.Tensor.__dict__ and torch.cuda.synchronize is not original_sync
+        wrappers = {name: torch.Tensor.__dict__[name] for name in before}
         # The job's calls behave as before, errors included.
         assert torch.tensor([2.5]).item() == 2.5
         assert torch.ones(2).to(torch.float64).dtype == torch.float64
         with pytest.raises(RuntimeError, match="a Tensor with 2 elements cannot be converted to Scalar"):
             torch.zeros(2).item()
+        assert classified == ["item", "to", "item"]
         rt.on_manual_step(None)
         assert rt.records[-1][R_BUDGET] is not None and rt.records[-2][R_BUDGET] is None
         assert rt.records[-1][R_BUDGET]["syncs"] == 0  # CPU tensors: nothing waited on a GPU
+        # Off a budgeted step the wrappers stay, and only pass the call on.
+        assert not rt.budget.active and torch.tensor([1.5]).item() == 1.5 and len(classified) == 3
+        for _ in range(5 * BUDGET_EVERY):
+            rt.on_manual_step(None)
+            assert {name: torch.Tensor.__dict__[name] for name in before} == wrappers
+        assert sum(record[R_BUDGET] is not None for record in rt.records) == 6
+        # torch.Tensor was edited once for each of its six wrapped methods, not at every budgeted step.
+        assert rt.budget.class_edits == 6
     finally:
         rt.budget.stop()
     assert {name: torch.Tensor.__dict__.get(name) for name in before} == before
     assert torch.cuda.synchronize is original_sync
+    assert rt.budget.class_edits == 12
 
 
 def test_a_wrapper_someone_else_replaced_is_left_to_them() -> None:
@@ -158,6 +180,7 @@ def test_a_wrapper_someone_else_replaced_is_left_to_them() -> None:
     torch.Tensor.tolist = their_tolist  # type: ignore[method-assign] - another library patching the same method
     try:
         rt.budget.begin(False)
+        rt.budget.stop()
         assert torch.Tensor.__dict__["tolist"] is their_tolist
     finally:
         del torch.Tensor.tolist
@@ -165,9 +188,10 @@ def test_a_wrapper_someone_else_replaced_is_left_to_them() -> None:
     assert "tolist" not in torch.Tensor.__dict__
 
 
-def test_wrappers_are_reused_only_around_the_same_original() -> None:
-    """A budgeted step's wrappers are made once; when another library replaced the method in between, the next
-    budgeted step wraps theirs."""
+def test_a_method_another_library_replaced_is_wrapped_again_a_few_times_at_most() -> None:
+    """When another library replaced a wrapped method, the next budgeted step wraps theirs (timed once: the inner
+    wrapper passes nested calls on); stop() hands theirs back. One that replaces it at every step is wrapped again
+    only MAX_REWRAPS times: each time is an edit of the torch.Tensor class."""
     rt = HookRuntime(torch, clock=Clock())
     calls: list[str] = []
     rt.budget.begin(True)
@@ -177,18 +201,20 @@ def test_wrappers_are_reused_only_around_the_same_original() -> None:
     try:
         assert torch.Tensor.__dict__["item"] is first
         rt.budget.begin(False)
-        theirs = torch.Tensor.item
+        for _ in range(budget_module.MAX_REWRAPS + 3):
+            theirs = torch.Tensor.item
 
-        def their_item(self: torch.Tensor) -> Any:
-            calls.append("theirs")
-            return theirs(self)
+            def their_item(self: torch.Tensor, theirs: Any = theirs) -> Any:
+                calls.append("theirs")
+                return theirs(self)
 
-        torch.Tensor.item = their_item  # type: ignore[method-assign] - another library patching the same method
-        rt.budget.begin(True)
-        assert torch.Tensor.__dict__["item"] is not first and torch.tensor([1.5]).item() == 1.5
-        assert calls == ["theirs"]
-        rt.budget.begin(False)
-        assert torch.Tensor.__dict__["item"] is their_item
+            torch.Tensor.item = their_item  # type: ignore[method-assign] - another library patching the same method
+            rt.budget.begin(True)
+            rt.budget.begin(False)
+        assert torch.tensor([1.5]).item() == 1.5
+        assert calls == ["theirs"] * (budget_module.MAX_REWRAPS + 3)
+        assert torch.Tensor.__dict__["item"] is their_item  # the last few were left unwrapped
+        assert rt.budget.class_edits == 6 + budget_module.MAX_REWRAPS
     finally:
         rt.budget.stop()
         if torch.Tensor.__dict__.get("item") is not None:
