@@ -98,7 +98,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         from gpumon.hook import lifecycle
 
         gpumon.hook.install(lazy=False)
-        run(args.cycles)
+        for done in range(0, args.cycles, args.steps):  # a window at a time: the loader holds --steps batches
+            run(min(args.steps, args.cycles - done))
         runtime = lifecycle.runtime()
         budgeted = sum(record[-1] is not None for record in runtime.snapshot_records())
         edits = runtime.budget.class_edits
