@@ -1,9 +1,12 @@
 """Instructions per step that the hook adds to a launch-bound CPU loop, counted by valgrind (callgrind): no noise.
 
-Steps/s on a shared machine move by more than the 1% target between windows; instruction counts do not (two
-runs of the same variant differ by about 0.02%). Each variant runs in its own process under callgrind twice, with
-0 and with `--steps` timed steps after the same warm-up, so start-up (imports, warm-up, the hook's install) cancels
-out of the difference: (instructions(steps) - instructions(0)) / steps.
+Steps/s on a shared machine move by more than the 1% target between windows; instruction counts much less. Each
+variant runs in its own process under callgrind twice, with 0 and with `--steps` timed steps after the same warm-up,
+so start-up (imports, warm-up, the hook's install) cancels out of the difference: (instructions(steps) -
+instructions(0)) / steps. Two such pairs of the loop alone differ by about 0.02%; with the hook they differ by up to
+0.3%, because CPython's type attribute cache (4,096 entries) is indexed by the address of the attribute's name, and
+which of the hook's lookups collide with the loop's changes with the process's address layout: `--repeats` pairs a
+variant, and the report gives their median and range.
 
     off        no hook, the loop's only thread
     offthread  no hook, with one idle extra thread: a process that already has threads (any CUDA job does; so
@@ -12,9 +15,9 @@ out of the difference: (instructions(steps) - instructions(0)) / steps.
     hook       `import gpumon.hook` (its server thread included)
 
 Instructions are not time (cache misses, branch mispredictions); the steps/s A/B (hook_overhead.py) is the time
-figure. Usage (from the project root; valgrind installed; about 2 minutes a run, 6 runs):
+figure. Usage (from the project root; valgrind installed; about 2 minutes a run, 2 x repeats runs a variant):
 
-    python benchmarks/hook_instructions.py --steps 400 --json out.json
+    python benchmarks/hook_instructions.py --steps 400 --repeats 3 --json out.json
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +63,7 @@ def child(variant: str, steps: int, warmup: int, batches: int) -> None:
 
 
 def instructions(variant: str, steps: int, args: argparse.Namespace, work: Path) -> int:
+    work.mkdir(exist_ok=True)
     out = work / f"callgrind-{variant}-{steps}.out"
     loop = ["--child", variant, "--steps", str(steps), "--warmup", str(args.warmup), "--batches", str(args.steps)]
     done = subprocess.run(
@@ -78,6 +84,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--repeats", type=int, default=3, help="pairs of runs per variant (medians reported)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="callgrind runs at a time")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=int, default=0, help=argparse.SUPPRESS)
@@ -87,12 +95,23 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         sys.exit("hook_instructions: valgrind is not installed (Debian: apt-get install valgrind)")
-    per_step: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="gpumon-callgrind-") as work:
-        for variant in args.variants:
-            counts = [instructions(variant, steps, args, Path(work)) for steps in (0, args.steps)]
-            per_step[variant] = (counts[1] - counts[0]) / args.steps
-            print(f"{variant:>10}: {per_step[variant]:12,.0f} instructions a step", flush=True)
+    pairs: dict[str, list[float]] = {variant: [] for variant in args.variants}
+    with tempfile.TemporaryDirectory(prefix="gpumon-callgrind-") as work, ThreadPoolExecutor(args.jobs) as pool:
+        runs = {
+            (variant, repeat, steps): pool.submit(instructions, variant, steps, args, Path(work) / f"{repeat}")
+            for variant in args.variants
+            for repeat in range(args.repeats)
+            for steps in (0, args.steps)
+        }
+        for (variant, repeat, steps), counted in runs.items():
+            if steps:
+                pairs[variant].append((counted.result() - runs[(variant, repeat, 0)].result()) / args.steps)
+    per_step = {variant: statistics.median(values) for variant, values in pairs.items()}
+    for variant, values in pairs.items():
+        print(
+            f"{variant:>10}: {per_step[variant]:12,.0f} instructions a step (median; "
+            f"{min(values):,.0f} to {max(values):,.0f} over {len(values)})"
+        )
     results: dict[str, Any] = {
         "benchmark": "hook_instructions",
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -100,7 +119,9 @@ def main() -> None:
         "machine": platform.machine(),
         "steps": args.steps,
         "warmup": args.warmup,
+        "repeats": args.repeats,
         "instructions_per_step": per_step,
+        "instructions_per_step_each": pairs,
     }
     for base in ("off", "offthread"):
         if base in per_step and "hook" in per_step:

@@ -6,6 +6,7 @@ Usage (from the project root; on CUDA when available, else CPU):
     python benchmarks/hook_overhead.py --device cpu --loops tensor --steps 1500
     python benchmarks/hook_overhead.py --in-process --rounds 16     # off/on alternated inside one process
     python benchmarks/hook_overhead.py --in-process --phases --rounds 100 --steps 100 --warmup 40  # where it goes
+    python benchmarks/hook_overhead.py --in-process --control --rounds 200 --steps 100 --warmup 40  # hook vs churn
     python benchmarks/hook_overhead.py --device cpu --rounds 6 --windows 40 --steps 100 --cpu 1   # noisy machine
 
 The loop is the most sensitive case for a per-step cost: 40 Linear(64, 64) layers, batch 4, SGD,
@@ -147,15 +148,19 @@ def in_process(args: argparse.Namespace, loop: str) -> tuple[dict[str, list[floa
         os.sched_setaffinity(0, {args.cpu})
     phases = dict.fromkeys(PHASES, 0.0) if args.phases else None
     run = training_loop(argparse.Namespace(**{**vars(args), "loop": loop}), phases)
-    rates: dict[str, list[float]] = {"off": [], "hook": []}
-    cpu_rates: dict[str, list[float]] = {"off": [], "hook": []}
+    variants = ("off", "hook", "churn") if args.control else ("off", "hook")
+    rates: dict[str, list[float]] = {variant: [] for variant in variants}
+    cpu_rates: dict[str, list[float]] = {variant: [] for variant in variants}
     for round_index in range(args.rounds):
-        order = ("off", "hook") if round_index % 2 == 0 else ("hook", "off")
-        for variant in order:
-            if variant == "hook":
-                gpumon.hook.install(lazy=False)
-            else:
+        turn = round_index % len(variants)
+        order = variants[turn:] + variants[:turn]
+        for variant in order if round_index % 2 == 0 else reversed(order):
+            if variant == "off":
                 gpumon.hook.uninstall()
+            else:
+                gpumon.hook.install(lazy=False)
+                if variant == "churn":  # the install's churn before the warm-up, but no hook in the window
+                    gpumon.hook.uninstall()
             run(args.warmup)
             if phases is not None:
                 phases.update(dict.fromkeys(PHASES, 0.0))
@@ -426,6 +431,13 @@ def main() -> None:
         "per variant: no process-to-process differences",
     )
     parser.add_argument(
+        "--control",
+        action="store_true",
+        help="with --in-process: a third variant, 'churn', whose windows install the hook and uninstall it again "
+        "before their warm-up (what switching costs the window after it, with no hook in it); the hook is then also "
+        "compared against churn",
+    )
+    parser.add_argument(
         "--phases",
         action="store_true",
         help="with --in-process: also the host time per step of fetch, backward and optimizer step, and how often the "
@@ -477,7 +489,7 @@ def main() -> None:
     sock_dir = tempfile.mkdtemp(prefix="gpumon-bench-", dir="/tmp") + "/s"
     if args.in_process:
         os.environ["GPUMON_SOCKET_DIR"] = sock_dir
-        results["mode"] = "in-process"
+        results["mode"] = "in-process, with the churn control" if args.control else "in-process"
     for loop in args.loops if args.in_process else ():
         rates, cpu_rates = in_process(args, loop)
         phase_rates = {key: rates.pop(key) for key in [k for k in rates if ":" in k]}
@@ -487,6 +499,13 @@ def main() -> None:
             "cpu_time_summary": summarize(cpu_rates),
             "steps_per_cpu_s": cpu_rates,
         }
+        if "churn" in rates:
+            results["loops"][loop]["summary"]["hook_vs_churn"] = summarize(
+                {"off": rates["churn"], "hook": rates["hook"]}
+            )["hook"]
+            results["loops"][loop]["cpu_time_summary"]["hook_vs_churn"] = summarize(
+                {"off": cpu_rates["churn"], "hook": cpu_rates["hook"]}
+            )["hook"]
         if phase_rates:
             results["loops"][loop]["phases_us_per_step"] = summarize_phases(phase_rates)
             results["loops"][loop]["phases_raw"] = phase_rates
