@@ -1,12 +1,12 @@
 """Instructions per step that the hook adds to a launch-bound CPU loop, counted by valgrind (callgrind): no noise.
 
-Steps/s on a shared machine move by more than the 1% target between windows; instruction counts much less. Each
-variant runs in its own process under callgrind twice, with 0 and with `--steps` timed steps after the same warm-up,
-so start-up (imports, warm-up, the hook's install) cancels out of the difference: (instructions(steps) -
-instructions(0)) / steps. Two such pairs of the loop alone differ by about 0.02%; with the hook they differ by up to
-0.3%, because CPython's type attribute cache (4,096 entries) is indexed by the address of the attribute's name, and
-which of the hook's lookups collide with the loop's changes with the process's address layout: `--repeats` pairs a
-variant, and the report gives their median and range.
+Steps/s on a shared machine move by more than the 1% target between windows; instruction counts do not. Each
+variant runs in its own process under callgrind twice, with 0 and with `--steps` timed steps after the same warm-up
+and the same data, so start-up (imports, warm-up, the hook's install) cancels out of the difference:
+(instructions(steps) - instructions(0)) / steps. Repeats of a variant agree to a few instructions a step; runs set up
+a little differently (other environment variables) have moved the hook's figure by up to 25,000 a step, for reasons
+not pinned down (where objects land in memory, and so which attribute lookups collide in CPython's type attribute
+cache, is one candidate).
 
     off        no hook, the loop's only thread
     offthread  no hook, with one idle extra thread: a process that already has threads (any CUDA job does; so
