@@ -230,20 +230,21 @@ class HookRuntime:
         1-3 us); otherwise `_fetch` runs the fetch (a step may close at it, the budget may time its collate_fn, NVTX
         marks it) and the GPU start mark and the first activity follow it."""
         runtime = self
+        clock = self.clock  # not runtime.clock() in the wrapper: see close_step
 
         def __next__(iterator: Any) -> Any:
             if not runtime.active:
                 return original_next(iterator)
             plain = runtime.plain_fetch
             if plain:
-                started = runtime.clock()
+                started = clock()
                 batch = original_next(iterator)
             else:
                 started, batch = runtime._fetch(original_next, iterator)
                 runtime._fetched = True  # first: step detection holds even if the counting below fails
                 runtime._dataloader_ever = True
             try:
-                now = runtime.clock()
+                now = clock()
                 waited = now - started
                 iterator_id = id(iterator)
                 if iterator_id == runtime._last_iterator_id:
@@ -328,7 +329,8 @@ class HookRuntime:
     def optimizer_step_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """torch's global optimizer step post-hook: on_optimizer_step, or only close_step for the lead optimizer once
         nothing else is left to do at its steps (one call less: this runs cold, once a step)."""
-        if not self.active or self._is_compiling():
+        is_compiling = self._is_compiling  # read, then called: see close_step
+        if not self.active or is_compiling():
             return
         try:
             if id(optimizer) == self._plain_optimizer:
@@ -404,8 +406,11 @@ class HookRuntime:
 
         Most boundaries are quiet (nothing sampled, timed, due or requested around them) and only append the record.
         The hook's code runs once a step, with the job's work in between evicting it from the CPU caches, so each call
-        and object it touches costs far more than in a tight loop (1-3 us each on the VM): the quiet path is short."""
-        now = self.clock()
+        and object it touches costs far more than in a tight loop (1-3 us each on the VM): the quiet path is short.
+        The clock is read into a local first: CPython 3.11 never specializes `self.clock()` (a call of an instance
+        attribute) and looks it up in the type every time, where `clock = self.clock` is a specialized read."""
+        clock = self.clock
+        now = clock()
         seq = self.seq = self.seq + 1
         if samples is None and self._samples_known:
             samples = self._samples
