@@ -499,13 +499,10 @@ def main() -> None:
             "cpu_time_summary": summarize(cpu_rates),
             "steps_per_cpu_s": cpu_rates,
         }
-        if "churn" in rates:
-            results["loops"][loop]["summary"]["hook_vs_churn"] = summarize(
-                {"off": rates["churn"], "hook": rates["hook"]}
-            )["hook"]
-            results["loops"][loop]["cpu_time_summary"]["hook_vs_churn"] = summarize(
-                {"off": cpu_rates["churn"], "hook": cpu_rates["hook"]}
-            )["hook"]
+        for summary_key, values in (("summary", rates), ("cpu_time_summary", cpu_rates)):
+            if "churn" in values:
+                against_churn = summarize({"off": values["churn"], "hook": values["hook"]})["hook"]
+                results["loops"][loop][summary_key]["hook_vs_churn"] = against_churn
         if phase_rates:
             results["loops"][loop]["phases_us_per_step"] = summarize_phases(phase_rates)
             results["loops"][loop]["phases_raw"] = phase_rates
