@@ -1,8 +1,9 @@
 """On a GPU: GPUMON_NVTX=1 in a CUDA job under torch.cuda.set_sync_debug_mode("error") adds no sync, every step gets
-its ranges from torch's real NVTX, the range depth stays bounded; under nsys (when installed) the report names them.
+its ranges from torch's real NVTX, the range depth stays bounded; under nsys (when installed) the report counts them.
 
 The job wraps torch.cuda.nvtx.range_push/range_pop (calling the real ones) to count them and keep the depths they
-return: without a profiler attached NVTX returns a negative depth, under nsys the 0-based depth.
+return (negative without a profiler attached; nsys 2023.4 returns -1 too). nsys on a GPU machine without network:
+scripts/nsys_bundle.sh packs it into .nsys/, to carry and unpack there (that nsys traces NVTX but not CUDA 13).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def run_job(tmp_path: Path, prefix: list[str]) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "gpumon hook" not in done.stderr, done.stderr[-3000:]
-    summary = next(json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"steps"'))
+    summary: dict[str, Any] = next(json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"steps"'))
     assert summary["steps"] == summary["hook_steps"] == 200 and summary["hook_errors"] == 0
     assert summary["counts"] == {
         "step": 201,  # one per step, and the one the last optimizer step opened
@@ -110,13 +111,16 @@ def test_nvtx_ranges_on_a_cuda_job_add_no_sync(tmp_path: Path) -> None:
 def test_nsys_shows_the_ranges(tmp_path: Path) -> None:
     report = tmp_path / "report"
     nsys = shutil.which("nsys") or "nsys"
-    summary = run_job(tmp_path, [nsys, "profile", "-t", "cuda,nvtx", "-o", str(report), "--force-overwrite", "true"])
-    assert summary["depths"] == [0, 1]  # under nsys: step at depth 0, its parts at 1
+    run_job(tmp_path, [nsys, "profile", "-t", "nvtx", "-o", str(report), "--force-overwrite", "true"])
     rep = str(report) + ".nsys-rep"
     for name in ("nvtx_sum", "nvtxsum"):  # the report's name in newer / older nsys
         stats = subprocess.run([nsys, "stats", "-r", name, "-f", "csv", rep], capture_output=True, text=True)
         if stats.returncode == 0 and "Range" in stats.stdout:
             break
     assert stats.returncode == 0, stats.stderr[-2000:]
-    fields = {cell.strip().lstrip(":") for row in csv.reader(io.StringIO(stats.stdout)) for cell in row}
-    assert set(RANGE_NAMES) <= fields, stats.stdout[-3000:]
+    table = stats.stdout[stats.stdout.index("Time (%)") :]
+    instances = {row["Range"].lstrip(":"): int(row["Instances"]) for row in csv.DictReader(io.StringIO(table))}
+    assert set(instances) == set(RANGE_NAMES), stats.stdout[-3000:]
+    assert instances["forward"] == instances["backward"] == instances["optimizer"] == 200
+    assert instances["data wait"] == 202
+    assert instances["step"] in (200, 201)  # the last step closes at exit, when nsys may have stopped recording
