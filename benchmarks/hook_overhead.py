@@ -111,11 +111,20 @@ def training_loop(args: argparse.Namespace, phases: dict[str, float] | None = No
     return run if phases is None else run_timing_phases
 
 
+def start_idle_thread() -> None:
+    """One more thread, idle for good: the process is then multi-threaded with or without the hook, as a CUDA job
+    (the driver's threads) or a CPU job with torch's intra-op pool already is. glibc's malloc skips its locks while a
+    process has one thread, so without this the hook's server thread is charged for their cost in every malloc."""
+    threading.Thread(target=threading.Event().wait, name="idle", daemon=True).start()
+
+
 def worker(args: argparse.Namespace) -> None:
     """One variant in its own process: warms up, then runs `--steps` timed steps each time the parent
     writes a line on stdin, printing {"event": "result", "steps_per_s": ...} after each."""
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})  # every variant on the same core: no core-to-core differences
+    if args.idle_thread:
+        start_idle_thread()
     if args.variant in ("hook", "client", "hook_every_step"):
         import gpumon.hook  # the line a user adds
     elif args.variant == "imports_only":  # the hook's modules loaded, nothing installed (GPUMON_HOOK=0)
@@ -146,6 +155,8 @@ def in_process(args: argparse.Namespace, loop: str) -> tuple[dict[str, list[floa
 
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
+    if args.idle_thread:
+        start_idle_thread()
     phases = dict.fromkeys(PHASES, 0.0) if args.phases else None
     run = training_loop(argparse.Namespace(**{**vars(args), "loop": loop}), phases)
     variants = ("off", "hook", "churn") if args.control else ("off", "hook")
@@ -219,7 +230,7 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
     post-hook, with CUDA events on CUDA), no training."""
     import torch
 
-    from gpumon.hook.runtime import GPU_TIMING_EVERY, HookRuntime
+    from gpumon.hook.runtime import HookRuntime
 
     device = torch.device(args.device)
     weight = torch.zeros(4, device=device)
@@ -232,10 +243,11 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
 
     optimizer, batch, iterator = Optimizer(), (torch.zeros(4, 64), torch.zeros(4)), object()
     out = {}
-    for every in (GPU_TIMING_EVERY, 1):
+    for every in (None, 1):  # None: the default schedule (one in 8, at most about ten a second)
         for name, with_fetch in (("optimizer_step_only", False), ("fetch_backward_optimizer", True)):
             runtime = HookRuntime(torch)
-            runtime.gpu_every = every
+            if every is not None:
+                runtime.gpu_every = every
             for _ in range(2):  # the first pass warms up (and starts GPU timing after a few steps)
                 started = time.perf_counter()
                 next_batch = runtime.dataloader_next(lambda _iterator: batch)  # the DataLoader wrapper's own code
@@ -246,7 +258,7 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
                             runtime.on_backward()
                     runtime.optimizer_step_hook(optimizer, (), {})
                 per_step = (time.perf_counter() - started) / args.micro_steps * 1e6
-            suffix = "" if device.type != "cuda" else f"_gpu_timing_every_{every}"
+            suffix = "" if device.type != "cuda" else f"_gpu_timing_{'default' if every is None else 'every_1'}"
             out[f"{name}{suffix}_us"] = round(per_step, 3)
             if runtime.errors:
                 raise RuntimeError(f"hook errors during the micro benchmark: {runtime.last_error}")
@@ -300,6 +312,7 @@ class Worker:
             "--threads",
             str(args.threads),
             *(["--cpu", str(args.cpu)] if args.cpu is not None else []),
+            *(["--idle-thread"] if args.idle_thread else []),
         ]
         self.variant = variant
         self.proc = subprocess.Popen(
@@ -438,6 +451,12 @@ def main() -> None:
         "compared against churn",
     )
     parser.add_argument(
+        "--idle-thread",
+        action="store_true",
+        help="start one idle thread in every process before the loop, so that each variant runs in a process that "
+        "already has threads, as every CUDA job does (the hook's server thread then costs only itself)",
+    )
+    parser.add_argument(
         "--phases",
         action="store_true",
         help="with --in-process: also the host time per step of fetch, backward and optimizer step, and how often the "
@@ -482,6 +501,7 @@ def main() -> None:
         "steps": args.steps,
         "warmup": args.warmup,
         "threads": args.threads,
+        "idle_thread": args.idle_thread,
         "cpu": args.cpu,
         "windows": args.windows,
         "loops": {},
@@ -542,7 +562,9 @@ def main() -> None:
     print(
         f"{args.rounds} rounds{windows} x {args.steps} steps (after {args.warmup} warm-up), alternated"
         f"{' in one process' if args.in_process else ''}, "
-        f"threads={args.threads}" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else "")
+        f"threads={args.threads}"
+        + (", an idle thread in each process" if args.idle_thread else "")
+        + (f", pinned to CPU {args.cpu}" if args.cpu is not None else "")
     )
     print(f"{'loop':<11} {'variant':<16} {'median steps/s':>15} {'spread':>8} {'overhead':>9}  95% CI")
     for loop, data in results["loops"].items():

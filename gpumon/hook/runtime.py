@@ -8,6 +8,7 @@ calls back in here except through the `control` queue, which is drained at step 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
 from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S, BudgetMeter
-from gpumon.hook.env import env_count, env_count_given
+from gpumon.hook.env import env_count_given
 from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
 from gpumon.hook.nvtx import DATA_WAIT, NvtxRanges, nvtx_requested
@@ -36,6 +37,12 @@ LEAD_SWITCH_AFTER = 64
 """Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
 GPU_TIMING_EVERY = 8
 """Default: CUDA events time one step in this many (events cost the job time on fast steps)..."""
+GPU_TIMING_MIN_GAP_S = 0.1
+"""...and, unless GPUMON_HOOK_GPU_TIMING names N, timed steps at least this far apart (by the last step's time: a
+timed step and the records waiting behind its events cost a fast step about 90 us on an H200, so at most ten a
+second bound it by 0.1%)..."""
+GPU_TIMING_MAX_STRIDE = 256
+"""...but never more steps apart than this (a freak short step cannot put the next timed one out of sight)..."""
 GPU_TIMING_SLOW_STEP_S = 0.020
 """...and every step after one that took at least this long (there the cost is negligible)."""
 PROFILE_EXIT_WAIT_S = 10.0
@@ -93,6 +100,11 @@ def _cuda_probe_every(seq: int) -> int:
     return CUDA_PROBE_EVERY if seq <= CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY
 
 
+def _next_multiple(step: int, every: int) -> int:
+    """The first multiple of `every` at or after `step`."""
+    return -(-step // every) * every
+
+
 def _boundary_before_multiple(seq: int, every: int) -> int:
     """After boundary `seq`, the next boundary that opens a step numbered a multiple of `every` (step N opens at
     boundary N - 1)."""
@@ -147,7 +159,11 @@ class HookRuntime:
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
         # GPU timing.
-        self.gpu_every = env_count(protocol.GPU_TIMING_ENV, GPU_TIMING_EVERY)
+        asked_gpu_every = env_count_given(protocol.GPU_TIMING_ENV, GPU_TIMING_EVERY)
+        self._gpu_every = GPU_TIMING_EVERY if asked_gpu_every is None else asked_gpu_every
+        self.gpu_min_gap_s = GPU_TIMING_MIN_GAP_S if asked_gpu_every is None else 0.0  # an explicit N: one in N
+        self._gpu_next_timed = 0
+        """The step the regular schedule times next (slow steps and budgeted ones are timed besides)."""
         self.gpu: GpuStepTimer | None = None
         self._cuda_device: int | None = None
         version = getattr(torch, "version", None)
@@ -509,8 +525,8 @@ class HookRuntime:
             self._budget_candidate = -1
             return seq + 1
         due = self._flops_due = self.flops.next_boundary(seq)
-        if gpu is not None and self.gpu_every > 0:  # a timed step (after slow ones: _quiet_below_s)
-            due = min(due, _boundary_before_multiple(seq, self.gpu_every))
+        if gpu is not None and self._gpu_every > 0:  # a timed step (after slow ones: _quiet_below_s)
+            due = min(due, max(seq + 1, self._gpu_next_timed - 1))
         if self._cuda_device is None and self._cuda_probes:
             every = _cuda_probe_every(seq + 1)
             due = min(due, -(-(seq + 1) // every) * every)
@@ -541,8 +557,34 @@ class HookRuntime:
         self._quiet_until = 0
         self._budget_candidate = -1
 
+    @property
+    def gpu_every(self) -> int:
+        return self._gpu_every
+
+    @gpu_every.setter
+    def gpu_every(self, every: int) -> None:
+        """Time exactly one step in `every` from now on, as GPUMON_HOOK_GPU_TIMING=N does (no gap)."""
+        self._gpu_every = every
+        self.gpu_min_gap_s = 0.0
+        self._gpu_next_timed = _next_multiple(self.seq + 1, every) if every > 0 else sys.maxsize
+        self._replan()
+
     def _time_next_step(self, last_wall: float) -> bool:
-        return self.budget.active or (self.seq + 1) % self.gpu_every == 0 or last_wall >= GPU_TIMING_SLOW_STEP_S
+        """Whether the step opening now is timed: on the regular schedule, budgeted, or after a slow step."""
+        step = self.seq + 1
+        if step >= self._gpu_next_timed and self._gpu_every > 0:
+            self._gpu_next_timed = self._next_timed_after(step, last_wall)
+            return True
+        return self.budget.active or last_wall >= GPU_TIMING_SLOW_STEP_S
+
+    def _next_timed_after(self, step: int, last_wall: float) -> int:
+        """The regular schedule's next timed step after `step`: the next multiple of gpu_every, or with the gap,
+        enough steps of `last_wall` to span it (at least gpu_every, at most GPU_TIMING_MAX_STRIDE)."""
+        every = self._gpu_every
+        if self.gpu_min_gap_s <= 0:
+            return _next_multiple(step + 1, every)
+        steps = math.ceil(self.gpu_min_gap_s / last_wall) if last_wall > 0 else GPU_TIMING_MAX_STRIDE
+        return step + max(every, min(GPU_TIMING_MAX_STRIDE, steps))
 
     def _budget_next_step(self) -> bool:
         """Budget one step in budget_every, at least budget_min_gap_s apart, and every step of a diagnosis window."""
@@ -568,8 +610,9 @@ class HookRuntime:
         if device is None:
             device = cuda.current_device()
         self._cuda_device = device
-        if self.gpu_every > 0:
+        if self._gpu_every > 0:
             self.gpu = GpuStepTimer(self.torch, device)
+            self._gpu_next_timed = _next_multiple(self.seq + 1, self._gpu_every)
             self._quiet_below_s = GPU_TIMING_SLOW_STEP_S
             self.gpu.begin_step(self._time_next_step(last_wall), start_at_boundary=not self._dataloader_ever)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -341,6 +342,50 @@ def test_fast_steps_are_sampled_slow_ones_all_timed(clock: Clock) -> None:
     assert [r[R_GPU] for r in rt.records] == [2.0, None] + [3.0] * 6
 
 
+def timed_steps(rt: HookRuntime, cuda: FakeCuda, steps: int, seconds: float) -> list[int]:
+    """Train `steps` steps of `seconds` each (the fetch half of it), the fake GPU keeping up; the numbers of the steps
+    that were GPU-timed."""
+    rt.records.clear()
+    for i in range(steps):
+        train_step(rt, cuda, i * 10.0, i * 10.0 + 1.0, OPT)
+        clock = rt.clock
+        assert isinstance(clock, Clock)
+        clock.advance(seconds - 0.001)
+        cuda.complete_all()
+    return [r[R_SEQ] for r in rt.records if r[R_GPU] is not None]
+
+
+def test_by_default_timed_steps_are_a_tenth_of_a_second_apart(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fast steps are timed about every GPU_TIMING_MIN_GAP_S, not one in 8; steps slower than gap / 8 one in 8."""
+    monkeypatch.delenv(protocol.GPU_TIMING_ENV, raising=False)
+    fake = fake_torch()
+    rt = HookRuntime(fake, clock=clock)
+    rt.budget_every = 0  # only GPU timing's own schedule
+    for _ in range(CUDA_PROBE_EVERY):
+        optimizer_step(rt, OPT)
+    assert rt.gpu is not None and rt.gpu_min_gap_s == runtime_module.GPU_TIMING_MIN_GAP_S
+    fast = timed_steps(rt, fake.cuda, 1000, 0.002)  # 2 ms steps: one in 50
+    gaps = [b - a for a, b in itertools.pairwise(fast)]
+    assert 18 <= len(fast) <= 21 and gaps and all(gap in (50, 51) for gap in gaps), fast  # a float clock
+    slower = timed_steps(rt, fake.cuda, 200, 0.015)  # 15 ms steps: 0.1 s is 7 of them, under GPU_TIMING_EVERY
+    gaps = [b - a for a, b in itertools.pairwise(slower)]
+    assert gaps and all(gap == runtime_module.GPU_TIMING_EVERY for gap in gaps[1:]), slower
+    assert len(rt.records) <= 200 and fake.cuda.recorded <= 2 * (len(fast) + len(slower)) + 2
+
+
+def test_an_explicit_gpu_timing_n_times_exactly_one_step_in_n(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(protocol.GPU_TIMING_ENV, "8")
+    fake = fake_torch()
+    rt = HookRuntime(fake, clock=clock)
+    rt.budget_every = 0
+    for _ in range(CUDA_PROBE_EVERY):
+        optimizer_step(rt, OPT)
+    assert rt.gpu_min_gap_s == 0
+    timed = timed_steps(rt, fake.cuda, 400, 0.002)
+    assert timed == [seq for seq in range(CUDA_PROBE_EVERY + 1, CUDA_PROBE_EVERY + 400) if seq % 8 == 0][: len(timed)]
+    assert len(timed) >= 400 // 8 - 1
+
+
 @pytest.mark.parametrize(
     ("cuda_version", "hip_version", "probed"), [("12.8", None, True), (None, "6.3", True), (None, None, False)]
 )
@@ -480,17 +525,23 @@ def _drive(rt: HookRuntime, clock: Clock, steps: int, plain: bool = True) -> int
     return plain_fetches
 
 
+@pytest.mark.parametrize("gpu_every", [4, None], ids=["gpu_every_4", "gpu_timing_gap"])
 @pytest.mark.parametrize("make_torch", [lambda: torch, fake_torch], ids=["cpu", "fake_cuda"])
-def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quiet_boundaries_do_what_full_ones_do(
+    make_torch: Any, gpu_every: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """close_step's quiet path (only the record), the plain fetch and the lead optimizer's plain step give the same
     records, budgets, FLOP count and GPU timing (from each timed step's fetch) as doing every boundary and signal in
-    full, over enough steps for budgets, budget candidates within the gap, a FLOP count and CUDA probes."""
+    full, over enough steps for budgets, budget candidates within the gap, a FLOP count and CUDA probes; with GPU
+    timing one step in 4, and on its default schedule (timed steps a gap apart, and after slow steps)."""
     monkeypatch.delenv(protocol.BUDGET_EVERY_ENV, raising=False)
+    monkeypatch.delenv(protocol.GPU_TIMING_ENV, raising=False)
     runs = []
     for full in (False, True):
         clock = Clock()
         rt = HookRuntime(make_torch(), clock=clock)
-        rt.gpu_every = 4
+        if gpu_every is not None:
+            rt.gpu_every = gpu_every
         if full:
             monkeypatch.setattr(rt, "_next_busy_boundary", lambda rt=rt: rt.seq + 1)
         plain_fetches = _drive(rt, clock, 300, plain=not full)
@@ -509,8 +560,11 @@ def test_quiet_boundaries_do_what_full_ones_do(make_torch: Any, monkeypatch: pyt
     assert quiet.cuda_device == full_rt.cuda_device
     assert quiet.errors == full_rt.errors == 0
     if quiet.gpu is not None:
-        gpu_ms = [r[R_GPU] for r in quiet.records]
-        assert sum(ms is not None for ms in gpu_ms) >= 300 // 4 - 2 and None in gpu_ms
+        timed = sum(r[R_GPU] is not None for r in quiet.records)
+        if gpu_every is not None:
+            assert timed >= 300 // 4 - 2 and timed < 300
+        else:  # about 0.4 s of 1.2 ms steps, eight of them slow: a few timed on schedule, the rest after slow ones
+            assert 8 <= timed <= 30, timed
 
 
 def test_a_request_is_applied_at_the_next_boundary_between_busy_ones(clock: Clock) -> None:
