@@ -209,17 +209,26 @@ def thread_schedstat() -> tuple[int, int] | None:
         return None
 
 
-def summarize_phases(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    """Per phase (and the training thread's runs): medians off and on, and the median paired difference."""
-    out = {}
+def summarize_phases(rates: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Per phase (and the training thread's runs): medians off and on, the median paired difference with its 95%
+    confidence interval; and the same for fetch + optimizer step together, the two phases where the hook runs at
+    every step once an optimizer marks them."""
+    rates = dict(rates)
+    for variant in ("off", "hook"):
+        fetch, step = rates.get(f"{variant}:fetch", []), rates.get(f"{variant}:optimizer_step", [])
+        if fetch and len(fetch) == len(step):
+            rates[f"{variant}:fetch_and_optimizer_step"] = [a + b for a, b in zip(fetch, step, strict=True)]
+    out: dict[str, dict[str, Any]] = {}
     for key in [k.split(":", 1)[1] for k in rates if k.startswith("off:")]:
         off, hook = rates[f"off:{key}"], rates.get(f"hook:{key}", [])
         if not off or len(off) != len(hook):
             continue
+        differences = [h - o for h, o in zip(hook, off, strict=True)]
         out[key] = {
             "off": statistics.median(off),
             "hook": statistics.median(hook),
-            "paired_difference": statistics.median(h - o for h, o in zip(hook, off, strict=True)),
+            "paired_difference": statistics.median(differences),
+            "paired_difference_ci95": list(median_interval(differences)),
         }
     return out
 
@@ -588,8 +597,9 @@ def main() -> None:
         for phase, figures in data.get("phases_us_per_step", {}).items():
             unit = "" if phase.endswith("per_window") else " us/step"
             print(
-                f"{loop:<11} {phase:<23} off {figures['off']:9.2f}  hook {figures['hook']:9.2f}  "
-                f"paired difference {figures['paired_difference']:+8.2f}{unit}"
+                f"{loop:<11} {phase:<24} off {figures['off']:9.2f}  hook {figures['hook']:9.2f}  "
+                f"paired difference {figures['paired_difference']:+8.2f}{unit}  "
+                "[{:+.2f}, {:+.2f}]".format(*figures["paired_difference_ci95"])
             )
     if args.json:
         text = json.dumps(results, indent=2)
