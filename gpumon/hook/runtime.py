@@ -108,7 +108,7 @@ def _next_multiple(step: int, every: int) -> int:
 def _boundary_before_multiple(seq: int, every: int) -> int:
     """After boundary `seq`, the next boundary that opens a step numbered a multiple of `every` (step N opens at
     boundary N - 1)."""
-    return -(-(seq + 2) // every) * every - 1
+    return _next_multiple(seq + 2, every) - 1
 
 
 class HookRuntime:
@@ -529,7 +529,7 @@ class HookRuntime:
             due = min(due, max(seq + 1, self._gpu_next_timed - 1))
         if self._cuda_device is None and self._cuda_probes:
             every = _cuda_probe_every(seq + 1)
-            due = min(due, -(-(seq + 1) // every) * every)
+            due = min(due, _next_multiple(seq + 1, every))
         self._due_after_candidate = due
         if self._budget_every > 0:
             return self._plan_after_candidate(_boundary_before_multiple(seq, self._budget_every))
