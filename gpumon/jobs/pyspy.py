@@ -19,27 +19,34 @@ import tempfile
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpumon import protocol
 from gpumon.jobs.discovery import AttachError, process_argv, process_command
 from gpumon.jobs.source import Listener
+from gpumon.protocol import activity
 
 DATA_WAIT = "data_wait"
 CUDA_SYNC = "cuda_sync"
 FORWARD = "forward"
 BACKWARD = "backward"
 OPTIMIZER = "optimizer"
+COMM = "comm"
+H2D = "h2d"
+USER_CODE = "user_code"
 ELSEWHERE = "elsewhere"
-CATEGORIES = (DATA_WAIT, CUDA_SYNC, FORWARD, BACKWARD, OPTIMIZER, ELSEWHERE)
+CATEGORIES = (DATA_WAIT, CUDA_SYNC, FORWARD, BACKWARD, OPTIMIZER, COMM, H2D, USER_CODE, ELSEWHERE)
 LABELS = {
     DATA_WAIT: "waiting on DataLoader",
     CUDA_SYNC: "CUDA sync",
     FORWARD: "forward",
     BACKWARD: "backward",
     OPTIMIZER: "optimizer step",
+    COMM: "torch.distributed",
+    H2D: "host->device copy",
+    USER_CODE: "the job's own code",
     ELSEWHERE: "elsewhere",
 }
 METHOD_LABEL = "estimate (py-spy, no hook)"
@@ -93,27 +100,36 @@ class ThreadStack:
 
 
 # ---------------------------------------------------------------------------------------------
-# Classifying a main-thread stack.
+# Classifying a main-thread stack: gpumon.protocol.activity, the classifier the hook's own sampler uses too.
 
-_SYNC_LINE = re.compile(
-    r"\.(item|tolist|cpu|numpy)\(\s*\)|\.synchronize\(|\.to\(\s*['\"]cpu['\"]|\.nonzero\(|\.elapsed_time\("
-    r"|\bprint\(|\bfloat\("
-)
 _NATIVE_SYNC = re.compile(
     r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize"
     r"|cuEventSynchronize|cuCtxSynchronize|cudaMemcpy|cuMemcpy)"
 )
 """C functions (libcudart, libcuda) in which a thread waits for the GPU, seen only with py-spy --native."""
 SYNC_NATIVE = "native"
-SYNC_TORCH = "torch"
-SYNC_SOURCE = "source"
+SYNC_TORCH = activity.SEEN_TORCH
+SYNC_SOURCE = activity.SEEN_SOURCE
 SYNC_EVIDENCE = (SYNC_NATIVE, SYNC_TORCH, SYNC_SOURCE)
 """How a CUDA sync sample was recognised: a native CUDA frame, a torch sync function, or only the source text of
 the job's line (the least sure: e.g. a print() of a CPU value reads the same)."""
-_SYNC_FUNCTIONS = {"synchronize", "_local_scalar_dense", "elapsed_time"}
-_BACKWARD_FUNCTIONS = {"backward", "_engine_run_backward", "run_backward", "grad"}
+_CATEGORY_OF = {
+    activity.DATA_WAIT: DATA_WAIT,
+    activity.DATA_COLLATE: DATA_WAIT,
+    activity.DATA_LOAD: DATA_WAIT,
+    activity.SYNC: CUDA_SYNC,
+    activity.FORWARD: FORWARD,
+    activity.BACKWARD: BACKWARD,
+    activity.OPTIMIZER: OPTIMIZER,
+    activity.COMM: COMM,
+    activity.H2D: H2D,
+    activity.CPU: USER_CODE,
+    activity.OTHER: ELSEWHERE,
+}
 
-SourceLine = Callable[[str, int], str]
+SourceLine = activity.SourceLine
+is_native = activity.is_native
+is_library = activity.is_library
 
 
 def linecache_line(file: str, line: int) -> str:
@@ -143,29 +159,6 @@ def job_source(pid: int) -> SourceLine:
     return source_line
 
 
-def _in(frame: Frame, *parts: str) -> bool:
-    path = frame.file.replace("\\", "/")
-    return any(part in path for part in parts)
-
-
-def is_native(frame: Frame) -> bool:
-    """A C/C++ frame (py-spy --native): a shared library or no Python file."""
-    return not frame.file.endswith(".py") and (".so" in frame.file or not frame.line)
-
-
-def is_library(frame: Frame) -> bool:
-    """Torch, the standard library, site-packages, frozen or native code: not the job's own."""
-    path = frame.file.replace("\\", "/")
-    return (
-        is_native(frame)
-        or path.startswith(("torch/", "<frozen"))
-        or "/site-packages/" in path
-        or "/dist-packages/" in path
-        or "/lib/python3" in path
-        or "/torch/" in path
-    )
-
-
 def user_frame(frames: Sequence[Frame]) -> Frame | None:
     """The innermost frame of the job's own code (outside torch, the standard library and site-packages)."""
     return next((frame for frame in frames if not is_library(frame)), None)
@@ -176,70 +169,21 @@ def classify_stack(frames: Sequence[Frame], source_line: SourceLine = linecache_
     return classify_stack_how(frames, source_line)[0]
 
 
+def activity_of(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> tuple[str, str | None]:
+    """gpumon.protocol.activity.classify with py-spy --native's CUDA wait frames as syncs (how: SYNC_NATIVE)."""
+    native = any(is_native(frame) and _NATIVE_SYNC.match(frame.function) for frame in frames)
+    kind, how = activity.classify(frames, source_line, native_sync=native)
+    return kind, (SYNC_NATIVE if native and kind == activity.SYNC else how)
+
+
 def classify_stack_how(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> tuple[str, str | None]:
-    """The category of one main-thread stack (frames innermost first) and, for a CUDA sync, how it was seen.
-
-    In order: inside DataLoader iteration (any frame in torch/utils/data) is a data wait; a native CUDA wait
-    (cudaStreamSynchronize, cuEventSynchronize, cuMemcpy*... with py-spy --native) is a CUDA sync; so is an
-    innermost Python frame that synchronizes (torch.cuda.synchronize, Event/Stream.synchronize) or whose source
-    line has .item() .cpu() .tolist() .numpy() .nonzero() .to("cpu") float() print(); then backward (autograd),
-    optimizer (torch/optim, GradScaler, grad clipping), forward (torch/nn modules and functional, compiled
-    code); then a job's own line with such a call below which only other library code runs (print(tensor) goes
-    through torch's formatting) is a CUDA sync too; anything else is elsewhere. Without --native, C++ frames are
-    invisible: a blocking .item() shows as the Python line that calls it, hence the source-line rules.
-    """
-    if not frames:
-        return ELSEWHERE, None
-    if any(_in(frame, "torch/utils/data/") for frame in frames):
-        return DATA_WAIT, None
-    if any(is_native(frame) and _NATIVE_SYNC.match(frame.function) for frame in frames):
-        return CUDA_SYNC, SYNC_NATIVE
-    python_frames = [frame for frame in frames if not is_native(frame)] or list(frames)
-    innermost = python_frames[0]
-    if innermost.function in _SYNC_FUNCTIONS and _in(innermost, "torch/cuda/", "torch/"):
-        return CUDA_SYNC, SYNC_TORCH
-    if _SYNC_LINE.search(source_line(innermost.file, innermost.line) or ""):
-        return CUDA_SYNC, SYNC_SOURCE
-    phase = _phase(python_frames)
-    if phase != ELSEWHERE:
-        return phase, None
-    own = user_frame(python_frames)
-    if own is not None and own is not innermost and _SYNC_LINE.search(source_line(own.file, own.line) or ""):
-        return CUDA_SYNC, SYNC_SOURCE
-    return ELSEWHERE, None
-
-
-def _phase(frames: Sequence[Frame]) -> str:
-    """backward, optimizer, forward or elsewhere, from the torch frames on the stack."""
-    if any(
-        frame.function in _BACKWARD_FUNCTIONS and _in(frame, "torch/autograd/", "torch/_tensor.py") for frame in frames
-    ):
-        return BACKWARD
-    if any(
-        _in(
-            frame,
-            "torch/optim/",
-            "torch/amp/grad_scaler.py",
-            "torch/cuda/amp/grad_scaler.py",
-            "torch/nn/utils/clip_grad.py",
-        )
-        for frame in frames
-    ):
-        return OPTIMIZER
-    if any(
-        _in(
-            frame,
-            "torch/nn/modules/",
-            "torch/nn/functional.py",
-            "torch/nn/parallel/",
-            "torch/_dynamo/",
-            "torch/_inductor/",
-        )
-        or frame.function in ("_call_impl", "_wrapped_call_impl")
-        for frame in frames
-    ):
-        return FORWARD
-    return ELSEWHERE
+    """The estimate's category of one main-thread stack (frames innermost first) and, for a CUDA sync, how it was
+    seen: gpumon.protocol.activity.classify (the hook's sampler reads stacks the same way), its activities grouped
+    into this estimate's categories. Without --native, C++ frames are invisible: a blocking .item() shows as the
+    Python line that calls it, hence the source-line rules there."""
+    kind, how = activity_of(frames, source_line)
+    category = _CATEGORY_OF.get(kind, ELSEWHERE)
+    return category, (how if category == CUDA_SYNC else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,10 +20,12 @@ from attach_helpers import wait_until
 from gpumon.jobs.discovery import AttachError
 from gpumon.jobs.pyspy import (
     BACKWARD,
+    COMM,
     CUDA_SYNC,
     ELSEWHERE,
     FORWARD,
     OPTIMIZER,
+    USER_CODE,
     Frame,
     PySpySampler,
     check_target,
@@ -86,7 +88,9 @@ def test_rules_for_stacks_no_cpu_run_can_show() -> None:
     assert classify_stack(frames(("Event.synchronize", "torch/cuda/streams.py"), ("main", "train.py"))) == CUDA_SYNC
     assert classify_stack(frames(("clip_grad_norm_", "torch/nn/utils/clip_grad.py"), ("main", "t.py"))) == OPTIMIZER
     assert classify_stack(frames(("GradScaler.step", "torch/amp/grad_scaler.py"), ("main", "t.py"))) == OPTIMIZER
-    assert classify_stack(frames(("main", "train.py"), ("<module>", "train.py"))) == ELSEWHERE
+    # The job's own code with no torch frame below it is its own CPU work; torch.distributed is communication.
+    assert classify_stack(frames(("main", "train.py"), ("<module>", "train.py"))) == USER_CODE
+    assert classify_stack(frames(("all_reduce", "torch/distributed/distributed_c10d.py"), ("main", "t.py"))) == COMM
     assert classify_stack([]) == ELSEWHERE
     # Activation checkpointing recomputes the forward inside backward: that time is backward's.
     assert (
@@ -167,7 +171,7 @@ def test_the_sampler_ends_when_the_process_exits_and_keeps_its_estimate() -> Non
         proc.wait()
     view = sampler.view()
     assert view.end_reason == "the process exited"
-    assert view.samples > 0 and view.counts.get(ELSEWHERE, 0) == view.samples  # what was sampled stays
+    assert view.samples > 0 and view.counts.get(USER_CODE, 0) == view.samples  # what was sampled stays
 
 
 @needs_pyspy
@@ -187,7 +191,7 @@ def test_the_native_sampler_samples_a_live_process() -> None:
         proc.wait()
     view = sampler.view()
     assert not view.ended, view.end_reason
-    assert view.native and view.samples > 0 and view.counts.get(ELSEWHERE, 0) == view.samples
+    assert view.native and view.samples > 0 and view.counts.get(USER_CODE, 0) == view.samples
 
 
 def test_py_spy_missing_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
