@@ -40,6 +40,9 @@ CATEGORY_STYLES = {
     "forward": "green",
     "backward": "cyan",
     "optimizer": "blue",
+    "comm": "bright_magenta",
+    "h2d": "bright_cyan",
+    "user_code": "magenta",
     "elsewhere": "bright_black",
 }
 END_REASONS = {"exit": "the process exited", "uninstall": "the hook was uninstalled"}
