@@ -313,6 +313,7 @@ def state(
             active=bool(counter is not None and counter.active), steps_left=runtime.diagnosis_left
         ),
         flops=runtime.flops.result,
+        host=runtime.sampler.result() if runtime.sampler is not None else None,
         hook=protocol.HookInfo(
             errors=runtime.errors,
             last_error=runtime.last_error,

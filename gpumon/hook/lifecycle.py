@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from gpumon.protocol import HOOK_ENV, INJECTED_ENV, KNOBS_ENV
+from gpumon.protocol import HOOK_ENV, INJECTED_ENV, KNOBS_ENV, SAMPLE_HZ_ENV
 
 _lock = threading.Lock()
 _state: _HookState | None = None
@@ -97,6 +97,8 @@ def uninstall() -> None:
         if state.runtime is not None:
             state.runtime.active = False
             state.runtime.budget.stop()
+            if state.runtime.sampler is not None:
+                state.runtime.sampler.stop()
         if state.patches is not None:
             state.patches.remove()
         if state.server is not None:
@@ -169,8 +171,20 @@ def _start_server() -> None:
         server = HookServer(state.runtime, installed_at=state.installed_at, injected=state.injected)
         if server.start():
             state.server = server
+            _start_sampler(state.runtime)
     except Exception as exc:  # noqa: BLE001
         state.runtime.error(exc)
+
+
+def _start_sampler(runtime: Any) -> None:
+    """The stack sampler, at GPUMON_HOOK_SAMPLE_HZ samples a second (default 20; 0: none)."""
+    from gpumon.hook.env import env_count
+    from gpumon.hook.stack_sampler import SAMPLE_HZ, make_sampler
+
+    sampler = make_sampler(runtime, runtime.torch, env_count(SAMPLE_HZ_ENV, SAMPLE_HZ))
+    if sampler is not None:
+        runtime.sampler = sampler
+        sampler.start()
 
 
 def _register_process_hooks() -> None:
@@ -210,6 +224,8 @@ def _after_fork_in_child() -> None:
             state.runtime.on_first_activity = None
             state.runtime.budget.stop()  # the step budget's wrappers, if the fork came in a budgeted step
             state.runtime.flops.stop()  # the FLOP counter's dispatch mode, if the fork came in a counted step
+            if state.runtime.sampler is not None:
+                state.runtime.sampler.forget_in_child()
         if state.server is not None:
             state.server.close_in_child()
         if state.watcher is not None and state.watcher in sys.meta_path:

@@ -12,6 +12,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 from gpumon import protocol
@@ -133,6 +134,10 @@ class HookRuntime:
         self.errors = 0
         self.last_error: str | None = None
         self.on_first_activity: Callable[[], None] | None = None
+        self.training_thread = 0
+        """The thread that closes steps (its ident; 0: none yet), which the stack sampler reads."""
+        self.sampler: Any = None
+        """The StackSampler (gpumon.hook.stack_sampler), once the server runs; None: not sampling."""
         # Accumulators of the open step.
         self._step_start = clock()
         self._data_wait = 0.0
@@ -227,6 +232,7 @@ class HookRuntime:
     def _begin(self) -> None:
         """The first step starts at the job's first fetch or backward, not at install (model setup)."""
         self._began = True
+        self.training_thread = get_ident()
         if self.seq == 0:
             self._step_start = self.clock()
         if self.nvtx is not None:
@@ -449,6 +455,7 @@ class HookRuntime:
         self, seq: int, now: float, wall: float, data_wait: float, samples: int | None, source: str
     ) -> None:
         """close_step's boundary with work to do: sampled or timed steps, counts and probes due, requests."""
+        self.training_thread = get_ident()
         if (
             seq == self._budget_candidate
             and self._budgeted_at is not None
@@ -622,6 +629,8 @@ class HookRuntime:
 
     def flush(self) -> None:
         """At exit: hand pending records over, GPU time only where already measured; end a diagnosis."""
+        if self.sampler is not None:
+            self.sampler.stop()  # before CUDA is torn down: no stream query after this
         if self.gpu is not None:
             resolved: list[list[Any]] = []
             self.gpu.flush(resolved, R_GPU)

@@ -189,6 +189,23 @@ class FlopCount(TypedDict, total=False):
     t: float  # unix time of the count
 
 
+class SampledLine(TypedDict, total=False):
+    file: str
+    line: int
+    function: str
+    activity: str  # one of gpumon.protocol.activity.ACTIVITIES
+    counts: list[int]  # samples at this line: [GPU idle, GPU busy, GPU state unknown], since the sampler started
+
+
+class HostSamples(TypedDict, total=False):
+    hz: float  # samples a second the sampler aims at
+    samples: int  # samples taken since it started
+    gpu_state: str | None  # why the GPU's state is not read (e.g. CUDA graphs in use); None: read at each sample
+    activities: dict[str, list[int]]  # activity -> [GPU idle, GPU busy, GPU state unknown] samples, cumulative
+    lines: list[SampledLine]  # the lines with the most samples, most first (at most SAMPLED_LINES_SENT)
+    cost_ms: float  # CPU time the sampler thread has used
+
+
 class State(_Typed, total=False):
     t: float
     last_seq: int
@@ -200,6 +217,7 @@ class State(_Typed, total=False):
     knobs: KnobState
     diagnosis: DiagnosisState
     flops: FlopCount | None  # the latest FLOP count of a sampled step; None: none yet
+    host: HostSamples | None  # the stack sampler's counts; None: not sampling (GPUMON_HOOK_SAMPLE_HZ=0, no step yet)
     hook: HookInfo
     id: Any  # when it answers a get_state
 

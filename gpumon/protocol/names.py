@@ -20,6 +20,8 @@ NVTX_ENV = "GPUMON_NVTX"
 """"1" (or true/on/yes): the hook emits NVTX ranges (step, data wait, forward, backward, optimizer); run --nvtx."""
 FLOPS_ENV = "GPUMON_HOOK_FLOPS"
 """N: count one step's FLOPs at step 30 and then every Nth step; 0: never. Default 2000."""
+SAMPLE_HZ_ENV = "GPUMON_HOOK_SAMPLE_HZ"
+"""N: the stack sampler reads the training thread's stack and the GPU's state N times a second; 0: never. Default 20."""
 
 # Hook -> client.
 HELLO = "hello"
