@@ -28,9 +28,11 @@ IO_BOUND = "io_bound"
 THROTTLED = "throttled"
 COMM_BOUND = "comm_bound"
 STRAGGLER = "straggler"
+CPU_BOUND = "cpu_bound"
 HEALTHY = "healthy"
 CATEGORIES = (
     INPUT_BOUND,
+    CPU_BOUND,
     HOST_SYNC,
     LAUNCH_BOUND,
     TRANSFER_BOUND,
@@ -54,6 +56,7 @@ HEADLINES = {
     THROTTLED: "Throttled: the GPU slows its own clocks (heat or power)",
     COMM_BOUND: "Comm-bound: NCCL communication is not hidden behind compute",
     STRAGGLER: "Straggler: one rank holds the others back",
+    CPU_BOUND: "CPU-bound: the training thread's own code keeps the GPU waiting",
     HEALTHY: "Healthy: nothing big to fix",
 }
 
@@ -82,6 +85,9 @@ ADVICE = {
     "node loads slower (fewer cores or workers, remote or slower storage, uneven shards: DistributedSampler with "
     "drop_last=True); GPU time means a slower or throttled GPU on that node (check its clocks and temperature); the "
     "others wait for it inside every all-reduce.",
+    CPU_BOUND: "Move that work where it belongs: tensor math on batches (conversion, normalisation, blurs, resizes) "
+    "after .cuda(), where the GPU does it in microseconds; per-sample CPU work (decoding, augmentation) into "
+    "Dataset.__getitem__, so the DataLoader's workers do it in parallel; Python bookkeeping out of the hot loop.",
     HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
 }
 
@@ -138,6 +144,13 @@ SOURCE_LINE_CONFIDENCE = 0.5
 COMM_EXPOSED_SHARE = 0.15
 """Exposed NCCL time (no compute kernel beside it) at or above this share of the captured step time makes the job
 comm-bound: the same bar as MIN_SEVERITY, since the share is what the job would gain with full overlap."""
+CPU_BOUND_SHARE = MIN_SEVERITY
+"""GPU idle this share of the time (or more) while the training thread runs its own code makes the job CPU-bound:
+the share is what moving that code off the training thread's path gives at most."""
+STEP_MODEL_CONFIDENCE = 0.85
+"""The step model counts the GPU's state at each sample: measured, not inferred; not 1, a sample is a sample."""
+NVML_STEP_MODEL_CONFIDENCE = 0.6
+"""The same with GPU-Util standing in for the stream's state (the idle time split by the host's activity overall)."""
 COMM_CONFIDENCE = 0.85
 """Measured from the job's own kernel timeline, so high; not 1: the capture covers only a few steps."""
 
@@ -368,6 +381,8 @@ def rule_host_sync(signals: Signals) -> Candidate | None:
                 "sync_evidence": dict(evidence_counts),
             },
         )
+    if signals.step_shares:
+        return _step_model_sync(signals)
     syncs = signals.syncs_per_step
     if syncs is None and signals.budget_syncs_per_step:
         syncs = signals.budget_syncs_per_step
@@ -394,6 +409,37 @@ def rule_host_sync(signals: Signals) -> Candidate | None:
         "sync_sites": list(signals.sync_sites[:3]),
     }
     return Candidate(HOST_SYNC, severity, 0.8 if syncs >= MANY_SYNCS else 0.6, evidence, numbers)
+
+
+def _step_model_sync(signals: Signals) -> Candidate | None:
+    """host_sync from the step model: the GPU idle that syncs cause (drained at each sync, waiting until the host
+    launches again) and the idle while the host waits in one; what removing the syncs would give back."""
+    after, inside = signals.step_shares.get("sync_idle", 0.0), signals.step_shares.get("sync_wait", 0.0)
+    share = after + inside
+    if share < MIN_SEVERITY:
+        return None
+    syncs = signals.syncs_per_step if signals.syncs_per_step is not None else signals.budget_syncs_per_step
+    sync_lines = [
+        where for where, kind in zip(signals.idle_lines, signals.idle_line_activities, strict=False) if kind == "sync"
+    ] or list(signals.sync_sites[:1])
+    evidence = _join(
+        f"the GPU idles {pct(share)} of the time because of host syncs ({pct(after)} after them until new work "
+        "arrives" + (f", {pct(inside)} inside them" if inside >= 0.01 else "") + ")",
+        f"{syncs:.0f} sync{'s' if round(syncs) != 1 else ''} per step" if syncs else None,
+        f"at {sync_lines[0]}" if sync_lines else None,
+        f"the host waits in them {pct(signals.sync_wait_share)} of each step"
+        if signals.sync_wait_share is not None
+        else None,
+    )
+    numbers = {
+        "sync_idle": _round(after),
+        "sync_wait_idle": _round(inside),
+        "syncs_per_step": _round(syncs),
+        "sync_wait_share": _round(signals.sync_wait_share),
+        "sync_sites": list(signals.sync_sites[:3]),
+        "busy_from": signals.step_busy_from,
+    }
+    return Candidate(HOST_SYNC, share, _step_model_confidence(signals), evidence, numbers)
 
 
 def rule_launch(signals: Signals) -> Candidate | None:
@@ -718,7 +764,40 @@ def rule_straggler(signals: Signals) -> Candidate | None:
     return Candidate(STRAGGLER, share, STRAGGLER_CONFIDENCE, evidence, numbers)
 
 
+def _step_model_confidence(signals: Signals) -> float:
+    return STEP_MODEL_CONFIDENCE if signals.step_busy_from == "stream" else NVML_STEP_MODEL_CONFIDENCE
+
+
+def rule_cpu_bound(signals: Signals) -> Candidate | None:
+    """cpu_bound, from the step model: the GPU idles while the training thread runs the job's own code (its line
+    from the stack sampler), not torch's dispatch, the DataLoader, copies or syncs."""
+    share = signals.step_shares.get("cpu")
+    if share is None or share < CPU_BOUND_SHARE or not signals.has_gpu:
+        return None
+    lines = [
+        (where, line_share)
+        for where, line_share, kind in zip(
+            signals.idle_lines, signals.idle_line_shares, signals.idle_line_activities, strict=False
+        )
+        if kind == "cpu"
+    ]
+    at = f", most at {lines[0][0]} ({pct(lines[0][1])})" if lines else ""
+    evidence = _join(
+        f"the GPU idles {pct(share)} of the time while the training thread runs its own code{at}",
+        f"GPU busy {pct(signals.step_shares.get('gpu_busy'))}",
+        _gpu_part(signals),
+    )
+    numbers = {
+        "cpu_share": _round(share),
+        "gpu_busy": _round(signals.step_shares.get("gpu_busy")),
+        "lines": [{"where": where, "share": _round(line_share)} for where, line_share in lines[:3]],
+        "busy_from": signals.step_busy_from,
+    }
+    return Candidate(CPU_BOUND, share, _step_model_confidence(signals), evidence, numbers)
+
+
 RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
+    rule_cpu_bound,
     rule_data,
     rule_host_sync,
     rule_launch,

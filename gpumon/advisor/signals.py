@@ -14,9 +14,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from gpumon.jobs.budget import BudgetShares
+from gpumon.jobs.host_profile import window_profile
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
 from gpumon.jobs.pyspy import EstimateView
 from gpumon.jobs.source import JobView
+from gpumon.jobs.step_model import step_model
 from gpumon.jobs.step_sums import WindowSums, window_sums
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 
@@ -121,6 +123,18 @@ class Signals:
     """Bytes/s while copying host->device."""
     budget_syncs_per_step: float | None = None
     """Calls that waited on the GPU per budgeted step (.item(), .cpu(), synchronize...)."""
+    # -- the step model (hook: the stack sampler with the GPU's state; jobs.step_model): shares of the time
+    step_shares: Mapping[str, float] = field(default_factory=dict)
+    """Owner -> share of the step time (gpu_busy, data, h2d, sync_wait, sync_idle, comm, launch, cpu, other; they add
+    up to 1); empty without a step model."""
+    step_busy_from: str | None = None
+    """How GPU busy was read: "stream" (the training stream at each sample) or "nvml" (GPU-Util)."""
+    step_samples: int | None = None
+    idle_lines: tuple[str, ...] = ()
+    """The job's lines where the GPU idled most: "file:line (function)"..."""
+    idle_line_shares: tuple[float, ...] = ()
+    """...and the share of the time it idled at each."""
+    idle_line_activities: tuple[str, ...] = ()
     # -- the DataLoader (hook)
     num_workers: int | None = None
     pin_memory: bool | None = None
@@ -202,6 +216,7 @@ class Signals:
         data = asdict(self)
         data["pyspy"] = dict(self.pyspy)
         data["pyspy_sync_evidence"] = dict(self.pyspy_sync_evidence)
+        data["step_shares"] = dict(self.step_shares)
         return data
 
     @classmethod
@@ -211,10 +226,11 @@ class Signals:
         values["gpus"] = tuple(
             GpuSignals(**{k: v for k, v in gpu.items() if k in _GPU_FIELDS}) for gpu in data.get("gpus") or ()
         )
-        for name in ("worker_cpu", "sync_sites"):
+        for name in ("worker_cpu", "sync_sites", "idle_lines", "idle_line_shares", "idle_line_activities"):
             values[name] = tuple(data.get(name) or ())
         values["pyspy"] = dict(data.get("pyspy") or {})
         values["pyspy_sync_evidence"] = dict(data.get("pyspy_sync_evidence") or {})
+        values["step_shares"] = dict(data.get("step_shares") or {})
         return cls(**values)
 
 
@@ -596,6 +612,8 @@ def build_signals(
             pcie_tx=_sum_or_none(g.pcie_tx for g in gpus),
         )
         values.setdefault("device", "cuda")
+    if isinstance(job, HookedView):
+        values.update(_step_model_values(job, start, end, values))
     values.update(_host_values(window))
     values.update(_process_values(window, pid, worker_pids))
     if window:
@@ -605,6 +623,33 @@ def build_signals(
     elif start is not None and end is not None:
         values["window_s"] = round(end - start, 2)
     return Signals(source=source, pid=pid, command=command, gpus=gpus, **values)
+
+
+def _step_model_values(
+    view: HookedView, start: float | None, end: float | None, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The step model over the window: the sampler's counts, with GPU-Util where it could not read the stream, and
+    the budget's measured sync wait where there is one."""
+    if not view.host_profiles:
+        return {}
+    window_end = end if end is not None else view.host_profiles[-1].t
+    window_start = start if start is not None else view.host_profiles[0].t - 1.0
+    util = values.get("gpu_util")
+    model = step_model(
+        window_profile(view.host_profiles, window_start, window_end),
+        nvml_busy=util / 100.0 if isinstance(util, (int, float)) else None,
+        sync_wait=values.get("sync_wait_share"),
+    )
+    if model is None:
+        return {}
+    return dict(
+        step_shares={owner: round(share, 4) for owner, share in model.shares.items()},
+        step_busy_from=model.busy_from,
+        step_samples=model.samples,
+        idle_lines=tuple(line.where for line in model.lines),
+        idle_line_shares=tuple(round(line.idle_share, 4) for line in model.lines),
+        idle_line_activities=tuple(line.activity for line in model.lines),
+    )
 
 
 def _sum_or_none(values: Iterable[float | None]) -> float | None:

@@ -30,7 +30,9 @@ MAX_REWRAPS = 4
 """Times a method that another library replaced after ours went on is wrapped again, at later sampled steps."""
 
 _MISSING = object()
-_TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu")
+_TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu", "__bool__", "__float__", "__int__")
+_SYNC_METHODS = frozenset({"item", "tolist", "cpu", "__bool__", "__float__", "__int__"})
+"""Calls that wait for the GPU when their tensor is on it: `if loss < best:` and float(loss) among them."""
 
 
 class BudgetMeter:
@@ -274,7 +276,7 @@ def _is_cpu_target(value: Any) -> bool:
 def _classify(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, bool]:
     """('h2d' | 'sync' | None, blocking) for one call of a wrapped Tensor method."""
     on_cuda = bool(tensor.is_cuda)
-    if name in ("item", "tolist", "cpu"):
+    if name in _SYNC_METHODS:
         return ("sync" if on_cuda else None), True
     if name == "cuda":
         blocking = not kwargs.get("non_blocking", len(args) > 1 and args[1] is True)

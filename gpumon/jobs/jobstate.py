@@ -17,9 +17,13 @@ from typing import Any
 from gpumon import protocol
 from gpumon.jobs.budget import BudgetShares, StepTimeBudget
 from gpumon.jobs.discovery import JobInfo
+from gpumon.jobs.host_profile import HostProfile
 from gpumon.jobs.step_sums import StepSums, StepSumsLog
 
 HISTORY_STEPS = 4096
+HOST_PROFILES = 1800
+HOST_EVERY_S = 0.9
+"""The stack sampler's counts kept: one state a second at most, for half an hour (about 2 KB each)."""
 """Step records kept per job."""
 RECENT_STEPS = 512
 """Step records copied into each HookedView."""
@@ -239,6 +243,8 @@ class HookedView:
     """Pid of the straggling rank, when ranks are shown and one stands out."""
     step_sums: tuple[StepSums, ...] = ()
     """Per-second sums of every step of the last hour (the advisor's whole-window figures)."""
+    host_profiles: tuple[HostProfile, ...] = ()
+    """The stack sampler's cumulative counts, at most one a second, oldest first (the advisor differences them)."""
 
     @property
     def command(self) -> str:
@@ -340,6 +346,7 @@ class JobState:
         self._step_sums = StepSumsLog()
         self._hook_stats: Mapping[str, Any] = {}
         self._state: Mapping[str, Any] | None = None
+        self._host: deque[HostProfile] = deque(maxlen=HOST_PROFILES)
         self._now = 0.0
         """The hook's clock: the newest message or record time seen."""
         self._last_seq = 0
@@ -387,6 +394,9 @@ class JobState:
                 self._state = dict(message)
                 if message_t is not None:
                     self._advance(message_t)
+                    profile = HostProfile.from_state(message.get("host"), message_t)
+                    if profile is not None and (not self._host or message_t - self._host[-1].t >= HOST_EVERY_S):
+                        self._host.append(profile)
                 return kind
             if kind == protocol.DIAGNOSIS:
                 self._diagnosis = dict(message)
@@ -508,6 +518,7 @@ class JobState:
                 silent_s=silent,
                 diagnosis=self._diagnosis,
                 step_sums=self._step_sums.seconds(),
+                host_profiles=tuple(self._host),
             )
 
 

@@ -1,0 +1,186 @@
+"""The step model: every millisecond of a job's steps has one owner, the GPU's work or the cause of its idling.
+
+GPU busy and idle are measured: the hook's sampler asks the training stream, at each sample, whether it still has
+work queued (NVML's GPU-Util stands in, labelled so, where the stream cannot be read: a CPU build of the monitor's
+recording, a job using CUDA graphs). Idle time is split by what the training thread was doing at the idle samples
+(gpumon.protocol.activity), except the idle that syncs cause: a sync drains the GPU's queue, and until the host has
+launched new work the GPU waits. Without syncs the host would run ahead, so a step would take
+max(host time not spent waiting in syncs, GPU busy time); what the job takes beyond that is the syncs' cost
+(`sync_idle`), and the rest of the idle time keeps its host-side owners, scaled to what is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.jobs.host_profile import HostProfile, SampledLine
+from gpumon.protocol import activity
+
+GPU_BUSY = "gpu_busy"
+DATA = "data"
+H2D = "h2d"
+SYNC_WAIT = "sync_wait"
+SYNC_IDLE = "sync_idle"
+COMM = "comm"
+LAUNCH = "launch"
+CPU = "cpu"
+OTHER = "other"
+OWNERS = (GPU_BUSY, DATA, H2D, SYNC_WAIT, SYNC_IDLE, COMM, LAUNCH, CPU, OTHER)
+"""The owners of a step's time, in the order of the bar; their shares add up to 1."""
+LABELS = {
+    GPU_BUSY: "GPU busy",
+    DATA: "waiting for data",
+    H2D: "host->device copies",
+    SYNC_WAIT: "GPU idle in a sync",
+    SYNC_IDLE: "GPU idle after syncs",
+    COMM: "communication",
+    LAUNCH: "torch dispatch and launch",
+    CPU: "the job's own CPU code",
+    OTHER: "other",
+}
+SHORT_LABELS = {
+    GPU_BUSY: "GPU",
+    DATA: "data",
+    H2D: "H2D",
+    SYNC_WAIT: "sync",
+    SYNC_IDLE: "post-sync",
+    COMM: "comm",
+    LAUNCH: "launch",
+    CPU: "cpu",
+    OTHER: "other",
+}
+OWNER_OF_ACTIVITY = {
+    activity.DATA_WAIT: DATA,
+    activity.DATA_COLLATE: DATA,
+    activity.DATA_LOAD: DATA,
+    activity.H2D: H2D,
+    activity.SYNC: SYNC_WAIT,
+    activity.COMM: COMM,
+    activity.FORWARD: LAUNCH,
+    activity.BACKWARD: LAUNCH,
+    activity.OPTIMIZER: LAUNCH,
+    activity.CPU: CPU,
+    activity.OTHER: OTHER,
+}
+MIN_SAMPLES = 20
+"""Fewer samples than this (one second at the default rate) make no step model."""
+BY_SAMPLER = "stream"
+BY_NVML = "nvml"
+TOP_LINES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class LineShare:
+    """One line of the job where the GPU idled, and the share of the time it did there."""
+
+    where: str
+    activity: str
+    idle_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """Shares of the step time by owner (they add up to 1), how GPU busy was read, and the lines behind the idle."""
+
+    shares: Mapping[str, float]
+    busy_from: str
+    """BY_SAMPLER (the training stream, queried at each sample) or BY_NVML (GPU-Util, with idle split by the host's
+    activity over all samples)."""
+    samples: int
+    sync_wait: float
+    """Share of the time the host spent waiting in syncs (the GPU busy meanwhile, mostly)."""
+    lines: tuple[LineShare, ...] = field(default=())
+    by_activity: Mapping[str, float] = field(default_factory=dict)
+    """GPU-idle share by the host's finer activity (data_wait, data_collate, data_load, forward, ...)."""
+
+    @property
+    def idle(self) -> float:
+        return 1.0 - self.shares.get(GPU_BUSY, 0.0)
+
+    def top_owner(self) -> str | None:
+        """The idle owner with the largest share (None: the GPU was never idle)."""
+        idle = [(share, owner) for owner, share in self.shares.items() if owner != GPU_BUSY and share > 0]
+        return max(idle)[1] if idle else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "shares": {owner: round(self.shares.get(owner, 0.0), 4) for owner in OWNERS},
+            "busy_from": self.busy_from,
+            "samples": self.samples,
+            "sync_wait": round(self.sync_wait, 4),
+            "lines": [
+                {"where": line.where, "activity": line.activity, "idle_share": round(line.idle_share, 4)}
+                for line in self.lines
+            ],
+            "by_activity": {name: round(share, 4) for name, share in self.by_activity.items()},
+        }
+
+
+def step_model(
+    profile: HostProfile | None, nvml_busy: float | None = None, sync_wait: float | None = None
+) -> StepModel | None:
+    """The step model of one window's sampler counts. `nvml_busy` (0-1, GPU-Util) stands in where the sampler could
+    not read the stream; `sync_wait` (the budget's measured share of the step in syncs) is preferred to the
+    sampler's count of sync samples when given. None without enough samples, or without any GPU figure."""
+    if profile is None or profile.samples < MIN_SAMPLES:
+        return None
+    counts = profile.activities
+    idle_by = {name: c[0] for name, c in counts.items()}
+    known = sum(c[0] + c[1] for c in counts.values())
+    total = sum(sum(c) for c in counts.values())
+    if total <= 0:
+        return None
+    sync_samples = sum(counts.get(activity.SYNC, (0, 0, 0)))
+    wait = sync_wait if sync_wait is not None else sync_samples / total
+    if known >= MIN_SAMPLES:
+        busy = sum(c[1] for c in counts.values()) / known
+        idle_parts = {name: idle / known for name, idle in idle_by.items() if idle}
+        busy_from, denominator = BY_SAMPLER, known
+    elif nvml_busy is not None:
+        busy = max(0.0, min(1.0, nvml_busy))
+        # Inferred split: while the host waits in a sync the GPU works, so sync samples own no idle time here.
+        others: dict[str, int] = {name: c[0] + c[1] + c[2] for name, c in counts.items() if name != activity.SYNC}
+        weight = sum(others.values())
+        idle_parts = {name: (1.0 - busy) * n / weight for name, n in others.items()} if weight else {}
+        busy_from, denominator = BY_NVML, total
+    else:
+        return None
+    idle = max(0.0, 1.0 - busy)
+    in_sync = idle_parts.pop(activity.SYNC, 0.0)
+    host_free = max(0.0, 1.0 - wait)
+    sync_idle = max(0.0, min(idle - in_sync, 1.0 - max(host_free, busy)))
+    rest = sum(idle_parts.values())
+    scale = (idle - in_sync - sync_idle) / rest if rest > 0 else 0.0
+    shares = dict.fromkeys(OWNERS, 0.0)
+    shares[GPU_BUSY] = busy
+    shares[SYNC_WAIT] = in_sync
+    shares[SYNC_IDLE] = sync_idle
+    by_activity = {name: part * scale for name, part in idle_parts.items()}
+    for name, part in by_activity.items():
+        shares[OWNER_OF_ACTIVITY.get(name, OTHER)] += part
+    if rest <= 0:
+        shares[OTHER] += max(0.0, idle - in_sync - sync_idle)
+    if busy_from == BY_SAMPLER:
+        lines = _idle_lines(profile.lines, lambda line: line.idle / denominator * scale)
+    else:
+        per_sample = (1.0 - busy) / weight if weight else 0.0
+        lines = _idle_lines(
+            profile.lines, lambda line: 0.0 if line.activity == activity.SYNC else line.total * per_sample
+        )
+    return StepModel(
+        shares=shares,
+        busy_from=busy_from,
+        samples=profile.samples,
+        sync_wait=wait,
+        lines=lines,
+        by_activity={name: share for name, share in by_activity.items() if share > 0},
+    )
+
+
+def _idle_lines(lines: tuple[SampledLine, ...], idle_share: Callable[[SampledLine], float]) -> tuple[LineShare, ...]:
+    """The lines where the GPU idled most, with the share of the time it idled there (after the syncs' part)."""
+    shares = [(idle_share(line), line) for line in lines]
+    ranked = sorted(((share, line) for share, line in shares if share > 0), key=lambda pair: -pair[0])[:TOP_LINES]
+    return tuple(LineShare(line.where(), line.activity, share) for share, line in ranked)
