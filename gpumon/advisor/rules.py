@@ -17,6 +17,7 @@ from gpumon import units
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
 from gpumon.jobs.jobstate import STRAGGLER_THRESHOLD
 from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE
+from gpumon.jobs.pyspy import USER_CODE as USER_CODE_SAMPLES
 
 INPUT_BOUND = "input_bound"
 HOST_SYNC = "host_sync"
@@ -94,6 +95,10 @@ ADVICE = {
 HEALTHY_ADVICE_UNDER_USED = (
     "No bottleneck stood out in this window though the GPU is not fully busy: watch a longer "
     "window, or run the job with the hook (gpumon run / attach) for step timings."
+)
+PYSPY_BLIND = (
+    "py-spy sees only Python frames: a sync inside C++ (.item(), `if loss < best:`) or a kernel launch reads as "
+    "the line that calls it; `gpumon diagnose --native --pid PID` unwinds C/C++, `gpumon run` measures the step"
 )
 HEALTHY_ADVICE_CPU = (
     "The job computes on the CPU, so nothing here holds a GPU back; to train faster, move the model "
@@ -771,6 +776,8 @@ def _step_model_confidence(signals: Signals) -> float:
 def rule_cpu_bound(signals: Signals) -> Candidate | None:
     """cpu_bound, from the step model: the GPU idles while the training thread runs the job's own code (its line
     from the stack sampler), not torch's dispatch, the DataLoader, copies or syncs."""
+    if signals.source == SOURCE_PYSPY:
+        return _pyspy_cpu_bound(signals)
     share = signals.step_shares.get("cpu")
     if share is None or share < CPU_BOUND_SHARE or not signals.has_gpu:
         return None
@@ -794,6 +801,26 @@ def rule_cpu_bound(signals: Signals) -> Candidate | None:
         "busy_from": signals.step_busy_from,
     }
     return Candidate(CPU_BOUND, share, _step_model_confidence(signals), evidence, numbers)
+
+
+def _pyspy_cpu_bound(signals: Signals) -> Candidate | None:
+    """cpu_bound without the hook: the main thread's samples in the job's own code, bounded by the GPU's idle time
+    (GPU-Util). py-spy without --native cannot tell a sync inside C++ (`if loss < best:`) from the line's own CPU
+    work, but such a wait keeps the GPU busy: only the idle part can be the code's."""
+    share, idle = signals.pyspy.get(USER_CODE_SAMPLES), _idle_share(signals)
+    if share is None or idle is None or not signals.has_gpu:
+        return None
+    severity = min(share, idle)
+    if severity < CPU_BOUND_SHARE:
+        return None
+    at = f", most at {signals.pyspy_user_line}" if signals.pyspy_user_line else ""
+    evidence = _join(
+        f"main thread in the job's own code in {pct(share)} of py-spy samples{at}",
+        f"GPU idle {pct(idle)} of the time",
+        None if signals.pyspy_native else "without --native a sync inside C++ reads as the line that calls it",
+    )
+    numbers = {"pyspy_user_code": _round(share), "gpu_idle": _round(idle), "line": signals.pyspy_user_line}
+    return Candidate(CPU_BOUND, severity, 0.7 * PYSPY_CONFIDENCE, evidence, numbers)
 
 
 RULES: tuple[Callable[[Signals], Candidate | None], ...] = (
@@ -845,7 +872,11 @@ def _healthy(signals: Signals) -> Finding:
             evidence = _join(
                 "no bottleneck stands out",
                 *parts,
-                "watch longer, or attach the hook for step data" if signals.source != SOURCE_HOOK else None,
+                PYSPY_BLIND
+                if signals.source == SOURCE_PYSPY and not signals.pyspy_native
+                else "watch longer, or attach the hook for step data"
+                if signals.source != SOURCE_HOOK
+                else None,
             )
             advice = HEALTHY_ADVICE_UNDER_USED
     elif signals.device == "cpu":

@@ -16,7 +16,7 @@ from typing import Any
 from gpumon.jobs.budget import BudgetShares
 from gpumon.jobs.host_profile import window_profile
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
-from gpumon.jobs.pyspy import EstimateView
+from gpumon.jobs.pyspy import USER_CODE, EstimateView
 from gpumon.jobs.source import JobView
 from gpumon.jobs.step_model import step_model
 from gpumon.jobs.step_sums import WindowSums, window_sums
@@ -197,6 +197,10 @@ class Signals:
     pyspy: Mapping[str, float] = field(default_factory=dict)
     """Share of main-thread samples per py-spy category (data_wait, cuda_sync, forward, ...)."""
     pyspy_samples: int | None = None
+    pyspy_native: bool | None = None
+    """py-spy sampled with --native (C/C++ frames: a sync inside .item() seen as such)."""
+    pyspy_user_line: str | None = None
+    """The job's own frame most often sampled in its own code."""
     pyspy_sync_evidence: Mapping[str, int] = field(default_factory=dict)
     """py-spy CUDA sync samples by how they were recognised (native frame, torch function, source text only)."""
 
@@ -598,6 +602,8 @@ def build_signals(
         values["pyspy"] = {k: round(v, 4) for k, v in fractions.items()}
         values["pyspy_samples"] = job.recent_samples or job.samples
         values["pyspy_sync_evidence"] = dict(job.recent_sync_evidence if job.recent_samples else job.sync_evidence)
+        values["pyspy_native"] = job.native
+        values["pyspy_user_line"] = job.hot_frames.get(USER_CODE)
     pids = [pid] if pid is not None else []
     # A hooked job whose CUDA is not initialized computes on the CPU: the machine's GPUs are not its GPUs.
     indices = [] if values.get("device") == "cpu" else job_gpu_indices(window, pids, uuids)

@@ -420,8 +420,8 @@ class EstimateView:
     timeline: tuple[Mapping[str, float], ...] = ()
     """Per round: the fraction of each category."""
     hot_frames: Mapping[str, str] = field(default_factory=dict)
-    """Per category, the most frequent innermost frame in the recent rounds (for a CUDA sync: the job's own
-    frame that called it)."""
+    """Per category, the most frequent innermost frame in the recent rounds (for a CUDA sync and the job's own code:
+    the job's own frame)."""
     sync_evidence: Mapping[str, int] = field(default_factory=dict)
     """CUDA sync samples since the start by how they were recognised (SYNC_EVIDENCE)."""
     recent_sync_evidence: Mapping[str, int] = field(default_factory=dict)
@@ -680,7 +680,8 @@ class PySpySampler:
             counts[category] += stack.count
             if how is not None:
                 evidence[how] += stack.count
-            frame = (user_frame(stack.frames) if category == CUDA_SYNC else None) or _innermost_python(stack.frames)
+            own = user_frame(stack.frames) if category in (CUDA_SYNC, USER_CODE) else None
+            frame = own or _innermost_python(stack.frames)
             if frame is not None:
                 hot[(category, _short(frame))] += stack.count
         with self._lock:
