@@ -10,26 +10,11 @@ from __future__ import annotations
 import sys
 
 import torch
-from scenario_common import Meter, forever, gaussian_kernel, parse, pick_device, preprocess, small_cnn
+from scenario_common import Meter, RawBatches, forever, gaussian_kernel, parse, pick_device, preprocess, small_cnn
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 FIXES = ("gpu_preprocess",)
-
-
-class RawBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Ready uint8 batches (a pool of 8 made once): the workers do next to nothing."""
-
-    def __init__(self, batch: int, size: int) -> None:
-        generator = torch.Generator().manual_seed(0)
-        self.pool = [torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=generator) for _ in range(8)]
-        self.labels = torch.randint(0, 10, (batch,), generator=generator)
-
-    def __len__(self) -> int:
-        return 1_000_000
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.pool[index % len(self.pool)], self.labels
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -79,7 +79,8 @@ def preprocess(images: torch.Tensor, kernel: torch.Tensor, size: int) -> torch.T
 
 class Meter:
     """Yields step numbers for `duration` seconds; the measure starts after `warmup` seconds (and 3 steps) and ends
-    with the run, each end after a device synchronize (the only two it adds). report() prints the JSON line."""
+    with the run, each end after a device synchronize (the only two it adds). report() prints the JSON line.
+    With `agree` (ranks of one job), the stop is decided together every `check_every` steps."""
 
     def __init__(
         self,
@@ -90,6 +91,8 @@ class Meter:
         warmup: float,
         samples_per_step: int,
         report: bool = True,
+        agree: Callable[[bool], bool] | None = None,
+        check_every: int = 1,
     ) -> None:
         self.scenario = scenario
         self.fixed = list(fixed)
@@ -98,6 +101,8 @@ class Meter:
         self.warmup = min(warmup, duration * 0.4)
         self.samples_per_step = samples_per_step
         self.reporting = report
+        self.agree = agree
+        self.check_every = check_every
         self.first_step: int | None = None
         self.started = 0.0
         self.ended = 0.0
@@ -118,10 +123,13 @@ class Meter:
             if self.first_step is None and step >= 3 and now - begun >= self.warmup:
                 self._sync()
                 self.first_step, self.started = step, time.monotonic()
-            if now >= deadline and self.first_step is not None:
-                break
-            if now >= deadline + self.duration:  # never 3 steps: stop anyway, measuring nothing
-                break
+            if step % self.check_every == 0:
+                # Past the deadline with a measure begun; or never 3 steps in twice the time: stop, measuring nothing.
+                stop = (now >= deadline and self.first_step is not None) or now >= deadline + self.duration
+                if self.agree is not None:  # ranks stop at the same step, whichever reached its deadline first
+                    stop = self.agree(stop)
+                if stop:
+                    break
             yield step
             step += 1
         self._sync()
@@ -189,3 +197,20 @@ class Heavy96(Dataset[tuple[torch.Tensor, int]]):
         for _ in range(self.rounds):
             image = F.conv2d(image.unsqueeze(0), self.kernel, padding=2, groups=3).squeeze(0)
         return image, index % 10
+
+
+class RawBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Ready uint8 batches (a pool of 8 made once): the workers do next to nothing."""
+
+    def __init__(self, batch: int, size: int) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.pool = [
+            torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=generator) for _ in range(8)
+        ]
+        self.labels = torch.randint(0, 10, (batch,), generator=generator)
+
+    def __len__(self) -> int:
+        return 1_000_000
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.pool[index % len(self.pool)], self.labels
