@@ -222,8 +222,8 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
         else:
             within = "-"
         lines.append(
-            f"| {row['scenario']} | {truth_text} | {row['expected']} | {(hook or {}).get('category') or 'error'} "
-            f"| {(pyspy or {}).get('category') or 'error'} | {'; '.join(shares) or '-'} | {within} | {alarm} |"
+            f"| {row['scenario']} | {truth_text} | {row['expected']} | {(hook or {}).get('category') or '-'} "
+            f"| {(pyspy or {}).get('category') or '-'} | {'; '.join(shares) or '-'} | {within} | {alarm} |"
         )
     return "\n".join(lines) + "\n"
 

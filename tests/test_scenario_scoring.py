@@ -98,7 +98,7 @@ def test_the_table_has_a_row_per_scenario_with_its_verdicts() -> None:
     ]
     lines = markdown_table(rows).splitlines()
     assert len(lines) == 5 and all(line.count("|") == 9 for line in lines)
-    assert "| two | workers 60%, no_sync 15% | input_bound | input_bound | error |" in lines[2]
+    assert "| two | workers 60%, no_sync 15% | input_bound | input_bound | - |" in lines[2]
     assert "workers: 55% / - vs 60%; no_sync: 0% / - vs 15%" in lines[2]
     assert lines[2].endswith("| no / - | - |")
     assert lines[3].endswith("| - | no / yes |")

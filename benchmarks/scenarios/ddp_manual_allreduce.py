@@ -1,6 +1,7 @@
 """ddp_manual_allreduce: 2 ranks (torchrun --nproc-per-node 2; NCCL on GPUs, gloo on the CPU) train an MLP of
 8 Linear(4096, 4096)+LayerNorm layers (bf16 autocast on CUDA) and average the gradients by hand after backward: one
-blocking dist.all_reduce per parameter (32 of them, 134M values), none overlapped with compute. Expected: comm_bound.
+dist.all_reduce per parameter (32 of them, 134M values), all issued after the whole backward, none overlapped with
+compute. Expected: comm_bound.
 Exits 3 when not under torchrun with 2+ ranks, or with fewer CUDA devices than ranks.
 
 --fix no_comm: skip the all-reduce (the ranks drift apart: this measures what communication costs, the truth of the
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if manual:
-            for p in params:  # one blocking collective per parameter, after the whole backward
+            for p in params:  # one collective per parameter, after the whole backward
                 assert p.grad is not None
                 dist.all_reduce(p.grad)
                 p.grad.div_(world)

@@ -71,9 +71,10 @@ def gaussian_kernel(size: int, sigma: float, channels: int) -> torch.Tensor:
 
 
 def preprocess(images: torch.Tensor, kernel: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 NCHW images -> float, normalised, blurred (a full 2-D convolution) and resized, wherever they are."""
+    """uint8 NCHW images -> float, normalised, blurred (a full 2-D convolution) and resized, on the images' device
+    (the kernel must already be there)."""
     x = images.float().div_(255.0).sub_(0.45).div_(0.225)
-    x = F.conv2d(x, kernel.to(x.device), padding=kernel.shape[-1] // 2, groups=x.shape[1])
+    x = F.conv2d(x, kernel, padding=kernel.shape[-1] // 2, groups=x.shape[1])
     return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
 
 
