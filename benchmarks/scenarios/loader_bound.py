@@ -1,0 +1,41 @@
+"""loader_bound: a Dataset whose __getitem__ does real CPU augmentation (a 3x96x96 image, flip, colour jitter,
+6 rounds of 5x5 smoothing: about 1 ms of one core a sample) behind only 2 DataLoader workers; the GPU trains a
+small CNN in a few ms and waits for the next batch. Expected: input_bound.
+
+--fix workers: num_workers = the cores but two (at least 2), prefetching as before.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from scenario_common import Heavy96, Meter, forever, many_workers, parse, pick_device, small_cnn
+from torch import nn
+from torch.utils.data import DataLoader
+
+FIXES = ("workers",)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(__doc__, FIXES, argv)
+    device = pick_device(args.device)
+    workers = many_workers() if "workers" in args.fix else 2
+    batch = 64 if device.type == "cuda" else 16
+    pinned = device.type == "cuda"
+    loader = DataLoader(Heavy96(rounds=6), batch_size=batch, num_workers=workers, pin_memory=pinned)
+    model = small_cnn().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    meter = Meter("loader_bound", args.fix, device, args.duration, args.warmup, batch)
+    for _, (images, labels) in zip(meter, forever(loader), strict=False):
+        logits = model(images.to(device, non_blocking=pinned))
+        loss = nn.functional.cross_entropy(logits, labels.to(device, non_blocking=pinned))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    meter.report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

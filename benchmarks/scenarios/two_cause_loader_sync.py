@@ -1,0 +1,53 @@
+"""two_cause_loader_sync: two causes at once. The loader is slow (Dataset.__getitem__ does ~1 ms of CPU
+augmentation a sample behind 2 workers), and the loop reads the loss with .item() every step (a host sync), so the
+host cannot queue the next step while the GPU (a mid-size CNN, several ms a step) computes. Expected: input_bound
+first, host_sync second; the causes overlap, so ablate each alone and both.
+
+--fix workers: num_workers = the cores but two (at least 2).
+--fix no_sync: the running loss summed on the device, read once every 100 steps.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from scenario_common import Heavy96, Meter, forever, many_workers, parse, pick_device, small_cnn
+from torch import nn
+from torch.utils.data import DataLoader
+
+FIXES = ("workers", "no_sync")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(__doc__, FIXES, argv)
+    device = pick_device(args.device)
+    workers = many_workers() if "workers" in args.fix else 2
+    no_sync = "no_sync" in args.fix
+    batch = 128 if device.type == "cuda" else 16
+    pinned = device.type == "cuda"
+    loader = DataLoader(Heavy96(rounds=6), batch_size=batch, num_workers=workers, pin_memory=pinned)
+    model = small_cnn(channels=128).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    running = torch.zeros((), device=device)
+    total = 0.0
+    meter = Meter("two_cause_loader_sync", args.fix, device, args.duration, args.warmup, batch)
+    for step, (images, labels) in zip(meter, forever(loader), strict=False):
+        logits = model(images.to(device, non_blocking=pinned))
+        loss = nn.functional.cross_entropy(logits, labels.to(device, non_blocking=pinned))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if no_sync:
+            running += loss.detach()
+            if step % 100 == 99:
+                total += running.item()
+                running.zero_()
+        else:
+            total += loss.item()  # a sync every step
+    meter.report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
