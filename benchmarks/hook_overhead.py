@@ -23,6 +23,8 @@ each, back to back, in alternating order (the idle workers wait on stdin); each 
                      (GPUMON_HOOK_GPU_TIMING=1) instead of one fast step in 8
     imports_only     (not by default) the hook's modules imported with GPUMON_HOOK=0: nothing patched,
                      no server; what merely loading them costs
+    hook_no_sampler  (not by default) as `hook`, without the stack sampler (GPUMON_HOOK_SAMPLE_HZ=0): with it,
+                     the run also reports `hook` against it, paired (what the sampler's thread costs the loop)
 
 Reported per loop and variant: median steps/s over the rounds, spread ((max - min) / median), and the
 overhead against `off` as the median of the per-round ratios (paired, so slow drifts cancel) with its 95%
@@ -52,7 +54,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("off", "off2", "hook", "client")
-EXTRA_VARIANTS = ("hook_every_step", "imports_only")
+EXTRA_VARIANTS = ("hook_every_step", "imports_only", "hook_no_sampler")
 LOOPS = ("tensor", "dataloader")
 
 
@@ -125,7 +127,7 @@ def worker(args: argparse.Namespace) -> None:
         os.sched_setaffinity(0, {args.cpu})  # every variant on the same core: no core-to-core differences
     if args.idle_thread:
         start_idle_thread()
-    if args.variant in ("hook", "client", "hook_every_step"):
+    if args.variant in ("hook", "client", "hook_every_step", "hook_no_sampler"):
         import gpumon.hook  # the line a user adds
     elif args.variant == "imports_only":  # the hook's modules loaded, nothing installed (GPUMON_HOOK=0)
         import gpumon.hook
@@ -304,6 +306,8 @@ class Worker:
             env["GPUMON_HOOK_GPU_TIMING"] = "1"
         if variant == "imports_only":
             env["GPUMON_HOOK"] = "0"
+        if variant == "hook_no_sampler":
+            env["GPUMON_HOOK_SAMPLE_HZ"] = "0"
         command = [
             sys.executable,
             __file__,
@@ -563,6 +567,9 @@ def main() -> None:
                 flush=True,
             )
         results["loops"][loop] = {"summary": summarize(rates), "steps_per_s": rates, "client_messages": client_messages}
+        if "hook_no_sampler" in rates and "hook" in rates:
+            sampler = summarize({"off": rates["hook_no_sampler"], "hook": rates["hook"]})["hook"]
+            results["loops"][loop]["sampler_vs_no_sampler"] = sampler
 
     print(
         f"hook overhead, {results['device']}, {results['date']}, python {results['python']}, torch {results['torch']}"
@@ -587,6 +594,12 @@ def main() -> None:
                 f"{summary['spread_pct']:>7.1f}% {overhead:>9}  {interval}"
             )
     for loop, data in results["loops"].items():
+        sampler = data.get("sampler_vs_no_sampler")
+        if sampler:
+            print(
+                f"{loop:<11} the stack sampler (hook against hook_no_sampler, paired): "
+                f"{sampler['overhead_pct']:+.2f}%  " + "[{:+.2f}%, {:+.2f}%]".format(*sampler["overhead_ci95_pct"])
+            )
         for variant, summary in data.get("cpu_time_summary", {}).items():
             if "overhead_pct" in summary:
                 print(

@@ -351,7 +351,19 @@ def measure(scenario: Scenario, rounds: int, duration: float, device: str, log: 
     }
 
 
-BREAKDOWN_KEYS = ("budget_steps", "budget_syncs_per_step", "gpu_util", "sm_activity", "tensor_activity", "device")
+BREAKDOWN_KEYS = (
+    "budget_steps",
+    "budget_syncs_per_step",
+    "gpu_util",
+    "sm_activity",
+    "tensor_activity",
+    "device",
+    "step_shares",
+    "step_busy_from",
+    "step_samples",
+    "idle_lines",
+    "idle_line_shares",
+)
 
 
 def summary(diagnosis: Mapping[str, Any]) -> dict[str, Any]:
