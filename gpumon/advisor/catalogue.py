@@ -8,7 +8,7 @@ as the demo trainer does; for any other script their trial run is reported as ne
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon import protocol
@@ -32,6 +32,14 @@ NUMERICS_FLAG = "changes numerics: check the loss curve"
 CONV_FLAG = "helps convolutional models only"
 
 LOADER_KNOBS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+CLIMBING_KNOBS = ("num_workers", "batch_size")
+"""Knobs tried further after a win (doubled while the finding and the resource allow), until a step does not win."""
+FIRST_WORKERS_CAP = 16
+"""The most workers a first, unmeasured jump proposes; a climb from a winning count goes up to the cores less two."""
+BATCH_MEMORY_SHARE = 0.9
+"""A doubled batch is tried only while twice the peak memory stays under this share of the GPU's memory: activations
+grow with the batch and the weights do not, so twice the peak overstates the need; the rest is the allocator's slack
+beyond torch.cuda.max_memory_allocated. An estimate, not a measurement: an OOM is still a row with its reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +136,11 @@ class Experiment:
         return ",".join(sorted(self.knobs))
 
     @property
+    def ident(self) -> str:
+        """The knobs with their values: one step of a climb differs from the next."""
+        return ",".join(f"{name}={self.knobs[name]!r}" for name in sorted(self.knobs))
+
+    @property
     def label(self) -> str:
         return ", ".join(
             f"{name} -> {_show(value)}"
@@ -159,31 +172,51 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def worker_target(signals: Signals, cores: int | None) -> int | None:
-    """How many DataLoader workers to try: most free cores (two left for the main process and the rest)."""
+def worker_target(signals: Signals, cores: int | None, *, climbing: bool = False) -> int | None:
+    """How many DataLoader workers to try: most free cores (two left for the main process and the rest).
+
+    climbing: the current count won its step; the next is twice it, up to the cores less two and the cores still
+    idle beside the current workers, and none once no core is idle."""
     cores = signals.cores or cores
     current = signals.num_workers or 0
     if not cores:
         return None
-    ceiling = max(2, min(16, cores - 2))
-    target = ceiling if current == 0 else min(ceiling, 2 * current)
+    if climbing and current > 0:
+        ceiling = max(2, cores - 2)
+        if signals.idle_cores is not None:
+            ceiling = min(ceiling, current + signals.idle_cores)
+        target = min(ceiling, 2 * current)
+    else:
+        ceiling = max(2, min(FIRST_WORKERS_CAP, cores - 2))
+        target = ceiling if current == 0 else min(ceiling, 2 * current)
     return target if target > current else None
 
 
-def batch_target(signals: Signals) -> int | None:
+def batch_target(signals: Signals, *, climbing: bool = False) -> int | None:
+    """The batch size to try: a first jump to 256 (2x to 8x); climbing (the current one won its step), twice the
+    current while twice its peak memory fits the GPU (where both are known)."""
     current = signals.batch_size
     if not current:
         return None
-    return max(2 * current, min(8 * current, 256))
+    if not climbing:
+        return max(2 * current, min(8 * current, 256))
+    totals = [gpu.memory_total for gpu in signals.gpus if gpu.memory_total]
+    if signals.peak_memory and totals and 2 * signals.peak_memory > BATCH_MEMORY_SHARE * min(totals):
+        return None
+    return 2 * current
 
 
-def _candidates_for(category: str, signals: Signals, cores: int | None) -> list[tuple[str, Any]]:
+def _candidates_for(
+    category: str, signals: Signals, cores: int | None, climbing: Mapping[str, Any] | None = None
+) -> list[tuple[str, Any]]:
     cuda = signals.has_gpu
     workers = signals.num_workers or 0
     pairs: list[tuple[str, Any]] = []
+    climbing = climbing or {}
+    loader = replace(signals, **climbing) if climbing else signals  # a climb goes on from the value kept
 
     def add_workers() -> None:
-        target = worker_target(signals, cores)
+        target = worker_target(loader, cores, climbing="num_workers" in climbing)
         if target is not None:
             pairs.append(("num_workers", target))
 
@@ -213,7 +246,7 @@ def _candidates_for(category: str, signals: Signals, cores: int | None) -> list[
     elif category == HOST_SYNC:
         pairs.append(("log_every", 50))
     elif category == LAUNCH_BOUND:
-        target = batch_target(signals)
+        target = batch_target(loader, climbing="batch_size" in climbing)
         if target:
             pairs.append(("batch_size", target))
         if cuda and not signals.cudnn_benchmark:
@@ -226,7 +259,7 @@ def _candidates_for(category: str, signals: Signals, cores: int | None) -> list[
         pairs.append(("channels_last", True))
         if not signals.cudnn_benchmark:
             pairs.append(("cudnn_benchmark", True))
-        target = batch_target(signals)
+        target = batch_target(loader, climbing="batch_size" in climbing)
         if target and category == HEALTHY:
             pairs.append(("batch_size", target))
     return pairs
@@ -249,19 +282,26 @@ def experiments_for(
 
     A busy GPU also gets the precision and throughput knobs (bf16, TF32, channels_last, cuDNN autotuning,
     a larger batch): nothing is wrong with it, but it may do the same work faster.
-    current: knob values already set by earlier experiments (so labels say where they come from).
+    current: knob values already set by earlier experiments (so labels say where they come from). A climbing knob
+    among them (num_workers, batch_size: it won its step) is proposed again at its next value while the finding
+    still calls for it and the resource is not used up: it climbs until a step does not win.
     """
     current = dict(current or {})
+    climbing = {name: current[name] for name in CLIMBING_KNOBS if isinstance(current.get(name), int)}
     categories = [finding.category, *(f.category for f in finding.secondary)]
     if signals.has_gpu and gpu_busy(signals) and HEALTHY not in categories:
         categories.append(HEALTHY)
     seen: set[str] = set()
     experiments: list[Experiment] = []
-    pairs = [(category, pair) for category in categories for pair in _candidates_for(category, signals, cores)]
+    pairs = [
+        (category, pair) for category in categories for pair in _candidates_for(category, signals, cores, climbing)
+    ]
     if signals.has_gpu and signals.num_workers is not None:
         # A GPU job with a DataLoader: its loader refinements are worth a try once the bigger fixes are in.
         pairs += [
-            (INPUT_BOUND, pair) for pair in _candidates_for(INPUT_BOUND, signals, cores) if pair[0] != "num_workers"
+            (INPUT_BOUND, pair)
+            for pair in _candidates_for(INPUT_BOUND, signals, cores, climbing)
+            if pair[0] != "num_workers"
         ]
     for category, (name, value) in pairs:
         if name in seen or current.get(name) == value:

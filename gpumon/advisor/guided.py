@@ -1,6 +1,9 @@
 """The guided run: measure the baseline, diagnose, try the catalogue's experiments one by one, keep what wins beyond
 the noise, re-diagnose from the winner, and stop when a whole list of candidates brings no win.
 
+An experiment is one knob at one value: after a win the plan may propose the same knob at its next value (a climb:
+num_workers 2 -> 4 -> 8 -> 14), which is tried unless that value was tried before; a step that does not win ends it.
+
 Experiments the current finding rules out are skipped (said why in the report) while it holds: faster math while
 the GPU waits for its input, or loader knobs when the step hardly waits for data."""
 
@@ -96,6 +99,8 @@ class GuidedRun:
         self.started = time.monotonic()
         self.ruled_out: dict[str, str] = {}
         """Experiments skipped because the finding at the time ruled them out (dropped if tried later)."""
+        self.refused: set[str] = set()
+        """Knobs (Experiment.key) the runner cannot do: listed once, never proposed again."""
 
     def _tell(self, event: str, payload: Any) -> None:
         if self.listener is not None:
@@ -113,6 +118,7 @@ class GuidedRun:
         stopped = ""
         self.started = time.monotonic()
         self.ruled_out = {}
+        self.refused = set()
         baseline = self.runner.baseline()
         self._tell("baseline", baseline)
         best = baseline
@@ -124,7 +130,7 @@ class GuidedRun:
                 finding = final = diagnose(baseline.signals)
                 self._tell("finding", finding)
                 advice = self._advice(finding)
-            tried: set[str] = set()
+            tried: set[str] = set()  # Experiment.ident: each knob at each value once
             while len(variants) < self.max_variants:
                 candidates = self._candidates(final, best, kept, tried, skipped)
                 self._tell("plan", candidates)
@@ -135,7 +141,7 @@ class GuidedRun:
                 for experiment in candidates:
                     if self.cancel.is_set() or len(variants) >= self.max_variants:
                         break
-                    tried.add(experiment.key)
+                    tried.add(experiment.ident)
                     self.ruled_out.pop(experiment.key, None)
                     self._tell("start", experiment)
                     result = self.runner.run(experiment, kept)
@@ -183,12 +189,12 @@ class GuidedRun:
             planned = self.planner(finding, best.signals, kept)
         runnable = []
         for experiment in planned:
-            if experiment.key in tried:
+            if experiment.ident in tried or experiment.key in self.refused:
                 continue
             experiment = with_previous(experiment, kept, best.signals)
             why_not = self.runner.supports(experiment)
             if why_not is not None:
-                tried.add(experiment.key)
+                self.refused.add(experiment.key)
                 skipped.append(f"{experiment.label}: {why_not}")
                 continue
             ruled_out = None if self.only is not None or finding is None else rules_out(finding, best, experiment)

@@ -90,7 +90,8 @@ class LiveRunner:
         self.steps = StepLog()
         client.add_message_listener(self.steps)
         self.original: dict[str, Any] = {}
-        """Each changed knob's value before the first change: what a rollback restores."""
+        """Each changed knob's value before the first change, or the value last kept (a climb's step): what a
+        rollback restores."""
         self.changed: set[str] = set()
         """Knobs currently changed and not (yet) kept."""
 
@@ -242,9 +243,10 @@ class LiveRunner:
 
     def keep(self, experiment: Experiment) -> None:
         self.changed.difference_update(experiment.knobs)
+        self.original.update(experiment.knobs)  # a later step that loses goes back to this value (num_workers 4 -> 8)
 
     def discard(self, experiment: Experiment) -> None:
-        """Put the experiment's knobs back to their values before the first change."""
+        """Put the experiment's knobs back to their values before the change (the job's own, or the last kept)."""
         restore = {name: self.original.get(name) for name in experiment.knobs if name in self.changed}
         restore = {name: value for name, value in restore.items() if value is not None or name == "prefetch_factor"}
         self.changed.difference_update(experiment.knobs)

@@ -52,9 +52,9 @@ class GpuSignals:
     throttle_thermal: float | None = None
     """Share of the window with a thermal slowdown (sw_thermal, hw_thermal)."""
     throttle_power: float | None = None
-    """Share of the window held at the power cap (sw_power_cap, hw_power_brake)."""
+    """Share of the window held at the power limit (sw_power_cap): a problem only where the limit was lowered."""
     throttle_slowdown: float | None = None
-    """Share of the window with a hardware clock slowdown (hw_slowdown, board_limit, reliability)."""
+    """Share of the window with a hardware clock slowdown (hw_slowdown, hw_power_brake, board_limit, reliability)."""
     throttled_temperature: float | None = None
     """Mean degrees C while throttled (or over the window when never throttled)."""
     throttled_clock_sm: float | None = None
@@ -64,11 +64,16 @@ class GpuSignals:
     power: float | None = None
     """Mean watts."""
     power_limit: float | None = None
+    """Mean watts of the enforced power limit."""
+    power_limit_default: float | None = None
+    """Watts: the card's default power limit (None where NVML does not say, and in older recordings)."""
 
 
 THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
-POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake"})
-SLOWDOWN_REASONS = frozenset({"hw_slowdown", "board_limit", "reliability"})
+POWER_REASONS = frozenset({"sw_power_cap"})
+"""The card holds its power draw at its power limit (the enforced one, which may be its default)."""
+SLOWDOWN_REASONS = frozenset({"hw_slowdown", "hw_power_brake", "board_limit", "reliability"})
+"""Hardware slowdowns; hw_power_brake is an external power brake (the system's power supply), not the limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +348,9 @@ def gpu_signals(snapshots: Sequence[Snapshot], index: int) -> GpuSignals:
         clock_sm_max=max((g.clock_sm_max for g in samples if g.clock_sm_max is not None), default=None),
         power=_mean(g.power for g in samples),
         power_limit=_mean(g.power_limit for g in samples),
+        power_limit_default=max(
+            (g.power_limit_default for g in samples if g.power_limit_default is not None), default=None
+        ),
         **_throttle_values(samples),
     )
 

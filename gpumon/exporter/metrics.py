@@ -72,6 +72,7 @@ GPU_GAUGES = (
     GpuGauge("gpumon_gpu_pcie_tx_bytes_per_second", "PCIe traffic device to host.", "pcie_tx"),
     GpuGauge("gpumon_gpu_power_watts", "Power draw.", "power"),
     GpuGauge("gpumon_gpu_power_limit_watts", "Power limit.", "power_limit"),
+    GpuGauge("gpumon_gpu_power_limit_default_watts", "The card's default power limit.", "power_limit_default"),
     GpuGauge("gpumon_gpu_temperature_celsius", "GPU temperature.", "temperature"),
     GpuGauge("gpumon_gpu_clock_sm_hertz", "SM clock.", "clock_sm", MHZ),
     GpuGauge("gpumon_gpu_clock_memory_hertz", "Memory clock.", "clock_memory", MHZ),

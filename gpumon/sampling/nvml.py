@@ -170,6 +170,8 @@ class _Device:
     process_timestamp: int = 0
     """Last timestamp seen from nvmlDeviceGetProcessUtilization."""
     clock_sm_max: int | None = None
+    power_limit_default: float | None = None
+    """Watts: the card's default power limit, once NVML gave it."""
     unsupported: set[str] = field(default_factory=set)
     """Health calls this GPU does not support: not tried again."""
     nvlink_previous: tuple[float, float, float] | None = None
@@ -215,6 +217,7 @@ class NvmlModule(Protocol):
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = ..., /) -> Any: ...
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, /) -> int: ...
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any, /) -> int: ...
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any, /) -> int: ...
     def nvmlDeviceGetUtilizationRates(self, handle: Any, /) -> Any: ...
     def nvmlDeviceGetPowerUsage(self, handle: Any, /) -> int: ...
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int, /) -> int: ...
@@ -832,7 +835,13 @@ class GpuCollector:
         power_limit = call(device, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
         if power_limit is not None:
             device.power_limit = power_limit / 1000.0  # it can change while running (nvidia-smi -pl)
+        if device.power_limit_default is None:  # fixed for the card: asked until it answers
+            default = call(
+                device, "power_limit_default", getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None)
+            )
+            device.power_limit_default = default / 1000.0 if default is not None else None
         fields: dict[str, Any] = {
+            "power_limit_default": device.power_limit_default,
             "fan_speed": float(fan) if fan is not None else None,
             "energy_total": energy / 1000.0 if energy is not None else None,
             **self._pcie_link_fields(device),

@@ -89,6 +89,9 @@ class GpuSample:
     # ---- health (slow tier; None where the GPU or driver does not report it)
     clock_sm_max: int | None = None
     """MHz: the highest SM clock this GPU runs at (read once)."""
+    power_limit_default: float | None = None
+    """Watts: the card's default power limit (nvmlDeviceGetPowerManagementDefaultLimit); `power_limit` below it was
+    lowered (nvidia-smi -pl)."""
     fan_speed: float | None = None
     """Percent of the fan's maximum speed (None on passively cooled GPUs)."""
     pcie_link_gen: int | None = None
@@ -373,6 +376,7 @@ _GPU_FIGURES: dict[str, Checker] = {
     "tensor_activity": _percent,
     "dram_bandwidth": _percent,
     "clock_sm_max": _count,
+    "power_limit_default": _non_negative,
     "fan_speed": _percent,
     "pcie_link_gen": _count,
     "pcie_link_width": _count,

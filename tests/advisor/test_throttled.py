@@ -11,8 +11,8 @@ import pytest
 from advisor_support import REPO
 
 from gpumon.advisor.catalogue import experiments_for
-from gpumon.advisor.rules import ADVICE, CATEGORIES, HEALTHY, THROTTLED, Finding, diagnose
-from gpumon.advisor.signals import Signals, build_signals
+from gpumon.advisor.rules import ADVICE, CATEGORIES, HEALTHY, THROTTLED, Finding, diagnose, rule_throttled
+from gpumon.advisor.signals import SOURCE_HOOK, GpuSignals, Signals, build_signals
 from gpumon.sampling.recording import read_recording
 from gpumon.sampling.snapshot import Snapshot
 
@@ -27,6 +27,8 @@ def throttled_run(
     busy: bool = True,
     temperature: float = 87.0,
     power: float = 520.0,
+    power_limit: float = 700.0,
+    power_limit_default: float | None = None,
 ) -> list[Snapshot]:
     """The recording with the first `share` of its snapshots throttled for `reasons` at `clock` MHz."""
     snapshots = read_recording(RECORDING)
@@ -44,6 +46,8 @@ def throttled_run(
                 clock_sm=clock if throttled else 1980,
                 temperature=temperature if throttled else 70.0,
                 power=power,
+                power_limit=power_limit,
+                power_limit_default=power_limit_default,
                 throttle_reasons=reasons if throttled else (),
             )
             for gpu in snapshot.gpus
@@ -73,11 +77,105 @@ def test_a_busy_gpu_in_thermal_slowdown_is_throttled_with_evidence() -> None:
     assert Finding.from_dict(json.loads(json.dumps(finding.to_dict()))).category == THROTTLED
 
 
-def test_a_power_capped_gpu_far_below_its_clock_is_throttled_and_says_its_watts() -> None:
-    signals = recorded(build_signals(throttled_run(("sw_power_cap", "hw_slowdown"), 0.9, 1200, power=700.0), None))
+def test_a_power_limit_set_below_the_cards_default_is_throttled_and_says_its_watts() -> None:
+    """nvidia-smi -pl 400 on a 700 W card: the clocks it loses are lost to the lowered limit."""
+    run = throttled_run(("sw_power_cap",), 0.9, 1200, power=398.0, power_limit=400.0, power_limit_default=700.0)
+    signals = recorded(build_signals(run, None))
+    (gpu,) = signals.gpus
+    assert gpu.power_limit_default == pytest.approx(700.0)
     finding = diagnose(signals)
     assert finding.category == THROTTLED
-    assert "at 700 of 700 W" in finding.evidence and "SM clock 1200 of 1980 MHz" in finding.evidence
+    assert finding.evidence.startswith(
+        "power cap 90% of the window at 398 of 400 W, lowered from the card's default 700 W; SM clock 1200 of 1980 MHz"
+    )
+    assert finding.numbers["reason"] == "power" and finding.numbers["power_limit_default"] == pytest.approx(700.0)
+
+
+def h200_at_full_load(
+    power_limit: float, power_limit_default: float | None, power: float = 693.0, **throttles: float
+) -> Signals:
+    """A bf16 job at full load on one H200, as recorded signals: the SM clock while capped is set low enough that the
+    old rule (any power cap counted) named it `throttled` (severity 1.0 x 29% >= MIN_SEVERITY); watts from issue 24."""
+    gpu = GpuSignals(
+        index=0,
+        name="NVIDIA H200",
+        utilization=100.0,
+        sm_activity=92.0,
+        tensor_activity=55.0,
+        throttle_thermal=throttles.get("thermal", 0.0),
+        throttle_power=throttles.get("power", 1.0),
+        throttle_slowdown=throttles.get("slowdown", 0.0),
+        throttled_temperature=68.0,
+        throttled_clock_sm=1400.0,
+        clock_sm_max=1980.0,
+        power=power,
+        power_limit=power_limit,
+        power_limit_default=power_limit_default,
+    )
+    signals = Signals(
+        source=SOURCE_HOOK,
+        device="cuda",
+        gpus=(gpu,),
+        gpu_util=100.0,
+        sm_activity=92.0,
+        tensor_activity=55.0,
+        steps=400,
+        data_share=0.01,
+        gpu_share=0.97,
+        autocast="bfloat16",
+    )
+    return recorded(signals)
+
+
+def test_an_h200_at_its_default_power_limit_under_full_load_is_healthy_with_that_evidence() -> None:
+    """Issue 24: `throttled` 0.8, "power cap 100% of the window at 693 of 700 W" on a well-built bf16 job; 700 W is
+    that card's default limit, so the cap is the card running as built."""
+    signals = h200_at_full_load(700.0, 700.0)
+    assert rule_throttled(signals) is None
+    finding = diagnose(signals)
+    assert finding.category == HEALTHY and finding.confidence >= 0.8
+    assert "at its power limit (693 of 700 W, the card's default) 100% of the window" in finding.evidence
+    assert finding.evidence.startswith("the GPU is busy")
+
+
+def test_a_power_cap_where_the_default_limit_is_unknown_is_not_a_problem_and_says_so() -> None:
+    """An older recording or a driver without the default limit: nothing shows the limit was lowered."""
+    finding = diagnose(h200_at_full_load(700.0, None))
+    assert finding.category == HEALTHY
+    assert "at its power limit (693 of 700 W; the card's default limit is unknown, so not counted as throttling)" in (
+        finding.evidence
+    )
+
+
+def test_the_same_h200_with_its_limit_lowered_to_400_w_is_throttled() -> None:
+    signals = h200_at_full_load(400.0, 700.0, power=398.0)
+    finding = diagnose(signals)
+    assert finding.category == THROTTLED
+    assert "power cap 100% of the window at 398 of 400 W, lowered from the card's default 700 W" in finding.evidence
+    assert "at its power limit" not in finding.evidence
+
+
+def test_thermal_slowdown_counts_at_the_default_power_limit_too() -> None:
+    finding = diagnose(h200_at_full_load(700.0, 700.0, thermal=0.6))
+    assert finding.category == THROTTLED and finding.numbers["reason"] == "thermal"
+    assert finding.evidence.startswith("thermal slowdown 60% of the window at 68 C; SM clock 1400 of 1980 MHz")
+
+
+def test_a_hardware_slowdown_counts_at_the_default_power_limit_too() -> None:
+    finding = diagnose(h200_at_full_load(700.0, 700.0, slowdown=0.8))
+    assert finding.category == THROTTLED and finding.numbers["reason"] == "slowdown"
+
+
+def test_the_external_power_brake_is_a_hardware_slowdown_not_the_power_limit() -> None:
+    signals = recorded(build_signals(throttled_run(("hw_power_brake",), 0.5, 990, power_limit_default=700.0), None))
+    (gpu,) = signals.gpus
+    assert gpu.throttle_slowdown == pytest.approx(0.5, abs=0.01) and gpu.throttle_power == 0.0
+    assert diagnose(signals).category == THROTTLED
+
+
+def test_a_recording_without_the_default_limit_reads_it_as_unknown() -> None:
+    (gpu,) = build_signals(read_recording(RECORDING), None).gpus
+    assert gpu.power_limit == pytest.approx(700.0) and gpu.power_limit_default is None
 
 
 def test_a_gpu_at_its_power_cap_with_its_clock_nearly_full_is_not_a_problem() -> None:

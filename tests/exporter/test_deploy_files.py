@@ -47,6 +47,7 @@ def _everything_snapshot() -> Snapshot:
         temperature=40.0,
         power=300.0,
         power_limit=700.0,
+        power_limit_default=700.0,
         clock_sm=1980,
         clock_memory=2619,
         throttle_reasons=(),

@@ -29,6 +29,7 @@ class FakeDevice:
     utilization_memory: int = 42
     power_mw: int = 350_000
     power_limit_mw: int = 700_000
+    power_limit_default_mw: int = 700_000
     clock_sm: int = 1980
     clock_memory: int = 2619
     temperature: int = 61
@@ -203,6 +204,10 @@ class FakeNvml:
     def nvmlDeviceGetPowerManagementLimit(self, handle: FakeDevice) -> int:
         self._enter("nvmlDeviceGetPowerManagementLimit", handle)
         return handle.power_limit_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: FakeDevice) -> int:
+        self._enter("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+        return handle.power_limit_default_mw
 
     # ---- fast ----------------------------------------------------------------------------------
 

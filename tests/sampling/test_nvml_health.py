@@ -110,6 +110,24 @@ def test_the_power_limit_follows_a_change_while_running() -> None:
     assert collector.collect_fast()[0].power_limit == pytest.approx(500.0)
 
 
+def test_the_default_power_limit_is_read_once_and_none_where_unsupported() -> None:
+    """The card's default limit, beside the enforced one: a limit set below it was lowered (nvidia-smi -pl)."""
+    device = FakeDevice(gpm=False, power_limit_mw=400_000, power_limit_default_mw=700_000)
+    nvml = FakeNvml([device])
+    collector = make_collector(nvml)
+    for _ in range(3):
+        fields = collector.collect_slow().fields[0]
+        assert fields["power_limit_default"] == pytest.approx(700.0)  # mW -> W
+    assert collector.collect_fast()[0].power_limit == pytest.approx(400.0)
+    assert nvml.calls["nvmlDeviceGetPowerManagementDefaultLimit"] == 1, "fixed for the card: asked once"
+
+    unsupported = FakeNvml([FakeDevice(gpm=False, unsupported={"nvmlDeviceGetPowerManagementDefaultLimit"})])
+    collector = make_collector(unsupported)
+    for _ in range(3):
+        assert collector.collect_slow().fields[0]["power_limit_default"] is None
+    assert unsupported.calls["nvmlDeviceGetPowerManagementDefaultLimit"] == 1, "unsupported: not asked again"
+
+
 def test_retired_pages_where_rows_are_not_remapped() -> None:
     device = FakeDevice(
         gpm=False,
