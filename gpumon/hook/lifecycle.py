@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from gpumon.hook.env import say_once
+from gpumon.printable import printable
 from gpumon.protocol import HOOK_ENV, INJECTED_ENV, KNOBS_ENV
 
 _lock = threading.Lock()
@@ -169,6 +171,8 @@ def _start_server() -> None:
         server = HookServer(state.runtime, installed_at=state.installed_at, injected=state.injected)
         if server.start():
             state.server = server
+        else:  # serving nowhere: gpumon cannot find the job, so its log says why (once)
+            say_once(f"not serving, gpumon cannot see this job: {printable(server.failure or 'no socket')}"[:500])
     except Exception as exc:  # noqa: BLE001
         state.runtime.error(exc)
 
