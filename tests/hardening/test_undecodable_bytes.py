@@ -99,3 +99,23 @@ def test_a_job_with_undecodable_argv_cwd_and_env_bytes_still_greets_with_them_wr
     jobs = gpumon("jobs", "--json", "--socket-dir", sock_dir, sock_dir=sock_dir)
     assert jobs.returncode == 0, jobs.stderr
     assert json.loads(jobs.stdout.splitlines()[0])["jobs"][0]["argv"][1] == "arg\\xff"
+
+
+def test_attach_json_to_a_reader_that_left_is_a_quiet_exit_141(byte_job: ByteJob) -> None:
+    """Issue 27 item 3: attach --json's broken pipe exits non-zero (141) with nothing on stderr (it exited 0)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpumon", "attach", str(byte_job.pid), "--json", "--duration", "5"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=job_env(os.path.dirname(byte_job.socket_path)),
+            cwd=REPO_ROOT,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""
