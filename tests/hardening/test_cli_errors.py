@@ -137,3 +137,22 @@ def test_a_closed_stdout_is_one_line(args: list[str]) -> None:
     done = gpumon_to(-1, *args)
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == ["gpumon: error: cannot write output: standard output is closed"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--markdown", "/nonexistent-gpumon-dir/report.md"], ["--markdown", "."], ["--try", "num_workers=abc"]],
+    ids=["markdown-no-directory", "markdown-a-directory", "try-bad-value"],
+)
+def test_experiment_checks_markdown_and_tries_before_anything_runs(tmp_path: Path, bad: list[str]) -> None:
+    """Issue 27 item 6: a bad --markdown path was found after the whole run (the results lost), a bad --try value
+    after the baseline had run."""
+    marker = tmp_path / "ran"
+    done = gpumon("experiment", *bad, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert_one_line_exit_2(done, bad[0])
+    assert not marker.exists(), "the command ran before the arguments were checked"
+
+
+def test_demo_guided_checks_markdown_before_anything_runs() -> None:
+    done = gpumon("demo", "--guided", "--markdown", "/nonexistent-gpumon-dir/report.md", timeout=30)
+    assert_one_line_exit_2(done, "--markdown", "/nonexistent-gpumon-dir")
