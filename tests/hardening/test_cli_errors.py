@@ -156,3 +156,17 @@ def test_experiment_checks_markdown_and_tries_before_anything_runs(tmp_path: Pat
 def test_demo_guided_checks_markdown_before_anything_runs() -> None:
     done = gpumon("demo", "--guided", "--markdown", "/nonexistent-gpumon-dir/report.md", timeout=30)
     assert_one_line_exit_2(done, "--markdown", "/nonexistent-gpumon-dir")
+
+
+def test_run_without_a_command_leaves_no_log_file(tmp_path: Path) -> None:
+    """Issue 27 item 7: `gpumon run` with no command made an empty /tmp/gpumon-run-*.log before refusing."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpumon", "run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert_one_line_exit_2(done, "needs a command")
+    assert list(tmp_path.iterdir()) == []
