@@ -10,10 +10,12 @@ and keeps every other line, comment and unknown key as it was; the result is par
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -141,12 +143,29 @@ def settings_from(data: Mapping[str, Any], source: str = "config") -> tuple[Sett
     return replace(Settings(), **values), warnings
 
 
+def _read_regular(path: Path) -> bytes:
+    """Up to MAX_CONFIG_BYTES + 1 bytes of `path`; OSError unless it is a regular file (a FIFO there would block the
+    start forever: it is opened without waiting for a writer and refused)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return file.read(MAX_CONFIG_BYTES + 1)
+
+
+def _parse(loads: Callable[[str], dict[str, Any]], text: str) -> dict[str, Any]:
+    """tomllib's loads, with nesting too deep for its recursion as a ValueError (one line, not a traceback)."""
+    try:
+        return loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
     """The settings in the config file (defaults where there is none), and one line per problem."""
     path = config_path() if path is None else path
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_CONFIG_BYTES + 1)
+        raw = _read_regular(path)
     except FileNotFoundError:
         return Settings(), []
     except OSError as error:
@@ -155,10 +174,10 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
         return Settings(), [f"config: {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; defaults used"]
     if TOML is None:
         return Settings(), [f"config: Python 3.10 has no tomllib; {path} is ignored (defaults used)"]
-    loads, toml_error = TOML
+    loads = TOML[0]
     try:
-        data = loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, toml_error) as error:
+        data = _parse(loads, raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
         return Settings(), [f"config: {path}: {error}; defaults used"]
     return settings_from(data, f"config {path}")
 
@@ -203,14 +222,20 @@ def save_setting(key: str, value: str | bool | float | tuple[str, ...], path: Pa
         return f"config: {key!r} is not a setting"
     if TOML is None:
         return "config: Python 3.10 has no tomllib; the setting is not saved"
-    loads, toml_error = TOML
+    loads = TOML[0]
     path = config_path() if path is None else path
     try:
-        old = path.read_text(encoding="utf-8") if path.exists() else ""
-        before = loads(old)
+        try:
+            raw = _read_regular(path)
+        except FileNotFoundError:
+            raw = b""
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ValueError(f"larger than {MAX_CONFIG_BYTES >> 20} MiB")
+        old = raw.decode("utf-8")
+        before = _parse(loads, old)
         new = _with_setting(old, key, toml_value(value))
-        after = loads(new)
-    except (OSError, UnicodeDecodeError, toml_error) as error:
+        after = _parse(loads, new)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
         return f"config: {key} not saved to {path}: {error}"
     expected = dict(before, **{key: list(value) if isinstance(value, tuple) else value})
     if after != expected:

@@ -12,6 +12,7 @@ Stdlib only: every layer (hook included) may import it.
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -54,3 +55,21 @@ def printable(text: str) -> str:
 def printable_or(value: object, missing: str = "?") -> str:
     """str(value) made printable; `missing` for None (a field an outside message may leave out)."""
     return missing if value is None else printable(str(value))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    # U+DC80..U+DCFF: one byte that was not UTF-8, as os/sys decode it (surrogateescape): show the byte itself.
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def escape_surrogates(text: str) -> str:
+    """`text` with every lone surrogate written out, so it encodes as UTF-8: 'a\\udcffb' -> 'a\\\\xffb'.
+
+    An undecodable byte of argv, a path or the environment (which Python holds as U+DC80..U+DCFF) shows as the
+    byte (`\\xff`); any other lone surrogate as `\\udNNN`. Other characters are kept.
+    """
+    return _LONE_SURROGATE.sub(_surrogate_escape, text)

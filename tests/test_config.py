@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import tomllib
@@ -106,3 +108,32 @@ def test_a_file_that_cannot_be_edited_line_by_line_is_left_alone(tmp_path: Path)
 def test_the_choices_match_the_dashboards() -> None:
     assert tuple(SORT_COLUMNS) == SORT_KEYS
     assert tuple(style.value for style in GraphStyle) == GRAPH_STYLES
+
+
+def test_a_config_nested_too_deeply_for_the_parser_is_one_line_and_defaults(tmp_path: Path) -> None:
+    """Issue 27 item 3: 100k nested `[` raised RecursionError out of tomllib (a traceback at start)."""
+    path = tmp_path / "config.toml"
+    path.write_text("theme = " + "[" * 100_000 + "\n")
+    settings, warnings = load_settings(path)
+    assert settings == Settings()
+    assert len(warnings) == 1 and "nested too deeply" in warnings[0] and "\n" not in warnings[0]
+    assert save_setting("theme", "nord", path) is not None
+    assert path.read_text().startswith("theme = [[[")
+
+
+def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path: Path) -> None:
+    """Issue 27 item 3: a FIFO at the config's path blocked the start forever, waiting for a writer."""
+    path = tmp_path / "config.toml"
+    os.mkfifo(path)
+    done: list[tuple[Settings, list[str]]] = []
+    reader = threading.Thread(target=lambda: done.append(load_settings(path)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert done, "load_settings blocked on a FIFO"
+    settings, warnings = done[0]
+    assert settings == Settings() and len(warnings) == 1 and "not a regular file" in warnings[0]
+    saved: list[str | None] = []
+    saver = threading.Thread(target=lambda: saved.append(save_setting("theme", "nord", path)), daemon=True)
+    saver.start()
+    saver.join(10)
+    assert saved and saved[0] is not None and "not a regular file" in saved[0]

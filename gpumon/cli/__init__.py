@@ -3,6 +3,7 @@ diagnose, experiment and demo for the advisor. One module per command, each regi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from gpumon import __version__
@@ -20,7 +21,7 @@ from gpumon.cli import (
     run,
     snapshot,
 )
-from gpumon.cli.base import CliError, Parser, run_handler
+from gpumon.cli.base import CliError, Parser, guard_stdout, output_failed, run_handler
 from gpumon.cli.dashboard import add_dashboard_arguments, run_dashboard
 
 COMMANDS = (snapshot, record, replay, run, attach, jobs, profile, diagnose, experiment, demo, exporter, fleet)
@@ -43,5 +44,14 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    guard_stdout()
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # --help, --version: a pipe's reader gone is told here, not at exit
+            raise
+    except OSError as exc:
+        return output_failed(exc)
     return run_handler(args.handler, args)

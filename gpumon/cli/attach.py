@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import queue
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -134,8 +132,6 @@ def stream_json(job: JobSource, duration: float | None) -> int:
         if is_over():
             view = job.view()
             print_json_line({"type": "ended", "pid": view.pid, "reason": view.end_reason})
-    except BrokenPipeError:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout's reader left; exit quietly
-    finally:
+    finally:  # stdout's reader gone (BrokenPipeError) is run_handler's: a quiet exit 141
         job.stop()
     return 0

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -13,6 +16,9 @@ from gpumon.sampling.source import MAX_INTERVAL, MIN_INTERVAL
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_OUTPUT_FAILED = 1
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command whose reader went away (`gpumon ... | head`)."""
 PID_MAX = 1 << 22
 """The kernel's largest pid (PID_MAX_LIMIT on 64-bit Linux): anything above is not a process id."""
 MAX_SECONDS = 366 * 24 * 3600.0
@@ -32,15 +38,108 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def run_handler(handler: Handler, args: argparse.Namespace) -> int:
-    """Run a command's handler: a CliError is one line on stderr and exit 2, Ctrl+C exit 130."""
+class _Stdout(io.RawIOBase):
+    """File descriptor 1 for sys.stdout, remembering the error a write to it raised (so a failing stdout is told
+    apart from a failing socket); once that is said, the rest of the output is dropped, so exiting stays quiet."""
+
+    def __init__(self, closed: bool) -> None:
+        super().__init__()
+        self.was_closed = closed
+        self.failure: OSError | None = None
+        self.dropping = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 1
+
+    def isatty(self) -> bool:
+        return not self.was_closed and os.isatty(1)
+
+    def write(self, data: Any) -> int:
+        if self.dropping:
+            return len(data)
+        if self.was_closed:
+            self.failure = OSError(errno.EBADF, "standard output is closed")
+            raise self.failure
+        try:
+            return os.write(1, data)
+        except BlockingIOError:
+            raise
+        except OSError as exc:
+            self.failure = exc
+            raise
+
+
+_stdout: _Stdout | None = None
+
+
+def guard_stdout() -> None:
+    """Put sys.stdout on a writer whose failures output_failed recognizes (main calls it first).
+
+    Left alone where something else already replaced sys.stdout (a test capturing it). A closed stdout (`>&-`) gets
+    /dev/null on descriptor 1, so no socket or file the command opens lands there, and a writer that fails.
+    """
+    global _stdout
+    current = sys.stdout
+    if _stdout is not None or (current is not None and current is not sys.__stdout__):
+        return
     try:
-        return handler(args)
+        os.fstat(1)
+        closed = False
+    except OSError:
+        closed = True
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            if fd != 1:
+                os.dup2(fd, 1)
+                os.close(fd)
+        except OSError:
+            pass
+    raw = _Stdout(closed)
+    tty = raw.isatty()
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=current.encoding if current is not None else "utf-8",
+        errors=current.errors if current is not None else "strict",
+        line_buffering=tty,
+    )
+    _stdout = raw
+
+
+def output_failed(exc: OSError) -> int:
+    """The exit status for `exc` when writing stdout raised it (a broken pipe quietly, else one line); re-raises
+    any other OSError."""
+    raw = _stdout
+    if raw is None or raw.failure is None:
+        raise exc
+    raw.dropping = True
+    failure = raw.failure
+    if isinstance(failure, BrokenPipeError):
+        return EXIT_BROKEN_PIPE
+    try:
+        print(f"gpumon: error: cannot write output: {failure.strerror or failure}", file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_OUTPUT_FAILED
+
+
+def run_handler(handler: Handler, args: argparse.Namespace) -> int:
+    """Run a command's handler: a CliError is one line on stderr and exit 2, Ctrl+C exit 130; stdout that cannot
+    be written (a reader that left, a full disk, closed) exits 141 quietly or 1 with one line."""
+    try:
+        code = handler(args)
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return code
     except CliError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        return output_failed(exc)
 
 
 def pid_number(text: str) -> int:

@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpumon.cli.base import CliError, Subparsers, positive_seconds, subcommand
-from gpumon.cli.reporting import StderrProgress, print_report, signals_as_interrupt, write_markdown
+from gpumon.cli.reporting import (
+    StderrProgress,
+    check_markdown_path,
+    print_report,
+    signals_as_interrupt,
+    write_markdown,
+)
 
 DEMO_MODULE = "gpumon_demo"
 DEMO_RUN_S = 3600.0
@@ -114,6 +120,7 @@ def demo_device(requested: str) -> tuple[str, bool]:
 def run_demo(args: argparse.Namespace) -> int:
     if not args.guided and (args.json or args.markdown or args.trials_only):
         raise CliError("--json and --markdown go with --guided (so does --trials-only)")
+    check_markdown_path(args.markdown)
     device, gpu = demo_device(args.device)
     if args.guided:
         return run_demo_guided(args, device)

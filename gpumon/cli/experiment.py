@@ -8,9 +8,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpumon import protocol
 from gpumon.cli.base import CliError, Subparsers, add_command_argument, pid_number, positive_seconds, subcommand
 from gpumon.cli.diagnose import target_command
-from gpumon.cli.reporting import StderrProgress, print_report, signals_as_interrupt, write_markdown
+from gpumon.cli.reporting import (
+    StderrProgress,
+    check_markdown_path,
+    print_report,
+    signals_as_interrupt,
+    write_markdown,
+)
+from gpumon.printable import printable
 
 if TYPE_CHECKING:  # the advisor is imported only when the command runs
     from gpumon.advisor.catalogue import Experiment
@@ -71,6 +79,11 @@ def parse_tries(items: Sequence[str]) -> list[Experiment]:
             value = json.loads(text)
         except ValueError:
             value = text
+        if name in protocol.KNOBS:  # checked now, not after the baseline has run: one the hook would refuse
+            try:
+                protocol.validate_knobs({name: value}, live=False)
+            except protocol.ProtocolError as error:
+                raise CliError(f"--try {printable(item)}: {printable(str(error))}") from None
         experiments.append(Experiment(knobs={name: value}, reason="asked for"))
     return experiments
 
@@ -84,6 +97,7 @@ def run_experiment(args: argparse.Namespace) -> int:
     if args.max_variants < 1:
         raise CliError(f"--max-variants must be at least 1, got {args.max_variants}")
     only = parse_tries(args.tries) if args.tries else None
+    check_markdown_path(args.markdown)
     progress = StderrProgress()
     try:
         with signals_as_interrupt():

@@ -37,7 +37,11 @@ def _cannot_write(path: Path, error: OSError) -> CliError:
 
 def run_record(args: argparse.Namespace) -> int:
     path: Path = args.file
-    if path.exists() and not args.force:
+    try:
+        exists = path.exists()  # a directory we may not search raises (EACCES) rather than answering
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    if exists and not args.force:
         raise CliError(f"{path} exists; pass --force to overwrite it")
     try:
         stream = path.open("w", encoding="utf-8")

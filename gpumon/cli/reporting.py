@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon.cli.base import CliError, print_json
+from gpumon.printable import printable
 
 if TYPE_CHECKING:  # the advisor is imported only by the commands that run it
     from gpumon.advisor.results import GuidedReport
@@ -42,6 +44,28 @@ def signals_as_interrupt() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def check_markdown_path(path: Path | None) -> None:
+    """CliError now, before anything runs, when --markdown's FILE could not be written at the end (a missing or
+    unwritable directory, a directory or other non-file in its place): the results are not lost after the run."""
+    if path is None:
+        return
+    parent = path.parent
+    shown = printable(str(path))
+    try:
+        if path.exists() or path.is_symlink():
+            if not path.is_file():
+                raise CliError(f"--markdown: cannot write {shown}: not a regular file")
+            if not os.access(path, os.W_OK):
+                raise CliError(f"--markdown: cannot write {shown}: Permission denied")
+            return
+        if not parent.is_dir():
+            raise CliError(f"--markdown: cannot write {shown}: no directory {printable(str(parent))}")
+    except OSError as error:
+        raise CliError(f"--markdown: cannot write {shown}: {error.strerror or error}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"--markdown: cannot write {shown}: Permission denied")
 
 
 def write_markdown(path: Path | None, report: GuidedReport, title: str) -> None:

@@ -59,6 +59,8 @@ def launched(command: list[str], log: Path | None = None, nvtx: bool = False) ->
 
 def run_launch(args: argparse.Namespace) -> int:
     command = command_of(args)
+    if not command:  # before the log file is made: no empty /tmp/gpumon-run-*.log left behind
+        raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")
     if args.no_tui:
         with launched(command, nvtx=args.nvtx) as job:
             return exit_status(job.wait_forwarding_signals())

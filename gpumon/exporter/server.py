@@ -1,5 +1,6 @@
 """The /metrics HTTP(S) server: prometheus_client's WSGI app behind optional basic auth, one thread per request
-(bounded in number and in time), TLS handshakes on the request's thread so a silent client blocks nobody."""
+(bounded in number and in time; a newcomer evicts the oldest connection still waiting for its request), TLS
+handshakes on the request's thread so a silent client blocks nobody."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
 MAX_CONNECTIONS = 16
-"""Requests served at once; more are closed at once (Prometheus scrapes one at a time)."""
+"""Connections open at once. A newcomer beyond it evicts the oldest one still waiting for its request; with every
+one being answered, it is closed at once (Prometheus scrapes one at a time)."""
 REQUEST_TIMEOUT = 10.0
 """Seconds a connection may take to send its request (or finish its TLS handshake) before it is dropped."""
 TLS_MIN_VERSION = ssl.TLSVersion.TLSv1_2
@@ -101,33 +103,82 @@ def with_basic_auth(app: WsgiApp, user: str, password: str, realm: str = "gpumon
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = REQUEST_TIMEOUT
+    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged."""
 
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:  # the request line and headers are in: no longer a connection to evict for a newcomer
+            self.server.request_read()
+        return parsed
+
+
+class _Connection:
+    """One accepted connection: the socket its thread reads (the TLS one once wrapped)."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def evict(self) -> None:
+        try:  # the plain socket's shutdown (not SSLSocket's): wakes its thread's read at once, from here
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
 
 class _Server(ThreadingMixIn, WSGIServer):
+    """At most MAX_CONNECTIONS connections; when they are all taken, a newcomer evicts the oldest one still
+    waiting for its request (idle, silent, mid-handshake or trickling headers): only connections being answered
+    hold their place, so idle or slow clients never lock scrapes out."""
+
     daemon_threads = True
     block_on_close = False
     request_queue_size = 64
     tls: ssl.SSLContext | None = None
-    slots: threading.BoundedSemaphore
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._lock = threading.Lock()
+        self._open = 0
+        self._waiting: dict[int, _Connection] = {}  # id(request) -> connection, oldest first
+        self._local = threading.local()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        with self._lock:
+            if self._open >= MAX_CONNECTIONS:
+                if not self._waiting or self._open >= 2 * MAX_CONNECTIONS:  # all being answered, or evictees
+                    self.shutdown_request(request)  # still leaving: the newcomer is closed at once
+                    return
+                oldest = next(iter(self._waiting))
+                self._waiting.pop(oldest).evict()
+            self._open += 1
+            self._waiting[id(request)] = _Connection(request)
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self._forget(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        self._local.key = id(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._forget(request)
+
+    def _forget(self, request: Any) -> None:
+        with self._lock:
+            self._open -= 1
+            self._waiting.pop(id(request), None)
+
+    def request_read(self) -> None:
+        """The calling connection's request is read: it is being answered, and keeps its place."""
+        with self._lock:
+            self._waiting.pop(getattr(self._local, "key", -1), None)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(REQUEST_TIMEOUT)
@@ -138,6 +189,10 @@ class _Server(ThreadingMixIn, WSGIServer):
             wrapped = self.tls.wrap_socket(request, server_side=True)
         except (OSError, ssl.SSLError):  # a failed or silent handshake costs only this connection
             return
+        with self._lock:
+            connection = self._waiting.get(id(request))
+            if connection is not None:
+                connection.sock = wrapped
         try:
             super().finish_request(wrapped, client_address)
         finally:
@@ -168,7 +223,6 @@ class MetricsServer:
         except OSError as error:
             raise ServerConfigError(f"cannot listen on {address}: {error.strerror or error}") from None
         self._httpd.tls = tls_context(tls) if tls is not None else None
-        self._httpd.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.scheme = "https" if tls is not None else "http"
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="gpumon-exporter-http", daemon=True)
 

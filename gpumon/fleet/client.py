@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,6 +18,9 @@ DEFAULT_TIMEOUT = 5.0
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 """A bigger answer is refused: the fleet view's queries return a few series per GPU and job."""
 MAX_ERROR_CHARS = 200
+MAX_ERROR_BODY_BYTES = 64 * 1024
+"""An error answer's body is read up to this much (for Prometheus's own error line)."""
+_CHUNK = 64 * 1024
 
 
 class PromError(Exception):
@@ -76,17 +80,18 @@ class PromClient:
 
     def _get(self, path: str, params: dict[str, str]) -> bytes:
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
+        deadline = time.monotonic() + self.timeout  # the whole answer, not each read: a trickle cannot hold us
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as response:
-                body: bytes = response.read(MAX_ANSWER_BYTES + 1)
+                body = _read_bounded(response, MAX_ANSWER_BYTES + 1, deadline)
         except urllib.error.HTTPError as error:
-            body = _read_quietly(error)
+            body = _read_quietly(error, deadline)
             detail = _error_of(body) or str(error.reason)
             raise PromError(f"Prometheus at {self.base_url}: HTTP {error.code}: {_line(detail)}") from None
         except urllib.error.URLError as error:
             reason = error.reason.strerror if isinstance(error.reason, OSError) else error.reason
             raise PromError(f"Prometheus at {self.base_url} unreachable: {_line(str(reason or error))}") from None
-        except (OSError, http.client.HTTPException) as error:  # timeouts, resets, broken answers
+        except (OSError, http.client.HTTPException, ValueError) as error:  # timeouts, resets, broken answers
             raise PromError(f"Prometheus at {self.base_url}: {_line(str(error) or type(error).__name__)}") from None
         if len(body) > MAX_ANSWER_BYTES:
             raise PromError(f"Prometheus at {self.base_url}: answer over {MAX_ANSWER_BYTES} bytes")
@@ -119,11 +124,31 @@ def parse_matrix(body: bytes) -> tuple[Series, ...]:
     return tuple(series)
 
 
-def _data(body: bytes) -> dict[str, Any]:
+def _read_bounded(response: Any, limit: int, deadline: float) -> bytes:
+    """Up to `limit` bytes of `response`, read piece by piece until `deadline` (TimeoutError past it)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took too long")
+        part: bytes = response.read1(min(_CHUNK, limit - size))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
+def _json(body: bytes) -> object:
+    """The JSON value of `body`; PromError for anything else, nesting too deep for the parser included."""
     try:
-        answer = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise PromError("Prometheus answered something that is not JSON") from None
+
+
+def _data(body: bytes) -> dict[str, Any]:
+    answer = _json(body)
     if not isinstance(answer, dict):
         raise PromError("Prometheus answered JSON that is not an object")
     if answer.get("status") != "success":
@@ -164,17 +189,17 @@ def _number(point: object) -> float:
 
 def _error_of(body: bytes) -> str | None:
     try:
-        answer = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        answer = _json(body)
+    except PromError:
         return None
     error = answer.get("error") if isinstance(answer, dict) else None
     return str(error) if error else None
 
 
-def _read_quietly(error: urllib.error.HTTPError) -> bytes:
+def _read_quietly(error: urllib.error.HTTPError, deadline: float) -> bytes:
     try:
-        return error.read(64 * 1024)
-    except (OSError, http.client.HTTPException):
+        return _read_bounded(error, MAX_ERROR_BODY_BYTES, deadline)
+    except (OSError, http.client.HTTPException, ValueError, AttributeError):
         return b""
 
 

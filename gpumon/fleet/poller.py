@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from gpumon.fleet.client import PromClient
 from gpumon.fleet.snapshot import QUERIES_PER_ROUND, FleetSnapshot, read_fleet
+from gpumon.printable import printable
 
 
 class FleetPoller:
@@ -31,7 +33,11 @@ class FleetPoller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            snapshot = read_fleet(self.client)
+            try:
+                snapshot = read_fleet(self.client)
+            except Exception as error:  # noqa: BLE001 - one bad round is one line; the next round runs
+                line = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+                snapshot = FleetSnapshot(taken=time.time(), error=f"reading Prometheus failed: {printable(line)}")
             if self._stop.is_set():
                 return
             try:

@@ -28,6 +28,7 @@ from gpumon.hook.runtime import (
     HookRuntime,
     copy_while_mutated,
 )
+from gpumon.printable import escape_surrogates
 
 STATS_WINDOW_S = 5.0
 _MAX_ARG_CHARS = 1000
@@ -42,7 +43,7 @@ def _int_env(name: str) -> int | None:
 def _argv() -> list[str]:
     out, total = [], 0
     for arg in sys.argv:
-        arg = arg[:_MAX_ARG_CHARS]
+        arg = escape_surrogates(arg[:_MAX_ARG_CHARS])  # an undecodable byte as `\\xff`: the line must be UTF-8
         total += len(arg)
         if total > _MAX_ARGV_CHARS:
             out.append("...")
@@ -124,7 +125,7 @@ def hello(
     runtime: HookRuntime | None, *, started: float, injected: bool, socket_refused: str | None = None
 ) -> protocol.Hello:
     try:
-        cwd = os.getcwd()
+        cwd = escape_surrogates(os.getcwd())
     except OSError:
         cwd = ""
     return protocol.Hello(
@@ -133,10 +134,10 @@ def hello(
         pid=os.getpid(),
         ppid=os.getppid(),
         uid=os.getuid(),
-        hostname=socket.gethostname(),
+        hostname=escape_surrogates(socket.gethostname()),
         argv=_argv(),
         cwd=cwd,
-        executable=sys.executable,
+        executable=escape_surrogates(sys.executable),
         python=platform.python_version(),
         torch=_torch_version(),
         hook_version=HOOK_VERSION,

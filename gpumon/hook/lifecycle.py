@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from gpumon.hook.env import say_once
+from gpumon.printable import printable
 from gpumon.protocol import HOOK_ENV, INJECTED_ENV, KNOBS_ENV, SAMPLE_HZ_ENV
 
 _lock = threading.Lock()
@@ -172,6 +174,8 @@ def _start_server() -> None:
         if server.start():
             state.server = server
             _start_sampler(state.runtime)
+        else:  # serving nowhere: gpumon cannot find the job, so its log says why (once)
+            say_once(f"not serving, gpumon cannot see this job: {printable(server.failure or 'no socket')}"[:500])
     except Exception as exc:  # noqa: BLE001
         state.runtime.error(exc)
 

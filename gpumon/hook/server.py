@@ -118,7 +118,7 @@ class _Client:
 
 
 class HookServer:
-    """Serves one process's socket. `start()` returns False (and stays silent) when it cannot.
+    """Serves one process's socket. `start()` returns False when it cannot, with why in `failure`.
 
     directory: serve there or nowhere (tests). Default: the first safe one of `directories` (default
     protocol.fixed_socket_dirs(), the order discovery searches), else a private directory under
@@ -218,7 +218,10 @@ class HookServer:
             private_base = None if os.environ.get(protocol.SOCKET_DIR_ENV) else self._private_base
             chosen, refused = choose_socket_dir(candidates, private_base=private_base)
             if chosen is None:
-                self.failure = "; ".join(refused) or "no usable socket directory"
+                env_dir = os.environ.get(protocol.SOCKET_DIR_ENV)
+                # choose_socket_dir skips a place it cannot create quietly; the user's own choice says why
+                reason = "; ".join(refused) or (env_dir and prepare_socket_dir(env_dir)) or "no usable socket directory"
+                self.failure = f"{protocol.SOCKET_DIR_ENV}: {reason}" if env_dir else reason
                 return False
             directory = chosen
         self.socket_refused = "; ".join(refused) or None

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpumon import protocol
+from gpumon.printable import printable
 
 CAP_SYS_PTRACE = 19
 """The capability bit that lets a process read other users' processes (py-spy needs it too)."""
@@ -81,6 +82,9 @@ class LineReader:
 
 def check_hello(message: dict[str, Any], path: str) -> protocol.Hello:
     """`message` as the hello it must be, in our protocol version (ProtocolError otherwise)."""
+    if message.get("type") == protocol.ERROR:  # e.g. too many clients: the hook's own words say why
+        said = printable(" ".join(str(message.get("message") or "").split())[:300]) or "no reason given"
+        raise protocol.ProtocolError(f"{path} refused the connection: {said} ({printable(str(message.get('code')))})")
     if message.get("type") != protocol.HELLO:
         raise protocol.ProtocolError(f"{path} sent {message.get('type')!r} instead of a hello")
     if message.get("protocol") != protocol.PROTOCOL_VERSION:
@@ -89,6 +93,25 @@ def check_hello(message: dict[str, Any], path: str) -> protocol.Hello:
             f"{protocol.PROTOCOL_VERSION}: use the same gpumon version on both sides"
         )
     return message  # type: ignore[return-value]  # checked above: protocol.decode validated its fields
+
+
+CONNECT_RETRY_FIRST_S = 0.02
+"""The first wait after a connect refused with EAGAIN (the hook's listen backlog full, e.g. under a flood)."""
+
+
+def _connect(sock: socket.socket, path: str, deadline: float) -> None:
+    """connect, retried with a doubling wait while the backlog is full (EAGAIN), until `deadline`."""
+    wait = CONNECT_RETRY_FIRST_S
+    while True:
+        try:
+            sock.connect(path)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{path} is too busy to accept a connection (its backlog stayed full)") from None
+            time.sleep(min(wait, left))
+            wait *= 2
 
 
 def open_hook(path: str, timeout: float) -> tuple[socket.socket, LineReader, protocol.Hello]:
@@ -102,7 +125,7 @@ def open_hook(path: str, timeout: float) -> tuple[socket.socket, LineReader, pro
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
-        sock.connect(path)
+        _connect(sock, path, deadline)
         _pid, uid, _gid = protocol.peer_credentials(sock)
         if not peer_readable(uid):
             raise protocol.ProtocolError(f"{path} is served by uid {uid}, not by us or root")

@@ -26,6 +26,7 @@ from pathlib import Path
 from gpumon import protocol
 from gpumon.jobs.discovery import AttachError, process_argv, process_command
 from gpumon.jobs.source import Listener
+from gpumon.printable import printable
 from gpumon.protocol import activity
 
 DATA_WAIT = "data_wait"
@@ -65,6 +66,10 @@ PERMISSION_HELP = (
     "py-spy may not read pid {pid}'s memory (ptrace permission denied): run gpumon as root (sudo), or grant py-spy "
     "the capability once with `sudo setcap cap_sys_ptrace+ep $(which py-spy)`, or allow same-user tracing with "
     "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`; or add `import gpumon.hook` to the job"
+)
+OTHER_USER_HELP = (
+    "pid {pid} belongs to {owner}: only its owner or root can watch it "
+    "(as {owner}, or with sudo; the job can also add `import gpumon.hook` for its owner's gpumon)"
 )
 MISSING_HELP = (
     "pid {pid} has no gpumon hook and py-spy is not installed: `pip install py-spy` "
@@ -350,10 +355,30 @@ def check_target(pid: int) -> None:
         raise AttachError(f"pid {pid} ({process_name(pid)}) is not a Python process")
 
 
+def _other_owner(pid: int) -> str | None:
+    """The user name (or uid) owning `pid` when that is another user and we are not root; else None."""
+    euid = os.geteuid()
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+    if euid == 0 or uid == euid:
+        return None
+    try:
+        import pwd
+
+        return printable(pwd.getpwuid(uid).pw_name)
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
 def explain_pyspy_failure(pid: int, output: str, returncode: int | None = None) -> str:
     """One line for what went wrong in a py-spy run, from its stderr."""
     text = output.strip()
     if "Permission Denied" in text or "Operation not permitted" in text or "EPERM" in text:
+        owner = _other_owner(pid)
+        if owner is not None:  # no capability or ptrace setting lets one user read another's process: never advised
+            return OTHER_USER_HELP.format(pid=pid, owner=owner)
         return PERMISSION_HELP.format(pid=pid)
     if "Failed to find python version" in text:
         return f"pid {pid} ({process_name(pid)}) does not look like a Python process py-spy can read"

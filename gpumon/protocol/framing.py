@@ -8,6 +8,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
+from gpumon.printable import escape_surrogates
 from gpumon.protocol.messages import Error, Message
 from gpumon.protocol.names import E_BAD_JSON, E_LINE_TOO_LONG, ERROR, ProtocolError
 from gpumon.protocol.validator import validate
@@ -21,6 +22,7 @@ MAX_DEPTH = 32
 
 # A JSON string, or an unterminated one up to the end: every quote starts a match, so stripping them is linear.
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.|\\\Z)*+(?:"|\Z)', re.DOTALL)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # an opener adds 2, a closer 0; minus 1 per bracket
 
@@ -32,14 +34,23 @@ def nesting_depth(raw: bytes) -> int:
 
 
 def encode(msg: Message) -> bytes:
-    """One message as a compact JSON line ending in a newline. NaN/inf are refused (not JSON)."""
+    """One message as a compact JSON line ending in a newline. NaN/inf are refused (not JSON).
+
+    A lone surrogate in a string (an undecodable byte as os and sys decode it) is written out: U+DCFF as `\\xff`.
+    """
     if not isinstance(msg.get("type"), str):
         raise ProtocolError("a message needs a string 'type'")
     try:
         text = json.dumps(msg, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"cannot encode {msg.get('type')!r:.80} message: {exc}") from exc
-    return text.encode("utf-8") + b"\n"
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        # A lone surrogate (an undecodable byte of argv, a path or the environment) is not UTF-8: send it written
+        # out (`\\xff`), a JSON-escaped backslash inside the string it sits in, so the line is always UTF-8.
+        text = _LONE_SURROGATE.sub(lambda m: escape_surrogates(m.group()).replace("\\", "\\\\"), text)
+        return text.encode("utf-8") + b"\n"
 
 
 def decode(line: bytes | str, *, limit: int = MAX_MESSAGE) -> dict[str, Any]:

@@ -254,3 +254,65 @@ def test_a_request_pending_when_the_job_dies_fails_at_once(fake_hooks: Any) -> N
         assert time.monotonic() - started < 3.0
     finally:
         client.stop()
+
+
+def _one_shot_hook(path: str, first_line: dict[str, Any], held: int) -> tuple[socket.socket, threading.Thread]:
+    """A Unix socket with a full backlog (one connection `held` pending, backlog 0) that, once released, accepts
+    and sends `first_line` to each connection."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    pending = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(held)]
+    for sock in pending:
+        sock.connect(path)
+
+    def serve() -> None:
+        time.sleep(0.2)  # the client meets the full backlog first (EAGAIN); no count is asserted on it
+        for sock in pending:
+            sock.close()
+        for _ in range(held + 1):
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                conn.sendall(protocol.encode(first_line))  # type: ignore[arg-type]
+            except OSError:  # the held connection, closed by now
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def test_a_full_backlog_is_retried_within_the_deadline(tmp_path: Any) -> None:
+    """Issue 27 item 7: a bare EAGAIN (the hook's backlog full under a flood) failed the attach at once."""
+    from gpumon.jobs.connection import HookConnection
+
+    path = str(tmp_path / "1.sock")
+    hello = {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": 1, "argv": ["x"], "uid": os.getuid()}
+    listener, thread = _one_shot_hook(path, hello, held=1)
+    try:
+        conn = HookConnection(path, timeout=10.0)
+        assert conn.hello["argv"] == ["x"]
+        conn.sock.close()
+    finally:
+        listener.close()
+        thread.join(5)
+
+
+def test_a_hook_that_refuses_says_why(tmp_path: Any) -> None:
+    """Issue 27 item 7: "sent 'error' instead of a hello" hid the hook's own reason (too many clients)."""
+    from gpumon.jobs.connection import HookConnection
+
+    path = str(tmp_path / "1.sock")
+    refusal = {"type": "error", "code": "too_many_clients", "message": "too many clients (16)\x1b[2J"}
+    listener, thread = _one_shot_hook(path, refusal, held=0)
+    try:
+        with pytest.raises(protocol.ProtocolError) as caught:
+            HookConnection(path, timeout=10.0)
+        text = str(caught.value)
+        assert "too many clients (16)\\x1b[2J" in text and "too_many_clients" in text and "instead" not in text
+    finally:
+        listener.close()
+        thread.join(5)

@@ -300,3 +300,16 @@ def test_a_real_native_record_of_a_cuda_job_names_its_item_line() -> None:
     assert view.native and view.hot_frames["cuda_sync"] == "main (native_sync_job.py:18)"
     assert view.sync_evidence[SYNC_NATIVE] == 7
     assert view.to_dict()["fractions"]["cuda_sync"] > 0.3
+
+
+def test_another_users_job_is_never_answered_with_setcap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 item 7: for another user's process, setcap or ptrace_scope cannot help; say who may watch it."""
+    from gpumon.jobs import pyspy
+
+    owner_uid = os.stat(f"/proc/{os.getpid()}").st_uid
+    monkeypatch.setattr(pyspy.os, "geteuid", lambda: owner_uid + 12345)
+    text = pyspy.explain_pyspy_failure(os.getpid(), "Error: Permission Denied")
+    assert "setcap" not in text and "ptrace_scope" not in text
+    assert "only its owner or root can watch it" in text
+    monkeypatch.setattr(pyspy.os, "geteuid", lambda: owner_uid)
+    assert "setcap" in pyspy.explain_pyspy_failure(os.getpid(), "Error: Permission Denied")

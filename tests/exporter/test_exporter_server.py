@@ -170,6 +170,30 @@ def test_silent_clients_block_no_scrape(server_factory: object, tmp_path: Path, 
             client.close()
 
 
+@pytest.mark.parametrize("use_tls", [False, True])
+def test_idle_clients_holding_every_slot_block_no_scrape(server_factory: object, tmp_path: Path, use_tls: bool) -> None:
+    """Issue 27 item 4: twenty idle connections, all still open, locked every scrape out (the 16-connection cap);
+    a newcomer now evicts the oldest connection that has not sent its request."""
+    assert callable(server_factory)
+    files = _self_signed(tmp_path) if use_tls else None
+    server = server_factory(tls=files)
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(MAX_CONNECTIONS + 4)]
+    try:
+        idle[-1].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # slow headers: as idle as the silent ones
+        started = time.monotonic()
+        if files is None:
+            text = scrape(server.url, timeout=5)
+        else:
+            context = ssl.create_default_context(cafile=files.certfile)
+            with urllib.request.urlopen(server.url, context=context, timeout=5) as response:
+                text = response.read().decode()
+        assert "gpumon_gpu_utilization_ratio" in text
+        assert time.monotonic() - started < 3.0
+    finally:
+        for client in idle:
+            client.close()
+
+
 def test_parse_listen() -> None:
     assert parse_listen("127.0.0.1:9400") == ("127.0.0.1", 9400)
     assert parse_listen("[::1]:0") == ("::1", 0)

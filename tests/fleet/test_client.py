@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import pytest
 from fleet_helpers import closed_port_url, recorded, recorded_prometheus
 
@@ -86,3 +90,34 @@ def test_bad_urls_refused_in_one_line(url: str) -> None:
 
 def test_good_url_loses_its_trailing_slash() -> None:
     assert check_url("https://prom.example:9090/prometheus/") == "https://prom.example:9090/prometheus"
+
+
+def test_an_answer_that_trickles_in_is_cut_at_the_timeout() -> None:
+    """Issue 27 item 5: the timeout bounded each read, not the answer: one byte a while kept a query forever."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            end = time.monotonic() + 8.0  # then closed: without the fix, the query ends here, not at the timeout
+            while not stop.wait(0.05) and time.monotonic() < end:
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    client = PromClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(PromError, match="too long"):
+            client.query("up")
+        assert time.monotonic() - started < 5.0
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)

@@ -120,3 +120,31 @@ def test_poller_delivers_snapshots_from_its_own_thread() -> None:
     assert got[0][0].hosts == ("sim-node-a", "sim-node-b")
     count = len(got)
     assert not poller._thread.is_alive() and len(got) == count
+
+
+def test_a_deeply_nested_answer_is_one_line_and_the_poller_goes_on() -> None:
+    """Issue 27 item 5: one answer nested deeper than json's recursion killed the poller thread (RecursionError):
+    the view said "reading ..." forever, even once Prometheus answered well again."""
+    answers = fleet_answers()
+    good = answers["gpumon_gpu_utilization_ratio"]
+    answers["gpumon_gpu_utilization_ratio"] = b"[" * 200_000 + b"]" * 200_000
+    got: list[FleetSnapshot] = []
+    recovered = threading.Event()
+
+    def on_snapshot(snapshot: FleetSnapshot) -> None:
+        got.append(snapshot)
+        if snapshot.error is not None:
+            answers["gpumon_gpu_utilization_ratio"] = good  # Prometheus answers well again
+        elif snapshot.hosts:
+            recovered.set()
+
+    with recorded_prometheus(answers) as url:
+        poller = FleetPoller(PromClient(url, timeout=2.0), 0.05, on_snapshot)
+        poller.start()
+        try:
+            assert recovered.wait(20), f"no good snapshot after the nested one within 20 s: {got}"
+        finally:
+            poller.stop()
+    first = got[0].error
+    assert first is not None and "not JSON" in first and "\n" not in first
+    assert got[-1].hosts == ("sim-node-a", "sim-node-b")

@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from hook_helpers import REPO_ROOT
 
 PROBE = r"""
@@ -76,3 +78,33 @@ def test_backward_is_torchs_own_again_once_an_optimizer_marks_the_steps(sock_dir
         report = json.loads(out.stdout.strip().splitlines()[-1])
         assert report["wrapped"] == expected, nvtx
         assert report["steps"] == 3, "steps are still closed by the optimizer"
+
+
+SERVES_NOWHERE = r"""
+import gpumon.hook
+import torch  # the server starts here, and cannot
+from gpumon.hook.lifecycle import server
+assert server() is None
+"""
+
+
+@pytest.mark.parametrize("problem", ["symlink", "cannot_create", "other_owner"])
+def test_an_unusable_socket_dir_is_said_once_on_the_jobs_stderr(problem: str, tmp_path: Path) -> None:
+    """Issue 27 item 2: a GPUMON_SOCKET_DIR the hook cannot serve in left the job unseen with nothing in its log."""
+    directory = tmp_path / "s"
+    if problem == "symlink":
+        (tmp_path / "target").mkdir(mode=0o700)
+        directory.symlink_to(tmp_path / "target")
+    elif problem == "cannot_create":
+        directory = tmp_path / "missing" / "s"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("needs root to give a directory to another user")
+        directory.mkdir(mode=0o700)
+        os.chown(directory, 65534, 65534)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "GPUMON_SOCKET_DIR": str(directory)}
+    out = subprocess.run([sys.executable, "-c", SERVES_NOWHERE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if line.startswith("gpumon hook:")]
+    assert len(said) == 1, out.stderr
+    assert "not serving" in said[0] and "GPUMON_SOCKET_DIR" in said[0] and str(directory) in said[0]
