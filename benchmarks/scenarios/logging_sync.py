@@ -1,7 +1,8 @@
-"""logging_sync: a GPU-bound residual MLP (bf16 autocast on CUDA) whose loop formats the loss every step
-(`f"{loss:.4f}"`) and compares it with the best so far (`if loss < best:`), both on CUDA tensors: two host syncs a
-step, so the host never runs ahead and the GPU idles while the next step's Python and launches run. Expected:
-host_sync.
+"""logging_sync: a GPU-bound MLP (bf16 autocast on CUDA) whose step begins with many tiny elementwise ops on the
+input (a per-step rescaling done op by op, each launch longer than its kernel) and whose loop formats the loss every
+step (`f"{loss:.4f}"`) and compares it with the best so far (`if loss < best:`), both on CUDA tensors: two host syncs
+a step. Without them the host would launch the next step's tiny ops while the GPU runs this step's matmuls; with
+them the GPU waits, idle, until the host has launched them. Expected: host_sync.
 
 --fix no_sync: the best loss kept on the device (torch.minimum), the loss formatted only every 100 steps.
 """
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(__doc__, FIXES, argv)
     device = pick_device(args.device)
     no_sync = "no_sync" in args.fix
-    width, depth, batch = (1024, 12, 4096) if device.type == "cuda" else (128, 4, 256)
+    width, depth, batch = (2048, 2, 4096) if device.type == "cuda" else (128, 2, 256)
+    tiny_ops = 80
     model = nn.Sequential(*[Block(width) for _ in range(depth)]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(batch, width, device=device)
@@ -41,8 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     log: list[str] = []
     meter = Meter("logging_sync", args.fix, device, args.duration, args.warmup, batch)
     for step in meter:
+        scale = x[:64, :64]
+        for _ in range(tiny_ops):  # the per-step rescaling, op by op: launch-bound on its own
+            scale = scale * 0.999 + 0.001
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = nn.functional.mse_loss(model(x).float(), target)
+            loss = nn.functional.mse_loss(model(x).float(), target) + scale.mean() * 0.0
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

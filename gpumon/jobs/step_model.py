@@ -1,12 +1,16 @@
 """The step model: every millisecond of a job's steps has one owner, the GPU's work or the cause of its idling.
 
-GPU busy and idle are measured: the hook's sampler asks the training stream, at each sample, whether it still has
-work queued (NVML's GPU-Util stands in, labelled so, where the stream cannot be read: a CPU build of the monitor's
-recording, a job using CUDA graphs). Idle time is split by what the training thread was doing at the idle samples
+GPU busy is measured: NVML's GPU-Util of the job's GPUs over the window (the driver's share of time with a kernel
+running), else the share of the hook's samples at which the training stream had work queued. The stream is the
+second choice: an in-process sampler gets its turn when the training thread lets go of the GIL, mostly inside a
+torch op as it launches, which shows the stream idler than it is under launch-heavy loads (on an H200, a loop at
+GPU-Util 72% and SM activity 60% read 37% busy by the stream).
+
+Idle time is split by what the training thread was doing at the samples where the stream was idle
 (gpumon.protocol.activity), except the idle that syncs cause: a sync drains the GPU's queue, and until the host has
-launched new work the GPU waits. Without syncs the host would run ahead, so a step would take
-max(host time not spent waiting in syncs, GPU busy time); what the job takes beyond that is the syncs' cost
-(`sync_idle`), and the rest of the idle time keeps its host-side owners, scaled to what is left.
+launched new work the GPU waits. Without syncs the host would run ahead, so a step would take max(host time not
+spent waiting in syncs, GPU busy time); what the job takes beyond that is the syncs' cost (`sync_idle`), and the
+rest of the idle time keeps its host-side owners, scaled to what is left.
 """
 
 from __future__ import annotations
@@ -86,8 +90,7 @@ class StepModel:
 
     shares: Mapping[str, float]
     busy_from: str
-    """BY_SAMPLER (the training stream, queried at each sample) or BY_NVML (GPU-Util, with idle split by the host's
-    activity over all samples)."""
+    """BY_NVML (GPU-Util) or BY_SAMPLER (the training stream, queried at each sample)."""
     samples: int
     sync_wait: float
     """Share of the time the host spent waiting in syncs (the GPU busy meanwhile, mostly)."""
@@ -121,9 +124,9 @@ class StepModel:
 def step_model(
     profile: HostProfile | None, nvml_busy: float | None = None, sync_wait: float | None = None
 ) -> StepModel | None:
-    """The step model of one window's sampler counts. `nvml_busy` (0-1, GPU-Util) stands in where the sampler could
-    not read the stream; `sync_wait` (the budget's measured share of the step in syncs) is preferred to the
-    sampler's count of sync samples when given. None without enough samples, or without any GPU figure."""
+    """The step model of one window's sampler counts. `nvml_busy` (0-1, GPU-Util), where given, is GPU busy;
+    else the stream's state at the samples is; `sync_wait` (the budget's measured share of the step in syncs) is
+    preferred to the sampler's count of sync samples when given. None without enough samples, or without any GPU figure."""
     if profile is None or profile.samples < MIN_SAMPLES:
         return None
     counts = profile.activities
@@ -134,19 +137,25 @@ def step_model(
         return None
     sync_samples = sum(counts.get(activity.SYNC, (0, 0, 0)))
     wait = sync_wait if sync_wait is not None else sync_samples / total
-    if known >= MIN_SAMPLES:
-        busy = sum(c[1] for c in counts.values()) / known
-        idle_parts = {name: idle / known for name, idle in idle_by.items() if idle}
-        busy_from, denominator = BY_SAMPLER, known
-    elif nvml_busy is not None:
+    idle_known = sum(idle_by.values())
+    if nvml_busy is not None:
         busy = max(0.0, min(1.0, nvml_busy))
+        busy_from = BY_NVML
+    elif known >= MIN_SAMPLES:
+        busy = sum(c[1] for c in counts.values()) / known
+        busy_from = BY_SAMPLER
+    else:
+        return None
+    if idle_known >= MIN_SAMPLES:
+        # What the host did while the stream was seen idle, scaled to the idle time.
+        idle_parts = {name: (1.0 - busy) * n / idle_known for name, n in idle_by.items() if n}
+        denominator, per_line = idle_known, "idle"
+    else:
         # Inferred split: while the host waits in a sync the GPU works, so sync samples own no idle time here.
         others: dict[str, int] = {name: c[0] + c[1] + c[2] for name, c in counts.items() if name != activity.SYNC}
         weight = sum(others.values())
-        idle_parts = {name: (1.0 - busy) * n / weight for name, n in others.items()} if weight else {}
-        busy_from, denominator = BY_NVML, total
-    else:
-        return None
+        idle_parts = {name: (1.0 - busy) * n / weight for name, n in others.items() if n} if weight else {}
+        denominator, per_line = weight, "total"
     idle = max(0.0, 1.0 - busy)
     in_sync = idle_parts.pop(activity.SYNC, 0.0)
     host_free = max(0.0, 1.0 - wait)
@@ -162,12 +171,12 @@ def step_model(
         shares[OWNER_OF_ACTIVITY.get(name, OTHER)] += part
     if rest <= 0:
         shares[OTHER] += max(0.0, idle - in_sync - sync_idle)
-    if busy_from == BY_SAMPLER:
-        lines = _idle_lines(profile.lines, lambda line: line.idle / denominator * scale)
+    if per_line == "idle":
+        lines = _idle_lines(profile.lines, lambda line: (1.0 - busy) * line.idle / denominator * scale)
     else:
-        per_sample = (1.0 - busy) / weight if weight else 0.0
         lines = _idle_lines(
-            profile.lines, lambda line: 0.0 if line.activity == activity.SYNC else line.total * per_sample
+            profile.lines,
+            lambda line: 0.0 if line.activity == activity.SYNC else (1.0 - busy) * line.total / denominator * scale,
         )
     return StepModel(
         shares=shares,

@@ -76,13 +76,9 @@ _OPTIMIZER_PARTS = (
     "torch/cuda/amp/grad_scaler.py",
     "torch/nn/utils/clip_grad.py",
 )
-_FORWARD_PARTS = (
-    "torch/nn/modules/",
-    "torch/nn/functional.py",
-    "torch/nn/parallel/",
-    "torch/_dynamo/",
-    "torch/_inductor/",
-)
+_FORWARD_PARTS = ("torch/nn/modules/", "torch/nn/parallel/", "torch/_dynamo/", "torch/_inductor/")
+"""The model's forward: torch.nn.functional called straight from the job's code (a resize or blur of a batch on
+the CPU) is the job's own work, not the model's; inside a module, the module's frames say forward."""
 
 
 def _path(frame: StackFrame) -> str:

@@ -151,3 +151,14 @@ def test_hostile_host_objects_parse_to_bounded_records() -> None:
     assert parsed is not None and parsed.samples == 0 and parsed.hz == 0.0
     assert parsed.activities == {"cpu": (1, 0, 2), "data_wait": (0, 0, 0)}
     assert len(parsed.lines) == 64 and len(parsed.lines[0].file) == 500 and parsed.lines[0].activity == "other"
+
+
+def test_gpu_util_is_busy_and_the_idle_samples_split_the_rest() -> None:
+    # The H200 launch-heavy loop: the stream read 37% busy, GPU-Util 72%. GPU-Util wins; the stream's idle samples
+    # (forward 30, cpu 10) split the 28% that is idle.
+    counts = {activity.FORWARD: [30, 20, 0], activity.CPU: [10, 5, 0]}
+    model = step_model(profile(counts), nvml_busy=0.72)
+    assert model is not None and model.busy_from == BY_NVML
+    assert_adds_up(dict(model.shares))
+    assert model.shares[LAUNCH] == pytest.approx(0.28 * 30 / 40)
+    assert model.shares[CPU] == pytest.approx(0.28 * 10 / 40)
