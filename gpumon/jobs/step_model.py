@@ -126,7 +126,8 @@ def step_model(
 ) -> StepModel | None:
     """The step model of one window's sampler counts. `nvml_busy` (0-1, GPU-Util), where given, is GPU busy;
     else the stream's state at the samples is; `sync_wait` (the budget's measured share of the step in syncs) is
-    preferred to the sampler's count of sync samples when given. None without enough samples, or without any GPU figure."""
+    preferred to the sampler's count of sync samples when given. None without enough samples, or without any GPU
+    figure."""
     if profile is None or profile.samples < MIN_SAMPLES:
         return None
     counts = profile.activities
