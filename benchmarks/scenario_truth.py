@@ -74,7 +74,11 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario("cpu_preprocess", "cpu_bound", (Cause("gpu_preprocess", "cpu_bound"),)),
         Scenario("logging_sync", "host_sync", (Cause("no_sync", "host_sync"),)),
-        Scenario("loader_bound", "input_bound", (Cause("workers", "input_bound"),)),
+        Scenario(
+            "loader_bound",
+            "input_bound",
+            (Cause("cached", "input_bound"), Cause("workers", "input_bound", scored=False)),
+        ),
         Scenario("main_process_loading", "input_bound", (Cause("workers", "input_bound"),)),
         Scenario("pageable_copy", "transfer_bound", (Cause("pinned", "transfer_bound"),)),
         Scenario(

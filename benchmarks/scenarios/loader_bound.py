@@ -2,7 +2,10 @@
 6 rounds of 5x5 smoothing: about 1 ms of one core a sample) behind only 2 DataLoader workers; the GPU trains a
 small CNN in a few ms and waits for the next batch. Expected: input_bound.
 
---fix workers: num_workers = the cores but two (at least 2), prefetching as before.
+--fix cached: the loading removed: one batch from the loader, reused every step (the cause's whole share: the
+truth the data-wait share is held to).
+--fix workers: num_workers = the cores but two (at least 2), prefetching as before (what that knob gives: with 14
+workers this loader still cannot keep up on the H200, so it gains less than the whole share).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from scenario_common import Heavy96, Meter, forever, many_workers, parse, pick_d
 from torch import nn
 from torch.utils.data import DataLoader
 
-FIXES = ("workers",)
+FIXES = ("cached", "workers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     model = small_cnn().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     meter = Meter("loader_bound", args.fix, device, args.duration, args.warmup, batch)
-    for _, (images, labels) in zip(meter, forever(loader), strict=False):
+    batches = forever(loader)
+    if "cached" in args.fix:
+        first = next(batches)
+        batches = forever([first])
+    for _, (images, labels) in zip(meter, batches, strict=False):
         logits = model(images.to(device, non_blocking=pinned))
         loss = nn.functional.cross_entropy(logits, labels.to(device, non_blocking=pinned))
         optimizer.zero_grad(set_to_none=True)

@@ -18,6 +18,7 @@ from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, Gpu
 from gpumon.jobs.jobstate import STRAGGLER_THRESHOLD
 from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE
 from gpumon.jobs.pyspy import USER_CODE as USER_CODE_SAMPLES
+from gpumon.jobs.step_model import sync_cost
 
 INPUT_BOUND = "input_bound"
 HOST_SYNC = "host_sync"
@@ -156,9 +157,11 @@ CPU_BOUND_SHARE = MIN_SEVERITY
 """GPU idle this share of the time (or more) while the training thread runs its own code makes the job CPU-bound:
 the share is what moving that code off the training thread's path gives at most."""
 STEP_MODEL_CONFIDENCE = 0.85
-"""The step model counts the GPU's state at each sample: measured, not inferred; not 1, a sample is a sample."""
-NVML_STEP_MODEL_CONFIDENCE = 0.6
-"""The same with GPU-Util standing in for the stream's state (the idle time split by the host's activity overall)."""
+"""The step model with GPU busy from GPU-Util and the idle time split by the hook's samples: measured; not 1, a
+sample is a sample."""
+STREAM_STEP_MODEL_CONFIDENCE = 0.7
+"""The same with GPU busy from the training stream's state at the samples (no NVML), which reads idler than it is
+under launch-heavy loads (jobs.step_model)."""
 COMM_CONFIDENCE = 0.85
 """Measured from the job's own kernel timeline, so high; not 1: the capture covers only a few steps."""
 
@@ -363,9 +366,12 @@ def rule_host_sync(signals: Signals) -> Candidate | None:
     idle = _idle_share(signals)
     data = signals.data_share or 0.0
     if signals.source == SOURCE_PYSPY:
-        share = signals.pyspy.get("cuda_sync")
-        if share is None or share < PYSPY_SYNC_SHARE:
+        waiting = signals.pyspy.get("cuda_sync")
+        if waiting is None or waiting < PYSPY_SYNC_SHARE:
             return None
+        # The syncs' cost is the GPU idle they cause, not the host's wait in them: what the step would lose without
+        # them, max(host time outside syncs, GPU busy) (jobs.step_model), where GPU-Util says how busy the GPU is.
+        share = waiting if signals.gpu_util is None else sync_cost(waiting, signals.gpu_util / 100.0)
         evidence_counts = signals.pyspy_sync_evidence
         seen = sum(evidence_counts.values())
         from_source = evidence_counts.get(SYNC_SOURCE, 0)
@@ -377,14 +383,20 @@ def rule_host_sync(signals: Signals) -> Candidate | None:
         elif seen and from_source >= seen / 2:
             how = "read from the source line (.item(), .cpu()...): C++ frames are not sampled"
             confidence = SOURCE_LINE_CONFIDENCE * PYSPY_CONFIDENCE
-        evidence = _join(f"main thread in a CUDA sync in {pct(share)} of py-spy samples", how, _gpu_part(signals))
+        evidence = _join(
+            f"main thread in a CUDA sync in {pct(waiting)} of py-spy samples",
+            f"the GPU idles {pct(share)} of the time because of them" if signals.gpu_util is not None else None,
+            how,
+            _gpu_part(signals),
+        )
         return Candidate(
             HOST_SYNC,
             share,
             confidence,
             evidence,
             {
-                "pyspy_cuda_sync": _round(share),
+                "pyspy_cuda_sync": _round(waiting),
+                "sync_cost": _round(share),
                 "gpu_util": _round(signals.gpu_util),
                 "sync_evidence": dict(evidence_counts),
             },
@@ -816,7 +828,7 @@ def rule_straggler(signals: Signals) -> Candidate | None:
 
 
 def _step_model_confidence(signals: Signals) -> float:
-    return STEP_MODEL_CONFIDENCE if signals.step_busy_from == "stream" else NVML_STEP_MODEL_CONFIDENCE
+    return STEP_MODEL_CONFIDENCE if signals.step_busy_from == "nvml" else STREAM_STEP_MODEL_CONFIDENCE
 
 
 def rule_cpu_bound(signals: Signals) -> Candidate | None:

@@ -159,8 +159,7 @@ def step_model(
         denominator, per_line = weight, "total"
     idle = max(0.0, 1.0 - busy)
     in_sync = idle_parts.pop(activity.SYNC, 0.0)
-    host_free = max(0.0, 1.0 - wait)
-    sync_idle = max(0.0, min(idle - in_sync, 1.0 - max(host_free, busy)))
+    sync_idle = min(max(0.0, idle - in_sync), sync_cost(wait, busy))
     rest = sum(idle_parts.values())
     scale = (idle - in_sync - sync_idle) / rest if rest > 0 else 0.0
     shares = dict.fromkeys(OWNERS, 0.0)
@@ -187,6 +186,12 @@ def step_model(
         lines=lines,
         by_activity={name: share for name, share in by_activity.items() if share > 0},
     )
+
+
+def sync_cost(wait: float, busy: float) -> float:
+    """The share of the step that syncs cost, from the share the host waits in them and the GPU's busy share: the
+    host, free of them, would run ahead, and a step would take max(the rest of its host time, the GPU's)."""
+    return max(0.0, 1.0 - max(1.0 - wait, busy))
 
 
 def _idle_lines(lines: tuple[SampledLine, ...], idle_share: Callable[[SampledLine], float]) -> tuple[LineShare, ...]:
