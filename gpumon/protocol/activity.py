@@ -159,7 +159,11 @@ def classify(
         return SYNC, None
     if any(_in(frame, "torch/distributed/") for frame in frames):
         return COMM, None
-    python_frames = [frame for frame in frames if not is_native(frame)] or list(frames)
+    # gpumon's own wrappers (the step budget's timing of .to() and .item(), the DataLoader's) are transparent: the
+    # job's line that called through them is what runs.
+    python_frames = [frame for frame in frames if not is_native(frame) and not _in(frame, "/gpumon/hook/")]
+    if not python_frames:
+        return OTHER, None
     innermost = python_frames[0]
     if innermost.function in _SYNC_FUNCTIONS and _in(innermost, "torch/"):
         return SYNC, SEEN_TORCH
@@ -175,7 +179,7 @@ def classify(
         return phase, None
     own = user_frame(python_frames)
     if own is None:
-        return (OTHER if all(_in(frame, "/gpumon/hook/") for frame in python_frames) else CPU), None
+        return CPU, None
     if own is not innermost and SYNC_LINE.search(source_line(own.file, own.line) or ""):
         return SYNC, SEEN_SOURCE
     return CPU, None
