@@ -371,8 +371,9 @@ BREAKDOWN_KEYS = (
 
 
 def summary(diagnosis: Mapping[str, Any]) -> dict[str, Any]:
-    """What the table keeps of `gpumon diagnose --json`: the finding, its secondaries and the step breakdown (every
-    *_share signal, whatever the hook's budget names)."""
+    """What the table keeps of `gpumon diagnose --json`: the finding, its secondaries, the step breakdown (every
+    *_share signal, whatever the hook's budget names) and the whole signals, which the advisor's recorded-signal
+    tests replay (tests/advisor/test_scenario_signals.py)."""
     finding = diagnosis.get("finding") or {}
     signals = diagnosis.get("signals") or {}
     return {
@@ -387,6 +388,7 @@ def summary(diagnosis: Mapping[str, Any]) -> dict[str, Any]:
             for s in finding.get("secondary") or ()
         ],
         "breakdown": {key: value for key, value in signals.items() if key.endswith("_share") or key in BREAKDOWN_KEYS},
+        "signals": signals,
     }
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon import units
+from gpumon.advisor.peak_flops import FP32, TF32, gpu_peaks
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
 from gpumon.jobs.jobstate import STRAGGLER_THRESHOLD
 from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE
@@ -124,6 +125,9 @@ UNEXPLAINED_IDLE = 0.15
 LAUNCH_SM = 20.0
 LAUNCH_SM_TO_UTIL = 0.35
 LAUNCH_STEPS_PER_S = 100.0
+LAUNCH_MAIN_SHARE = 0.5
+"""Under 10% GPU-Util, launch_bound needs the main thread launching (torch's model, autograd, optimizer) this share
+of the time."""
 PCIE_TRANSFER = 3e9
 """Bytes/s host<->device beyond which copies are a likely bottleneck of an under-used GPU (an H100 training job
 with 4 pinned workers moved 1.1 GB/s at 43% GPU-Util without being copy-bound)."""
@@ -484,7 +488,13 @@ def rule_launch(signals: Signals) -> Candidate | None:
         "main_cpu": _round(signals.main_cpu),
     }
     if sm is not None:
-        if util < 10 or sm >= LAUNCH_SM or sm / util > LAUNCH_SM_TO_UTIL:
+        # Under 10% GPU-Util the GPU may simply have no work; the main thread launching most of the time (py-spy's
+        # forward/backward/optimizer samples, or the step model's idle while torch dispatches) says it does.
+        if signals.source == SOURCE_PYSPY:
+            launching = sum(signals.pyspy.get(phase, 0.0) for phase in ("forward", "backward", "optimizer"))
+        else:
+            launching = signals.step_shares.get("launch", 0.0)
+        if sm >= LAUNCH_SM or (util < 10 and launching < LAUNCH_MAIN_SHARE) or sm / max(util, 1e-9) > LAUNCH_SM_TO_UTIL:
             return None
         evidence = _join(
             f"GPU-Util {pct100(util)} but SM activity {pct100(sm)}: the kernels are tiny", step_text, main_text
@@ -603,6 +613,29 @@ def gpu_busy(signals: Signals) -> bool:
     return util is not None and util >= BUSY_UTIL and (sm is None or sm >= BUSY_SM)
 
 
+PRECISION_SEVERITY_UNKNOWN = 0.5
+"""The share low precision costs where the GPU's peaks are not known (a GPU outside peak_flops' table)."""
+
+
+def _precision_gain(signals: Signals) -> tuple[float, str | None]:
+    """(severity, its reason): the GPU's busy time, were it all matmul math now at fp32 (or TF32), would run at the
+    bf16 tensor-core peak instead: it shrinks by the ratio of the two dense peaks (H200: fp32 67, bf16 989 TFLOP/s,
+    so a fully busy fp32 job can gain up to 93%). An upper bound: elementwise kernels gain less."""
+    peaks = gpu_peaks(signals.gpus[0].name) if signals.gpus else None
+    busy = signals.step_shares.get("gpu_busy")
+    if busy is None and signals.gpu_util is not None:
+        busy = signals.gpu_util / 100.0
+    if peaks is None or not busy:
+        return PRECISION_SEVERITY_UNKNOWN, None
+    current = TF32 if signals.tf32_matmul or signals.float32_matmul_precision in ("high", "medium") else FP32
+    ratio = peaks.tflops(current) / peaks.bf16
+    share = busy * (1.0 - ratio)
+    return (
+        share,
+        f"bf16 could run the GPU's busy {pct(busy)} at up to {1 / ratio:.0f}x the {current} peak ({peaks.model})",
+    )
+
+
 def rule_precision(signals: Signals) -> Candidate | None:
     if not signals.has_gpu or not gpu_busy(signals):
         return None
@@ -612,9 +645,9 @@ def rule_precision(signals: Signals) -> Candidate | None:
         if tensor >= TENSOR_LOW or reduced is True:
             return None
         flags = f"fp32 math ({precision_flags(signals)})" if reduced is False else "no reduced-precision math seen"
-        evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} but tensor-core activity {pct100(tensor)}", flags)
+        severity, gain = _precision_gain(signals)
+        evidence = _join(f"GPU-Util {pct100(signals.gpu_util)} but tensor-core activity {pct100(tensor)}", flags, gain)
         confidence = (0.85 if reduced is False else 0.6) * _source_factor(signals)
-        severity = 0.5
     else:
         if reduced is not False:
             return None
