@@ -11,6 +11,8 @@ LINES = {
     11: "        log.append(f'{loss.item():.4f}')\n",
     12: "        images = preprocess(images)\n",
     13: "        if loss < best:\n",
+    14: "    x = images.float().div_(255.0).sub_(0.45).div_(0.225)\n",
+    15: "        print(float(loss))\n",
 }
 
 
@@ -51,3 +53,9 @@ def test_data_and_communication_win_over_the_job_s_frames() -> None:
     reduce = Frame("/site-packages/torch/distributed/distributed_c10d.py", "all_reduce", 2500)
     assert classify([reduce, Frame(JOB, "main", 12)], source)[0] == activity.COMM
     assert classify([], source) == (activity.OTHER, None)
+
+
+def test_tensor_conversions_are_not_the_builtins_that_sync() -> None:
+    # .float() converts on the tensor's device; float(loss) and print() of a CUDA tensor wait for it.
+    assert classify([Frame(JOB, "preprocess", 14)], source)[0] == activity.CPU
+    assert classify([Frame(JOB, "main", 15)], source) == (activity.SYNC, activity.SEEN_SOURCE)

@@ -62,9 +62,10 @@ SourceLine = Callable[[str, int], str]
 
 SYNC_LINE = re.compile(
     r"\.(item|tolist|cpu|numpy)\(\s*\)|\.synchronize\(|\.to\(\s*['\"]cpu['\"]|\.nonzero\(|\.elapsed_time\("
-    r"|\bprint\(|\bfloat\(|\bint\(|\bbool\("
+    r"|(?<![.\w])(?:print|float|int|bool)\("
 )
-"""Calls that wait for the GPU when their tensor is on it."""
+"""Calls that wait for the GPU when their tensor is on it (the builtins print(), float(), int() and bool(), not the
+tensor methods .float() and .int(), which convert on the device)."""
 H2D_LINE = re.compile(r"\.cuda\(|\.to\(\s*(?:['\"]cuda|device\b|dev\b|\w*device\w*\s*[,)])|non_blocking\s*=")
 """Calls that copy host tensors to the GPU (.cuda(), .to(device), .to("cuda"), anything non_blocking)."""
 _SYNC_FUNCTIONS = frozenset({"synchronize", "_local_scalar_dense", "elapsed_time"})
