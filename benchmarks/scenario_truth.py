@@ -90,7 +90,11 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "two_cause_loader_sync",
             "input_bound",
-            (Cause("workers", "input_bound"), Cause("no_sync", "host_sync")),
+            (
+                Cause("cached", "input_bound"),
+                Cause("workers", "input_bound", scored=False),
+                Cause("no_sync", "host_sync"),
+            ),
             combine=True,
         ),
         Scenario(
