@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumon.advisor.auto_capture import Notice, capture_reason, with_capture
 from gpumon.advisor.capture import Capture, CaptureError, capture
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.guided import GuidedRun, Listener
@@ -91,9 +92,12 @@ def diagnose_command(
     startup_timeout_s: float = 180.0,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    notice: Notice | None = None,
 ) -> Diagnosis:
     """Run `command` hooked, measure it for `duration` seconds after its first step (warm-up included), stop it
-    and diagnose it. Raises AdvisorError when it could not be measured."""
+    and diagnose it. With `notice`, a distributed job or one whose GPU idles with no cause in the step model is
+    also profiled for a few steps first (told through `notice`). Raises AdvisorError when it could not be
+    measured."""
     window_s, repeats = windows_for(duration, warmup_s)
     with sampling() as (sampler, log):
         runner = TrialRunner(
@@ -108,12 +112,20 @@ def diagnose_command(
             startup_timeout_s=startup_timeout_s,
             cancel=cancel,
             progress=progress,
+            auto_capture=notice,
         )
         result = runner.baseline()
     if not result.ok or result.signals is None:
         logs = f" (its output: {runner.logs[-1]})" if runner.logs else ""
         raise AdvisorError(f"could not measure `{' '.join(command)}`: {result.reason or result.status}{logs}")
-    return Diagnosis(diagnose(result.signals), result.signals, pid=result.pid, command=" ".join(command))
+    return Diagnosis(
+        diagnose(result.signals),
+        result.signals,
+        pid=result.pid,
+        command=" ".join(command),
+        capture=runner.captures[-1] if runner.captures else None,
+        capture_error=runner.capture_errors[-1] if runner.capture_errors else None,
+    )
 
 
 def diagnose_pid(
@@ -126,10 +138,13 @@ def diagnose_pid(
     opener: Callable[..., Any] = open_job,
     profile_steps: int = 0,
     trace_dir: str | None = None,
+    notice: Notice | None = None,
 ) -> Diagnosis:
     """Watch a running job for `duration` seconds (its hook, else py-spy, with --native if `native`) and diagnose it.
 
     profile_steps: also capture that many steps with torch.profiler (hooked jobs; its NCCL figures feed comm_bound).
+    notice: without profile_steps, a hooked job that is distributed or whose GPU idles with no cause in the step
+    model is profiled for a few steps anyway (advisor.auto_capture), told through `notice`.
     """
     try:
         job = opener(pid, native=native)
@@ -162,12 +177,18 @@ def diagnose_pid(
                         diagnosis = client.diagnose(DIAGNOSIS_STEPS, timeout=20.0)
                     except JobRequestError:
                         diagnosis = None
+            signals = build_signals(log.between(start, end), view, pid=pid, start=start, end=end, diagnosis=diagnosis)
             captured, capture_error = _profile(job, pid, profile_steps, trace_dir, progress)
+            if captured is not None:
+                signals = replace(signals, **captured.summary.signal_values())
+            elif not profile_steps and notice is not None and not isinstance(job, PySpySampler) and not job.ended:
+                client = job.primary
+                world = view.info.world_size if view.info is not None else None
+                reason = capture_reason(signals, world)
+                if client is not None and reason is not None:
+                    signals, captured, capture_error = with_capture(signals, client, reason, notice, trace_dir)
         finally:
             job.stop()
-        signals = build_signals(log.between(start, end), view, pid=pid, start=start, end=end, diagnosis=diagnosis)
-    if captured is not None:
-        signals = replace(signals, **captured.summary.signal_values())
     return Diagnosis(
         diagnose(signals), signals, pid=pid, command=signals.command, capture=captured, capture_error=capture_error
     )

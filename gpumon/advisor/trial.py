@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from gpumon import protocol
+from gpumon.advisor.auto_capture import AUTO_CAPTURE_STEPS, Notice, capture_reason, with_capture
+from gpumon.advisor.capture import Capture
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.live import LiveRunner
@@ -204,6 +206,7 @@ class TrialRunner:
         live_on_trial: bool = False,
         live_warmup_s: float = LIVE_WARMUP_S,
         live_apply_timeout_s: float = LIVE_APPLY_TIMEOUT_S,
+        auto_capture: Notice | None = None,
     ) -> None:
         if not command:
             raise ValueError("a trial run needs a command")
@@ -227,6 +230,11 @@ class TrialRunner:
         self.live_on_trial = live_on_trial
         self.live_warmup_s = live_warmup_s
         self.live_apply_timeout_s = live_apply_timeout_s
+        self.auto_capture = auto_capture
+        """With it (told what happens), a measured variant of a distributed job, or one whose GPU idles with no cause
+        in the step model, is also profiled for a few steps before it stops (advisor.auto_capture)."""
+        self.captures: list[Capture] = []
+        self.capture_errors: list[str] = []
         self.runs = 0
         """Trials started (each one a process start-up and warm-up)."""
         self.logs: list[Path] = []
@@ -449,6 +457,16 @@ class TrialRunner:
             end=measure_end,
             diagnosis=diagnosis,
         )
+        if self.auto_capture is not None and client is not None and launch.poll() is None:
+            world = view.info.world_size if view is not None and view.info is not None else None
+            reason = capture_reason(signals, world)
+            if reason is not None:
+                self._say(f"{label}: profiling {AUTO_CAPTURE_STEPS} steps", 0.95)
+                signals, captured, error = with_capture(signals, client, reason, self.auto_capture)
+                if captured is not None:
+                    self.captures.append(captured)
+                if error is not None:
+                    self.capture_errors.append(error)
         memory = view.memory if view is not None else None
         measurement = measurement_from(
             windows,

@@ -67,6 +67,11 @@ def target_command(args: argparse.Namespace, name: str) -> list[str]:
     return command
 
 
+def say(message: str) -> None:
+    """One line on stderr (what the diagnosis does to the job beyond watching it)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
     from gpumon.advisor.report import finding_text
     from gpumon.advisor.session import AdvisorError, diagnose_command, diagnose_pid
@@ -81,11 +86,20 @@ def run_diagnose(args: argparse.Namespace) -> int:
         with signals_as_interrupt():
             if args.pid is not None:
                 result = diagnose_pid(
-                    args.pid, duration=args.duration, progress=progress, native=args.native, profile_steps=args.profile
+                    args.pid,
+                    duration=args.duration,
+                    progress=progress,
+                    native=args.native,
+                    profile_steps=args.profile,
+                    notice=say,
                 )
             else:
                 result = diagnose_command(
-                    command, duration=args.duration, warmup_s=min(args.warmup, args.duration / 2), progress=progress
+                    command,
+                    duration=args.duration,
+                    warmup_s=min(args.warmup, args.duration / 2),
+                    progress=progress,
+                    notice=say,
                 )
     except AdvisorError as error:
         raise CliError(str(error)) from None

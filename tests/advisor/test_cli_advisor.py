@@ -282,3 +282,26 @@ def test_the_commands_register_into_gpumons_own_parser(capsys: pytest.CaptureFix
     with pytest.raises(cli.CliError, match="needs a command"):
         parser.parse_args(["diagnose"]).handler(parser.parse_args(["diagnose"]))
     assert {"diagnose", "experiment", "demo", "run", "attach"} <= set(commands.choices)
+
+
+def test_diagnose_profiles_a_distributed_job_on_its_own_and_says_so(
+    sock_dir: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torchrun's variables as rank 0 of 2 (the hook reads them into its hello): the diagnosis captures a few steps
+    # with torch.profiler, announced on stderr, and its figures join the signals.
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["diagnose", "--json", "--duration", "4", "--warmup", "0.5", "--", *PLAIN]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert "profiling 10 steps" in captured.err and "distributed (2 ranks)" in captured.err
+    assert result["capture"]["result"]["steps"] == 10
+    assert result["signals"]["capture_steps"] == 10
+
+
+def test_a_single_process_job_with_its_idle_explained_is_not_profiled(
+    sock_dir: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["diagnose", "--json", "--duration", "3", "--warmup", "0.5", "--", *PLAIN]) == 0
+    captured = capsys.readouterr()
+    assert "profiling" not in captured.err and "capture" not in json.loads(captured.out)
