@@ -17,6 +17,7 @@ from typing import Any
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.measure import (
+    DIAGNOSIS_STEPS,
     Cancelled,
     Progress,
     SnapshotLog,
@@ -35,7 +36,6 @@ APPLY_TIMEOUT_S = 90.0
 WARMUP_S = 3.0
 WINDOW_S = 4.0
 REPEATS = 3
-DIAGNOSIS_STEPS = 20
 
 
 def current_value(view: HookedView, name: str) -> Any:

@@ -20,6 +20,9 @@ from gpumon import protocol
 from gpumon.sampling.snapshot import Snapshot
 
 SNAPSHOTS_KEPT = 7200
+DIAGNOSIS_STEPS = 20
+"""Steps of the hook's sync-counting window (`diagnose` request) after a measurement: diagnose, trial and live
+runs all ask for this many."""
 STEPS_KEPT = 500_000
 MIN_GAIN = 0.03
 """A variant must beat the best so far by at least this share (and by more than the noise) to win."""

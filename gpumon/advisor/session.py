@@ -18,7 +18,7 @@ from gpumon.advisor.capture import Capture, CaptureError, capture
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.guided import GuidedRun, Listener
 from gpumon.advisor.live import LiveRunner
-from gpumon.advisor.measure import Progress, SnapshotLog, sleep_checked
+from gpumon.advisor.measure import DIAGNOSIS_STEPS, Progress, SnapshotLog, sleep_checked
 from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
@@ -29,7 +29,6 @@ from gpumon.jobs.pyspy import PySpySampler
 from gpumon.jobs.session import AttachedJob, open_job
 
 SAMPLE_INTERVAL = 0.5
-DIAGNOSIS_STEPS = 20
 
 
 class AdvisorError(Exception):

@@ -31,6 +31,7 @@ from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.live import LiveRunner
 from gpumon.advisor.measure import (
+    DIAGNOSIS_STEPS,
     Cancelled,
     Progress,
     SnapshotLog,
@@ -68,7 +69,6 @@ LIVE_WARMUP_S = 3.0
 """Warm-up after a live change took effect on a running trial (new DataLoader workers filling their queues)."""
 LIVE_APPLY_TIMEOUT_S = 15.0
 """How long a live change may take to show in the running trial before it gets a trial run instead."""
-DIAGNOSIS_STEPS = 20
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
 
 JobCallback = Callable[[AttachedJob | None, str], None]
