@@ -25,7 +25,6 @@ from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.client import JobRequestError
 from gpumon.jobs.discovery import AttachError
-from gpumon.jobs.pyspy import PySpySampler
 from gpumon.jobs.session import AttachedJob, open_job
 
 SAMPLE_INTERVAL = 0.5
@@ -164,27 +163,24 @@ def diagnose_pid(
             end = time.time()
             diagnosis = None
             view: Any
-            if isinstance(job, PySpySampler):
-                view = job.view()
-            else:
-                client = job.primary
-                view = job.view()
-                if client is not None and view.cuda.get("initialized") and not job.ended:
-                    if progress is not None:
-                        progress(f"counting host syncs of pid {pid}", 0.95)
-                    try:
-                        diagnosis = client.diagnose(DIAGNOSIS_STEPS, timeout=20.0)
-                    except JobRequestError:
-                        diagnosis = None
+            client = job.primary
+            view = job.view()
+            hooked = client.view() if client is not None else None
+            if client is not None and hooked is not None and hooked.cuda.get("initialized") and not job.ended:
+                if progress is not None:
+                    progress(f"counting host syncs of pid {pid}", 0.95)
+                try:
+                    diagnosis = client.diagnose(DIAGNOSIS_STEPS, timeout=20.0)
+                except JobRequestError:
+                    diagnosis = None
             signals = build_signals(log.between(start, end), view, pid=pid, start=start, end=end, diagnosis=diagnosis)
             captured, capture_error = _profile(job, pid, profile_steps, trace_dir, progress)
             if captured is not None:
                 signals = replace(signals, **captured.summary.signal_values())
-            elif not profile_steps and notice is not None and not isinstance(job, PySpySampler) and not job.ended:
-                client = job.primary
-                world = view.info.world_size if view.info is not None else None
+            elif not profile_steps and notice is not None and client is not None and hooked is not None:
+                world = hooked.info.world_size if hooked.info is not None else None
                 reason = capture_reason(signals, world)
-                if client is not None and reason is not None:
+                if reason is not None and not job.ended:
                     signals, captured, capture_error = with_capture(signals, client, reason, notice, trace_dir)
         finally:
             job.stop()
@@ -199,7 +195,7 @@ def _profile(
     """(the profiler capture, or why there is none); (None, None) when none was asked for."""
     if not steps:
         return None, None
-    client = None if isinstance(job, PySpySampler) else job.primary
+    client = job.primary
     if client is None:
         return None, f"pid {pid}: no profiler capture: the job has no gpumon hook"
     if job.ended:

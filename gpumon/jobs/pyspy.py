@@ -584,6 +584,11 @@ class PySpySampler:
     def ended(self) -> bool:
         return self._ended
 
+    @property
+    def primary(self) -> None:
+        """No hook client: py-spy only reads the job's stacks (JobSource.primary)."""
+        return None
+
     def view(self) -> EstimateView:
         with self._lock:
             recent: Counter[str] = Counter()

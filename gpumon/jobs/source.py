@@ -7,7 +7,10 @@ HookedView and EstimateView, are JobViews.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpumon.jobs.client import JobClient
 
 Listener = Callable[[str], None]
 """Called on the source's thread with what changed ('hello', 'steps', 'state', 'estimate', 'ended', ...)."""
@@ -57,3 +60,9 @@ class JobSource(Protocol):
     def stop(self) -> None: ...
 
     def view(self) -> JobView: ...
+
+    @property
+    def primary(self) -> JobClient | None:
+        """The hook client requests go to (diagnose, profile, knobs): the primary rank's; None for a job without the
+        hook (py-spy's estimate) or while no rank is connected. Callers ask this instead of the source's type."""
+        ...

@@ -413,6 +413,6 @@ def default_runner_factory(app: AdvisorApp, cancel: threading.Event) -> Runner |
             warmup_s=8.0,
         )
     job = app.job
-    if isinstance(job, AttachedJob) and job.primary is not None:
+    if job is not None and job.primary is not None:
         return LiveRunner(job.primary, log=app.advisor_log, cancel=cancel, progress=app.guided_progress)
     return None
