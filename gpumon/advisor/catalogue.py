@@ -14,6 +14,7 @@ from typing import Any
 from gpumon import protocol
 from gpumon.advisor.rules import (
     COMM_BOUND,
+    CPU_BOUND,
     HEALTHY,
     HOST_SYNC,
     INPUT_BOUND,
@@ -235,6 +236,12 @@ def _candidates_for(
     if category == INPUT_BOUND:
         for add in (add_workers, add_pin, add_prefetch, add_persistent):
             add()
+    elif category == CPU_BOUND:
+        # The training thread's own work: a script that reads GPUMON_KNOBS can move its per-batch transforms into
+        # the Dataset, where DataLoader workers run them (workers too, when it has none).
+        pairs.append(("augment_in_workers", True))
+        if workers == 0:
+            add_workers()
     elif category == IO_BOUND:
         for add in (add_workers, add_prefetch, add_persistent, add_pin):
             add()

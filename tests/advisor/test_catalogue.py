@@ -80,3 +80,21 @@ def test_every_protocol_knob_is_in_the_catalogue_with_the_same_liveness() -> Non
         assert KNOBS[name].hook and KNOBS[name].live == spec["live"]
     assert Experiment({"num_workers": 2, "pin_memory": True}).live
     assert not Experiment({"num_workers": 2, "tf32": True}).live
+
+
+def test_a_cpu_bound_job_tries_moving_its_transforms_into_the_workers() -> None:
+    # The recorded H200 case: preprocessing in the training thread, no DataLoader workers.
+    import json
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "advisor" / "h200_scenarios_2026-11-27.json"
+    case = next(
+        c
+        for c in json.loads(fixture.read_text())["cases"]
+        if c["scenario"] == "two_cause_cpu_sync" and c["source"] == "hook"
+    )
+    signals = replace(Signals.from_dict(case["signals"]), num_workers=0, cores=16, idle_cores=14)
+    finding = diagnose(signals)
+    assert finding.category == "cpu_bound"
+    names = [next(iter(e.knobs)) for e in experiments_for(finding, signals, cores=16)]
+    assert names[0] == "augment_in_workers" and "num_workers" in names
