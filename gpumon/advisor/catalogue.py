@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon import protocol
-from gpumon.advisor.rules import (
-    COMM_BOUND,
+from gpumon.advisor.categories import (
+    CODE_ONLY,
     CPU_BOUND,
     HEALTHY,
     HOST_SYNC,
@@ -21,11 +21,9 @@ from gpumon.advisor.rules import (
     IO_BOUND,
     LAUNCH_BOUND,
     LOW_PRECISION,
-    MEMORY_IMBALANCE,
     TRANSFER_BOUND,
-    Finding,
-    gpu_busy,
 )
+from gpumon.advisor.rules import Finding, gpu_busy
 from gpumon.advisor.signals import Signals
 
 BATCH_FLAG = "changes the optimisation: retune the learning rate"
@@ -270,16 +268,6 @@ def _candidates_for(
         if target and category == HEALTHY:
             pairs.append(("batch_size", target))
     return pairs
-
-
-CODE_ONLY = {
-    MEMORY_IMBALANCE: "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])  "
-    "# one process per GPU (torchrun), instead of nn.DataParallel",
-    HOST_SYNC: "keep per-step metrics on the GPU and call .item() every N steps",
-    COMM_BOUND: "model = DistributedDataParallel(model, device_ids=[local_rank], gradient_as_bucket_view=True)  "
-    "# and `with model.no_sync():` on gradient-accumulation steps",
-}
-"""Findings no knob fixes, and the code change to show instead."""
 
 
 def experiments_for(

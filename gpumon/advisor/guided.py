@@ -19,9 +19,10 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from gpumon.advisor.catalogue import Experiment, code_change, experiments_for, needs_code_change, observed_value
+from gpumon.advisor.categories import INPUT_BOUND, IO_BOUND
 from gpumon.advisor.measure import MIN_GAIN, beats
 from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
-from gpumon.advisor.rules import INPUT_BOUND, IO_BOUND, Finding, diagnose
+from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals
 
 MAX_VARIANTS = 12

@@ -14,85 +14,28 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon import units
+from gpumon.advisor.categories import (
+    ADVICE,
+    COMM_BOUND,
+    CPU_BOUND,
+    HEADLINES,
+    HEALTHY,
+    HOST_SYNC,
+    INPUT_BOUND,
+    IO_BOUND,
+    LAUNCH_BOUND,
+    LOW_PRECISION,
+    MEMORY_IMBALANCE,
+    STRAGGLER,
+    THROTTLED,
+    TRANSFER_BOUND,
+)
 from gpumon.advisor.peak_flops import FP32, TF32, gpu_peaks
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
 from gpumon.jobs.jobstate import STRAGGLER_THRESHOLD
 from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE
 from gpumon.jobs.pyspy import USER_CODE as USER_CODE_SAMPLES
 from gpumon.jobs.step_model import sync_cost
-
-INPUT_BOUND = "input_bound"
-HOST_SYNC = "host_sync"
-LAUNCH_BOUND = "launch_bound"
-TRANSFER_BOUND = "transfer_bound"
-LOW_PRECISION = "low_precision"
-MEMORY_IMBALANCE = "memory_imbalance"
-IO_BOUND = "io_bound"
-THROTTLED = "throttled"
-COMM_BOUND = "comm_bound"
-STRAGGLER = "straggler"
-CPU_BOUND = "cpu_bound"
-HEALTHY = "healthy"
-CATEGORIES = (
-    INPUT_BOUND,
-    CPU_BOUND,
-    HOST_SYNC,
-    LAUNCH_BOUND,
-    TRANSFER_BOUND,
-    LOW_PRECISION,
-    MEMORY_IMBALANCE,
-    IO_BOUND,
-    THROTTLED,
-    COMM_BOUND,
-    STRAGGLER,
-    HEALTHY,
-)
-
-HEADLINES = {
-    INPUT_BOUND: "Input-bound: the training loop waits for its data",
-    IO_BOUND: "I/O-bound: data loading waits on storage",
-    HOST_SYNC: "Host syncs: the CPU waits for the GPU every step",
-    LAUNCH_BOUND: "Launch-bound: kernels too small to keep the GPU busy",
-    TRANSFER_BOUND: "Transfer-bound: host-to-device copies hold the GPU back",
-    LOW_PRECISION: "Low precision math: fp32 where tensor cores could run bf16/TF32",
-    MEMORY_IMBALANCE: "Memory imbalance: one GPU carries more than the others",
-    THROTTLED: "Throttled: the GPU slows its own clocks (heat or power)",
-    COMM_BOUND: "Comm-bound: NCCL communication is not hidden behind compute",
-    STRAGGLER: "Straggler: one rank holds the others back",
-    CPU_BOUND: "CPU-bound: the training thread's own code keeps the GPU waiting",
-    HEALTHY: "Healthy: nothing big to fix",
-}
-
-ADVICE = {
-    INPUT_BOUND: "Load batches in parallel: more DataLoader workers, pinned memory, prefetching; move CPU "
-    "preprocessing into Dataset.__getitem__ so the workers do it.",
-    IO_BOUND: "Reads are the limit: more workers and prefetching to overlap them, persistent workers, faster or "
-    "local storage, fewer and larger files, or caching the data set in memory.",
-    HOST_SYNC: "Remove per-step host syncs (.item(), .cpu(), print of a tensor, torch.cuda.synchronize) from the "
-    "hot loop: log every N steps, keep metrics on the GPU.",
-    LAUNCH_BOUND: "Give the GPU bigger pieces of work: a larger batch, fused layers, torch.compile or CUDA graphs.",
-    TRANSFER_BOUND: "Pin host memory (pin_memory=True) and copy with non_blocking=True; move less data (uint8 "
-    "images, crop before the copy) or keep it on the GPU.",
-    LOW_PRECISION: "Use tensor cores: torch.autocast with bfloat16, or at least TF32 for fp32 matmuls; "
-    "channels_last for convolutions.",
-    MEMORY_IMBALANCE: "Replace nn.DataParallel with DistributedDataParallel (one process per GPU), so no GPU "
-    "gathers the others' outputs.",
-    THROTTLED: "Nothing to change in the training script: the GPU lowers its clocks by itself. Check its cooling "
-    "(airflow, fans, inlet temperature) and its power limit (nvidia-smi -q -d PERFORMANCE,POWER,"
-    "TEMPERATURE; nvidia-smi -pl where allowed), or ask the machine's administrator.",
-    COMM_BOUND: "Overlap communication with compute: let DDP's gradient buckets all-reduce during backward "
-    "(bucket_cap_mb, gradient_as_bucket_view=True, no .item() or sync inside backward), skip all-reduces with "
-    "model.no_sync() on gradient-accumulation steps, give each GPU more work per step (a larger batch), compress "
-    "gradients to bf16 with a DDP comm hook, and check that NCCL uses NVLink or InfiniBand (NCCL_DEBUG=INFO).",
-    STRAGGLER: "Fix that rank, not the job: its own budget says where its step goes. A data wait there means its "
-    "node loads slower (fewer cores or workers, remote or slower storage, uneven shards: DistributedSampler with "
-    "drop_last=True); GPU time means a slower or throttled GPU on that node (check its clocks and temperature); the "
-    "others wait for it inside every all-reduce.",
-    CPU_BOUND: "Move that work where it belongs: tensor math on batches (conversion, normalisation, blurs, resizes) "
-    "after .cuda(), where the GPU does it in microseconds; per-sample CPU work (decoding, augmentation) into "
-    "Dataset.__getitem__, so the DataLoader's workers do it in parallel; Python bookkeeping out of the hot loop.",
-    HEALTHY: "The GPU is busy doing useful work; nothing big to fix.",
-}
 
 HEALTHY_ADVICE_UNDER_USED = (
     "No bottleneck stood out in this window though the GPU is not fully busy: watch a longer "

@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, ProgressBar, Static
 
 from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.categories import HEALTHY
 from gpumon.advisor.measure import speedup
 from gpumon.advisor.report import (
     energy_note,
@@ -27,7 +28,7 @@ from gpumon.advisor.report import (
     with_note,
 )
 from gpumon.advisor.results import OK, GuidedReport, VariantResult
-from gpumon.advisor.rules import HEALTHY, Finding
+from gpumon.advisor.rules import Finding
 from gpumon.printable import printable
 from gpumon.tui.printable_text import printable_text
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from advisor_support import REPO
 
-from gpumon.advisor.rules import HOST_SYNC, INPUT_BOUND, LOW_PRECISION, TRANSFER_BOUND, Finding, diagnose
+from gpumon.advisor.categories import HOST_SYNC, INPUT_BOUND, LOW_PRECISION, TRANSFER_BOUND
+from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.jobs.jobstate import replay_messages
 from gpumon.jobs.pyspy import CATEGORIES, SYNC_NATIVE, SYNC_SOURCE, EstimateView

@@ -87,7 +87,7 @@ def test_a_cpu_bound_job_tries_moving_its_transforms_into_the_workers() -> None:
     import json
     from pathlib import Path
 
-    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "advisor" / "h200_scenarios_2026-11-27.json"
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "h200-2026-11-27.json"
     case = next(
         c
         for c in json.loads(fixture.read_text())["cases"]

@@ -18,7 +18,7 @@ import pytest
 from advisor_support import REPO
 
 from gpumon import protocol
-from gpumon.advisor.rules import CATEGORIES
+from gpumon.advisor.categories import CATEGORIES
 from gpumon.cli import main
 
 PLAIN = [sys.executable, str(Path(__file__).parent / "jobs" / "plain_train.py"), "--seconds", "120"]

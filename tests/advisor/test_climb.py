@@ -14,11 +14,12 @@ import pytest
 from advisor_support import measurement
 
 from gpumon.advisor.catalogue import BATCH_MEMORY_SHARE, Experiment, experiments_for, worker_target
+from gpumon.advisor.categories import INPUT_BOUND, LAUNCH_BOUND
 from gpumon.advisor.guided import GuidedRun, default_planner
 from gpumon.advisor.live import LiveRunner
 from gpumon.advisor.measure import SnapshotLog
 from gpumon.advisor.results import OK, VariantResult
-from gpumon.advisor.rules import INPUT_BOUND, LAUNCH_BOUND, diagnose
+from gpumon.advisor.rules import diagnose
 from gpumon.advisor.signals import SOURCE_HOOK, GpuSignals, Signals
 
 GIB = 1 << 30

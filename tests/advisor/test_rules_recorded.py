@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from advisor_support import REPO, case_files, load_case
 
-from gpumon.advisor.rules import CATEGORIES, HEALTHY, INPUT_BOUND, IO_BOUND, Finding, diagnose
+from gpumon.advisor.categories import CATEGORIES, HEALTHY, INPUT_BOUND, IO_BOUND
+from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import SOURCE_HOOK, SOURCE_PYSPY, Signals, build_signals
 from gpumon.jobs.jobstate import replay_messages
 from gpumon.sampling.recording import read_recording

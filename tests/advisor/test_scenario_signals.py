@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from gpumon.advisor.rules import CPU_BOUND, HEALTHY, HOST_SYNC, diagnose
+from gpumon.advisor.categories import CPU_BOUND, HEALTHY, HOST_SYNC
+from gpumon.advisor.rules import diagnose
 from gpumon.advisor.signals import Signals
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "advisor" / "h200_scenarios_2026-11-27.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "h200-2026-11-27.json"
 CASES: list[dict[str, Any]] = json.loads(FIXTURE.read_text())["cases"]
 SCORED = {
     "fp32_matmul": "bf16",

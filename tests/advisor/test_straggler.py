@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpumon.advisor.rules import HEADLINES, STRAGGLER, diagnose, rule_straggler
+from gpumon.advisor.categories import HEADLINES, STRAGGLER
+from gpumon.advisor.rules import diagnose, rule_straggler
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.jobs.jobstate import Breakdown, HookedView, RankSummary, find_straggler
 

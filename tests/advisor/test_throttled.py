@@ -11,7 +11,8 @@ import pytest
 from advisor_support import REPO
 
 from gpumon.advisor.catalogue import experiments_for
-from gpumon.advisor.rules import ADVICE, CATEGORIES, HEALTHY, THROTTLED, Finding, diagnose, rule_throttled
+from gpumon.advisor.categories import ADVICE, CATEGORIES, HEALTHY, THROTTLED
+from gpumon.advisor.rules import Finding, diagnose, rule_throttled
 from gpumon.advisor.signals import SOURCE_HOOK, GpuSignals, Signals, build_signals
 from gpumon.sampling.recording import read_recording
 from gpumon.sampling.snapshot import Snapshot

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.advisor.rules import COMM_BOUND, COMM_EXPOSED_SHARE, HEADLINES, diagnose, rule_comm
+from gpumon.advisor.categories import COMM_BOUND, HEADLINES
+from gpumon.advisor.rules import COMM_EXPOSED_SHARE, diagnose, rule_comm
 from gpumon.advisor.signals import Signals
 from gpumon.advisor.trace_summary import (
     IdleGap,

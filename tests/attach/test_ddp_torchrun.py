@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpumon.advisor.rules import STRAGGLER, diagnose
+from gpumon.advisor.categories import STRAGGLER
+from gpumon.advisor.rules import diagnose
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.discovery import scan
 from gpumon.jobs.session import AttachedJob

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gpumon import protocol
-from gpumon.advisor.rules import HEALTHY, INPUT_BOUND, diagnose
+from gpumon.advisor.categories import HEALTHY, INPUT_BOUND
+from gpumon.advisor.rules import diagnose
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.client import JobClient
 from gpumon.jobs.jobstate import RECENT_STEPS, Breakdown, JobState, StepPoint
@@ -193,6 +194,8 @@ def test_a_real_job_whose_data_gets_fast_is_judged_on_its_whole_run(sock_dir: st
     start, end = every[0].t - every[0].wall_ms / 1e3, every[-1].t
     signals = build_signals([], view, start=start, end=end)
     whole, recent = Breakdown.of(every).data, Breakdown.of(view.steps).data
-    assert whole is not None and recent is not None and recent < whole - 0.1
+    # The premise: the kept steps read differently from the whole run, by more than the check below allows (on a
+    # loaded 2-core machine the fast half's loader overhead keeps its data share near 0.75, the whole near 0.83).
+    assert whole is not None and recent is not None and recent < whole - 0.05
     assert signals.data_share == pytest.approx(whole, abs=0.02)
     assert signals.steps == pytest.approx(len(every), abs=2)
