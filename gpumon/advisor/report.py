@@ -18,6 +18,8 @@ from gpumon.advisor.results import (
     VariantResult,
 )
 from gpumon.advisor.rules import Finding
+from gpumon.advisor.signals import Signals
+from gpumon.jobs.step_model import BY_NVML, LABELS, SHOWN_MIN, shown_shares
 from gpumon.printable import printable, printable_or
 
 HEADERS = ("step", "GPU-Util", "SM active", "samples/s", "speed-up", "noise", "peak mem", "MFU", "J/sample", "result")
@@ -29,6 +31,8 @@ ABSENT = "-"
 """A cell without a value."""
 ENERGY_NOTE_MIN = 0.05
 """A faster variant whose joules per sample exceed the baseline's by more than this share says so."""
+IDLE_LINES_SHOWN = 3
+"""The job's lines where the GPU idled most that the step model's text names."""
 
 
 def rate_cell(rate: float | None) -> str:
@@ -157,10 +161,31 @@ def finding_text(finding: Finding) -> str:
     return "\n".join(lines)
 
 
+def step_model_lines(signals: Signals | None) -> list[str]:
+    """'Step time: GPU busy 74%, ...' and 'GPU idle at: train.py:42 (preprocess) 77%, ...' (none without a step
+    model)."""
+    if signals is None or not signals.step_shares:
+        return []
+    busy_from = "GPU-Util" if signals.step_busy_from == BY_NVML else "the training stream"
+    parts = ", ".join(f"{LABELS[owner]} {share:.0%}" for owner, share in shown_shares(signals.step_shares))
+    lines = [f"Step time: {parts} (GPU busy from {busy_from})"]
+    idle = [
+        f"{printable(where)} {share:.0%}"
+        for where, share in zip(signals.idle_lines, signals.idle_line_shares, strict=False)
+        if share >= SHOWN_MIN
+    ][:IDLE_LINES_SHOWN]
+    if idle:
+        lines.append(f"GPU idle at: {', '.join(idle)}")
+    return lines
+
+
 def report_text(report: GuidedReport) -> str:
     parts = []
     if report.finding is not None:
         parts.append(finding_text(report.finding))
+    step_model = step_model_lines(report.baseline.signals)
+    if step_model:
+        parts.append("\n".join(step_model))
     parts.append(table(report.rows))
     best = report.best
     gain = speedup(best.measurement, report.baseline.measurement)
@@ -195,6 +220,9 @@ def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> 
     if report.finding is not None:
         f = report.finding
         lines += [f"**Diagnosis**: `{f.category}` ({f.confidence:.0%}): {printable(f.evidence)}", ""]
+    step_model = step_model_lines(report.baseline.signals)
+    if step_model:
+        lines += ["  \n".join(step_model), ""]
     lines += [markdown_table(report.rows), ""]
     if report.kept:
         gain = speedup(report.best.measurement, report.baseline.measurement)

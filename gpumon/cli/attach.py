@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpumon.cli.base import (
@@ -17,7 +18,10 @@ from gpumon.cli.base import (
     print_json_line,
     subcommand,
 )
+from gpumon.jobs.host_profile import HostProfile
 from gpumon.jobs.source import JobSource
+from gpumon.jobs.step_model import recent_step_model
+from gpumon.protocol import STATE
 
 NATIVE_COST_HELP = (
     "costs the job time: py-spy then pauses it at each of its 50 samples a second to unwind the C/C++ frames, "
@@ -49,7 +53,8 @@ def register(subparsers: Subparsers) -> None:
         "--json",
         action="store_true",
         help="no dashboard: print the job's data as JSON Lines (hello, then steps and state, "
-        "every 16th step record with its time budget; without the hook, py-spy estimates)",
+        "every 16th step record with its time budget, each state with the step model of the last 10 s; "
+        "without the hook, py-spy estimates)",
     )
     parser.add_argument(
         "--duration",
@@ -85,6 +90,20 @@ def run_attach(args: argparse.Namespace) -> int:
     return app.return_code or 0
 
 
+def state_with_step_model(message: Mapping[str, Any], profiles: Sequence[HostProfile]) -> dict[str, Any]:
+    """A state message with "step_model": the step model of the sampler's counts over the 10 s up to it (GPU busy
+    from the training stream: attach reads no GPU-Util), None without one. `profiles`: the view's, which may lack
+    this message's own counts or hold later ones."""
+    t = message.get("t")
+    at = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else None
+    own = HostProfile.from_state(message.get("host"), at) if at is not None else None
+    window = [profile for profile in profiles if at is None or (profile.t < at if own is not None else profile.t <= at)]
+    if own is not None:
+        window.append(own)
+    model = recent_step_model(window)
+    return {**message, "step_model": model.to_dict() if model is not None else None}
+
+
 def stream_json(job: JobSource, duration: float | None) -> int:
     """Print the job's data as JSON Lines until `duration` passes or the job ends."""
     from gpumon.jobs.pyspy import PySpySampler
@@ -92,6 +111,7 @@ def stream_json(job: JobSource, duration: float | None) -> int:
 
     lines: queue.Queue[Any] = queue.Queue()
     is_over: Callable[[], bool]
+    attached: AttachedJob | None = None
     if isinstance(job, PySpySampler):
         sampler = job
         print_json_line(
@@ -108,6 +128,7 @@ def stream_json(job: JobSource, duration: float | None) -> int:
         is_over = lambda: sampler.ended  # noqa: E731 - a one-line predicate
     else:
         assert isinstance(job, AttachedJob)
+        attached = job
         client = job.primary
         assert client is not None and client.state.info is not None
         print_json_line(dict(client.state.info.hello))
@@ -128,6 +149,8 @@ def stream_json(job: JobSource, duration: float | None) -> int:
                 if is_over() and lines.empty():
                     break
                 continue
+            if attached is not None and isinstance(message, Mapping) and message.get("type") == STATE:
+                message = state_with_step_model(message, attached.view().host_profiles)
             print_json_line(message)
         if is_over():
             view = job.view()

@@ -73,7 +73,7 @@ def say(message: str) -> None:
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    from gpumon.advisor.report import finding_text
+    from gpumon.advisor.report import finding_text, step_model_lines
     from gpumon.advisor.session import AdvisorError, diagnose_command, diagnose_pid
 
     command = target_command(args, "diagnose")
@@ -107,6 +107,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
     else:
         print(finding_text(result.finding))
+        for line in step_model_lines(result.signals):
+            print(line)
         if result.capture is not None:
             from gpumon.advisor.trace_summary import summary_lines
 

@@ -4,8 +4,9 @@ finding worked out on the exporter's jobs thread; a scrape only reads the last r
 Per rank (one hooked process): gpumon_job_step_seconds, gpumon_job_data_wait_ratio, gpumon_job_gpu_ratio,
 gpumon_job_steps_per_second, gpumon_job_samples_per_second, gpumon_job_syncs_per_step,
 gpumon_job_dataloader_workers, gpumon_job_peak_memory_bytes, gpumon_job_mfu_ratio,
-gpumon_job_energy_per_sample_joules, gpumon_job_steps_total, and gpumon_job_finding{category} (its confidence,
-0-1) with gpumon_job_finding_severity{category}. Labels: host, pid,
+gpumon_job_energy_per_sample_joules, gpumon_job_steps_total, gpumon_job_step_share{owner} (the step model's split
+of the step time, 0-1, adding up to 1 over the owners), and gpumon_job_finding{category} (its confidence, 0-1) with
+gpumon_job_finding_severity{category}. Labels: host, pid,
 command, job (what the job's ranks on every node share: job_key), run_id, rank,
 local_rank, world_size, and the process's container, pod and Slurm job.
 """
@@ -26,6 +27,7 @@ from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals, steps_in_window
 from gpumon.exporter.labels import PLACEMENT_LABELS, PlacementCache, label_value, short_command
 from gpumon.jobs import HookedView, JobClient, JobInfo, scan
+from gpumon.jobs.step_model import OWNERS
 from gpumon.sampling.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -270,13 +272,23 @@ class JobMetrics:
         severity = GaugeMetricFamily(
             "gpumon_job_finding_severity", "The share of time the finding costs, 0-1.", labels=(*LABELS, "category")
         )
+        step_share = GaugeMetricFamily(
+            "gpumon_job_step_share",
+            "The step model's share of the step time owned by `owner` (GPU busy, or what the GPU waited on), 0-1; "
+            "the owners add up to 1.",
+            labels=(*LABELS, "owner"),
+        )
         for rank in figures:
             steps.add_metric((host, *rank.labels), float(rank.steps_total))
+            for owner in OWNERS:
+                share = rank.signals.step_shares.get(owner)
+                if share is not None:
+                    step_share.add_metric((host, *rank.labels, owner), float(share))
             if rank.finding is not None:
                 key = (host, *rank.labels, rank.finding.category)
                 finding.add_metric(key, rank.finding.confidence)
                 severity.add_metric(key, rank.finding.severity)
-        yield from (steps, finding, severity)
+        yield from (steps, step_share, finding, severity)
 
 
 def _ms(milliseconds: float | None) -> float | None:

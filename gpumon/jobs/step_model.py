@@ -15,11 +15,11 @@ rest of the idle time keeps its host-side owners, scaled to what is left.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.jobs.host_profile import HostProfile, SampledLine
+from gpumon.jobs.host_profile import HostProfile, SampledLine, window_profile
 from gpumon.protocol import activity
 
 GPU_BUSY = "gpu_busy"
@@ -73,6 +73,10 @@ MIN_SAMPLES = 20
 BY_SAMPLER = "stream"
 BY_NVML = "nvml"
 TOP_LINES = 5
+RECENT_S = 10.0
+"""The window of the live views (the job pane, attach --json): the last ten seconds of the sampler's counts."""
+SHOWN_MIN = 0.01
+"""Owners with less of the step than this are left out of the one-line splits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +190,21 @@ def step_model(
         lines=lines,
         by_activity={name: share for name, share in by_activity.items() if share > 0},
     )
+
+
+def recent_step_model(
+    profiles: Sequence[HostProfile], seconds: float = RECENT_S, nvml_busy: float | None = None
+) -> StepModel | None:
+    """The step model of the last `seconds` up to the newest profile (None without profiles or enough samples)."""
+    if not profiles:
+        return None
+    end = profiles[-1].t
+    return step_model(window_profile(profiles, end - seconds, end), nvml_busy=nvml_busy)
+
+
+def shown_shares(shares: Mapping[str, float], least: float = SHOWN_MIN) -> list[tuple[str, float]]:
+    """(owner, share) of the owners with at least `least` of the step, in OWNERS order."""
+    return [(owner, shares[owner]) for owner in OWNERS if shares.get(owner, 0.0) >= least]
 
 
 def sync_cost(wait: float, busy: float) -> float:

@@ -15,6 +15,21 @@ from gpumon.advisor.efficiency import EnergyLog, PowerSpan, job_mfu, view_joules
 from gpumon.jobs.jobstate import HookedView, RankSummary, TimelinePoint
 from gpumon.jobs.pyspy import CATEGORIES, LABELS, METHOD_LABEL, EstimateView
 from gpumon.jobs.source import JobView
+from gpumon.jobs.step_model import (
+    COMM,
+    CPU,
+    DATA,
+    GPU_BUSY,
+    H2D,
+    LAUNCH,
+    OTHER,
+    OWNERS,
+    SHORT_LABELS,
+    SYNC_IDLE,
+    SYNC_WAIT,
+    recent_step_model,
+    shown_shares,
+)
 from gpumon.printable import printable, printable_or
 from gpumon.tui.bar import bar
 from gpumon.tui.pane import Pane
@@ -33,6 +48,18 @@ BUDGET_PARTS = (
     ("rest", "py", "magenta"),
 )
 """The step time budget's parts (attribute of BudgetShares, label, colour), in the order of its bar."""
+OWNER_STYLES = {
+    GPU_BUSY: "green",
+    DATA: "yellow",
+    H2D: "cyan",
+    SYNC_WAIT: "red",
+    SYNC_IDLE: "bright_red",
+    COMM: "bright_magenta",
+    LAUNCH: "blue",
+    CPU: "magenta",
+    OTHER: "bright_black",
+}
+"""The step model's owners' colours."""
 """The step-time shares: attribute of Breakdown, label, colour."""
 CATEGORY_STYLES = {
     "data_wait": "yellow",
@@ -139,6 +166,24 @@ def budget_line(view: HookedView, width: int) -> Text | None:
     bar_width = max(8, min(40, width - LABEL_WIDTH - legend.cell_len - 1))
     parts = [(getattr(budget, attribute), style) for attribute, _name, style in BUDGET_PARTS]
     text.append_text(stacked_bar(parts, bar_width))
+    text.append_text(legend)
+    return text
+
+
+def step_model_line(view: HookedView, width: int, nvml_busy: float | None = None) -> Text | None:
+    """'Time    ████████▒▒··  GPU 74% | post-sync 24% | launch 2%': the step model of the last 10 s, each owner in
+    its colour (GPU busy from `nvml_busy`, GPU-Util 0-1, else the training stream). None without one."""
+    model = recent_step_model(view.host_profiles, nvml_busy=nvml_busy)
+    if model is None:
+        return None
+    legend = Text(no_wrap=True, end="")
+    for index, (owner, share) in enumerate(shown_shares(model.shares)):
+        if index:
+            legend.append(" |", style="bright_black")
+        legend.append(f" {SHORT_LABELS[owner]} {units.share(share)}", style=OWNER_STYLES[owner])
+    text = _label("Time")
+    bar_width = max(8, min(40, width - LABEL_WIDTH - legend.cell_len - 1))
+    text.append_text(stacked_bar([(model.shares.get(owner), OWNER_STYLES[owner]) for owner in OWNERS], bar_width))
     text.append_text(legend)
     return text
 
@@ -342,7 +387,8 @@ def hooked_lines(view: HookedView, width: int, max_lines: int, power: PowerSpan 
         return lines[:max_lines]
     ranks = rank_lines(view.ranks, view.straggler, width) if view.ranks else []
     budget = budget_line(view, width)
-    step = [step_line(view, width), *([budget] if budget is not None else [])]
+    model = step_model_line(view, width)
+    step = [step_line(view, width), *(line for line in (budget, model) if line is not None)]
     rate = rate_line(view, width)
     details = [memory_line(view), loader_line(view), precision_line(view)]
     if view.cuda.get("initialized"):

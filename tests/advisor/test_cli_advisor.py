@@ -19,6 +19,8 @@ from advisor_support import REPO
 
 from gpumon import protocol
 from gpumon.advisor.categories import CATEGORIES
+from gpumon.advisor.rules import Finding
+from gpumon.advisor.signals import Signals
 from gpumon.cli import main
 
 PLAIN = [sys.executable, str(Path(__file__).parent / "jobs" / "plain_train.py"), "--seconds", "120"]
@@ -65,6 +67,35 @@ def test_diagnose_runs_the_command_hooked_and_prints_the_finding(
     assert result["finding"]["category"] in CATEGORIES
     assert result["signals"]["source"] == "hook" and result["signals"]["num_workers"] == 0
     assert result["signals"]["device"] == "cpu" and result["signals"]["steps"] > 0
+
+
+def test_diagnose_prints_the_step_model_under_the_finding(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpumon.advisor import session
+
+    signals = Signals(
+        source="hook",
+        step_shares={"gpu_busy": 0.2, "data": 0.0, "cpu": 0.77, "launch": 0.03},
+        step_busy_from="stream",
+        idle_lines=("train.py:42 (pre\x1bprocess)",),
+        idle_line_shares=(0.77,),
+    )
+    finding = Finding(category="cpu_bound", evidence="main thread busy", confidence=0.8, severity=0.7, source="hook")
+
+    def diagnosed(command: list[str], **_options: object) -> session.Diagnosis:
+        assert command == ["python", "train.py"]
+        return session.Diagnosis(finding=finding, signals=signals)
+
+    monkeypatch.setattr(session, "diagnose_command", diagnosed)
+    assert main(["diagnose", "--", "python", "train.py"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(finding.headline)
+    assert out[-2:] == [
+        "Step time: GPU busy 20%, torch dispatch and launch 3%, the job's own CPU code 77% "
+        "(GPU busy from the training stream)",
+        "GPU idle at: train.py:42 (pre\\x1bprocess) 77%",
+    ]
 
 
 def test_experiment_reports_hook_knobs_applied_and_script_knobs_needing_a_code_change(

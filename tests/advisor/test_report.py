@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from advisor_support import measurement
 
 from gpumon.advisor.measure import Measurement
-from gpumon.advisor.report import markdown_table, report_markdown, report_text, table
+from gpumon.advisor.report import markdown_table, report_markdown, report_text, step_model_lines, table
 from gpumon.advisor.results import FAILED, NOT_APPLIED, GuidedReport, VariantResult
 from gpumon.advisor.rules import Finding
+from gpumon.advisor.signals import Signals
 
 GIB = 1 << 30
 
@@ -95,3 +98,50 @@ def test_the_report_shows_the_code_change_for_what_was_kept() -> None:
     assert markdown.startswith("# gpumon experiments\n\ndevice: NVIDIA H100; date: x")
     assert "```python\nDataLoader(..., num_workers=12)\n```" in markdown
     assert "**Diagnosis**: `input_bound` (90%)" in markdown
+
+
+STEP_SIGNALS = Signals(
+    step_shares={
+        "gpu_busy": 0.7412,
+        "data": 0.004,
+        "h2d": 0.0,
+        "sync_wait": 0.0,
+        "sync_idle": 0.2388,
+        "comm": 0.0,
+        "launch": 0.016,
+        "cpu": 0.0,
+        "other": 0.0,
+    },
+    step_busy_from="nvml",
+    step_samples=400,
+    idle_lines=("train.py:42 (pre\x1bprocess)", "train.py:50 (step)", "loader.py:7 (fetch)", "a.py:1 (b)"),
+    idle_line_shares=(0.2, 0.03, 0.02, 0.015),
+    idle_line_activities=("sync", "forward", "data_wait", "cpu"),
+)
+
+
+def test_the_step_model_is_one_line_of_owners_and_one_of_idle_lines() -> None:
+    step, idle = step_model_lines(STEP_SIGNALS)
+    # Owners under 1% (data 0.4%) are left out; the rest in the bar's order.
+    assert (
+        step
+        == "Step time: GPU busy 74%, GPU idle after syncs 24%, torch dispatch and launch 2% (GPU busy from GPU-Util)"
+    )
+    # The job's own strings made printable; three lines at most.
+    assert idle == "GPU idle at: train.py:42 (pre\\x1bprocess) 20%, train.py:50 (step) 3%, loader.py:7 (fetch) 2%"
+
+
+def test_no_step_model_lines_without_a_model_and_no_idle_line_without_lines() -> None:
+    assert step_model_lines(Signals()) == []
+    assert step_model_lines(None) == []
+    (only,) = step_model_lines(replace(STEP_SIGNALS, idle_lines=(), idle_line_shares=(), step_busy_from="stream"))
+    assert only.endswith("(GPU busy from the training stream)")
+
+
+def test_the_experiment_report_shows_the_baselines_step_model() -> None:
+    baseline = replace(ROWS[0], signals=STEP_SIGNALS)
+    text = report_text(GuidedReport(baseline=baseline, variants=tuple(ROWS[1:])))
+    assert "\nStep time: GPU busy 74%, GPU idle after syncs 24%" in "\n" + text
+    assert "GPU idle at: train.py:42 (pre\\x1bprocess) 20%" in text
+    assert "Step time:" not in report_text(GuidedReport(baseline=ROWS[0], variants=tuple(ROWS[1:])))
+    assert "GPU idle at: train.py:42" in report_markdown(GuidedReport(baseline=baseline))

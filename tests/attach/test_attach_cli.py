@@ -122,6 +122,9 @@ def test_attach_json_prints_the_hello_then_steps_and_state(watch_shared: Any) ->
     seqs = [r["seq"] for m in messages if m["type"] == "steps" for r in m["records"]]
     assert seqs == sorted(seqs) and len(seqs) > 10
     assert 1.5 <= elapsed < 15
+    # Each state carries the step model; null here: a CPU job has no GPU state for the sampler to read.
+    assert all("step_model" in m and m["step_model"] is None for m in messages if m["type"] == "state")
+    assert not any("step_model" in m for m in messages if m["type"] != "state")
 
 
 def test_attach_json_stops_when_the_job_ends(start_job: Any, sock_dir: str) -> None:

@@ -106,6 +106,7 @@ def exported() -> dict[str, set[str]]:
         syncs_per_step=1.0,
         num_workers=2,
         peak_memory=1,
+        step_shares={"gpu_busy": 0.4, "data": 0.5, "other": 0.1},
     )
     jobs.figures = (
         RankFigures(

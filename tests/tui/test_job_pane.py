@@ -11,7 +11,9 @@ from tui_support import widget_text
 
 from gpumon.jobs.jobstate import HookedView, JobState, RankSummary, replay_messages
 from gpumon.jobs.pyspy import EstimateView
-from gpumon.tui.job_pane import JobPane, job_lines, stacked_bar
+from gpumon.protocol import activity
+from gpumon.tui.job_pane import JobPane, job_lines, stacked_bar, step_model_line
+from tests.jobs.host_messages import hosted_view
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "job-cpu-run.jsonl"
 
@@ -135,3 +137,32 @@ async def test_the_py_spy_estimate_is_labelled_as_one() -> None:
     assert "most in _MultiProcessingDataLoaderIter._next_data" in text
     ended = replace(estimate, ended=True, end_reason="the process exited")
     assert "sampling ended: the process exited · estimate kept" in lines_text(ended)
+
+
+# 20 samples a second: the main thread in its own Python 12 of them (the GPU idle), launching 8 (the GPU busy at 6).
+PER_SECOND = {activity.CPU: (12, 0, 0), activity.FORWARD: (2, 6, 0)}
+
+
+def test_the_step_model_line_splits_the_last_ten_seconds_by_owner() -> None:
+    view = hosted_view(PER_SECOND)
+    line = step_model_line(view, 100)
+    assert line is not None
+    assert line.plain == "Time    " + "█" * 40 + " GPU 30% | launch 10% | cpu 60%"
+    # The bar's cells in each owner's colour, in the owners' order: GPU 30%, launch 10%, cpu 60% of the 40.
+    cells = [(span.end - span.start, span.style) for span in line.spans if span.end <= 48]
+    assert cells == [(12, "green"), (4, "blue"), (24, "magenta")]
+    # GPU-Util where given is GPU busy: the idle owners keep their proportions in what is left.
+    nvml = step_model_line(view, 100, nvml_busy=0.5)
+    assert nvml is not None and nvml.plain.endswith(" GPU 50% | launch 7% | cpu 43%")
+
+
+def test_the_step_model_line_is_in_the_pane_only_with_the_samplers_counts() -> None:
+    without = recorded_view()
+    assert step_model_line(without, 100) is None
+    assert not any(line.startswith("Time ") for line in lines_text(without).splitlines())
+    lines = lines_text(hosted_view(PER_SECOND)).splitlines()
+    step = next(index for index, line in enumerate(lines) if line.startswith("Step "))
+    assert lines[step + 1].startswith("Time    ") and lines[step + 1].endswith("cpu 60%")
+    # A pane too short for everything keeps the step lines.
+    short = lines_text(hosted_view(PER_SECOND), max_lines=4).splitlines()
+    assert [line.split(" ")[0] for line in short[:3]] == ["job", "Step", "Time"]
