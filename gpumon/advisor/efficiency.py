@@ -204,12 +204,14 @@ class EnergyLog:
     """The energy counters of recent snapshots by GPU uuid, for the job view (thread-safe, bounded)."""
 
     def __init__(self, maxlen: int = ENERGY_KEPT) -> None:
-        self._readings: deque[tuple[float, dict[str, tuple[float | None, float | None]]]] = deque(maxlen=maxlen)
+        self._readings: deque[tuple[float, dict[str, tuple[float | None, float | None, float | None]]]] = deque(
+            maxlen=maxlen
+        )
         self._gpus_of: dict[int, tuple[str, ...]] = {}
         self._lock = threading.Lock()
 
     def add(self, snapshot: Snapshot) -> None:
-        readings = {gpu.uuid: (gpu.energy_total, gpu.power) for gpu in snapshot.gpus if gpu.uuid}
+        readings = {gpu.uuid: (gpu.energy_total, gpu.power, gpu.utilization_gpu) for gpu in snapshot.gpus if gpu.uuid}
         uuid_of = {gpu.index: gpu.uuid for gpu in snapshot.gpus if gpu.uuid}
         gpus_of = {
             process.pid: tuple(uuid_of[i] for i in process.gpu_indices if i in uuid_of)
@@ -234,10 +236,26 @@ class EnergyLog:
         with self._lock:
             now = self._readings[-1][0] if self._readings else 0.0
             recent = [(t, r) for t, r in self._readings if now - t <= span_s]
-        missing = (None, None)
+        missing = (None, None, None)
         energy = [[(t, r.get(uuid, missing)[0]) for t, r in recent] for uuid in uuids]
         power = [[(t, r.get(uuid, missing)[1]) for t, r in recent] for uuid in uuids]
         return combined_power(energy) or mean_power(power)
+
+    def utilization(self, uuids: Sequence[str], span_s: float) -> float | None:
+        """GPU-Util (0-1) of the GPUs `uuids`, averaged over the `span_s` seconds up to the newest reading: the job
+        pane's step model reads GPU busy from it, as diagnose and the exporter do. None where NVML gave none."""
+        if not uuids:
+            return None
+        with self._lock:
+            now = self._readings[-1][0] if self._readings else 0.0
+            values = [
+                util
+                for t, readings in self._readings
+                if now - t <= span_s
+                for uuid in uuids
+                if (util := readings.get(uuid, (None, None, None))[2]) is not None
+            ]
+        return sum(values) / len(values) / 100.0 if values else None
 
 
 def view_joules_per_sample(view: HookedView, power: PowerSpan | None) -> float | None:

@@ -4,7 +4,7 @@ finding worked out on the exporter's jobs thread; a scrape only reads the last r
 Per rank (one hooked process): gpumon_job_step_seconds, gpumon_job_data_wait_ratio, gpumon_job_gpu_ratio,
 gpumon_job_steps_per_second, gpumon_job_samples_per_second, gpumon_job_syncs_per_step,
 gpumon_job_dataloader_workers, gpumon_job_peak_memory_bytes, gpumon_job_mfu_ratio,
-gpumon_job_energy_per_sample_joules, gpumon_job_steps_total, gpumon_job_step_share{owner} (the step model's split
+gpumon_job_energy_per_sample_joules, gpumon_job_steps_total, gpumon_job_step_share_ratio{owner} (the step model's split
 of the step time, 0-1, adding up to 1 over the owners), and gpumon_job_finding{category} (its confidence, 0-1) with
 gpumon_job_finding_severity{category}. Labels: host, pid,
 command, job (what the job's ranks on every node share: job_key), run_id, rank,
@@ -273,7 +273,7 @@ class JobMetrics:
             "gpumon_job_finding_severity", "The share of time the finding costs, 0-1.", labels=(*LABELS, "category")
         )
         step_share = GaugeMetricFamily(
-            "gpumon_job_step_share",
+            "gpumon_job_step_share_ratio",
             "The step model's share of the step time owned by `owner` (GPU busy, or what the GPU waited on), 0-1; "
             "the owners add up to 1.",
             labels=(*LABELS, "owner"),

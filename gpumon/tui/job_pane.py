@@ -24,6 +24,7 @@ from gpumon.jobs.step_model import (
     LAUNCH,
     OTHER,
     OWNERS,
+    RECENT_S,
     SHORT_LABELS,
     SYNC_IDLE,
     SYNC_WAIT,
@@ -376,7 +377,9 @@ def rank_lines(ranks: Sequence[RankSummary], straggler: int | None, width: int) 
     return lines
 
 
-def hooked_lines(view: HookedView, width: int, max_lines: int, power: PowerSpan | None = None) -> list[Text]:
+def hooked_lines(
+    view: HookedView, width: int, max_lines: int, power: PowerSpan | None = None, gpu_busy: float | None = None
+) -> list[Text]:
     lines: list[Text] = []
     status = status_line(view)
     if status is not None:
@@ -387,7 +390,7 @@ def hooked_lines(view: HookedView, width: int, max_lines: int, power: PowerSpan 
         return lines[:max_lines]
     ranks = rank_lines(view.ranks, view.straggler, width) if view.ranks else []
     budget = budget_line(view, width)
-    model = step_model_line(view, width)
+    model = step_model_line(view, width, nvml_busy=gpu_busy)
     step = [step_line(view, width), *(line for line in (budget, model) if line is not None)]
     rate = rate_line(view, width)
     details = [memory_line(view), loader_line(view), precision_line(view)]
@@ -474,10 +477,12 @@ def job_title(view: AnyJobView) -> str:
     return " · ".join(parts)
 
 
-def job_lines(view: AnyJobView, width: int, max_lines: int, power: PowerSpan | None = None) -> list[Text]:
+def job_lines(
+    view: AnyJobView, width: int, max_lines: int, power: PowerSpan | None = None, gpu_busy: float | None = None
+) -> list[Text]:
     if isinstance(view, EstimateView):
         return estimate_lines(view, width, max_lines)
-    return hooked_lines(view, width, max_lines, power)
+    return hooked_lines(view, width, max_lines, power, gpu_busy)
 
 
 class JobPane(Pane):
@@ -501,7 +506,10 @@ class JobPane(Pane):
         self.set_title(title)
         max_lines = self.max_lines
         power = None
+        busy = None
         if isinstance(view, HookedView):
             # The primary rank's GPUs: its samples are the ones the view counts.
-            power = self.energy.power(self.energy.gpus_of(view.pid) or view.device_uuids)
-        self.show_lines(lambda width: job_lines(view, width, max_lines, power))
+            uuids = self.energy.gpus_of(view.pid) or view.device_uuids
+            power = self.energy.power(uuids)
+            busy = self.energy.utilization(uuids, RECENT_S)
+        self.show_lines(lambda width: job_lines(view, width, max_lines, power, busy))

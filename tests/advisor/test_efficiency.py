@@ -211,6 +211,18 @@ def test_the_job_views_energy_log_follows_the_jobs_gpus() -> None:
     assert log.power([]) is None and log.power(["GPU-9"]) is None
 
 
+def test_the_energy_log_gives_the_pane_gpu_util_over_the_recent_seconds() -> None:
+    # The job pane's step model reads GPU busy from GPU-Util, as diagnose and the exporter do.
+    log = EnergyLog()
+    for second in range(30):
+        util = 20.0 if second < 20 else 80.0
+        gpu = GpuSample(index=0, uuid="GPU-0", name="NVIDIA H200", utilization_gpu=util)
+        log.add(Snapshot(timestamp=1000.0 + second, gpus=(gpu,)))
+    assert log.utilization(["GPU-0"], 9.5) == pytest.approx(0.8)
+    assert log.utilization(["GPU-0"], 19.5) == pytest.approx((10 * 20 + 10 * 80) / 20 / 100)
+    assert log.utilization(["GPU-9"], 10.0) is None and log.utilization([], 10.0) is None
+
+
 def test_a_measurement_gets_its_mfu_and_joules_per_sample() -> None:
     measured = measurement(4000.0, 4000.0, 4000.0)  # 30 steps in 12 s
     signals = Signals(gpus=(GpuSignals(index=0),))

@@ -1,4 +1,4 @@
-"""The step model in the exporter: gpumon_job_step_share{owner} per rank, adding up to 1, none without a model."""
+"""The step model in the exporter: gpumon_job_step_share_ratio{owner} per rank, adding up to 1, none without a model."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ PER_SECOND = {activity.CPU: (12, 0, 0), activity.FORWARD: (2, 6, 0)}
 
 
 def exported_shares(metrics: JobMetrics) -> dict[str, tuple[dict[str, str], float]]:
-    (family,) = [family for family in metrics.families("node-a") if family.name == "gpumon_job_step_share"]
+    (family,) = [family for family in metrics.families("node-a") if family.name == "gpumon_job_step_share_ratio"]
     return {sample.labels["owner"]: (sample.labels, sample.value) for sample in family.samples}
 
 
