@@ -13,7 +13,6 @@ wrapper waits for a query in flight, a few microseconds at most, and then none f
 
 from __future__ import annotations
 
-import linecache
 import sys
 import threading
 import time
@@ -36,10 +35,6 @@ OTHER_LINES = ("(other lines)", 0, "", activity.OTHER)
 GPU_NOT_YET = "CUDA is not initialized yet"
 GPU_GRAPHS = "CUDA graphs in use: their capture forbids stream queries from other threads"
 GPU_NO_CUDA = "this torch has no CUDA"
-
-
-def _source_line(file: str, line: int) -> str:
-    return linecache.getline(file, line) if file and line > 0 and not file.startswith("<") else ""
 
 
 class StackSampler:
@@ -113,7 +108,7 @@ class StackSampler:
             frames.append(activity.Frame(code.co_filename, getattr(code, "co_qualname", code.co_name), frame.f_lineno))
             frame = frame.f_back
         del frame
-        kind, _how = activity.classify(frames, _source_line)
+        kind, _how = activity.classify(frames, activity.linecache_line)
         state = self._gpu_state()
         own = activity.user_frame(frames) if kind in (activity.SYNC, activity.H2D, activity.CPU) else None
         where = own or (frames[0] if frames else None)

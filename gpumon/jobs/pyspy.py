@@ -9,7 +9,6 @@ or elsewhere. The result is an ESTIMATE from stack samples.
 from __future__ import annotations
 
 import json
-import linecache
 import os
 import re
 import shutil
@@ -137,11 +136,7 @@ is_native = activity.is_native
 is_library = activity.is_library
 
 
-def linecache_line(file: str, line: int) -> str:
-    """The text of a source line (files the job runs are readable by the same user), '' when unknown."""
-    if not file or line <= 0 or not os.path.isabs(file):
-        return ""
-    return linecache.getline(file, line)
+linecache_line = activity.linecache_line
 
 
 def job_source(pid: int) -> SourceLine:

@@ -7,6 +7,8 @@ that makes it; the rules below say which frames or source text decide each activ
 
 from __future__ import annotations
 
+import linecache
+import os
 import re
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
@@ -59,6 +61,15 @@ class Frame(NamedTuple):
 
 
 SourceLine = Callable[[str, int], str]
+
+
+def linecache_line(file: str, line: int) -> str:
+    """The text of a source line by its absolute path (the job's files, readable by the same user); '' when unknown
+    (a relative path, `<string>`, a line 0)."""
+    if not file or line <= 0 or not os.path.isabs(file):
+        return ""
+    return linecache.getline(file, line)
+
 
 SYNC_LINE = re.compile(
     r"\.(item|tolist|cpu|numpy)\(\s*\)|\.synchronize\(|\.to\(\s*['\"]cpu['\"]|\.nonzero\(|\.elapsed_time\("
