@@ -735,11 +735,12 @@ def rule_throttled(signals: Signals) -> Candidate | None:
 
 
 def rule_comm(signals: Signals) -> Candidate | None:
-    """comm_bound, from a profiler capture: NCCL kernel time with no compute kernel beside it, per step."""
+    """comm_bound, from a profiler capture (NCCL kernel time with no compute kernel beside it, per step), else from
+    the collectives the hook timed live (the training stream's wait in them)."""
     exposed = signals.comm_exposed_ms_per_step
     step_ms = signals.capture_step_ms or signals.step_ms
     if exposed is None or not step_ms:
-        return None
+        return _live_comm(signals)
     share = min(1.0, exposed / step_ms)
     if share < COMM_EXPOSED_SHARE:
         return None
@@ -758,6 +759,31 @@ def rule_comm(signals: Signals) -> Candidate | None:
         "capture_steps": signals.capture_steps,
     }
     return Candidate(COMM_BOUND, share, COMM_CONFIDENCE, evidence, numbers)
+
+
+LIVE_COMM_CONFIDENCE = 0.75
+"""Timed by events around the job's own torch.distributed calls on GPU-timed steps: measured, but blind to DDP's
+all-reduces inside backward (a capture sees those)."""
+
+
+def _live_comm(signals: Signals) -> Candidate | None:
+    share = signals.comm_live_share
+    if share is None or share < COMM_EXPOSED_SHARE:
+        return None
+    per_step = signals.comm_live_ms_per_step
+    evidence = _join(
+        f"the training stream waits in torch.distributed collectives {pct(share)} of each step"
+        + (f" ({units.milliseconds(per_step)} a step)" if per_step is not None else ""),
+        "nothing overlaps them: each blocks the stream until NCCL is done",
+        f"timed live on {signals.comm_live_steps} steps" if signals.comm_live_steps else None,
+    )
+    numbers = {
+        "comm_live_share": _round(share),
+        "comm_live_ms_per_step": _round(per_step),
+        "comm_live_steps": signals.comm_live_steps,
+        "step_ms": _round(signals.step_ms),
+    }
+    return Candidate(COMM_BOUND, share, LIVE_COMM_CONFIDENCE, evidence, numbers)
 
 
 STRAGGLER_CONFIDENCE = 0.75

@@ -185,6 +185,12 @@ class Signals:
     """Of it, the time no compute kernel ran beside it on the same GPU."""
     comm_overlap_share: float | None = None
     """Share of the NCCL time hidden behind compute kernels."""
+    # -- torch.distributed collectives timed live by the hook (GPU-timed steps; hook.comm_timer)
+    comm_live_share: float | None = None
+    """Share of the timed steps' time the training stream waited in collectives; None: no timed step made one."""
+    comm_live_ms_per_step: float | None = None
+    comm_live_steps: int | None = None
+    """Timed steps that made collectives, in the window."""
     # -- a distributed job's straggler (the hook's ranks; jobs.jobstate.find_straggler)
     ranks: int | None = None
     """Ranks seen; None: not a distributed job (or its ranks were not attached)."""
@@ -523,6 +529,7 @@ def _hook_values(
 ) -> dict[str, Any]:
     values: dict[str, Any] = _step_values(view, start, end)
     values.update(_budget_values(view, start, end))
+    values.update(_comm_values(view, start, end))
     diagnosis = diagnosis if diagnosis is not None else view.diagnosis
     if diagnosis and diagnosis.get("available") and diagnosis.get("steps"):
         values["syncs_per_step"] = float(diagnosis.get("syncs_total", 0)) / float(diagnosis["steps"])
@@ -639,6 +646,24 @@ def build_signals(
     return Signals(source=source, pid=pid, command=command, gpus=gpus, **values)
 
 
+def _comm_values(view: HookedView, start: float | None, end: float | None) -> dict[str, Any]:
+    """The collectives the hook timed live: over the window's GPU-timed steps (else the view's), the share of their
+    time the training stream waited in them."""
+    timed = [s for s in steps_in_window(view.steps, start, end) if s.gpu_ms is not None] or [
+        s for s in view.steps if s.gpu_ms is not None
+    ]
+    with_comm = [s for s in timed if s.comm_ms is not None]
+    wall = sum(s.wall_ms for s in timed)
+    if not with_comm or wall <= 0:
+        return {}
+    comm = sum(s.comm_ms or 0.0 for s in with_comm)
+    return dict(
+        comm_live_share=min(1.0, comm / wall),
+        comm_live_ms_per_step=comm / len(timed),
+        comm_live_steps=len(with_comm),
+    )
+
+
 def _step_model_values(
     view: HookedView, start: float | None, end: float | None, values: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -653,6 +678,7 @@ def _step_model_values(
         window_profile(view.host_profiles, window_start, window_end),
         nvml_busy=util / 100.0 if isinstance(util, (int, float)) else None,
         sync_wait=values.get("sync_wait_share"),
+        comm_wait=values.get("comm_live_share"),
     )
     if model is None:
         return {}

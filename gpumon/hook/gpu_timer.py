@@ -8,6 +8,8 @@ from typing import Any
 MAX_PENDING = 256
 """Steps whose events are not complete yet; beyond this the oldest is given up (gpu_ms None)."""
 MAX_RESOLVE_PER_CALL = 16
+MAX_COMM_PER_STEP = 1024
+"""Collectives timed in one step (one per parameter in a hand-written all-reduce loop); more go untimed."""
 _POOL_MAX = 32
 
 
@@ -34,8 +36,10 @@ class GpuStepTimer:
         self._start: Any = None
         self._boundary_start: Any = None
         self._last_end: Any = None
-        # FIFO of (record, start_event, end_event); events None for an untimed step
-        self._pending: deque[tuple[list[Any], Any, Any]] = deque()
+        # FIFO of (record, start_event, end_event, collectives' event pairs); events None for an untimed step
+        self._pending: deque[tuple[list[Any], Any, Any, tuple[tuple[Any, Any], ...]]] = deque()
+        self._comm: list[tuple[Any, Any]] = []
+        """The open timed step's torch.distributed calls: (before, after) events on the training stream."""
 
     def _event(self) -> Any:
         if self._pool:
@@ -79,6 +83,7 @@ class GpuStepTimer:
         self._timed = timed
         self._start = None
         self._boundary_start = None
+        self._comm = []
         if timed and start_at_boundary:
             # The step that just ended left its end event: the same instant, no new event needed.
             self._boundary_start = self._last_end if self._last_end is not None else self._record()
@@ -89,23 +94,41 @@ class GpuStepTimer:
         if self._timed and self._start is None:
             self._start = self._record()
 
+    def comm_begin(self) -> Any:
+        """Before a collective of a timed step: an event on the training stream (None: the step is not timed)."""
+        return self._record() if self._timed else None
+
+    def comm_end(self, before: Any) -> None:
+        """After it returned: the event the training stream reaches once the collective let it go on. A collective
+        in sync mode makes the training stream wait for NCCL's, so the time between the two events is the time it
+        waited: communication no compute hid."""
+        if before is None:
+            return
+        after = self._record()
+        if after is None:
+            self._release(before)
+        elif len(self._comm) < MAX_COMM_PER_STEP:
+            self._comm.append((before, after))
+
     def end_step(self, record: list[Any]) -> None:
         """Close the step: record its end event if timed, and queue `record` until it can leave."""
         if not self._timed:
-            self._pending.append((record, None, None))
+            self._pending.append((record, None, None, ()))
             return
         start = self._start if self._start is not None else self._boundary_start
         end = self._record() if start is not None else None
         self._last_end = end
-        self._pending.append((record, start, end))
+        self._pending.append((record, start, end, tuple(self._comm)))
+        self._comm = []
 
-    def resolve(self, done: list[list[Any]], gpu_index: int) -> None:
-        """Move records whose events completed (oldest first) to `done`, with their GPU time filled in."""
+    def resolve(self, done: list[list[Any]], gpu_index: int, comm_index: int | None = None) -> None:
+        """Move records whose events completed (oldest first) to `done`, with their GPU time filled in (and, at
+        `comm_index`, the time the training stream waited in collectives, where the step made any)."""
         pending = self._pending
         for _ in range(MAX_RESOLVE_PER_CALL):
             if not pending:
                 return
-            record, start, end = pending[0]
+            record, start, end, comm = pending[0]
             timed = start is not None and end is not None
             complete = not timed or (end.query() and start.query())
             if not complete and len(pending) <= MAX_PENDING:
@@ -113,16 +136,24 @@ class GpuStepTimer:
             pending.popleft()
             if timed and complete:
                 record[gpu_index] = start.elapsed_time(end)
+                if comm and comm_index is not None:
+                    # Recorded on the same stream before the end event: complete once it is.
+                    record[comm_index] = sum(before.elapsed_time(after) for before, after in comm)
                 self._release(start)
                 # An end event may be the next step's start (open, or queued); only then is it kept.
                 if end is not self._boundary_start and not (pending and pending[0][1] is end):
                     self._release(end)
+                for before, after in comm:
+                    self._release(before)
+                    self._release(after)
             done.append(record)
 
-    def flush(self, done: list[list[Any]], gpu_index: int) -> None:
+    def flush(self, done: list[list[Any]], gpu_index: int, comm_index: int | None = None) -> None:
         """Give every pending record back (exit): GPU time where already complete, else None."""
-        for record, start, end in self._pending:
+        for record, start, end, comm in self._pending:
             if start is not None and end is not None and end.query() and start.query():
                 record[gpu_index] = start.elapsed_time(end)
+                if comm and comm_index is not None:
+                    record[comm_index] = sum(before.elapsed_time(after) for before, after in comm)
             done.append(record)
         self._pending.clear()

@@ -17,6 +17,7 @@ from gpumon import __version__ as HOOK_VERSION
 from gpumon import protocol
 from gpumon.hook.runtime import (
     R_BUDGET,
+    R_COMM,
     R_DATA,
     R_END,
     R_GPU,
@@ -161,6 +162,8 @@ def record_dict(runtime: HookRuntime, record: list[Any]) -> protocol.StepRecord:
     )
     if record[R_SYNCS] is not None:
         out["syncs"] = record[R_SYNCS]
+    if record[R_COMM] is not None:
+        out["comm_ms"] = round(record[R_COMM], 4)
     budget = record[R_BUDGET]
     if budget is not None:
         full = budget.copy()

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from gpumon.hook.comm_timer import wrap_collectives
 from gpumon.hook.nvtx import BACKWARD
 from gpumon.hook.runtime import HookRuntime
 
@@ -36,8 +37,9 @@ class Patches:
 
 
 def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
-    """Wrap DataLoader iteration, backward, autocast entry, and hook every optimizer step (with GPUMON_NVTX,
-    every module's forward and optimizer step too, for the NVTX ranges)."""
+    """Wrap DataLoader iteration, backward, autocast entry, torch.distributed's collectives (timed on GPU-timed steps),
+    and hook every optimizer step (with GPUMON_NVTX, every module's forward and optimizer step too, for the NVTX
+    ranges)."""
     from torch.amp import autocast_mode
     from torch.optim import optimizer as optimizer_module
     from torch.utils.data import dataloader
@@ -114,4 +116,8 @@ def install_patches(torch: Any, runtime: HookRuntime) -> Patches:
     patches._restore.append(handle.remove)
     if runtime.nvtx is not None:
         patches._restore.extend(runtime.nvtx.install(lambda: runtime.active, is_compiling))
+    try:
+        wrap_collectives(torch, runtime, patches._set)
+    except Exception as exc:  # noqa: BLE001 - the other patches stand without these
+        runtime.error(exc)
     return patches

@@ -50,7 +50,7 @@ PROFILE_EXIT_WAIT_S = 10.0
 """At exit inside a profiler capture, how long the exit waits for its trace to be written."""
 
 # Layout of a step record (a list, so the GPU time can be filled in after the fact).
-R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE, R_BUDGET = range(9)
+R_SEQ, R_END, R_WALL, R_DATA, R_SAMPLES, R_GPU, R_SYNCS, R_SOURCE, R_BUDGET, R_COMM = range(10)
 
 
 class LoaderEntry:
@@ -447,7 +447,7 @@ class HookRuntime:
         self._fetched = False
         self._backward_since = False
         if seq < self._quiet_until and wall < self._quiet_below_s and not self.control:
-            self.records.append([seq, now, wall, data_wait, samples, None, None, source, None])
+            self.records.append([seq, now, wall, data_wait, samples, None, None, source, None, None])
         else:
             self._close_busy_step(seq, now, wall, data_wait, samples, source)
 
@@ -465,7 +465,7 @@ class HookRuntime:
         ):
             # Only a budget candidate was due here, and the last budgeted step is too recent for it: as quiet as the
             # boundaries around it (everything else _next_busy_boundary plans for is due later).
-            self.records.append([seq, now, wall, data_wait, samples, None, None, source, None])
+            self.records.append([seq, now, wall, data_wait, samples, None, None, source, None, None])
             self._plan_after_candidate(seq + self._budget_every)
             return
         syncs = None
@@ -474,7 +474,7 @@ class HookRuntime:
             syncs = counter.count - self._sync_base
             self._sync_base = counter.count
         budget = self.budget.record(wall, data_wait) if self.budget.active else None
-        record = [seq, now, wall, data_wait, samples, None, syncs, source, budget]
+        record = [seq, now, wall, data_wait, samples, None, syncs, source, budget, None]
         if self.nvtx is not None:
             self.nvtx.step()
         sampled = self._budget_next_step()
@@ -492,7 +492,7 @@ class HookRuntime:
             gpu.end_step(record)
             gpu.begin_step(self._time_next_step(wall), start_at_boundary=not self._dataloader_ever)
             resolved = self._resolved
-            gpu.resolve(resolved, R_GPU)
+            gpu.resolve(resolved, R_GPU, R_COMM)
             if resolved:
                 self.records.extend(resolved)
                 resolved.clear()
@@ -633,7 +633,7 @@ class HookRuntime:
             self.sampler.stop()  # before CUDA is torn down: no stream query after this
         if self.gpu is not None:
             resolved: list[list[Any]] = []
-            self.gpu.flush(resolved, R_GPU)
+            self.gpu.flush(resolved, R_GPU, R_COMM)
             self.records.extend(resolved)
         if self.sync_counter is not None and self.sync_counter.active:
             self._finish_diagnosis()

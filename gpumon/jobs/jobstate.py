@@ -53,6 +53,8 @@ class StepPoint:
     syncs: int | None = None
     budget: StepTimeBudget | None = None
     """Where the step's time went, on the steps the hook budgets (one in 16)."""
+    comm_ms: float | None = None
+    """GPU-timed steps: the training stream's wait in torch.distributed collectives (None: not timed, or none)."""
 
     @property
     def gpu_busy_ms(self) -> float | None:
@@ -72,6 +74,7 @@ class StepPoint:
             gpu = record.get("gpu_ms")
             samples = record.get("samples")
             syncs = record.get("syncs")
+            comm = record.get("comm_ms")
             return cls(
                 seq=int(record["seq"]),
                 t=float(record["t"]),
@@ -82,6 +85,7 @@ class StepPoint:
                 source=str(record.get("source", "")),
                 syncs=None if syncs is None else int(syncs),
                 budget=StepTimeBudget.from_record(record.get("budget")),
+                comm_ms=None if comm is None else max(0.0, float(comm)),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -126,12 +126,16 @@ class StepModel:
 
 
 def step_model(
-    profile: HostProfile | None, nvml_busy: float | None = None, sync_wait: float | None = None
+    profile: HostProfile | None,
+    nvml_busy: float | None = None,
+    sync_wait: float | None = None,
+    comm_wait: float | None = None,
 ) -> StepModel | None:
     """The step model of one window's sampler counts. `nvml_busy` (0-1, GPU-Util), where given, is GPU busy;
     else the stream's state at the samples is; `sync_wait` (the budget's measured share of the step in syncs) is
-    preferred to the sampler's count of sync samples when given. None without enough samples, or without any GPU
-    figure."""
+    preferred to the sampler's count of sync samples when given; `comm_wait` (the share of the timed steps the
+    training stream waited in collectives) is communication, taken out of GPU busy (the stream waiting on NCCL, and
+    NCCL's kernels, read as busy). None without enough samples, or without any GPU figure."""
     if profile is None or profile.samples < MIN_SAMPLES:
         return None
     counts = profile.activities
@@ -167,7 +171,9 @@ def step_model(
     rest = sum(idle_parts.values())
     scale = (idle - in_sync - sync_idle) / rest if rest > 0 else 0.0
     shares = dict.fromkeys(OWNERS, 0.0)
-    shares[GPU_BUSY] = busy
+    exposed = min(busy, max(0.0, comm_wait or 0.0))
+    shares[GPU_BUSY] = busy - exposed
+    shares[COMM] = exposed
     shares[SYNC_WAIT] = in_sync
     shares[SYNC_IDLE] = sync_idle
     by_activity = {name: part * scale for name, part in idle_parts.items()}

@@ -87,6 +87,7 @@ class StepRecord(TypedDict, total=False):
     gpu_ms: float | None  # GPU time between the step's start and end events; None: not measured
     samples: int | None  # batch size(s) fetched during the step; None: unknown
     syncs: int  # host-device synchronizations; present only inside a diagnosis window
+    comm_ms: float  # GPU-timed steps only: the training stream's wait in torch.distributed collectives (sync mode)
     source: str  # one of STEP_SOURCES
     budget: (
         StepBudget  # where the step's time went; only on sampled steps (one in BUDGET_EVERY, every step of a diagnosis)

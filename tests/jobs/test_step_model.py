@@ -162,3 +162,14 @@ def test_gpu_util_is_busy_and_the_idle_samples_split_the_rest() -> None:
     assert_adds_up(dict(model.shares))
     assert model.shares[LAUNCH] == pytest.approx(0.28 * 30 / 40)
     assert model.shares[CPU] == pytest.approx(0.28 * 10 / 40)
+
+
+def test_exposed_communication_comes_out_of_gpu_busy() -> None:
+    # The training stream waits in collectives 30% of the timed steps: GPU-Util counts NCCL's kernels (and the
+    # stream's wait reads busy), so that share moves from GPU busy to communication.
+    model = step_model(profile({activity.BACKWARD: [10, 90, 0]}), nvml_busy=0.9, comm_wait=0.3)
+    assert model is not None
+    assert_adds_up(dict(model.shares))
+    assert model.shares[GPU_BUSY] == pytest.approx(0.6)
+    assert model.shares["comm"] == pytest.approx(0.3)
+    assert model.shares[LAUNCH] == pytest.approx(0.1)
