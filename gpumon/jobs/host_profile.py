@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpumon.protocol import activity
 
@@ -130,24 +129,6 @@ class HostProfile:
             lines=tuple(sorted(lines, key=lambda line: (-line.idle, -line.total))),
             cost_ms=max(0.0, self.cost_ms - earlier.cost_ms),
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "hz": self.hz,
-            "gpu_state": self.gpu_state,
-            "activities": {name: list(counts) for name, counts in self.activities.items()},
-            "lines": [
-                {
-                    "file": line.file,
-                    "line": line.line,
-                    "function": line.function,
-                    "activity": line.activity,
-                    "counts": list(line.counts),
-                }
-                for line in self.lines
-            ],
-        }
 
 
 def window_profile(profiles: Sequence[HostProfile], start: float, end: float) -> HostProfile | None:

@@ -106,11 +106,6 @@ class StepModel:
     def idle(self) -> float:
         return 1.0 - self.shares.get(GPU_BUSY, 0.0)
 
-    def top_owner(self) -> str | None:
-        """The idle owner with the largest share (None: the GPU was never idle)."""
-        idle = [(share, owner) for owner, share in self.shares.items() if owner != GPU_BUSY and share > 0]
-        return max(idle)[1] if idle else None
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "shares": {owner: round(self.shares.get(owner, 0.0), 4) for owner in OWNERS},
