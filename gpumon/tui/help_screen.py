@@ -103,6 +103,18 @@ JOB_FIELDS = (
         "the wait (GPU), and the rest: host time with the GPU idle (Python, launches, syncs). Without CUDA "
         "timing: data and other.",
     ),
+    (
+        "Budget",
+        "where the host's time goes on budgeted steps (one in 16, at most four a second): the DataLoader's "
+        "workers and collate, host->device copies (H2D), waiting in syncs, the rest of the Python step (py).",
+    ),
+    (
+        "Time",
+        "the step model over the last 10 s: GPU busy (GPU-Util), and the GPU's idle time by its owner: waiting "
+        "for data, host->device copies, inside a sync, after syncs until new work arrives (post-sync), "
+        "communication, torch launching the model's kernels (launch), the job's own CPU code (cpu). The shares "
+        "add up to 100%; diagnose names the lines behind them.",
+    ),
     ("Data GPU Rest", "each share of the step time per second, on a fixed 0-100% scale."),
     ("Rate", "steps/s and samples/s over the last 5 s; the sparkline is samples/s (or steps/s) per second."),
     ("Memory", "torch.cuda allocated / reserved / peak, allocator retries (memory pressure) and OOMs."),
