@@ -80,7 +80,11 @@ class StackSampler:
         self._unguard_graphs()
 
     def forget_in_child(self) -> None:
-        """In a forked child: no thread runs here, and none may start."""
+        """In a forked child: no thread runs here, and none may start. The locks are new ones: the fork may have
+        copied one held by the parent's sampler thread, which does not exist here to release it."""
+        self._lock = threading.Lock()
+        self._query_lock = threading.Lock()
+        self._stopped = True
         self._stop.set()
         self._thread = None
 

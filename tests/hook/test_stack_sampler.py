@@ -193,3 +193,20 @@ def test_a_hooked_job_reports_its_samples_in_the_state(start_job: Any) -> None:
         assert host["cost_ms"] >= 0
         job.event("done")
     assert job.release() == 0, job.stderr()
+
+
+def test_a_forked_child_gets_fresh_locks_and_never_queries() -> None:
+    # A fork while the sampler thread held a lock copies it held; the child has no sampler thread to release it.
+    stream = FakeStream()
+    sampler = StackSampler(fake_runtime(threading.get_ident()), fake_torch(stream), hz=50)
+    sampler._guard_graphs()
+    sampler._query_lock.acquire()
+    sampler._lock.acquire()
+    sampler.forget_in_child()
+    assert FakeGraph().capture_begin() == "captured"  # would deadlock on the copied lock
+    sampler.sample_once()
+    assert stream.queries == 0 and sampler.result()["samples"] == 1
+    sampler._unguard_graphs()
+    assert (
+        "capture_begin" not in FakeGraph.__dict__ or FakeGraph.capture_begin.__qualname__ == "FakeGraph.capture_begin"
+    )
