@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpumon.sampling.recording import MAX_DEPTH, MAX_LINE_BYTES, RecordingError, RecordingWriter, read_recording
-from gpumon.sampling.snapshot import CpuSample, DiskSample, GpuSample, ProcessSample, Snapshot
+from gpumon.sampling.snapshot import MAX_GPUS, CpuSample, DiskSample, GpuSample, ProcessSample, Snapshot
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 HEADER = {"type": "gpumon-recording", "version": 1, "hostname": "box", "created": 1.0, "note": ""}
@@ -160,6 +160,16 @@ def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, timeout=60, cwd=REPOSITORY
     )
+
+
+def test_a_snapshot_of_more_gpus_than_any_node_holds_is_refused(tmp_path: Path) -> None:
+    # 7,000 GPUs in a 3.3 MB recording once took 4 GB of history; 64 is four times the largest node.
+    record = snapshot_record()
+    record["gpus"] = [dict(record["gpus"][0], index=i, uuid=f"GPU-{i}") for i in range(MAX_GPUS + 1)]
+    path = write_lines(tmp_path / "run.jsonl", record)
+    assert error_of(path) == f" line 2: gpus: expected at most {MAX_GPUS} items, got {MAX_GPUS + 1}"
+    record["gpus"] = record["gpus"][:MAX_GPUS]
+    assert len(read_recording(write_lines(tmp_path / "ok.jsonl", record))[0].gpus) == MAX_GPUS
 
 
 def test_replay_of_a_bad_field_is_one_line_and_exit_2(tmp_path: Path) -> None:
