@@ -17,12 +17,11 @@ from typing import Any
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.measure import (
-    DIAGNOSIS_STEPS,
     Cancelled,
+    MeasurementPlan,
     Progress,
     SnapshotLog,
     StepLog,
-    measure_windows,
     measurement_from,
     sleep_checked,
 )
@@ -75,18 +74,15 @@ class LiveRunner:
         cancel: threading.Event | None = None,
         progress: Progress | None = None,
         sync_diagnosis: bool = True,
+        plan: MeasurementPlan | None = None,
     ) -> None:
         self.client = client
         self.log = log
-        self.warmup_s = warmup_s
-        self.window_s = window_s
-        self.repeats = repeats
-        self.min_repeats = min_repeats
-        """With it, measuring stops after this many windows once the rate's confidence interval is tight."""
+        self.plan = plan or MeasurementPlan(warmup_s, window_s, repeats, min_repeats, sync_diagnosis)
+        """How each variant is measured (`plan` given: the trial runner's own, for live changes on its trial)."""
         self.apply_timeout_s = apply_timeout_s
         self.cancel = cancel if cancel is not None else threading.Event()
         self.progress = progress
-        self.sync_diagnosis = sync_diagnosis
         self.steps = StepLog()
         client.add_message_listener(self.steps)
         self.original: dict[str, Any] = {}
@@ -123,13 +119,11 @@ class LiveRunner:
             label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags, pid=self.client.pid
         )
         self._say(f"{label}: warming up", 0.2)
-        sleep_checked(self.warmup_s, self.cancel, self._alive)
+        plan = self.plan
+        sleep_checked(plan.warmup_s, self.cancel, self._alive)
         start = time.time()
-        windows = measure_windows(
+        windows = plan.windows(
             self.steps,
-            window_s=self.window_s,
-            repeats=self.repeats,
-            min_repeats=self.min_repeats,
             cancel=self.cancel,
             alive=self._alive,
             progress=self._say,
@@ -142,10 +136,7 @@ class LiveRunner:
         diagnosis = None
         if diagnose_syncs and view.cuda.get("initialized"):
             self._say(f"{label}: counting host syncs", 0.92)
-            try:
-                diagnosis = self.client.diagnose(DIAGNOSIS_STEPS, timeout=max(10.0, self.window_s * 3))
-            except JobRequestError:
-                diagnosis = None
+            diagnosis = plan.sync_count(self.client.diagnose)
         signals = build_signals(self.log.between(start, end), view, start=start, end=end, diagnosis=diagnosis)
         memory = view.memory
         measurement = measurement_from(
@@ -181,7 +172,7 @@ class LiveRunner:
                         reason=f"no step from the job within {self.apply_timeout_s:g} s",
                     )
                 sleep_checked(0.2, self.cancel, self._alive)
-            return self._measure("baseline", {}, {}, diagnose_syncs=self.sync_diagnosis)
+            return self._measure("baseline", {}, {}, diagnose_syncs=self.plan.count_syncs)
         except Cancelled:
             return VariantResult(
                 label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=CANCELLED, reason="cancelled"

@@ -360,3 +360,47 @@ def measurement_from(
         seconds=sum(w.seconds for w in windows),
         windows=tuple(windows),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MeasurementPlan:
+    """How a variant is measured, one plan for trial and live runs alike: `warmup_s` seconds, then `repeats` windows
+    of `window_s` (as few as `min_repeats` once the rate's interval is tight), then, with `count_syncs`, the hook's
+    sync count over DIAGNOSIS_STEPS steps."""
+
+    warmup_s: float
+    window_s: float = 4.0
+    repeats: int = 3
+    min_repeats: int | None = None
+    count_syncs: bool = True
+
+    def windows(
+        self,
+        log: StepLog,
+        *,
+        cancel: threading.Event | None,
+        alive: Callable[[], str | None] | None,
+        progress: Progress | None,
+        label: str,
+        done_before: float,
+        share: float,
+    ) -> list[WindowRate]:
+        return measure_windows(
+            log,
+            window_s=self.window_s,
+            repeats=self.repeats,
+            min_repeats=self.min_repeats,
+            cancel=cancel,
+            alive=alive,
+            progress=progress,
+            label=label,
+            done_before=done_before,
+            share=share,
+        )
+
+    def sync_count(self, diagnose: Callable[..., Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        """The hook's sync count (`diagnose` is the client's), None when it could not be had: optional evidence."""
+        try:
+            return diagnose(DIAGNOSIS_STEPS, timeout=max(10.0, self.window_s * 3))
+        except Exception:  # noqa: BLE001 - the sync count is optional evidence
+            return None

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,11 @@ from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.live import LiveRunner
 from gpumon.advisor.measure import (
-    DIAGNOSIS_STEPS,
     Cancelled,
+    MeasurementPlan,
     Progress,
     SnapshotLog,
     StepLog,
-    measure_windows,
     measurement_from,
     sleep_checked,
 )
@@ -215,18 +214,15 @@ class TrialRunner:
         self.track = track
         self.cwd = cwd
         self.base_env = dict(os.environ if base_env is None else base_env)
-        self.warmup_s = warmup_s
-        self.window_s = window_s
-        self.repeats = repeats
-        self.min_repeats = min_repeats
-        """With it, measuring stops after this many windows once the rate's confidence interval is tight."""
+        self.plan = MeasurementPlan(warmup_s, window_s, repeats, min_repeats, sync_diagnosis)
+        """How each trial is measured; a live change on a running trial uses the same, with its own warm-up and no
+        sync count."""
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
         self.cancel = cancel if cancel is not None else threading.Event()
         self.progress = progress
         self.on_job = on_job
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gpumon-trials-"))
-        self.sync_diagnosis = sync_diagnosis
         self.live_on_trial = live_on_trial
         self.live_warmup_s = live_warmup_s
         self.live_apply_timeout_s = live_apply_timeout_s
@@ -246,13 +242,18 @@ class TrialRunner:
         self.last_live = False
         """Whether the last variant was a live change on the running trial (keep/discard act on it)."""
 
+    def live_plan(self) -> MeasurementPlan:
+        """The plan of a live change on the running trial: the trials' windows, its own warm-up, no sync count (the
+        trial's baseline counted them)."""
+        return replace(self.plan, warmup_s=self.live_warmup_s, count_syncs=False)
+
     # -- the runner interface of the guided run -------------------------------------------------
 
     def supports(self, experiment: Experiment) -> str | None:
         return None
 
     def baseline(self) -> VariantResult:
-        return self._trial("baseline", {}, {}, diagnose_syncs=self.sync_diagnosis)
+        return self._trial("baseline", {}, {}, diagnose_syncs=self.plan.count_syncs)
 
     def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
         knobs = {**kept, **experiment.knobs}
@@ -295,14 +296,10 @@ class TrialRunner:
             self.live = LiveRunner(
                 client,
                 log=self.log,
-                warmup_s=self.live_warmup_s,
-                window_s=self.window_s,
-                repeats=self.repeats,
-                min_repeats=self.min_repeats,
+                plan=self.live_plan(),
                 apply_timeout_s=self.live_apply_timeout_s,
                 cancel=self.cancel,
                 progress=self.progress,
-                sync_diagnosis=False,
             )
         result = self.live.run(experiment, kept)
         self._say(outcome_line(result), 0.95)
@@ -415,16 +412,13 @@ class TrialRunner:
                     return ended_early("before its first step")
             first = steps.steps
             self._say(f"{label}: warming up", 0.15)
-            sleep_checked(self.warmup_s, self.cancel, alive)
+            sleep_checked(self.plan.warmup_s, self.cancel, alive)
             deadline = time.monotonic() + max(30.0, self.startup_timeout_s)
             while steps.steps - first < WARMUP_STEPS and time.monotonic() < deadline:
                 sleep_checked(0.2, self.cancel, alive)
             measure_start = time.time()
-            windows = measure_windows(
+            windows = self.plan.windows(
                 steps,
-                window_s=self.window_s,
-                repeats=self.repeats,
-                min_repeats=self.min_repeats,
                 cancel=self.cancel,
                 alive=alive,
                 progress=self._say,
@@ -438,10 +432,7 @@ class TrialRunner:
             diagnosis = None
             if diagnose_syncs and client is not None and view is not None and view.cuda.get("initialized"):
                 self._say(f"{label}: counting host syncs", 0.92)
-                try:
-                    diagnosis = client.diagnose(DIAGNOSIS_STEPS, timeout=max(10.0, self.window_s * 3))
-                except Exception:  # noqa: BLE001 - the sync count is optional evidence
-                    diagnosis = None
+                diagnosis = self.plan.sync_count(client.diagnose)
         except Cancelled:
             return VariantResult(**result, status=CANCELLED, reason="cancelled")
         except RuntimeError:
