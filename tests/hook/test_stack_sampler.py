@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -176,7 +177,13 @@ def test_states_are_the_three_counters() -> None:
 
 def test_a_hooked_job_reports_its_samples_in_the_state(start_job: Any) -> None:
     job = start_job(
-        "--mode", "optimizer", "--steps", "200", "--item-sleep-ms", "1", env={"GPUMON_HOOK_SAMPLE_HZ": "200"}
+        "--mode",
+        "optimizer",
+        "--steps",
+        "200",
+        "--item-sleep-ms",
+        "1",
+        env={**os.environ, "GPUMON_HOOK_SAMPLE_HZ": "200"},
     )
     with HookConnection(job.wait_socket()) as conn:
         deadline = time.monotonic() + 30
