@@ -1,4 +1,5 @@
-"""Suite-wide: pytest itself is never left a hooked job; a fixed time zone for screenshots."""
+"""Suite-wide: pytest itself is never left a hooked job; a fixed time zone for screenshots; the `slow` mark that
+keeps the fast lane (`python -m pytest -q -m "not slow"`) under two minutes on a 2-core machine."""
 
 from __future__ import annotations
 
@@ -8,6 +9,47 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
+# The files that take the most time (real jobs, dashboards, trial runs in subprocesses), by `pytest --durations=0` on
+# the 2-core machine, 2026-11-27: 26 files, 350 of the suite's 421 s. Their tests are `slow`; the full suite (CI) runs
+# them all.
+SLOW_FILES = frozenset(
+    {
+        "tests/advisor/test_adaptive_windows.py",
+        "tests/advisor/test_cli_advisor.py",
+        "tests/advisor/test_runners.py",
+        "tests/attach/test_attach_cli.py",
+        "tests/attach/test_attach_client.py",
+        "tests/attach/test_attach_dashboard.py",
+        "tests/attach/test_attach_discovery.py",
+        "tests/attach/test_ddp_torchrun.py",
+        "tests/attach/test_profile_cli.py",
+        "tests/demo/test_trainer.py",
+        "tests/exporter/test_exporter_server.py",
+        "tests/exporter/test_job_metrics.py",
+        "tests/hardening/test_cli_errors.py",
+        "tests/hardening/test_diagnosis_window.py",
+        "tests/hardening/test_escapes_everywhere.py",
+        "tests/hardening/test_hook_attacks.py",
+        "tests/hook/test_budget.py",
+        "tests/hook/test_jobs.py",
+        "tests/hook/test_lifecycle.py",
+        "tests/hook/test_nvtx.py",
+        "tests/jobs/test_launch.py",
+        "tests/sampling/test_sampler.py",
+        "tests/test_cli.py",
+        "tests/tui/test_gpu_graphs.py",
+        "tests/tui/test_process_control.py",
+        "tests/tui/test_tui_app.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        if item.path.relative_to(root).as_posix() in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
