@@ -229,13 +229,17 @@ class EnergyLog:
         with self._lock:
             return self._gpus_of.get(pid, ())
 
+    def _recent(self, span_s: float) -> list[tuple[float, dict[str, tuple[float | None, float | None, float | None]]]]:
+        """The readings of the `span_s` seconds up to the newest one."""
+        with self._lock:
+            now = self._readings[-1][0] if self._readings else 0.0
+            return [(t, r) for t, r in self._readings if now - t <= span_s]
+
     def power(self, uuids: Sequence[str], span_s: float = ENERGY_SPAN_S) -> PowerSpan | None:
         """The power of the GPUs `uuids` over the `span_s` seconds up to the newest reading."""
         if not uuids:
             return None
-        with self._lock:
-            now = self._readings[-1][0] if self._readings else 0.0
-            recent = [(t, r) for t, r in self._readings if now - t <= span_s]
+        recent = self._recent(span_s)
         missing = (None, None, None)
         energy = [[(t, r.get(uuid, missing)[0]) for t, r in recent] for uuid in uuids]
         power = [[(t, r.get(uuid, missing)[1]) for t, r in recent] for uuid in uuids]
@@ -246,15 +250,12 @@ class EnergyLog:
         pane's step model reads GPU busy from it, as diagnose and the exporter do. None where NVML gave none."""
         if not uuids:
             return None
-        with self._lock:
-            now = self._readings[-1][0] if self._readings else 0.0
-            values = [
-                util
-                for t, readings in self._readings
-                if now - t <= span_s
-                for uuid in uuids
-                if (util := readings.get(uuid, (None, None, None))[2]) is not None
-            ]
+        values = [
+            util
+            for _t, readings in self._recent(span_s)
+            for uuid in uuids
+            if (util := readings.get(uuid, (None, None, None))[2]) is not None
+        ]
         return sum(values) / len(values) / 100.0 if values else None
 
 

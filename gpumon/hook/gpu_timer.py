@@ -68,6 +68,12 @@ class GpuStepTimer:
         return event
 
     @property
+    def stream(self) -> Any:
+        """The training stream events were last recorded on (None before, or where torch gives no stream key): the
+        stack sampler asks it whether work is queued."""
+        return self._stream
+
+    @property
     def timed(self) -> bool:
         """The open step is timed (its first DataLoader batch marks its start: `mark_start`)."""
         return self._timed

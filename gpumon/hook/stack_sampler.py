@@ -53,8 +53,6 @@ class StackSampler:
         self._graphs = False
         self._stopped = False
         self._graph_patch: tuple[Any, Any, Any] | None = None
-        self._stream_key: Any = None
-        self._stream: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cpu_s = 0.0
@@ -137,20 +135,15 @@ class StackSampler:
         if device is None or not cuda.is_initialized():
             return UNKNOWN
         timer = runtime.gpu
-        key = getattr(timer, "_stream_key", None) if timer is not None else None
+        stream = timer.stream if timer is not None else None
         with self._query_lock:
             if self._stopped:
                 return UNKNOWN
             if self._graphs:
                 self.gpu_state = GPU_GRAPHS
                 return UNKNOWN
-            if key is None:
+            if stream is None:
                 stream = cuda.default_stream(device)
-            elif key == self._stream_key:
-                stream = self._stream
-            else:
-                stream = cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
-                self._stream, self._stream_key = stream, key
             done = stream.query()
         self.gpu_state = None
         return IDLE if done else BUSY

@@ -11,7 +11,8 @@ PARTS = ("data_worker", "data_collate", "h2d", "sync_wait", "rest")
 """The host's time in a step, in the order of the bar; they add up to the step's wall time."""
 
 
-def _number(value: object) -> float | None:
+def clean_number(value: object) -> float | None:
+    """A finite number from a message, at least 0; None for anything else (a bool, a string, NaN)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return max(0.0, float(value))
@@ -38,10 +39,10 @@ class StepTimeBudget:
             return None
         values: dict[str, Any] = {}
         for name in ("data_worker_ms", "data_collate_ms", "h2d_ms", "sync_wait_ms", "rest_ms"):
-            values[name] = _number(budget.get(name)) or 0.0
+            values[name] = clean_number(budget.get(name)) or 0.0
         for name in ("h2d_bytes", "h2d_pageable_bytes", "syncs"):
-            values[name] = int(_number(budget.get(name)) or 0)
-        values["gpu_ms"] = _number(budget.get("gpu_ms"))
+            values[name] = int(clean_number(budget.get(name)) or 0)
+        values["gpu_ms"] = clean_number(budget.get("gpu_ms"))
         return cls(**values)
 
     @property

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpumon.jobs.budget import clean_number
 from gpumon.protocol import activity
 
 MAX_LINES = 64
@@ -13,9 +13,7 @@ MAX_LINES = 64
 
 
 def _count(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return 0
-    return max(0, int(value))
+    return int(clean_number(value) or 0)
 
 
 def _triple(value: object) -> tuple[int, int, int]:
@@ -91,17 +89,15 @@ class HostProfile:
                     counts=_triple(entry.get("counts")),
                 )
             )
-        hz = host.get("hz")
-        cost = host.get("cost_ms")
         gpu_state = host.get("gpu_state")
         return cls(
             t=t,
-            hz=float(hz) if isinstance(hz, (int, float)) and not isinstance(hz, bool) and math.isfinite(hz) else 0.0,
+            hz=clean_number(host.get("hz")) or 0.0,
             samples=_count(host.get("samples")),
             gpu_state=gpu_state[:200] if isinstance(gpu_state, str) else None,
             activities=activities,
             lines=tuple(lines),
-            cost_ms=float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0,
+            cost_ms=clean_number(host.get("cost_ms")) or 0.0,
         )
 
     def since(self, earlier: HostProfile | None) -> HostProfile:
