@@ -171,10 +171,11 @@ def _start_server() -> None:
         from gpumon.hook.server import HookServer
 
         server = HookServer(state.runtime, installed_at=state.installed_at, injected=state.injected)
+        _start_sampler(state.runtime)  # before the socket appears: a monitor that finds it finds every hook thread
         if server.start():
             state.server = server
-            _start_sampler(state.runtime)
         else:  # serving nowhere: gpumon cannot find the job, so its log says why (once)
+            _stop_sampler(state.runtime)
             say_once(f"not serving, gpumon cannot see this job: {printable(server.failure or 'no socket')}"[:500])
     except Exception as exc:  # noqa: BLE001
         state.runtime.error(exc)
@@ -189,6 +190,14 @@ def _start_sampler(runtime: Any) -> None:
     if sampler is not None:
         runtime.sampler = sampler
         sampler.start()
+
+
+def _stop_sampler(runtime: Any) -> None:
+    sampler = getattr(runtime, "sampler", None)
+    if sampler is not None:
+        sampler.stop()
+        sampler.join(0.5)  # once, at start-up, only when the hook cannot serve
+        runtime.sampler = None
 
 
 def _register_process_hooks() -> None:

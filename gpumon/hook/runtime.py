@@ -137,7 +137,7 @@ class HookRuntime:
         self.training_thread = 0
         """The thread that closes steps (its ident; 0: none yet), which the stack sampler reads."""
         self.sampler: Any = None
-        """The StackSampler (gpumon.hook.stack_sampler), once the server runs; None: not sampling."""
+        """The StackSampler (gpumon.hook.stack_sampler) while the hook serves; None: not sampling."""
         # Accumulators of the open step.
         self._step_start = clock()
         self._data_wait = 0.0

@@ -77,6 +77,11 @@ class StackSampler:
             self._stopped = True
         self._unguard_graphs()
 
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the stopped thread to end (it ends within one sample)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
     def forget_in_child(self) -> None:
         """In a forked child: no thread runs here, and none may start. The locks are new ones: the fork may have
         copied one held by the parent's sampler thread, which does not exist here to release it."""

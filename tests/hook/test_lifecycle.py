@@ -83,8 +83,10 @@ def test_backward_is_torchs_own_again_once_an_optimizer_marks_the_steps(sock_dir
 SERVES_NOWHERE = r"""
 import gpumon.hook
 import torch  # the server starts here, and cannot
+import threading
 from gpumon.hook.lifecycle import server
 assert server() is None
+assert not [t for t in threading.enumerate() if t.name.startswith("gpumon-hook")]  # no sampler left behind
 """
 
 
