@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from gpumon import protocol
 from gpumon.advisor.measure import Measurement
 from gpumon.advisor.peak_flops import blended_peak, gpu_peaks, job_precision
 from gpumon.advisor.signals import Signals
@@ -63,20 +64,18 @@ class PowerSpan:
         return self.end - self.start
 
 
-def flop_count(view: HookedView) -> Mapping[str, object] | None:
+def flop_count(view: HookedView) -> protocol.FlopCount | None:
     """The hook's latest FLOP count (state.flops), None before the first."""
-    flops = (view.state or {}).get("flops")
-    return flops if isinstance(flops, Mapping) else None
+    return view.state.get("flops") if view.state is not None else None
 
 
 def device_name(view: HookedView) -> str | None:
     """The CUDA name of the GPU the job's steps run on ("NVIDIA H200"), None on a CPU job or before CUDA."""
     cuda = view.cuda
-    devices = [d for d in cuda.get("devices") or () if isinstance(d, Mapping)]
+    devices = cuda.get("devices") or []
     device = cuda.get("device")
-    chosen = [d for d in devices if d.get("index") == device] if isinstance(device, int) else devices[:1]
-    name = chosen[0].get("name") if chosen else None
-    return name if isinstance(name, str) else None
+    chosen = [d for d in devices if d.get("index") == device] if device is not None else devices[:1]
+    return chosen[0].get("name") if chosen else None
 
 
 def mfu(flops_per_step: float, steps_per_s: float, peak: float) -> float:
@@ -90,8 +89,8 @@ def job_mfu(view: HookedView, steps_per_s: float | None = None) -> Mfu:
         return Mfu(reason="no FLOP count yet (the hook counts step 30)")
     if not count.get("available"):
         return Mfu(reason=f"FLOPs not counted: {count.get('reason') or 'unknown'}")
-    flops = count.get("flops_per_step")
-    if not isinstance(flops, int) or isinstance(flops, bool) or flops <= 0:
+    flops = count.get("flops_per_step") or 0
+    if flops <= 0:
         return Mfu(reason="the counted step had no matmul, convolution or attention")
     rate = view.stats.steps_per_s if steps_per_s is None else steps_per_s
     achieved = None if rate is None else flops * rate
@@ -103,9 +102,7 @@ def job_mfu(view: HookedView, steps_per_s: float | None = None) -> Mfu:
     if peaks is None:
         reason = "GPU not in the peak table"
         return Mfu(achieved=achieved, flops_per_step=flops, gpu=name, precision=precision, reason=reason)
-    conv_flops = count.get("conv_flops_per_step")
-    conv = conv_flops if isinstance(conv_flops, int) and not isinstance(conv_flops, bool) else 0
-    peak, precision = blended_peak(peaks, view.precision, flops, conv)
+    peak, precision = blended_peak(peaks, view.precision, flops, count.get("conv_flops_per_step") or 0)
     value = None if rate is None else mfu(flops, rate, peak)
     return Mfu(
         value=value,

@@ -398,7 +398,7 @@ class MeasurementPlan:
             share=share,
         )
 
-    def sync_count(self, diagnose: Callable[..., Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    def sync_count(self, diagnose: Callable[..., protocol.Diagnosis]) -> protocol.Diagnosis | None:
         """The hook's sync count (`diagnose` is the client's), None when it could not be had: optional evidence."""
         try:
             return diagnose(DIAGNOSIS_STEPS, timeout=max(10.0, self.window_s * 3))

@@ -7,9 +7,9 @@ in the table has no peak (MFU N/A) rather than a guessed one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from gpumon.protocol import PrecisionInfo
 
 BF16 = "bf16"
 FP16 = "fp16"
@@ -68,12 +68,12 @@ def gpu_peaks(name: str | None) -> GpuPeaks | None:
     return None
 
 
-def job_precision(precision: Mapping[str, Any]) -> str:
+def job_precision(precision: PrecisionInfo) -> str:
     """The precision the job's matmuls run in, from the hook's PrecisionInfo: the autocast dtype when an enabled
     CUDA autocast was seen, else TF32 when fp32 matmuls may use it, else fp32."""
     autocast = precision.get("autocast")
-    if isinstance(autocast, Mapping) and autocast.get("enabled") and autocast.get("device_type") == "cuda":
-        dtype = str(autocast.get("dtype", ""))
+    if autocast and autocast.get("enabled") and autocast.get("device_type") == "cuda":
+        dtype = autocast.get("dtype", "")
         if dtype.endswith("bfloat16"):
             return BF16
         if dtype.endswith("float16"):
@@ -83,7 +83,7 @@ def job_precision(precision: Mapping[str, Any]) -> str:
     return FP32
 
 
-def blended_peak(peaks: GpuPeaks, precision: Mapping[str, Any], flops: int, conv_flops: int) -> tuple[float, str]:
+def blended_peak(peaks: GpuPeaks, precision: PrecisionInfo, flops: int, conv_flops: int) -> tuple[float, str]:
     """(peak FLOP/s, its label) for a step of `flops`, `conv_flops` of them in convolutions. Under autocast, the
     autocast dtype's peak. Otherwise matmuls and convolutions may run at different peaks (cuDNN allows TF32 for
     convolutions by default, matmuls do not): the peak is the rate at which the step's FLOPs, each kind at its own

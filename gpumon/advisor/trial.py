@@ -126,13 +126,10 @@ def confirm_knobs(
 ) -> tuple[dict[str, str], list[str]]:
     """How each knob of `change` is known to be in effect ("hook", "script", "observed"), and the ones that are not
     (with why)."""
-    state: Mapping[str, Any] = (view.state or {}) if view is not None else {}
-    knobs_field = state.get("knobs")
-    knob_state: Mapping[str, Any] = knobs_field if isinstance(knobs_field, Mapping) else {}
-    applied_field = knob_state.get("applied")
-    applied_by_hook: Mapping[str, Any] = applied_field if isinstance(applied_field, Mapping) else {}
+    knob_state = (view.state.get("knobs") if view is not None and view.state is not None else None) or {}
+    applied_by_hook = knob_state.get("applied") or {}
     loaders = view.dataloaders if view is not None else []
-    precision = view.precision if view is not None else {}
+    precision: protocol.PrecisionInfo = view.precision if view is not None else {}
     confirmed: dict[str, str] = {}
     missing: list[str] = []
     for name, value in change.items():

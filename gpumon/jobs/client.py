@@ -191,17 +191,18 @@ class JobClient:
             raise JobRequestError(str(error), error.code) from None
         return self.request({"type": protocol.SET_KNOB, "knobs": checked}, (protocol.KNOB_ACK,), timeout)
 
-    def diagnose(self, steps: int, timeout: float = 60.0) -> dict[str, Any]:
-        """Count host-device syncs over the next `steps` steps; returns the `diagnosis` message.
+    def diagnose(self, steps: int, timeout: float = 60.0) -> protocol.Diagnosis:
+        """Count host-device syncs over the next `steps` steps; returns the `diagnosis` message (conformed).
 
         Waits for the job to run those steps (at most `timeout` seconds). Raises JobRequestError.
         """
         if not 1 <= steps <= protocol.DIAGNOSE_MAX_STEPS:
             raise JobRequestError(f"steps must be 1..{protocol.DIAGNOSE_MAX_STEPS}", protocol.E_BAD_MESSAGE)
         request: dict[str, Any] = {"type": protocol.DIAGNOSE, "steps": steps, "id": f"d{next(self._ids)}"}
-        return self._request_result(
+        result = self._request_result(
             request, protocol.DIAGNOSING, protocol.DIAGNOSIS, timeout, "diagnosis", "its diagnosis"
         )
+        return protocol.conform(protocol.Diagnosis, result)
 
     def profile(
         self,

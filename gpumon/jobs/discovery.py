@@ -29,12 +29,17 @@ class JobInfo:
 
     pid: int
     socket_path: str
-    hello: Mapping[str, Any] = field(repr=False)
+    hello: protocol.Hello = field(repr=False)
+    """The hello as its TypedDict: its fields need no type checks."""
+
+    @classmethod
+    def of(cls, pid: int, socket_path: str, message: Mapping[str, Any]) -> JobInfo:
+        """The job a hello message describes, its fields read once (protocol.conform)."""
+        return cls(pid=pid, socket_path=socket_path, hello=protocol.conform(protocol.Hello, message))
 
     @property
     def argv(self) -> list[str]:
-        argv = self.hello.get("argv")
-        return [str(arg) for arg in argv] if isinstance(argv, list) else []
+        return self.hello.get("argv") or []
 
     @property
     def command(self) -> str:
@@ -42,7 +47,7 @@ class JobInfo:
 
         A `python -m package` run has package/__main__.py as its argv[0]: it is said as `python -m package`."""
         argv = self.argv
-        executable = str(self.hello.get("executable", "") or "?")
+        executable = self.hello.get("executable") or "?"
         if argv and os.path.basename(argv[0]) == "__main__.py":
             package = os.path.basename(os.path.dirname(argv[0]))
             argv = [os.path.basename(executable) or "python", "-m", package, *argv[1:]]
@@ -50,52 +55,49 @@ class JobInfo:
 
     @property
     def cwd(self) -> str:
-        return str(self.hello.get("cwd", ""))
+        return self.hello.get("cwd", "")
 
     @property
     def ppid(self) -> int | None:
-        return _int(self.hello.get("ppid"))
+        return self.hello.get("ppid")
 
     @property
     def hostname(self) -> str:
-        return str(self.hello.get("hostname", ""))
+        return self.hello.get("hostname", "")
 
     @property
-    def dist(self) -> Mapping[str, Any]:
-        dist = self.hello.get("dist")
-        return dist if isinstance(dist, Mapping) else {}
+    def dist(self) -> protocol.DistInfo:
+        return self.hello.get("dist") or {}
 
     @property
     def rank(self) -> int | None:
-        return _int(self.dist.get("rank"))
+        return self.dist.get("rank")
 
     @property
     def local_rank(self) -> int | None:
-        return _int(self.dist.get("local_rank"))
+        return self.dist.get("local_rank")
 
     @property
     def world_size(self) -> int | None:
-        return _int(self.dist.get("world_size"))
+        return self.dist.get("world_size")
 
     @property
-    def cuda(self) -> Mapping[str, Any]:
-        cuda = self.hello.get("cuda")
-        return cuda if isinstance(cuda, Mapping) else {}
+    def cuda(self) -> protocol.CudaInfo:
+        return self.hello.get("cuda") or {}
 
     @property
-    def devices(self) -> list[Mapping[str, Any]]:
+    def devices(self) -> list[protocol.CudaDevice]:
         """The CUDA devices the job sees (empty until the job itself initializes CUDA)."""
-        devices = self.cuda.get("devices")
-        return [d for d in devices if isinstance(d, Mapping)] if isinstance(devices, list) else []
+        return self.cuda.get("devices") or []
 
     @property
     def device(self) -> int | None:
         """The index (as the job sees it) of the device its steps run on, when known."""
-        return _int(self.cuda.get("device"))
+        return self.cuda.get("device")
 
     @property
     def protocol_version(self) -> int | None:
-        return _int(self.hello.get("protocol"))
+        return self.hello.get("protocol")
 
     @property
     def compatible(self) -> bool:
@@ -187,10 +189,6 @@ class Discovery:
         return next((group for group in self.groups if group.with_pid(pid)), None)
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _sort_key(job: JobInfo) -> tuple[int, int, int]:
     rank = job.rank
     return (0 if rank is not None else 1, rank if rank is not None else 0, job.pid)
@@ -252,7 +250,7 @@ def _probe(pid: int, path: str, timeout: float) -> tuple[str, Any]:
         return ("unreachable", f"{path}: {error.strerror or error}")
     if hello.get("pid") != pid:
         return ("unreachable", f"{path} is served by pid {hello.get('pid')}, not {pid}")
-    return ("job", JobInfo(pid=pid, socket_path=path, hello=hello))
+    return ("job", JobInfo.of(pid, path, hello))
 
 
 _USER_SOCKET_DIR = re.compile(r"/tmp/gpumon-(\d+)(?:-[^/]*)?|/run/user/(\d+)/gpumon")

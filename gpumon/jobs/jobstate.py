@@ -234,14 +234,15 @@ class HookedView:
     timeline: tuple[TimelinePoint, ...] = ()
     stats: RollingStats = field(default_factory=RollingStats)
     hook_stats: Mapping[str, Any] = field(default_factory=dict)
-    state: Mapping[str, Any] | None = None
+    state: protocol.State | None = None
+    """The latest state message, as its TypedDict (protocol.conform: its fields need no type checks)."""
     last_seq: int = 0
     dropped: int = 0
     protocol_errors: int = 0
     last_error: str | None = None
     silent_s: float | None = None
     """Seconds since the last message (None before any)."""
-    diagnosis: Mapping[str, Any] | None = None
+    diagnosis: protocol.Diagnosis | None = None
     ranks: tuple[RankSummary, ...] = ()
     straggler: int | None = None
     """Pid of the straggling rank, when ranks are shown and one stands out."""
@@ -255,29 +256,26 @@ class HookedView:
         return self.info.command if self.info is not None else ""
 
     @property
-    def memory(self) -> Mapping[str, Any] | None:
-        memory = (self.state or {}).get("memory")
-        return memory if isinstance(memory, Mapping) else None
+    def memory(self) -> protocol.MemoryInfo | None:
+        return self.state.get("memory") if self.state is not None else None
 
     @property
-    def dataloaders(self) -> list[Mapping[str, Any]]:
-        loaders = (self.state or {}).get("dataloaders")
-        return [d for d in loaders if isinstance(d, Mapping)] if isinstance(loaders, list) else []
+    def dataloaders(self) -> list[protocol.DataLoaderInfo]:
+        return (self.state.get("dataloaders") if self.state is not None else None) or []
 
     @property
-    def precision(self) -> Mapping[str, Any]:
-        precision = (self.state or {}).get("precision")
-        return precision if isinstance(precision, Mapping) else {}
+    def precision(self) -> protocol.PrecisionInfo:
+        return (self.state.get("precision") if self.state is not None else None) or {}
 
     @property
     def step_source(self) -> str | None:
-        source = (self.state or {}).get("step_source")
-        return source if isinstance(source, str) else (self.steps[-1].source if self.steps else None)
+        source = self.state.get("step_source") if self.state is not None else None
+        return source or (self.steps[-1].source if self.steps else None)
 
     @property
-    def cuda(self) -> Mapping[str, Any]:
-        cuda = (self.state or {}).get("cuda")
-        if isinstance(cuda, Mapping):
+    def cuda(self) -> protocol.CudaInfo:
+        cuda = self.state.get("cuda") if self.state is not None else None
+        if cuda is not None:
             return cuda
         return self.info.cuda if self.info is not None else {}
 
@@ -287,17 +285,17 @@ class HookedView:
         pids: list[int] = []
         for loader in self.dataloaders:
             for pid in loader.get("worker_pids") or ():
-                if isinstance(pid, int) and pid not in pids:
+                if pid not in pids:
                     pids.append(pid)
         return pids
 
     @property
     def device_uuids(self) -> list[str]:
         """UUIDs of the GPU(s) the job computes on: its step device, else every device it sees."""
-        devices = [d for d in self.cuda.get("devices") or () if isinstance(d, Mapping)]
+        devices = self.cuda.get("devices") or []
         device = self.cuda.get("device")
-        chosen = [d for d in devices if d.get("index") == device] if isinstance(device, int) else []
-        return [str(d["uuid"]) for d in chosen or devices if d.get("uuid")]
+        chosen = [d for d in devices if d.get("index") == device] if device is not None else []
+        return [uuid for d in chosen or devices if (uuid := d.get("uuid"))]
 
     @property
     def budget(self) -> BudgetShares:
@@ -349,7 +347,7 @@ class JobState:
         self._bucket: _Bucket | None = None
         self._step_sums = StepSumsLog()
         self._hook_stats: Mapping[str, Any] = {}
-        self._state: Mapping[str, Any] | None = None
+        self._state: protocol.State | None = None
         self._host: deque[HostProfile] = deque(maxlen=HOST_PROFILES)
         self._now = 0.0
         """The hook's clock: the newest message or record time seen."""
@@ -358,7 +356,7 @@ class JobState:
         self._protocol_errors = 0
         self._last_error: str | None = None
         self._last_message: float | None = None
-        self._diagnosis: Mapping[str, Any] | None = None
+        self._diagnosis: protocol.Diagnosis | None = None
         self.connected = False
         self.waiting: str | None = None
         self.ended = False
@@ -380,9 +378,7 @@ class JobState:
             message_t = _clean_float(message.get("t"))
             if kind == protocol.HELLO:
                 pid = message.get("pid")
-                self._info = JobInfo(
-                    pid=pid if isinstance(pid, int) else self.pid, socket_path=self._socket_path, hello=dict(message)
-                )
+                self._info = JobInfo.of(pid if isinstance(pid, int) else self.pid, self._socket_path, message)
                 self.connected = True
                 self.waiting = None
                 started = _clean_float(message.get("started"))
@@ -395,7 +391,7 @@ class JobState:
                     self._advance(message_t)
                 return kind
             if kind == protocol.STATE:
-                self._state = dict(message)
+                self._state = protocol.conform(protocol.State, message)
                 if message_t is not None:
                     self._advance(message_t)
                     profile = HostProfile.from_state(message.get("host"), message_t)
@@ -403,7 +399,7 @@ class JobState:
                         self._host.append(profile)
                 return kind
             if kind == protocol.DIAGNOSIS:
-                self._diagnosis = dict(message)
+                self._diagnosis = protocol.conform(protocol.Diagnosis, message)
                 return kind
             if kind == protocol.ERROR:
                 self._last_error = f"{message.get('code')}: {message.get('message')}"

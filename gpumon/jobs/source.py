@@ -1,47 +1,27 @@
 """What the dashboard, `gpumon attach --json` and the advisor follow: JobSource (a job) and JobView (a copy of it).
 
 AttachedJob (a hooked job, every local rank) and PySpySampler (a py-spy estimate) are JobSources; their views,
-HookedView and EstimateView, are JobViews.
+HookedView and EstimateView, make up JobView.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from gpumon.jobs.client import JobClient
+    from gpumon.jobs.jobstate import HookedView
+    from gpumon.jobs.pyspy import EstimateView
 
 Listener = Callable[[str], None]
 """Called on the source's thread with what changed ('hello', 'steps', 'state', 'estimate', 'ended', ...)."""
 
 
-class JobView(Protocol):
-    """A copy of what is known about a job, safe to read on any thread."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def pids(self) -> list[int]:
-        """The job's processes (its ranks)."""
-        ...
-
-    @property
-    def worker_pids(self) -> list[int]:
-        """Its DataLoader workers, where known."""
-        ...
-
-    @property
-    def device_uuids(self) -> list[str]:
-        """The GPUs it runs on, where known."""
-        ...
-
-    @property
-    def ended(self) -> bool: ...
-
-    @property
-    def end_reason(self) -> str | None: ...
+JobView: TypeAlias = "HookedView | EstimateView"
+"""A copy of what is known about a job, safe to read on any thread: the hook's view or py-spy's estimate. Both have
+pid, pids, worker_pids, device_uuids, command, ended and end_reason; code that reads what only one kind has matches
+on the kind, and mypy checks that every kind is handled (typing.assert_never)."""
 
 
 class JobSource(Protocol):

@@ -120,7 +120,7 @@ from gpumon.protocol.paths import (
     socket_path,
     unsafe_dir_reason,
 )
-from gpumon.protocol.validator import SHAPES, validate
+from gpumon.protocol.validator import SHAPES, conform, validate
 
 __all__ = [
     "APPLIES_NEXT_DATALOADER_ITER",
@@ -218,6 +218,7 @@ __all__ = [
     "Subscribed",
     "SyncSite",
     "candidate_socket_dirs",
+    "conform",
     "decode",
     "encode",
     "error_message",

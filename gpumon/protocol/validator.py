@@ -116,3 +116,51 @@ def validate(msg: Mapping[str, Any]) -> None:
             raise ProtocolError(
                 f"{kind!r:.80} field {name!r} has the wrong type: {found}, not {expected}", request_id=request_id
             )
+
+
+_DROP = object()
+_T = typing.TypeVar("_T")
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def conform(shape: type[_T], value: object) -> _T:
+    """`value` read as the TypedDict `shape`: only its fields, each of an accepted JSON kind, nested objects and
+    lists conformed the same way (a list keeps the items of the right kind). Not an object: an empty one. What a
+    receiver reads from the result needs no further type checks; `validate` checks only a message's top level."""
+    fields: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        for name, hint in _hints(shape).items():
+            if name in value:
+                kept = _conform_value(hint, value[name])
+                if kept is not _DROP:
+                    fields[name] = kept
+    return fields  # type: ignore[return-value]  # built field by field from shape's own annotations
+
+
+def _hints(shape: type) -> dict[str, Any]:
+    hints = _HINTS.get(shape)
+    if hints is None:
+        hints = _HINTS[shape] = typing.get_type_hints(shape)
+    return hints
+
+
+def _conform_value(hint: Any, value: object) -> object:
+    if hint is Any:
+        return value
+    if typing.is_typeddict(hint):
+        return conform(hint, value) if isinstance(value, Mapping) else _DROP
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arm in typing.get_args(hint):
+            kept = _conform_value(arm, value)
+            if kept is not _DROP:
+                return kept
+        return _DROP
+    if origin is list:
+        if not isinstance(value, list):
+            return _DROP
+        (item_hint,) = typing.get_args(hint) or (Any,)
+        items = (_conform_value(item_hint, item) for item in value)
+        return [item for item in items if item is not _DROP]
+    kinds = accepted_kinds(hint)
+    return value if kinds is None or json_kind(value) in kinds else _DROP

@@ -5,7 +5,7 @@ py-spy estimate."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -36,8 +36,6 @@ from gpumon.tui.bar import bar
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string, window_maximum
 from gpumon.units import MISSING
-
-AnyJobView = HookedView | EstimateView
 
 LABEL_WIDTH = 8
 SHARES = (("data", "Data", "yellow"), ("gpu", "GPU", "green"), ("rest", "Rest", "magenta"))
@@ -248,7 +246,8 @@ def memory_line(view: HookedView) -> Text:
         return text
     total = memory.get("total")
     allocated, reserved, peak = (
-        units.size(memory.get(key), compact=True) for key in ("allocated", "reserved", "max_allocated")
+        units.size(value, compact=True)
+        for value in (memory.get("allocated"), memory.get("reserved"), memory.get("max_allocated"))
     )
     text.append(f"alloc {allocated} · reserved {reserved} · peak {peak}")
     if total:
@@ -331,7 +330,7 @@ def precision_line(view: HookedView) -> Text:
         text.append(MISSING, style="bright_black")
         return text
     autocast = precision.get("autocast")
-    if isinstance(autocast, Mapping) and autocast.get("enabled"):
+    if autocast and autocast.get("enabled"):
         dtype = printable_or(autocast.get("dtype"), "").replace("torch.", "")
         text.append(f"AMP {dtype} ({printable_or(autocast.get('device_type'))})", style="green")
     else:
@@ -459,7 +458,7 @@ def short_command(command: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def job_title(view: AnyJobView) -> str:
+def job_title(view: JobView) -> str:
     """'Job 1234 · python train.py · optimizer steps' (the estimate and the end are said in the title too)."""
     command = short_command(view.command)
     parts = [f"Job {view.pid}"]
@@ -478,7 +477,7 @@ def job_title(view: AnyJobView) -> str:
 
 
 def job_lines(
-    view: AnyJobView, width: int, max_lines: int, power: PowerSpan | None = None, gpu_busy: float | None = None
+    view: JobView, width: int, max_lines: int, power: PowerSpan | None = None, gpu_busy: float | None = None
 ) -> list[Text]:
     if isinstance(view, EstimateView):
         return estimate_lines(view, width, max_lines)
@@ -493,14 +492,12 @@ class JobPane(Pane):
         super().__init__(id=id, classes=classes)
         self.max_lines = 10
         """Most lines the pane may take; the app sets it from the terminal height."""
-        self.view: AnyJobView | None = None
+        self.view: JobView | None = None
         self.border_title = "Job"
         self.energy = EnergyLog()
         """The GPUs' energy readings (the app adds each snapshot), for the job's joules per sample."""
 
     def show(self, view: JobView) -> None:
-        if not isinstance(view, (HookedView, EstimateView)):
-            return  # the pane draws a hooked job's view or a py-spy estimate
         self.view = view
         title = job_title(view)
         self.set_title(title)

@@ -100,10 +100,10 @@ def test_a_directory_owned_by_another_uid_is_not_read(sock_dir: str) -> None:
 
 
 def hello(pid: int, **dist: Any) -> JobInfo:
-    return JobInfo(
-        pid=pid,
-        socket_path=f"/x/{pid}.sock",
-        hello={
+    return JobInfo.of(
+        pid,
+        f"/x/{pid}.sock",
+        {
             "type": "hello",
             "protocol": 1,
             "pid": pid,

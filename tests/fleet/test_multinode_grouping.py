@@ -70,7 +70,7 @@ def test_single_process_jobs_with_the_same_pid_on_two_hosts_are_two_jobs() -> No
 
 def hooked(pid: int, rank: int, master_addr: str, run_id: str = "none") -> JobInfo:
     dist = {"rank": rank, "world_size": 2, "run_id": run_id, "master_addr": master_addr, "master_port": "29500"}
-    return JobInfo(pid=pid, socket_path=f"/tmp/x/{pid}.sock", hello={"pid": pid, "argv": ["train.py"], "dist": dist})
+    return JobInfo.of(pid, f"/tmp/x/{pid}.sock", {"pid": pid, "argv": ["train.py"], "dist": dist})
 
 
 def test_discovery_groups_by_run_id_and_rendezvous_address() -> None:
@@ -83,6 +83,6 @@ def test_discovery_groups_by_run_id_and_rendezvous_address() -> None:
 def test_exporter_job_label_is_the_same_on_every_node() -> None:
     assert job_key(hooked(11, 0, "10.0.0.1"), 11) == job_key(hooked(99, 1, "10.0.0.1"), 99) == "run:none@10.0.0.1:29500"
     assert job_key(hooked(13, 1, "10.0.0.7"), 13) == "run:none@10.0.0.7:29500"
-    no_address = JobInfo(pid=5, socket_path="", hello={"pid": 5, "dist": {"world_size": 2, "run_id": "r"}})
+    no_address = JobInfo.of(5, "", {"pid": 5, "dist": {"world_size": 2, "run_id": "r"}})
     assert job_key(no_address, 5) == "run:r"
     assert job_key(None, 5) == "pid:5"

@@ -155,7 +155,7 @@ async def test_hostile_hook_messages_are_shown_escaped_in_the_job_pane(ended: bo
 
 async def test_the_job_picker_shows_a_hostile_argv_and_cwd_escaped(hostile_recording: Path) -> None:
     hello = {"pid": 4242, "argv": ["python", HOSTILE], "cwd": f"/srv/{HOSTILE}", "protocol": 1}
-    groups = group_jobs([JobInfo(pid=4242, socket_path="/nonexistent.sock", hello=hello)])
+    groups = group_jobs([JobInfo.of(4242, "/nonexistent.sock", hello)])
     app = GpumonApp(Replayer(read_recording(hostile_recording), speed=32), jobs=groups)
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()

@@ -171,7 +171,7 @@ async def test_help_explains_the_job_pane_only_with_a_job() -> None:
 
 def group_of(view: HookedView) -> JobGroup:
     assert view.info is not None
-    return JobGroup(None, (JobInfo(pid=view.pid, socket_path="/nonexistent.sock", hello=view.info.hello),))
+    return JobGroup(None, (JobInfo.of(view.pid, "/nonexistent.sock", view.info.hello),))
 
 
 async def test_plain_gpumon_offers_the_hooked_jobs_and_attaches_to_the_picked_one() -> None:
