@@ -32,6 +32,7 @@ from gpumon.hook.runtime import (
 from gpumon.printable import escape_surrogates
 
 STATS_WINDOW_S = 5.0
+MAX_RECORDS_PER_MESSAGE = 256
 _MAX_ARG_CHARS = 1000
 _MAX_ARGV_CHARS = 16_000
 
@@ -170,6 +171,36 @@ def record_dict(runtime: HookRuntime, record: list[Any]) -> protocol.StepRecord:
         full["gpu_ms"] = out["gpu_ms"]
         out["budget"] = full
     return out
+
+
+def steps_messages(
+    runtime: HookRuntime, cursor: int, records: list[list[Any]], stats: protocol.StepStats
+) -> tuple[list[protocol.Steps], int]:
+    """The `steps` messages for a client at `cursor` (records newer than it, at most MAX_RECORDS_PER_MESSAGE
+    each, or just fresh stats when there are none), and its cursor after them. Records already gone from the
+    runtime count as dropped."""
+    last_seq = records[-1][R_SEQ] if records else 0
+    new: list[list[Any]] = []
+    dropped = 0
+    if records and last_seq > cursor:
+        first_seq = records[0][R_SEQ]
+        dropped = max(0, first_seq - (cursor + 1))
+        new = records[max(0, cursor + 1 - first_seq) :]
+    messages = []
+    for start in range(0, max(1, len(new)), MAX_RECORDS_PER_MESSAGE):
+        chunk = new[start : start + MAX_RECORDS_PER_MESSAGE]
+        messages.append(
+            protocol.Steps(
+                type=protocol.STEPS,
+                t=round(time.time(), 4),
+                last_seq=chunk[-1][R_SEQ] if chunk else last_seq,
+                records=[record_dict(runtime, r) for r in chunk],
+                dropped=dropped,
+                stats=stats,
+            )
+        )
+        dropped = 0
+    return messages, max(cursor, last_seq)
 
 
 def step_stats(runtime: HookRuntime, records: list[list[Any]], now_perf: float) -> protocol.StepStats:

@@ -16,14 +16,14 @@ import selectors
 import socket
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from gpumon import protocol
 from gpumon.hook import info
-from gpumon.hook.profiler_capture import TRACES_DIR, trace_dir_problem, trace_path
 from gpumon.hook.ratelimit import TokenBucket
+from gpumon.hook.request_handler import RequestError, RequestHandler
 from gpumon.hook.runtime import R_SEQ, HookRuntime
+from gpumon.hook.server_client import Client
 from gpumon.hook.socket_dir import choose_socket_dir, prepare_socket_dir
 
 MAX_CLIENTS = 8
@@ -32,10 +32,7 @@ CLIENT_BUFFER = 1024 * 1024
 STALL_TIMEOUT = 20.0
 """A client with queued output that has taken nothing for this long is disconnected."""
 MAX_CLIENT_ERRORS = 32
-MAX_RECORDS_PER_MESSAGE = 256
 DEFAULT_BACKLOG = 256
-STEPS_INTERVAL = 0.2
-STATE_INTERVAL = 1.0
 STEPS_HEARTBEAT = 1.0
 """A `steps` message goes out at least this often (fresh stats) even without new steps."""
 ACCEPT_RATE = 10.0
@@ -44,12 +41,6 @@ ACCEPT_BURST = 20.0
 ACCEPT_PAUSE_MIN = 0.05
 ACCEPT_PAUSE_MAX = 1.0
 """Listening pauses at least this long when over the rate, doubling while the flood goes on, up to the max."""
-INPUT_RATE = 64 * 1024
-INPUT_BURST = 256 * 1024
-"""Bytes a second one client may send, and at once. Beyond: its socket is not read for a while."""
-REQUEST_RATE = 50.0
-REQUEST_BURST = 100.0
-"""Requests (lines) a second one client may send, and at once."""
 GREETING_TTL = 0.2
 """A new client's hello, state and first steps are reused for this long (a flood of connects costs one build)."""
 RESTART_BACKOFF_MIN = 0.05
@@ -59,62 +50,8 @@ _RESTART_CALM_S = 60.0
 _RECV_CHUNK = 65536
 _MAX_RECV_PER_WAKE = 4
 _MAX_ACCEPT_PER_WAKE = 16
-_MAX_QUEUED_CONTROL = 60
 
 __all__ = ["HookServer", "prepare_socket_dir"]
-
-
-class _Client:
-    __slots__ = (
-        "closed",
-        "cursor",
-        "dropped_messages",
-        "errors",
-        "events",
-        "fd",
-        "head_sent",
-        "inbuf",
-        "input_bytes",
-        "last_progress",
-        "last_steps_sent",
-        "next_state",
-        "next_steps",
-        "out",
-        "out_bytes",
-        "paused_until",
-        "requests",
-        "sock",
-        "state",
-        "state_interval",
-        "steps",
-        "steps_interval",
-    )
-
-    def __init__(self, sock: socket.socket, now: float, cursor: int) -> None:
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.out: deque[bytes] = deque()
-        self.out_bytes = 0
-        self.head_sent = 0
-        self.inbuf = bytearray()
-        self.errors = 0
-        self.dropped_messages = 0
-        self.last_progress = now
-        self.steps = True
-        self.state = True
-        self.steps_interval = STEPS_INTERVAL
-        self.state_interval = STATE_INTERVAL
-        self.next_steps = now + STEPS_INTERVAL
-        self.next_state = now + STATE_INTERVAL
-        self.last_steps_sent = now
-        self.cursor = cursor
-        self.closed = False
-        self.events = 0
-        """The selector events registered now (0: not registered)."""
-        self.paused_until = 0.0
-        """While nonzero, the socket is not read (input over budget) until this monotonic time."""
-        self.input_bytes = TokenBucket(INPUT_RATE, INPUT_BURST, now)
-        self.requests = TokenBucket(REQUEST_RATE, REQUEST_BURST, now)
 
 
 class HookServer:
@@ -153,7 +90,7 @@ class HookServer:
         self.failure: str | None = None
         self.socket_refused: str | None = None
         self.restarts = 0
-        self._clients: dict[int, _Client] = {}
+        self._clients: dict[int, Client] = {}
         self._listener: socket.socket | None = None
         self._selector: selectors.BaseSelector | None = None
         self._wake_r = self._wake_w = -1
@@ -168,6 +105,7 @@ class HookServer:
         self._accept_resumed_at = 0.0
         self._accept_pause = ACCEPT_PAUSE_MIN
         self._greeting: tuple[float, list[bytes], int] | None = None
+        self._requests = RequestHandler(runtime, self._state, lambda: self.directory)
         self._too_many_clients = protocol.encode(
             protocol.error_message(protocol.E_TOO_MANY_CLIENTS, f"at most {max_clients} clients at a time")
         )
@@ -392,7 +330,7 @@ class HookServer:
             return 1.0  # still wake now and then for the stall check
         return max(0.0, min(min(due) - now, 1.0))
 
-    def _client_failed(self, client: _Client, exc: Exception) -> None:
+    def _client_failed(self, client: Client, exc: Exception) -> None:
         self.runtime.error(exc)
         try:
             self._drop(client)
@@ -443,7 +381,7 @@ class HookServer:
             _close_quietly(conn)
             return
         greeting, cursor = self._greeting_for_new_client(now)
-        client = _Client(conn, now, cursor=cursor)
+        client = Client(conn, now, cursor=cursor)
         self._clients[client.fd] = client
         self._update_events(client)
         for data in greeting:
@@ -482,14 +420,14 @@ class HookServer:
         lines = [protocol.encode(hello), protocol.encode(self._state())]
         records = self.runtime.snapshot_records()
         stats = info.step_stats(self.runtime, records, self.runtime.clock())
-        messages, cursor = self._steps_messages(max(0, self.runtime.seq - DEFAULT_BACKLOG), records, stats)
+        messages, cursor = info.steps_messages(self.runtime, max(0, self.runtime.seq - DEFAULT_BACKLOG), records, stats)
         lines += [protocol.encode(message) for message in messages]
         self._greeting = (now, lines, cursor)
         return lines, cursor
 
     # -- input ----------------------------------------------------------------------------------
 
-    def _read(self, client: _Client) -> None:
+    def _read(self, client: Client) -> None:
         for _ in range(_MAX_RECV_PER_WAKE):
             if client.paused_until:
                 return
@@ -513,11 +451,11 @@ class HookServer:
                 self._pause_input(client, now + client.input_bytes.wait_s(now, 0.0))
                 return
 
-    def _pause_input(self, client: _Client, until: float) -> None:
+    def _pause_input(self, client: Client, until: float) -> None:
         client.paused_until = max(until, time.monotonic() + 0.001)
         self._update_events(client)
 
-    def _handle_lines(self, client: _Client, now: float) -> None:
+    def _handle_lines(self, client: Client, now: float) -> None:
         buf = client.inbuf
         while not client.closed:
             newline = buf.find(b"\n")
@@ -534,112 +472,29 @@ class HookServer:
             if line.strip():
                 self._handle_request(client, line)
 
-    def _refuse(self, client: _Client, code: str, message: str) -> None:
+    def _refuse(self, client: Client, code: str, message: str) -> None:
         """Answer with an error and hang up (what is queued gets one chance to go out)."""
         self._send(client, protocol.error_message(code, message))
         self._flush(client)
         self._drop(client)
 
-    def _handle_request(self, client: _Client, line: bytes) -> None:
+    def _handle_request(self, client: Client, line: bytes) -> None:
         try:
             msg = protocol.decode(line, limit=protocol.MAX_LINE)
         except protocol.ProtocolError as exc:
             self._client_error(client, exc.code, str(exc), exc.request_id)
             return
-        kind = msg["type"]
         request_id = msg.get("id")
-        if kind not in protocol.REQUEST_TYPES:
-            self._client_error(client, protocol.E_UNKNOWN_TYPE, f"unknown request type {kind!r:.80}", request_id)
+        try:
+            reply = self._requests.answer(client, msg)
+        except RequestError as exc:
+            self._client_error(client, exc.code, str(exc), request_id)
             return
-        reply: dict[str, Any]
-        if kind == protocol.PING:
-            reply = {"type": protocol.PONG, "t": round(time.time(), 4)}
-        elif kind == protocol.GET_STATE:
-            reply = dict(self._state())
-        elif kind == protocol.SUBSCRIBE:
-            reply = self._subscribe(client, msg)
-        elif kind == protocol.DIAGNOSE:
-            steps = msg["steps"]
-            if not 1 <= steps <= protocol.DIAGNOSE_MAX_STEPS:
-                self._client_error(
-                    client, protocol.E_BAD_MESSAGE, f"steps must be 1..{protocol.DIAGNOSE_MAX_STEPS}", request_id
-                )
-                return
-            if self.runtime.diagnosing or len(self.runtime.control) >= _MAX_QUEUED_CONTROL:
-                self._client_error(client, protocol.E_BUSY, "a diagnosis is already running", request_id)
-                return
-            self.runtime.control.append(("diagnose", steps, request_id))
-            reply = {"type": protocol.DIAGNOSING, "steps": steps}
-        elif kind == protocol.PROFILE:
-            profiling = self._profile(client, msg, request_id)
-            if profiling is None:
-                return
-            reply = profiling
-        else:  # SET_KNOB
-            try:
-                knobs = protocol.validate_knobs(msg["knobs"], live=True)
-            except protocol.ProtocolError as exc:
-                self._client_error(client, exc.code, str(exc), request_id)
-                return
-            if len(self.runtime.control) >= _MAX_QUEUED_CONTROL:
-                self._client_error(client, protocol.E_BUSY, "too many requests waiting for a step", request_id)
-                return
-            self.runtime.control.append(("knobs", knobs, request_id))
-            reply = {
-                "type": protocol.KNOB_ACK,
-                "knobs": knobs,
-                "applies": {name: protocol.KNOBS[name]["applies"] for name in knobs},
-            }
         if request_id is not None:
             reply["id"] = request_id
         self._send(client, reply)
 
-    def _profile(self, client: _Client, msg: dict[str, Any], request_id: Any) -> dict[str, Any] | None:
-        """Queue a profiler capture for the training thread; the `profiling` reply, or None after an error reply."""
-        steps = msg["steps"]
-        directory = os.path.normpath(msg.get("dir", os.path.join(self.directory, TRACES_DIR)))
-        if not 1 <= steps <= protocol.PROFILE_MAX_STEPS:
-            problem: str | None = f"steps must be 1..{protocol.PROFILE_MAX_STEPS}"
-        else:
-            problem = trace_dir_problem(directory)
-        if problem is not None:
-            self._client_error(client, protocol.E_BAD_MESSAGE, problem, request_id)
-            return None
-        capture = self.runtime.profiler_capture
-        if len(self.runtime.control) >= _MAX_QUEUED_CONTROL or not capture.reserve():
-            self._client_error(client, protocol.E_BUSY, "a profiler capture is already running", request_id)
-            return None
-        path = trace_path(directory, os.getpid())
-        self.runtime.control.append(("profile", (steps, path), request_id))
-        return {"type": protocol.PROFILING, "steps": steps, "path": path}
-
-    def _subscribe(self, client: _Client, msg: dict[str, Any]) -> dict[str, Any]:
-        now = time.monotonic()
-        if "steps" in msg:
-            client.steps = msg["steps"]
-        if "state" in msg:
-            client.state = msg["state"]
-        if "steps_interval" in msg:
-            client.steps_interval = min(5.0, max(0.05, float(msg["steps_interval"])))
-        if "state_interval" in msg:
-            client.state_interval = min(30.0, max(0.25, float(msg["state_interval"])))
-        if "backlog" in msg:
-            backlog = min(protocol.BACKLOG_MAX, max(0, msg["backlog"]))
-            client.cursor = max(0, self.runtime.seq - backlog)
-            client.next_steps = now
-        client.next_steps = min(client.next_steps, now + client.steps_interval)
-        client.next_state = min(client.next_state, now + client.state_interval)
-        return {
-            "type": protocol.SUBSCRIBED,
-            "options": {
-                "steps": client.steps,
-                "state": client.state,
-                "steps_interval": client.steps_interval,
-                "state_interval": client.state_interval,
-            },
-        }
-
-    def _client_error(self, client: _Client, code: str, message: str, request_id: Any) -> None:
+    def _client_error(self, client: Client, code: str, message: str, request_id: Any) -> None:
         client.errors += 1
         if client.errors > MAX_CLIENT_ERRORS:
             self._refuse(client, protocol.E_TOO_MANY_ERRORS, f"more than {MAX_CLIENT_ERRORS} bad requests")
@@ -693,42 +548,13 @@ class HookServer:
             except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
                 self._client_failed(client, exc)
 
-    def _steps_messages(
-        self, cursor: int, records: list[list[Any]], stats: protocol.StepStats
-    ) -> tuple[list[protocol.Steps], int]:
-        """The `steps` messages for a client at `cursor` (records newer than it, at most MAX_RECORDS_PER_MESSAGE
-        each, or just fresh stats when there are none), and its cursor after them. Records already gone from the
-        runtime count as dropped."""
-        last_seq = records[-1][R_SEQ] if records else 0
-        new: list[list[Any]] = []
-        dropped = 0
-        if records and last_seq > cursor:
-            first_seq = records[0][R_SEQ]
-            dropped = max(0, first_seq - (cursor + 1))
-            new = records[max(0, cursor + 1 - first_seq) :]
-        messages = []
-        for start in range(0, max(1, len(new)), MAX_RECORDS_PER_MESSAGE):
-            chunk = new[start : start + MAX_RECORDS_PER_MESSAGE]
-            messages.append(
-                protocol.Steps(
-                    type=protocol.STEPS,
-                    t=round(time.time(), 4),
-                    last_seq=chunk[-1][R_SEQ] if chunk else last_seq,
-                    records=[info.record_dict(self.runtime, r) for r in chunk],
-                    dropped=dropped,
-                    stats=stats,
-                )
-            )
-            dropped = 0
-        return messages, max(cursor, last_seq)
-
-    def _send_steps(self, client: _Client, records: list[list[Any]], stats: protocol.StepStats) -> None:
-        messages, client.cursor = self._steps_messages(client.cursor, records, stats)
+    def _send_steps(self, client: Client, records: list[list[Any]], stats: protocol.StepStats) -> None:
+        messages, client.cursor = info.steps_messages(self.runtime, client.cursor, records, stats)
         client.last_steps_sent = time.monotonic()
         for message in messages:
             self._send(client, message)
 
-    def _send(self, client: _Client, message: Any) -> None:
+    def _send(self, client: Client, message: Any) -> None:
         """Queue a message for `client`, dropping its oldest queued ones beyond the buffer cap."""
         if client.closed:
             return
@@ -739,41 +565,21 @@ class HookServer:
             return
         self._send_bytes(client, data)
 
-    def _send_bytes(self, client: _Client, data: bytes) -> None:
+    def _send_bytes(self, client: Client, data: bytes) -> None:
         if client.closed:
             return
-        if not client.out:
-            client.last_progress = time.monotonic()
-        client.out.append(data)
-        client.out_bytes += len(data)
-        first_droppable = 1 if client.head_sent else 0
-        # The newest message always stays, so memory is bounded by the cap plus one message.
-        while client.out_bytes > self.client_buffer and len(client.out) > first_droppable + 1:
-            old = client.out[first_droppable]
-            del client.out[first_droppable]
-            client.out_bytes -= len(old)
-            client.dropped_messages += 1
+        client.queue(data, self.client_buffer, time.monotonic())
         self._flush(client)
 
-    def _flush(self, client: _Client) -> None:
-        while client.out and not client.closed:
-            head = client.out[0]
-            try:
-                sent = client.sock.send(memoryview(head)[client.head_sent :])
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                self._drop(client)
-                return
-            client.last_progress = time.monotonic()
-            client.head_sent += sent
-            if client.head_sent >= len(head):
-                client.out.popleft()
-                client.out_bytes -= len(head)
-                client.head_sent = 0
+    def _flush(self, client: Client) -> None:
+        if client.closed:
+            return
+        if not client.send_queued(time.monotonic()):
+            self._drop(client)
+            return
         self._update_events(client)
 
-    def _update_events(self, client: _Client) -> None:
+    def _update_events(self, client: Client) -> None:
         """Register what the client waits for: reading unless paused, writing while output is queued."""
         if client.closed or self._selector is None:
             return
@@ -792,7 +598,7 @@ class HookServer:
             return
         client.events = wanted
 
-    def _drop(self, client: _Client) -> None:
+    def _drop(self, client: Client) -> None:
         if client.closed:
             return
         client.closed = True

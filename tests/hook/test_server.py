@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from gpumon import protocol
+from gpumon.hook import info as info_module
 from gpumon.hook import server as server_module
+from gpumon.hook import server_client as client_module
 from gpumon.hook.runtime import HookRuntime
 from gpumon.hook.server import HookServer
 from gpumon.jobs.connection import HookConnection
@@ -145,7 +147,7 @@ def test_steps_stream_with_backlog(server: HookServer, runtime: HookRuntime) -> 
             msg = conn.recv(2)
             assert msg is not None
             if msg["type"] == "steps":
-                assert len(msg["records"]) <= server_module.MAX_RECORDS_PER_MESSAGE
+                assert len(msg["records"]) <= info_module.MAX_RECORDS_PER_MESSAGE
                 seen += [r["seq"] for r in msg["records"]]
         assert seen == list(range(1, 301))
         runtime.on_manual_step(None)
@@ -383,7 +385,7 @@ def test_a_refused_override_directory_has_no_fallback(
 
 
 def test_a_chatty_client_is_slowed_down_not_dropped(server: HookServer) -> None:
-    count = int(server_module.REQUEST_BURST) + 50
+    count = int(client_module.REQUEST_BURST) + 50
     with HookConnection(server.path) as conn:
         started = time.monotonic()
         conn.sock.sendall(b"".join(b'{"type":"ping","id":%d}\n' % n for n in range(count)))
@@ -394,5 +396,5 @@ def test_a_chatty_client_is_slowed_down_not_dropped(server: HookServer) -> None:
             if msg["type"] == "pong":
                 ids.append(msg["id"])
         assert ids == list(range(count))
-        assert time.monotonic() - started >= 0.7 * 50 / server_module.REQUEST_RATE
+        assert time.monotonic() - started >= 0.7 * 50 / client_module.REQUEST_RATE
         assert server.clients == 1

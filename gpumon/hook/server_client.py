@@ -1,0 +1,105 @@
+"""One client connection of the hook's server: its subscription, input budget and bounded output queue."""
+
+from __future__ import annotations
+
+import socket
+from collections import deque
+
+from gpumon.hook.ratelimit import TokenBucket
+
+STEPS_INTERVAL = 0.2
+STATE_INTERVAL = 1.0
+INPUT_RATE = 64 * 1024
+INPUT_BURST = 256 * 1024
+"""Bytes a second one client may send, and at once. Beyond: its socket is not read for a while."""
+REQUEST_RATE = 50.0
+REQUEST_BURST = 100.0
+"""Requests (lines) a second one client may send, and at once."""
+
+
+class Client:
+    """A connected client. The server's thread is the only one that touches it."""
+
+    __slots__ = (
+        "closed",
+        "cursor",
+        "dropped_messages",
+        "errors",
+        "events",
+        "fd",
+        "head_sent",
+        "inbuf",
+        "input_bytes",
+        "last_progress",
+        "last_steps_sent",
+        "next_state",
+        "next_steps",
+        "out",
+        "out_bytes",
+        "paused_until",
+        "requests",
+        "sock",
+        "state",
+        "state_interval",
+        "steps",
+        "steps_interval",
+    )
+
+    def __init__(self, sock: socket.socket, now: float, cursor: int) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.out: deque[bytes] = deque()
+        self.out_bytes = 0
+        self.head_sent = 0
+        self.inbuf = bytearray()
+        self.errors = 0
+        self.dropped_messages = 0
+        self.last_progress = now
+        self.steps = True
+        self.state = True
+        self.steps_interval = STEPS_INTERVAL
+        self.state_interval = STATE_INTERVAL
+        self.next_steps = now + STEPS_INTERVAL
+        self.next_state = now + STATE_INTERVAL
+        self.last_steps_sent = now
+        self.cursor = cursor
+        """The last step record sent to this client (its next `steps` starts after it)."""
+        self.closed = False
+        self.events = 0
+        """The selector events registered now (0: not registered)."""
+        self.paused_until = 0.0
+        """While nonzero, the socket is not read (input over budget) until this monotonic time."""
+        self.input_bytes = TokenBucket(INPUT_RATE, INPUT_BURST, now)
+        self.requests = TokenBucket(REQUEST_RATE, REQUEST_BURST, now)
+
+    def queue(self, data: bytes, cap: int, now: float) -> None:
+        """Queue `data`, dropping the oldest queued messages beyond `cap` bytes (never the one being sent, never the
+        newest: memory stays within the cap plus one message)."""
+        if not self.out:
+            self.last_progress = now
+        self.out.append(data)
+        self.out_bytes += len(data)
+        first_droppable = 1 if self.head_sent else 0
+        while self.out_bytes > cap and len(self.out) > first_droppable + 1:
+            old = self.out[first_droppable]
+            del self.out[first_droppable]
+            self.out_bytes -= len(old)
+            self.dropped_messages += 1
+
+    def send_queued(self, now: float) -> bool:
+        """Send what the socket takes now without waiting; False when the connection failed."""
+        while self.out:
+            head = self.out[0]
+            try:
+                sent = self.sock.send(memoryview(head)[self.head_sent :])
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                return False
+            self.last_progress = now
+            self.head_sent += sent
+            if self.head_sent >= len(head):
+                self.out.popleft()
+                self.out_bytes -= len(head)
+                self.head_sent = 0
+        return True
