@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from gpumon.sampling.snapshot import Snapshot
     from gpumon.sampling.source import SnapshotSource
 
-DEFAULT_LISTEN = "127.0.0.1:9400"
+DEFAULT_PORT = 19400
+"""Outside 9100-9999, the Prometheus wiki's exporter range (full; 9400 there is dcgm-exporter's), so both run on one
+node; see docs/deploy/README.md."""
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_INTERVAL = 5.0
 """Seconds between samples: a few per 15 s scrape; the energy counter integrates power over them."""
 DESCRIPTION = (
@@ -37,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--listen",
         default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help=f"address to serve on (default {DEFAULT_LISTEN}; ':9400' for every address, port 0 for a free one)",
+        help=f"address to serve on (default {DEFAULT_LISTEN}; ':{DEFAULT_PORT}' for every address (then use TLS and "
+        "basic auth), port 0 for a free one)",
     )
     parser.add_argument(
         "--interval",

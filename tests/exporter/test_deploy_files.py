@@ -20,6 +20,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpumon.advisor.rules import Finding
 from gpumon.advisor.signals import Signals
 from gpumon.cli import build_parser
+from gpumon.cli.exporter import DEFAULT_LISTEN, DEFAULT_PORT
 from gpumon.exporter.collector import SnapshotCollector
 from gpumon.exporter.jobs import JobMetrics, RankFigures
 from gpumon.exporter.labels import PlacementCache
@@ -264,7 +265,7 @@ def test_systemd_unit_runs_an_accepted_command(tmp_path: Path) -> None:
     exec_start = re.search(r"^ExecStart=(.+)$", unit, flags=re.MULTILINE)
     assert exec_start is not None
     args = build_parser().parse_args(_gpumon_arguments(exec_start.group(1)))
-    assert args.listen.startswith("127.0.0.1:")
+    assert args.listen == DEFAULT_LISTEN
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         return
@@ -277,6 +278,16 @@ def test_systemd_unit_runs_an_accepted_command(tmp_path: Path) -> None:
     assert verified.returncode == 0 and "gpumon-exporter.service" not in verified.stderr, verified.stderr
 
 
+def test_systemd_unit_names_a_remote_drop_in_with_tls_and_basic_auth() -> None:
+    """The unit's commented drop-in serves every address only with TLS and basic auth, on the default port."""
+    unit = (DEPLOY / "gpumon-exporter.service").read_text()
+    drop_in = [line.removeprefix("# remote: ") for line in unit.splitlines() if line.startswith("# remote: ")]
+    assert drop_in[:2] == ["[Service]", "ExecStart="]  # the empty ExecStart= clears the unit's own
+    args = build_parser().parse_args(_gpumon_arguments(drop_in[2].removeprefix("ExecStart=")))
+    assert args.listen == f":{DEFAULT_PORT}"
+    assert args.tls_cert and args.tls_key and args.basic_auth_file
+
+
 def test_daemonset_runs_an_accepted_command() -> None:
     text = (DEPLOY / "daemonset.yaml").read_text()
     args_block = re.search(r"args:\n((?:\s+- .+\n)+)", text)
@@ -284,8 +295,9 @@ def test_daemonset_runs_an_accepted_command() -> None:
     args = [re.sub(r"\s+#.*$", "", line.strip()[2:]) for line in args_block.group(1).splitlines()]
     args = [arg.replace("$(NODE_NAME)", "node-1") for arg in args]
     parsed = build_parser().parse_args(args)
-    assert parsed.host_label == "node-1" and parsed.listen.endswith(":9400")
-    assert "hostPID: true" in text and "containerPort: 9400" in text
+    assert parsed.host_label == "node-1" and parsed.listen.endswith(f":{DEFAULT_PORT}")
+    assert "hostPID: true" in text and f"containerPort: {DEFAULT_PORT}" in text
+    assert f'prometheus.io/port: "{DEFAULT_PORT}"' in text
 
 
 def test_fleet_view_queries_exported_metrics_and_labels(exported: dict[str, set[str]]) -> None:
