@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="label processes with their whole command line (may hold secrets; default: program and script name only)",
     )
+    parser.add_argument(
+        "--per-worker-series",
+        action="store_true",
+        help="series for each worker process (e.g. DataLoader workers; new pids, so new series, at every restart); "
+        "default: per GPU process, its workers' count, CPU and RSS together",
+    )
     parser.add_argument("--no-jobs", action="store_true", help="do not attach to hooked jobs")
     parser.add_argument(
         "--replay",
@@ -104,6 +110,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     collector = SnapshotCollector(
         args.host_label,
         full_command=args.full_command,
+        per_worker_series=args.per_worker_series,
         extra=jobs,
         placements=PlacementCache(enabled=not replay),
         source="replay" if replay else "live",

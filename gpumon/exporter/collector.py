@@ -31,12 +31,14 @@ class SnapshotCollector(Collector):
         host_label: str | None = None,
         *,
         full_command: bool = False,
+        per_worker_series: bool = False,
         placements: PlacementCache | None = None,
         extra: FamilySource | None = None,
         source: str = "live",
     ) -> None:
         self._host_label = host_label
         self.full_command = full_command
+        self.per_worker_series = per_worker_series
         self.placements = placements if placements is not None else PlacementCache()
         self.extra = extra
         self.source = source
@@ -64,7 +66,9 @@ class SnapshotCollector(Collector):
             if snapshot is not None:
                 families.extend(host_families(snapshot, host))
                 families.extend(gpu_families(snapshot, host, self.energy.joules, self.xid.tallies))
-                families.extend(process_families(snapshot, host, self.placements, self.full_command))
+                families.extend(
+                    process_families(snapshot, host, self.placements, self.full_command, self.per_worker_series)
+                )
             if self.extra is not None:
                 families.extend(self.extra.families(host))
         yield from families
