@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="series for each worker process (e.g. DataLoader workers; new pids, so new series, at every restart); "
         "default: per GPU process, its workers' count, CPU and RSS together",
     )
+    parser.add_argument(
+        "--dcgm-names",
+        action="store_true",
+        help="also serve dcgm-exporter's DCGM_FI_* names, units and labels for the fields gpumon samples "
+        "(dashboards made for dcgm-exporter then read gpumon)",
+    )
     parser.add_argument("--no-jobs", action="store_true", help="do not attach to hooked jobs")
     parser.add_argument(
         "--replay",
@@ -111,6 +117,7 @@ def run_exporter(args: argparse.Namespace) -> int:
         args.host_label,
         full_command=args.full_command,
         per_worker_series=args.per_worker_series,
+        dcgm_names=args.dcgm_names,
         extra=jobs,
         placements=PlacementCache(enabled=not replay),
         source="replay" if replay else "live",
