@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from gpumon.sampling.snapshot import Snapshot
     from gpumon.sampling.source import SnapshotSource
 
-DEFAULT_LISTEN = "127.0.0.1:9400"
+DEFAULT_PORT = 19400
+"""Outside 9100-9999, the Prometheus wiki's exporter range (full; 9400 there is dcgm-exporter's), so both run on one
+node; see docs/deploy/README.md."""
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_INTERVAL = 5.0
 """Seconds between samples: a few per 15 s scrape; the energy counter integrates power over them."""
 DESCRIPTION = (
@@ -37,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--listen",
         default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help=f"address to serve on (default {DEFAULT_LISTEN}; ':9400' for every address, port 0 for a free one)",
+        help=f"address to serve on (default {DEFAULT_LISTEN}; ':{DEFAULT_PORT}' for every address (then use TLS and "
+        "basic auth), port 0 for a free one)",
     )
     parser.add_argument(
         "--interval",
@@ -56,6 +60,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--full-command",
         action="store_true",
         help="label processes with their whole command line (may hold secrets; default: program and script name only)",
+    )
+    parser.add_argument(
+        "--per-worker-series",
+        action="store_true",
+        help="series for each worker process (e.g. DataLoader workers; new pids, so new series, at every restart); "
+        "default: per GPU process, its workers' count, CPU and RSS together",
+    )
+    parser.add_argument(
+        "--dcgm-names",
+        action="store_true",
+        help="also serve dcgm-exporter's DCGM_FI_* names, units and labels for the fields gpumon samples "
+        "(dashboards made for dcgm-exporter then read gpumon)",
     )
     parser.add_argument("--no-jobs", action="store_true", help="do not attach to hooked jobs")
     parser.add_argument(
@@ -100,6 +116,8 @@ def run_exporter(args: argparse.Namespace) -> int:
     collector = SnapshotCollector(
         args.host_label,
         full_command=args.full_command,
+        per_worker_series=args.per_worker_series,
+        dcgm_names=args.dcgm_names,
         extra=jobs,
         placements=PlacementCache(enabled=not replay),
         source="replay" if replay else "live",

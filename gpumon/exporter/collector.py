@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpumon import __version__
+from gpumon.exporter.dcgm import dcgm_families
 from gpumon.exporter.labels import PlacementCache, label_value
 from gpumon.exporter.metrics import EnergyMeter, XidCounter, gpu_families, host_families, process_families
 from gpumon.sampling.snapshot import Snapshot
@@ -31,12 +32,16 @@ class SnapshotCollector(Collector):
         host_label: str | None = None,
         *,
         full_command: bool = False,
+        per_worker_series: bool = False,
+        dcgm_names: bool = False,
         placements: PlacementCache | None = None,
         extra: FamilySource | None = None,
         source: str = "live",
     ) -> None:
         self._host_label = host_label
         self.full_command = full_command
+        self.per_worker_series = per_worker_series
+        self.dcgm_names = dcgm_names
         self.placements = placements if placements is not None else PlacementCache()
         self.extra = extra
         self.source = source
@@ -64,7 +69,12 @@ class SnapshotCollector(Collector):
             if snapshot is not None:
                 families.extend(host_families(snapshot, host))
                 families.extend(gpu_families(snapshot, host, self.energy.joules, self.xid.tallies))
-                families.extend(process_families(snapshot, host, self.placements, self.full_command))
+                families.extend(
+                    process_families(snapshot, host, self.placements, self.full_command, self.per_worker_series)
+                )
+                if self.dcgm_names:
+                    last_xid = {uuid: tally.last for uuid, tally in self.xid.tallies.items()}
+                    families.extend(dcgm_families(snapshot, host, last_xid))
             if self.extra is not None:
                 families.extend(self.extra.families(host))
         yield from families

@@ -7,7 +7,8 @@ gpumon_job_dataloader_workers, gpumon_job_peak_memory_bytes, gpumon_job_mfu_rati
 gpumon_job_energy_per_sample_joules, gpumon_job_steps_total, gpumon_job_step_share_ratio{owner} (the step model's split
 of the step time, 0-1, adding up to 1 over the owners), and gpumon_job_finding{category} (its confidence, 0-1) with
 gpumon_job_finding_severity{category}. Labels: host, pid,
-command, job (what the job's ranks on every node share: job_key), run_id, rank,
+command, training_job (what the job's ranks on every node share: job_key; never `job`, which is Prometheus'
+scrape job), run_id, rank,
 local_rank, world_size, and the process's container, pod and Slurm job.
 """
 
@@ -42,7 +43,7 @@ WINDOW_S = 30.0
 """The window the figures and the finding cover."""
 SNAPSHOTS_KEPT = 600
 """Snapshots kept for the window (at the fastest interval, 0.1 s, a minute; at the default 5 s, 50 minutes)."""
-JOB_LABELS = ("host", "pid", "command", "job", "run_id", "rank", "local_rank", "world_size")
+JOB_LABELS = ("host", "pid", "command", "training_job", "run_id", "rank", "local_rank", "world_size")
 """Placement labels (container, pod, Slurm job) follow; run_id .. world_size come from the hook's hello."""
 LABELS = (*JOB_LABELS, *(name for name in PLACEMENT_LABELS if name not in JOB_LABELS))
 _FROM_PLACEMENT = tuple(name for name in PLACEMENT_LABELS if name not in JOB_LABELS)

@@ -7,7 +7,7 @@ Every label value from outside (GPU names, commands, environment) goes through l
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -204,9 +204,16 @@ def _gpu_key(gpu: GpuSample, host: str) -> tuple[str, str, str]:
 
 
 def process_families(
-    snapshot: Snapshot, host: str, placements: PlacementCache, full_command: bool = False
+    snapshot: Snapshot,
+    host: str,
+    placements: PlacementCache,
+    full_command: bool = False,
+    per_worker: bool = False,
 ) -> Iterator[Metric]:
-    """Per process on a GPU (role 'gpu') and each of its descendants (role 'worker', e.g. DataLoader workers)."""
+    """Per process on a GPU or followed as a job's (role 'gpu', or 'worker' for one on no GPU), and per such process
+    the count, CPU and RSS of its descendants that hold no GPU (e.g. DataLoader workers). Those descendants get
+    series of their own (role 'worker') only with `per_worker`: their pids change at every restart, so each restart
+    would leave a new set of series behind. A descendant on a GPU always has its own (role 'gpu')."""
     memory = GaugeMetricFamily(
         "gpumon_process_gpu_memory_bytes", "GPU memory the process holds, over its GPUs.", labels=PROCESS_LABELS
     )
@@ -219,12 +226,30 @@ def process_families(
     rss = GaugeMetricFamily(
         "gpumon_process_resident_memory_bytes", "Resident host memory of the process.", labels=PROCESS_LABELS
     )
+    workers = GaugeMetricFamily(
+        "gpumon_process_workers",
+        "Descendant processes on no GPU (e.g. DataLoader workers) of the process.",
+        labels=PROCESS_LABELS,
+    )
+    workers_cpu = GaugeMetricFamily(
+        "gpumon_process_workers_cpu_ratio",
+        "CPU time of the process's workers together, in cores; absent where none was measured.",
+        labels=PROCESS_LABELS,
+    )
+    workers_rss = GaugeMetricFamily(
+        "gpumon_process_workers_resident_memory_bytes",
+        "Resident host memory of the process's workers, summed (shared pages counted in each).",
+        labels=PROCESS_LABELS,
+    )
     seen: list[int] = []
-    for process, role in _with_workers(snapshot.processes):
+
+    def key_of(process: ProcessSample, role: str) -> tuple[str, ...]:
         seen.append(process.pid)
         command = label_value(process.command) if full_command else short_command(process.command)
         gpus = ",".join(str(index) for index in process.gpu_indices)
-        key = (host, str(process.pid), command, gpus, role, *placements.of(process.pid).values())
+        return (host, str(process.pid), command, gpus, role, *placements.of(process.pid).values())
+
+    def add(process: ProcessSample, key: tuple[str, ...]) -> None:
         for family, value, scale in (
             (memory, process.gpu_memory, 1.0),
             (sm, process.sm_percent, PERCENT),
@@ -233,15 +258,23 @@ def process_families(
         ):
             if value is not None:
                 family.add_metric(key, float(value) * scale)
-    placements.keep_only(seen)
-    yield from (memory, sm, cpu, rss)
 
-
-def _with_workers(processes: Sequence[ProcessSample]) -> Iterator[tuple[ProcessSample, str]]:
-    for process in processes:
-        yield process, "gpu" if process.gpu_indices else "worker"
+    for process in snapshot.processes:
+        key = key_of(process, "gpu" if process.gpu_indices else "worker")
+        add(process, key)
+        off_gpu = [child for child in process.children if not child.gpu_indices]
         for child in process.children:
-            yield child, "worker"
+            if child.gpu_indices or per_worker:
+                add(child, key_of(child, "gpu" if child.gpu_indices else "worker"))
+        workers.add_metric(key, float(len(off_gpu)))
+        for family, values in (
+            (workers_cpu, [child.cpu_percent * PERCENT for child in off_gpu if child.cpu_percent is not None]),
+            (workers_rss, [float(child.rss) for child in off_gpu if child.rss is not None]),
+        ):
+            if values or not off_gpu:
+                family.add_metric(key, sum(values))
+    placements.keep_only(seen)
+    yield from (memory, sm, cpu, rss, workers, workers_cpu, workers_rss)
 
 
 def host_families(snapshot: Snapshot, host: str) -> Iterator[Metric]:

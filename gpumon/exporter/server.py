@@ -46,10 +46,10 @@ class TlsFiles:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """'127.0.0.1:9400', '[::1]:9400' or ':9400' (every address) -> (host, port)."""
+    """'127.0.0.1:PORT', '[::1]:PORT' or ':PORT' (every address) -> (host, port)."""
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ServerConfigError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9400)")
+        raise ServerConfigError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8000, [::1]:8000 or :8000)")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     return host or "0.0.0.0", int(port_text)
 
@@ -203,12 +203,12 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class MetricsServer:
-    """Serves `registry` on `address` ('127.0.0.1:9400'; port 0 picks a free one) on its own thread."""
+    """Serves `registry` on `address` ('HOST:PORT'; port 0 picks a free one) on its own thread."""
 
     def __init__(
         self,
         registry: CollectorRegistry,
-        address: str = "127.0.0.1:9400",
+        address: str,
         *,
         tls: TlsFiles | None = None,
         basic_auth: tuple[str, str] | None = None,

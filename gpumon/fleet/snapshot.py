@@ -206,9 +206,9 @@ def _rank_key(sample: Sample) -> tuple[str, str]:
     return (sample.label("host") or "?", sample.label("pid") or "?")
 
 
-JOB_KEY_LABELS = ("exported_job", "job")
-"""Where the exporter's `job` label is found: Prometheus renames it exported_job (its own `job` is the scrape
-job's name) unless the scrape config says honor_labels."""
+JOB_KEY_LABELS = ("training_job", "exported_job", "job")
+"""Where the exporter's job key is found: `training_job`; exporters before it named the label `job`, which Prometheus
+stored as exported_job (or kept as `job` with honor_labels), so series they left are still grouped."""
 _JOB_KEY_PREFIXES = ("run:", "rdzv:")
 
 

@@ -89,6 +89,7 @@ _GPM_METRICS = (
     ("sm_occupancy", "NVML_GPM_METRIC_SM_OCCUPANCY", 1.0),
     ("tensor_activity", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", 1.0),
     ("dram_bandwidth", "NVML_GPM_METRIC_DRAM_BW_UTIL", 1.0),
+    ("graphics_activity", "NVML_GPM_METRIC_GRAPHICS_UTIL", 1.0),
     ("pcie_rx", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", float(MIB)),
     ("pcie_tx", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", float(MIB)),
 )
@@ -735,6 +736,7 @@ class GpuCollector:
             utilization_gpu=float(utilization.gpu) if utilization is not None else None,
             utilization_memory=float(utilization.memory) if utilization is not None else None,
             memory_used=int(memory.used) if memory is not None else None,
+            memory_free=int(memory.free) if memory is not None else None,
             memory_total=(
                 device.memory_total
                 if device.memory_total is not None
@@ -751,6 +753,7 @@ class GpuCollector:
             sm_occupancy=gpm.get("sm_occupancy"),
             tensor_activity=gpm.get("tensor_activity"),
             dram_bandwidth=gpm.get("dram_bandwidth"),
+            graphics_activity=gpm.get("graphics_activity"),
         )
 
     def _gpm_reading(self, device: _Device) -> dict[str, float | None]:

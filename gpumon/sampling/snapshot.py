@@ -62,6 +62,8 @@ class GpuSample:
     """Bytes."""
     memory_total: int | None = None
     """Bytes."""
+    memory_free: int | None = None
+    """Bytes NVML calls free: total less used and (with the v2 memory call) less what the driver reserves."""
     temperature: float | None = None
     """Degrees Celsius (slow tier)."""
     power: float | None = None
@@ -86,6 +88,8 @@ class GpuSample:
     """GPM percent of cycles any tensor pipe was active (Hopper+)."""
     dram_bandwidth: float | None = None
     """GPM percent of peak DRAM bandwidth used (Hopper+)."""
+    graphics_activity: float | None = None
+    """GPM percent of time the graphics/compute engine was busy (Hopper+; DCGM's GR_ENGINE_ACTIVE)."""
     # ---- health (slow tier; None where the GPU or driver does not report it)
     clock_sm_max: int | None = None
     """MHz: the highest SM clock this GPU runs at (read once)."""
@@ -363,6 +367,7 @@ _GPU_FIGURES: dict[str, Checker] = {
     "utilization_memory": _percent,
     "memory_used": _count,
     "memory_total": _count,
+    "memory_free": _count,
     "temperature": _number,
     "power": _non_negative,
     "power_limit": _non_negative,
@@ -375,6 +380,7 @@ _GPU_FIGURES: dict[str, Checker] = {
     "sm_occupancy": _percent,
     "tensor_activity": _percent,
     "dram_bandwidth": _percent,
+    "graphics_activity": _percent,
     "clock_sm_max": _count,
     "power_limit_default": _non_negative,
     "fan_speed": _percent,

@@ -20,6 +20,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpumon.advisor.rules import Finding
 from gpumon.advisor.signals import Signals
 from gpumon.cli import build_parser
+from gpumon.cli.exporter import DEFAULT_LISTEN, DEFAULT_PORT
 from gpumon.exporter.collector import SnapshotCollector
 from gpumon.exporter.jobs import JobMetrics, RankFigures
 from gpumon.exporter.labels import PlacementCache
@@ -30,6 +31,7 @@ DEPLOY = REPO / "docs" / "deploy"
 ALERTS = DEPLOY / "alerts.yml"
 METRIC = re.compile(r"\bgpumon_[a-z_]+\b")
 MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*\"")
+GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 GRAFANA_VARIABLES = {"$host": ".*", "$__rate_interval": "5m"}
 
@@ -124,8 +126,14 @@ def exported() -> dict[str, set[str]]:
     registry.register(collector)
     found = samples(generate_latest(registry).decode())
     names = {name: set().union(*(labels.keys() for labels, _ in rows)) for name, rows in found.items()}
-    names["job"] = names["instance"] = set()  # not metrics: Prometheus' own labels, named in PromQL text
     return names
+
+
+def test_no_series_has_a_label_prometheus_sets_itself(exported: dict[str, set[str]]) -> None:
+    """`job` and `instance` are Prometheus' own target labels: an exporter's would be stored renamed
+    (exported_job), and queries grouping by `job` would merge every training job into the scrape job."""
+    for name, labels in exported.items():
+        assert not labels & {"job", "instance"}, (name, labels)
 
 
 def _dashboard_targets(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
@@ -156,6 +164,9 @@ def test_dashboard_is_importable_and_queries_exported_names(exported: dict[str, 
         labels = _labels_of(expression, exported) | {"host"}
         for label in MATCHER.findall(expression):
             assert label in labels, f"label {label!r} of {expression!r} is not exported"
+        for grouping in GROUPING.findall(expression):
+            for label in grouping.split(","):
+                assert label.strip() in labels, f"grouping label {label!r} of {expression!r} is not exported"
         for label in LEGEND_LABEL.findall(target.get("legendFormat", "")):
             assert label in labels, f"legend label {label!r} of {expression!r} is not exported"
     variables = dashboard["templating"]["list"]
@@ -197,65 +208,41 @@ def test_dashboard_promql_parses(tmp_path: Path) -> None:
 
 def test_alert_rules_name_exported_metrics(exported: dict[str, set[str]]) -> None:
     text = ALERTS.read_text()
+    assert tuple(re.findall(r"^\s*- alert:\s*(\w+)$", text, flags=re.MULTILINE)) == ALERT_NAMES
     expressions = re.findall(r"^\s*expr:\s*(.+)$", text, flags=re.MULTILINE)
-    assert len(expressions) == 3
+    assert len(expressions) == len(ALERT_NAMES)
     for expression in expressions:
+        if expression.startswith("up{"):  # Prometheus' own series for the scrape
+            assert expression == 'up{job="gpumon"} == 0'
+            continue
         labels = _labels_of(expression, exported)
         for label in MATCHER.findall(expression):
             assert label in labels, (label, expression)
+    for label in re.findall(r"\$labels\.(\w+)", text):
+        assert label in {"instance"} or any(label in names for names in exported.values()), label
 
 
-ALERT_TESTS = """
-rule_files: [alerts.yml]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-      - series: 'gpumon_job_data_wait_ratio{host="a",pid="7",rank="0",job="run:r",command="train.py"}'
-        values: '0.5x20'
-      - series: 'gpumon_job_data_wait_ratio{host="a",pid="8",rank="1",job="run:r",command="train.py"}'
-        values: '0.1x20'
-      - series: 'gpumon_job_finding{host="a",pid="7",rank="0",job="run:r",command="train.py",category="input_bound"}'
-        values: '0.8x20'
-      - series: 'gpumon_gpu_xid_errors_total{host="a",gpu="0",uuid="GPU-a"}'
-        values: '0 0 0 1 1 1'
-      - series: 'gpumon_gpu_last_xid{host="a",gpu="0",uuid="GPU-a"}'
-        values: '0 0 0 79 79 79'
-    alert_rule_test:
-      - eval_time: 9m
-        alertname: GpumonJobDataWait
-        exp_alerts: []
-      - eval_time: 11m
-        alertname: GpumonJobDataWait
-        exp_alerts:
-          - exp_labels: {severity: warning, host: a, pid: "7", rank: "0", job: "run:r", command: train.py}
-            exp_annotations:
-              summary: train.py (pid 7 on a) waits on data
-              description: >-
-                Rank 0 of run:r spent 50% of each step waiting for the next batch for 10 minutes.
-                Run `gpumon diagnose` or `gpumon attach` on it.
-      - eval_time: 11m
-        alertname: GpumonJobInputBound
-        exp_alerts:
-          - exp_labels: {severity: warning, host: a, pid: "7", rank: "0", job: "run:r", command: train.py,
-                         category: input_bound}
-            exp_annotations:
-              summary: train.py on a is input bound
-              description: >-
-                gpumon's advisor has diagnosed rank 0 of run:r as input_bound (confidence 0.8) for 10 minutes:
-                the GPU waits for the DataLoader.
-      - eval_time: 2m
-        alertname: GpumonGpuXidError
-        exp_alerts: []
-      - eval_time: 4m
-        alertname: GpumonGpuXidError
-        exp_alerts:
-          - exp_labels: {severity: critical, host: a, gpu: "0", uuid: GPU-a}
-            exp_annotations:
-              summary: XID 79 on GPU 0 of a
-              description: >-
-                GPU GPU-a reported an XID error in the last 10 minutes; see `dmesg` and NVIDIA's XID catalogue.
-"""
+def test_every_alert_is_tested_firing_and_quiet() -> None:
+    tests = ALERT_TESTS.read_text()
+    for name in ALERT_NAMES:
+        cases = re.findall(rf"alertname: {name}\n\s+exp_alerts:(.*)", tests)
+        assert "[]" in [case.strip() for case in cases], f"{name}: no case where it must stay quiet"
+        assert "" in [case.strip() for case in cases], f"{name}: no case where it must fire"
+
+
+ALERT_TESTS = Path(__file__).with_name("alert_rules_test.yml")
+ALERT_NAMES = (
+    "GpumonExporterDown",
+    "GpumonNvmlDown",
+    "GpumonGpuXidError",
+    "GpumonGpuUncorrectableEcc",
+    "GpumonGpuRowRemapPending",
+    "GpumonGpuRowRemapFailed",
+    "GpumonGpuThermalThrottle",
+    "GpumonJobNoSteps",
+    "GpumonJobDataWait",
+    "GpumonJobInputBound",
+)
 
 
 def test_alert_rules_check_and_fire_when_they_should(tmp_path: Path) -> None:
@@ -263,7 +250,7 @@ def test_alert_rules_check_and_fire_when_they_should(tmp_path: Path) -> None:
     shutil.copy(ALERTS, tmp_path / "alerts.yml")
     checked = _promtool_run("check", "rules", "alerts.yml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    (tmp_path / "tests.yml").write_text(ALERT_TESTS)
+    shutil.copy(ALERT_TESTS, tmp_path / "tests.yml")
     tested = _promtool_run("test", "rules", "tests.yml", cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -278,7 +265,7 @@ def test_systemd_unit_runs_an_accepted_command(tmp_path: Path) -> None:
     exec_start = re.search(r"^ExecStart=(.+)$", unit, flags=re.MULTILINE)
     assert exec_start is not None
     args = build_parser().parse_args(_gpumon_arguments(exec_start.group(1)))
-    assert args.listen.startswith("127.0.0.1:")
+    assert args.listen == DEFAULT_LISTEN
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         return
@@ -291,6 +278,16 @@ def test_systemd_unit_runs_an_accepted_command(tmp_path: Path) -> None:
     assert verified.returncode == 0 and "gpumon-exporter.service" not in verified.stderr, verified.stderr
 
 
+def test_systemd_unit_names_a_remote_drop_in_with_tls_and_basic_auth() -> None:
+    """The unit's commented drop-in serves every address only with TLS and basic auth, on the default port."""
+    unit = (DEPLOY / "gpumon-exporter.service").read_text()
+    drop_in = [line.removeprefix("# remote: ") for line in unit.splitlines() if line.startswith("# remote: ")]
+    assert drop_in[:2] == ["[Service]", "ExecStart="]  # the empty ExecStart= clears the unit's own
+    args = build_parser().parse_args(_gpumon_arguments(drop_in[2].removeprefix("ExecStart=")))
+    assert args.listen == f":{DEFAULT_PORT}"
+    assert args.tls_cert and args.tls_key and args.basic_auth_file
+
+
 def test_daemonset_runs_an_accepted_command() -> None:
     text = (DEPLOY / "daemonset.yaml").read_text()
     args_block = re.search(r"args:\n((?:\s+- .+\n)+)", text)
@@ -298,8 +295,9 @@ def test_daemonset_runs_an_accepted_command() -> None:
     args = [re.sub(r"\s+#.*$", "", line.strip()[2:]) for line in args_block.group(1).splitlines()]
     args = [arg.replace("$(NODE_NAME)", "node-1") for arg in args]
     parsed = build_parser().parse_args(args)
-    assert parsed.host_label == "node-1" and parsed.listen.endswith(":9400")
-    assert "hostPID: true" in text and "containerPort: 9400" in text
+    assert parsed.host_label == "node-1" and parsed.listen.endswith(f":{DEFAULT_PORT}")
+    assert "hostPID: true" in text and f"containerPort: {DEFAULT_PORT}" in text
+    assert f'prometheus.io/port: "{DEFAULT_PORT}"' in text
 
 
 def test_fleet_view_queries_exported_metrics_and_labels(exported: dict[str, set[str]]) -> None:

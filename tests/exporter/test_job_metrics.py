@@ -54,7 +54,7 @@ def test_a_hooked_job_waiting_on_data_is_exported_input_bound(sock_dir: str) -> 
             "1",
             "2",
         )
-        assert labels["job"] == "run:run\\x1b42" and labels["slurm_job_id"] == "4242"
+        assert labels["training_job"] == "run:run\\x1b42" and "job" not in labels and labels["slurm_job_id"] == "4242"
         assert data_wait > 0.5
         step_seconds = only(found["gpumon_job_step_seconds"])[1]
         assert 0.04 < step_seconds < 2.0  # 8 items x 6 ms of data wait each, on a shared 2-core box

@@ -79,10 +79,46 @@ def test_processes_and_their_workers(training: list[Snapshot]) -> None:
         "gpu",
     )
     assert value == main.gpu_memory
+    assert main.children and all(not child.gpu_indices for child in main.children)
+    # By default the DataLoader workers are counted and summed under their process, with no series of their own.
+    assert all(labels["role"] == "gpu" for labels, _ in found["gpumon_process_cpu_ratio"])
+    worker_labels, count = only(found["gpumon_process_workers"])
+    assert worker_labels == labels and count == len(main.children)
+    cpu = sum(child.cpu_percent or 0.0 for child in main.children) / 100
+    assert only(found["gpumon_process_workers_cpu_ratio"])[1] == pytest.approx(cpu)
+    rss = sum(child.rss or 0 for child in main.children)
+    assert rss > 0 and only(found["gpumon_process_workers_resident_memory_bytes"])[1] == rss
+    assert "--duration" not in str(found)
+
+
+def test_per_worker_series_only_when_asked(training: list[Snapshot]) -> None:
+    collector = replaying(per_worker_series=True)
+    snapshot = training[-1]
+    collector.on_snapshot(snapshot)
+    found = exposition(collector)
+    main = snapshot.processes[0]
     workers = [labels for labels, _ in found["gpumon_process_cpu_ratio"] if labels["role"] == "worker"]
     assert sorted(int(labels["pid"]) for labels in workers) == sorted(child.pid for child in main.children)
     assert all(labels["gpu"] == "" for labels in workers)
-    assert "--duration" not in str(found)
+    assert only(found["gpumon_process_workers"])[1] == len(main.children)  # the aggregates stay
+
+
+def test_worker_aggregates_count_only_measured_workers_and_keep_gpu_children_apart() -> None:
+    gpu_child = ProcessSample(pid=11, command="python3 rank.py", gpu_indices=(1,), gpu_memory=5, cpu_percent=90.0)
+    unmeasured = ProcessSample(pid=12, command="python3 train.py")  # psutil could not read it
+    lonely = ProcessSample(pid=20, command="python3 idle.py", gpu_indices=(0,), gpu_memory=1)
+    parent = ProcessSample(
+        pid=10, command="torchrun train.py", cpu_percent=10.0, rss=7, children=(gpu_child, unmeasured)
+    )
+    collector = replaying()
+    collector.on_snapshot(Snapshot(timestamp=1.0, processes=(parent, lonely)))
+    found = exposition(collector)
+    gpu_rows = {labels["pid"]: (labels["role"], value) for labels, value in found["gpumon_process_gpu_memory_bytes"]}
+    assert gpu_rows == {"11": ("gpu", 5.0), "20": ("gpu", 1.0)}  # a child on a GPU keeps its own series
+    counts = {labels["pid"]: value for labels, value in found["gpumon_process_workers"]}
+    assert counts == {"10": 1.0, "20": 0.0}
+    cpu = {labels["pid"]: value for labels, value in found["gpumon_process_workers_cpu_ratio"]}
+    assert cpu == {"20": 0.0}  # pid 10's one worker was not measured: no made-up 0
 
 
 def test_full_command_only_when_asked(training: list[Snapshot]) -> None:

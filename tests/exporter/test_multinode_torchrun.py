@@ -161,8 +161,10 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
             ("sim-node-a", "0"),
             ("sim-node-b", "1"),
         }
-        # Prometheus keeps its own job label (the scrape job) and renames the exporter's: the fleet reads that one.
-        assert {item["metric"]["exported_job"] for item in series} == {job_key}
+        # The exporter's key is training_job: Prometheus' own job label stays the scrape job's name, nothing renamed.
+        assert {item["metric"]["training_job"] for item in series} == {job_key}
+        assert {item["metric"]["job"] for item in series} == {"gpumon"}
+        assert not any("exported_job" in item["metric"] for item in series)
         slow = job.ranks[1]
         assert slow.data_wait is not None and job.ranks[0].data_wait is not None
         assert slow.data_wait > job.ranks[0].data_wait, job.ranks

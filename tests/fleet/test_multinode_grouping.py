@@ -12,9 +12,9 @@ from gpumon.jobs.discovery import JobInfo, group_jobs
 NOW = 1795436099.694
 
 
-def rank_labels(host: str, pid: str, rank: str, key: str, job_label: str = "exported_job") -> dict[str, str]:
-    """A rank's labels as Prometheus stores them: the exporter's `job` renamed exported_job (or kept as `job` when
-    the scrape config says honor_labels)."""
+def rank_labels(host: str, pid: str, rank: str, key: str, job_label: str = "training_job") -> dict[str, str]:
+    """A rank's labels as Prometheus stores them: the exporter's `training_job` beside the scrape job's `job`; older
+    exporters' `job` label is stored renamed exported_job (kept as `job` when the scrape config says honor_labels)."""
     return {
         "host": host,
         "pid": pid,
@@ -23,7 +23,7 @@ def rank_labels(host: str, pid: str, rank: str, key: str, job_label: str = "expo
         "run_id": "none",
         "command": "python3 train.py",
         job_label: key,
-        **({"job": "gpumon"} if job_label == "exported_job" else {}),
+        **({"job": "gpumon"} if job_label != "job" else {}),
     }
 
 
@@ -52,8 +52,15 @@ def test_two_jobs_on_the_default_run_id_stay_apart_and_each_spans_its_hosts() ->
     assert jobs[second].straggler is None
 
 
-def test_honor_labels_keeps_the_exporters_job_label_and_groups_the_same() -> None:
+def test_series_of_older_exporters_group_the_same() -> None:
+    """Before `training_job`, the key was the exporter's `job` label: stored as exported_job, or as `job` with
+    honor_labels. Series they left in Prometheus are still grouped by it."""
     key = "run:none@10.0.0.1:29500"
+    renamed = read(
+        (rank_labels("node-a", "100", "0", key, job_label="exported_job"), 0.1, 0.02),
+        (rank_labels("node-b", "100", "1", key, job_label="exported_job"), 0.1, 0.02),
+    )
+    assert [(job.run_id, len(job.ranks)) for job in renamed.jobs] == [(key, 2)]
     snapshot = read(
         (rank_labels("node-a", "100", "0", key, job_label="job"), 0.1, 0.02),
         (rank_labels("node-b", "100", "1", key, job_label="job"), 0.1, 0.02),

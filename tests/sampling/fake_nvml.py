@@ -43,6 +43,7 @@ class FakeDevice:
             real.NVML_GPM_METRIC_SM_OCCUPANCY: 33.0,
             real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.25,
             real.NVML_GPM_METRIC_DRAM_BW_UTIL: 12.0,
+            real.NVML_GPM_METRIC_GRAPHICS_UTIL: 80.5,
             real.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 100.0,
             real.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 50.0,
         }

@@ -24,6 +24,7 @@ def test_fast_fields_map_with_unit_conversions() -> None:
     assert gpu.utilization_gpu == 87.0 and gpu.utilization_memory == 42.0
     assert gpu.memory_used == 10 * GIB, "v2 memory info ('used' as nvidia-smi shows it) is preferred"
     assert gpu.memory_total == 80 * GIB
+    assert gpu.memory_free == 70 * GIB, "NVML's own free figure (DCGM's FB_FREE)"
     assert gpu.power == pytest.approx(350.0) and gpu.power_limit == pytest.approx(700.0)  # mW -> W
     assert (gpu.clock_sm, gpu.clock_memory) == (1980, 2619)
     assert gpu.sm_activity is None and not gpu.has_gpm
@@ -151,6 +152,7 @@ def test_gpm_reading_needs_two_samples_100ms_apart() -> None:
     assert second.sm_occupancy == 33.0
     assert second.tensor_activity == 55.25
     assert second.dram_bandwidth == 12.0
+    assert second.graphics_activity == 80.5
     assert second.pcie_rx == 100.0 * 1024 * 1024 and second.pcie_tx == 50.0 * 1024 * 1024  # MiB/s -> B/s
     assert second.has_gpm
 
