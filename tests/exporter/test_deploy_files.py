@@ -110,7 +110,7 @@ def exported() -> dict[str, set[str]]:
     )
     jobs.figures = (
         RankFigures(
-            labels=("1", "train.py", "run:r", "r", "0", "0", "2", "", "", "", "", ""),
+            labels=("1", "train.py", "run:r", "r", "0", "0", "2", "", "", "", "", "", ""),
             signals=signals,
             syncs_per_step=1.0,
             peak_memory=1.0,
