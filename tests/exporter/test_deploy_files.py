@@ -1,6 +1,6 @@
 """The deployment files against the exporter: the Grafana dashboard's and the alert rules' metric and label names
 are ones the exporter exports, their PromQL parses (promtool), the alerts fire when they should (promtool test
-rules), and the systemd unit and DaemonSet run a command line gpumon accepts."""
+rules), and the systemd unit runs a command line gpumon accepts (the Kubernetes files: test_kubernetes_deploy.py)."""
 
 from __future__ import annotations
 
@@ -289,17 +289,6 @@ def test_systemd_unit_runs_an_accepted_command(tmp_path: Path) -> None:
     local.write_text(unit.replace(exec_start.group(1).split()[0], gpumon))
     verified = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0 and "gpumon-exporter.service" not in verified.stderr, verified.stderr
-
-
-def test_daemonset_runs_an_accepted_command() -> None:
-    text = (DEPLOY / "daemonset.yaml").read_text()
-    args_block = re.search(r"args:\n((?:\s+- .+\n)+)", text)
-    assert args_block is not None
-    args = [re.sub(r"\s+#.*$", "", line.strip()[2:]) for line in args_block.group(1).splitlines()]
-    args = [arg.replace("$(NODE_NAME)", "node-1") for arg in args]
-    parsed = build_parser().parse_args(args)
-    assert parsed.host_label == "node-1" and parsed.listen.endswith(":9400")
-    assert "hostPID: true" in text and "containerPort: 9400" in text
 
 
 def test_fleet_view_queries_exported_metrics_and_labels(exported: dict[str, set[str]]) -> None:
