@@ -222,8 +222,8 @@ def list_pod_resources(grpc: _Grpc, socket_path: str, timeout: float = CALL_TIME
 
 
 class PodResourcesWatcher:
-    """Asks the kubelet every `interval` seconds on its own thread; `owners` is the last good answer (replaced
-    whole, so a scrape on another thread reads a consistent dict) and `state` says whether there is one."""
+    """Asks the kubelet every `interval` seconds on its own thread; `owners` is the last good answer and `state`
+    says whether there is one (both published as one tuple, so a scrape on another thread reads a consistent pair)."""
 
     def __init__(
         self,
@@ -237,43 +237,50 @@ class PodResourcesWatcher:
         self.interval = interval
         self.timeout = timeout
         self._grpc = grpc if grpc is not None else load_grpc()
-        self.owners: Mapping[str, frozenset[Owner]] = {}
-        self.state = STARTING if self._grpc is not None else NO_GRPCIO
+        self._latest: tuple[str, Mapping[str, frozenset[Owner]]] = (
+            STARTING if self._grpc is not None else NO_GRPCIO,
+            {},
+        )
         self.refreshes = 0
         """List answers read so far (tests wait on it)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
+    def state(self) -> str:
+        return self._latest[0]
+
+    @property
+    def owners(self) -> Mapping[str, frozenset[Owner]]:
+        return self._latest[1]
+
+    @property
     def answering(self) -> bool:
         """True while the kubelet answers: its owners are then the truth, even when empty."""
         return self.state == OK
+
+    def publish(self, state: str, owners: Mapping[str, frozenset[Owner]]) -> None:
+        """The new state and owners, together."""
+        if state != self.state:
+            log.debug("pod-resources: %s (%s)", state, self.socket_path)
+        self._latest = (state, owners)
 
     def refresh(self) -> None:
         """One List call; on failure the owners are dropped (a stale pod must not keep a GPU's labels)."""
         if self._grpc is None:
             return
         if not os.path.exists(self.socket_path):
-            self._set(NO_SOCKET, {})
+            self.publish(NO_SOCKET, {})
             return
         try:
             owners = gpu_device_owners(list_pod_resources(self._grpc, self.socket_path, self.timeout))
         except PodResourcesError as error:
             if self.state != ERROR:
                 log.warning("pod-resources: %s: %s", self.socket_path, error)
-            self._set(ERROR, {})
+            self.publish(ERROR, {})
             return
-        self.owners = owners
+        self.publish(OK, owners)
         self.refreshes += 1
-        if self.state != OK:
-            log.info("pod-resources: reading GPU owners from %s", self.socket_path)
-        self.state = OK
-
-    def _set(self, state: str, owners: Mapping[str, frozenset[Owner]]) -> None:
-        self.owners = owners
-        if state != self.state:
-            log.debug("pod-resources: %s (%s)", state, self.socket_path)
-        self.state = state
 
     def start(self) -> None:
         if self._grpc is None:

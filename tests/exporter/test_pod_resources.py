@@ -165,8 +165,7 @@ def test_a_process_outside_any_pod_is_not_given_its_gpus_pod(tmp_path: Path) -> 
 def test_process_of_another_pod_on_the_gpu_keeps_its_own_pod() -> None:
     attribution = PodAttribution(PodResourcesWatcher("/nonexistent"))
     assert attribution.watcher is not None
-    attribution.watcher.owners = {"GPU-a": frozenset({Owner("ml", "trainer-0", "train")})}
-    attribution.watcher.state = OK
+    attribution.watcher.publish(OK, {"GPU-a": frozenset({Owner("ml", "trainer-0", "train")})})
     gpu = GpuSample(index=0, uuid="GPU-a", name="H100")
     debugging = Placement(pod_uid=POD_UID, pod="debug", namespace="ops")
     assert attribution.process_placement(debugging, [gpu]) == debugging
