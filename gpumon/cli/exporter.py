@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon.cli.base import CliError, Subparsers, interval_seconds, positive_float, subcommand
+from gpumon.exporter.pod_resources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
 
 if TYPE_CHECKING:
     from gpumon.exporter.jobs import JobMetrics
@@ -75,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-jobs", action="store_true", help="do not attach to hooked jobs")
     parser.add_argument(
+        "--pod-resources-socket",
+        default=POD_RESOURCES_SOCKET,
+        metavar="PATH",
+        help="the kubelet's pod-resources socket, read for the pod, namespace and container holding each GPU "
+        f"(default {POD_RESOURCES_SOCKET}; needs grpcio, the k8s extra; '' for none: pods then come from cgroups)",
+    )
+    parser.add_argument(
         "--replay",
         type=Path,
         metavar="FILE",
@@ -103,6 +111,8 @@ def run_exporter(args: argparse.Namespace) -> int:
 
     from gpumon.exporter.collector import SnapshotCollector
     from gpumon.exporter.labels import PlacementCache
+    from gpumon.exporter.pod_resources import PodResourcesWatcher
+    from gpumon.exporter.pods import ContainerNames, PodAttribution
     from gpumon.exporter.server import MetricsServer, ServerConfigError, TlsFiles, read_basic_auth_file
 
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -113,14 +123,16 @@ def run_exporter(args: argparse.Namespace) -> int:
     source = _source(args)
     replay = args.replay is not None
     jobs = None if args.no_jobs or replay else _job_metrics(args.full_command, source)
+    watcher = PodResourcesWatcher(args.pod_resources_socket) if args.pod_resources_socket and not replay else None
     collector = SnapshotCollector(
         args.host_label,
         full_command=args.full_command,
         per_worker_series=args.per_worker_series,
         dcgm_names=args.dcgm_names,
         extra=jobs,
-        placements=PlacementCache(enabled=not replay),
+        placements=PlacementCache(enabled=not replay, complete=ContainerNames().fill),
         source="replay" if replay else "live",
+        pods=PodAttribution(watcher),
     )
 
     def post(snapshot: Snapshot) -> None:
@@ -142,10 +154,14 @@ def run_exporter(args: argparse.Namespace) -> int:
         source.start(post)
         if jobs is not None:
             jobs.start()
+        if watcher is not None:
+            watcher.start()
         print(f"gpumon exporter: serving {server.url} ({source.description})", flush=True)
         _wait(stop)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if watcher is not None:
+            watcher.stop()
         if jobs is not None:
             jobs.stop()
         source.stop()
@@ -180,6 +196,9 @@ def _source(args: argparse.Namespace) -> SnapshotSource:
 
 def _job_metrics(full_command: bool, source: SnapshotSource) -> JobMetrics:
     from gpumon.exporter.jobs import JobMetrics
+    from gpumon.exporter.labels import PlacementCache
+    from gpumon.exporter.pods import ContainerNames
 
     track = getattr(source, "track_pids", None)  # the live Sampler follows the jobs' processes
-    return JobMetrics(full_command=full_command, track=track)
+    placements = PlacementCache(complete=ContainerNames().fill)  # its own: the jobs thread reads it
+    return JobMetrics(full_command=full_command, track=track, placements=placements)

@@ -15,6 +15,7 @@ from gpumon import __version__
 from gpumon.exporter.dcgm import dcgm_families
 from gpumon.exporter.labels import PlacementCache, label_value
 from gpumon.exporter.metrics import EnergyMeter, XidCounter, gpu_families, host_families, process_families
+from gpumon.exporter.pods import PodAttribution
 from gpumon.sampling.snapshot import Snapshot
 
 
@@ -37,6 +38,7 @@ class SnapshotCollector(Collector):
         placements: PlacementCache | None = None,
         extra: FamilySource | None = None,
         source: str = "live",
+        pods: PodAttribution | None = None,
     ) -> None:
         self._host_label = host_label
         self.full_command = full_command
@@ -45,6 +47,7 @@ class SnapshotCollector(Collector):
         self.placements = placements if placements is not None else PlacementCache()
         self.extra = extra
         self.source = source
+        self.pods = pods if pods is not None else PodAttribution()
         self.energy = EnergyMeter()
         self.xid = XidCounter()
         self.latest: Snapshot | None = None
@@ -68,9 +71,12 @@ class SnapshotCollector(Collector):
             families: list[Metric] = [self._info(host, snapshot)]
             if snapshot is not None:
                 families.extend(host_families(snapshot, host))
-                families.extend(gpu_families(snapshot, host, self.energy.joules, self.xid.tallies))
+                gpu_pods = self.pods.gpu_labels(snapshot, self.placements)
+                families.extend(gpu_families(snapshot, host, self.energy.joules, self.xid.tallies, gpu_pods))
                 families.extend(
-                    process_families(snapshot, host, self.placements, self.full_command, self.per_worker_series)
+                    process_families(
+                        snapshot, host, self.placements, self.full_command, self.per_worker_series, self.pods
+                    )
                 )
                 if self.dcgm_names:
                     last_xid = {uuid: tally.last for uuid, tally in self.xid.tallies.items()}
@@ -82,8 +88,10 @@ class SnapshotCollector(Collector):
     def _info(self, host: str, snapshot: Snapshot | None) -> Metric:
         info = GaugeMetricFamily(
             "gpumon_exporter_info",
-            "Always 1: the exporter's version, its data source, and whether it has a sample yet.",
-            labels=("host", "version", "source", "has_sample"),
+            "Always 1: the exporter's version, its data source, whether it has a sample yet, and where GPUs' pods "
+            "come from (pod_resources: ok while the kubelet answers, else cgroups).",
+            labels=("host", "version", "source", "has_sample", "pod_resources"),
         )
-        info.add_metric((host, __version__, self.source, "1" if snapshot is not None else "0"), 1.0)
+        has_sample = "1" if snapshot is not None else "0"
+        info.add_metric((host, __version__, self.source, has_sample, self.pods.source), 1.0)
         return info

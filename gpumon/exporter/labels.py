@@ -1,11 +1,12 @@
 """Label values: made printable and bounded, commands reduced to program + script, and where a process runs
-(container, Kubernetes pod, Slurm job, torchrun rank) read from /proc/<pid>/cgroup and /proc/<pid>/environ."""
+(container, Kubernetes pod, Slurm job, torchrun rank) read from /proc/<pid>/cgroup and /proc/<pid>/environ
+(the container's Kubernetes names are added by gpumon.exporter.pods)."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpumon.printable import printable
@@ -34,8 +35,8 @@ ENV_LABELS = {
 }
 """Label -> the environment variables it is read from, first found wins (pod and namespace: the downward API)."""
 
-PLACEMENT_LABELS = ("container_id", "pod_uid", *ENV_LABELS)
-"""The labels a Placement gives, in order."""
+PLACEMENT_LABELS = ("container_id", "pod_uid", *ENV_LABELS, "container")
+"""The labels a Placement gives, in order (`container`: the Kubernetes container's name)."""
 
 
 def label_value(text: object, limit: int = MAX_LABEL_CHARS) -> str:
@@ -92,6 +93,7 @@ class Placement:
     pod: str = ""
     namespace: str = ""
     slurm_job_id: str = ""
+    container: str = ""
 
     def values(self) -> tuple[str, ...]:
         return tuple(getattr(self, name) for name in PLACEMENT_LABELS)
@@ -147,11 +149,15 @@ class PlacementCache:
     """Placements of the processes seen, read once per pid and forgotten when the pid is no longer sampled.
 
     Disabled (every process UNKNOWN) for a replayed recording: its pids name processes of another machine.
+    `complete` adds what /proc does not say (pods.ContainerNames.fill: the Kubernetes names of its container).
     """
 
-    def __init__(self, enabled: bool = True, proc: str = "/proc") -> None:
+    def __init__(
+        self, enabled: bool = True, proc: str = "/proc", complete: Callable[[Placement], Placement] | None = None
+    ) -> None:
         self.enabled = enabled
         self._proc = proc
+        self._complete = complete
         self._known: dict[int, Placement] = {}
 
     def of(self, pid: int) -> Placement:
@@ -161,7 +167,10 @@ class PlacementCache:
         if known is None:
             if len(self._known) >= MAX_CACHED_PIDS:
                 self._known.clear()
-            known = self._known[pid] = read_placement(pid, self._proc)
+            known = read_placement(pid, self._proc)
+            if self._complete is not None:
+                known = self._complete(known)
+            self._known[pid] = known
         return known
 
     def keep_only(self, pids: Iterable[int]) -> None:

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpumon.exporter.labels import PLACEMENT_LABELS, PlacementCache, label_value, short_command
+from gpumon.exporter.pods import NO_POD, POD_LABELS, PodAttribution
 from gpumon.sampling.nvml import CLOCK_EVENT_NAMES
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 
-GPU_LABELS = ("host", "gpu", "uuid")
+GPU_LABELS = ("host", "gpu", "uuid", *POD_LABELS)
 PROCESS_LABELS = ("host", "pid", "command", "gpu", "role", *PLACEMENT_LABELS)
 MHZ = 1e6
 PERCENT = 0.01
@@ -119,12 +120,17 @@ REMAPPED_ROWS = (("correctable", "remapped_rows_correctable"), ("uncorrectable",
 
 
 def gpu_families(
-    snapshot: Snapshot, host: str, energy: Mapping[str, float], xid: Mapping[str, XidTally] | None = None
+    snapshot: Snapshot,
+    host: str,
+    energy: Mapping[str, float],
+    xid: Mapping[str, XidTally] | None = None,
+    pods: Mapping[str, tuple[str, str, str]] | None = None,
 ) -> Iterator[Metric]:
     """Every per-GPU family; `energy` maps a GPU uuid to the joules integrated from its sampled power (used where
-    the driver has no energy counter), `xid` to the XID errors counted so far."""
+    the driver has no energy counter), `xid` to the XID errors counted so far, `pods` to the POD_LABELS of the
+    containers holding it (PodAttribution.gpu_labels)."""
     gpus = snapshot.gpus
-    keys = [_gpu_key(gpu, host) for gpu in gpus]
+    keys = [_gpu_key(gpu, host, pods) for gpu in gpus]
     for gauge in GPU_GAUGES:
         family = GaugeMetricFamily(gauge.name, gauge.help, labels=GPU_LABELS)
         for gpu, key in zip(gpus, keys, strict=True):
@@ -199,8 +205,11 @@ def gpu_families(
     yield from (info, throttle, joules, ecc, remapped, xid_errors, last_xid, mig_memory)
 
 
-def _gpu_key(gpu: GpuSample, host: str) -> tuple[str, str, str]:
-    return (host, str(gpu.index), label_value(gpu.uuid))
+def _gpu_key(
+    gpu: GpuSample, host: str, pods: Mapping[str, tuple[str, str, str]] | None
+) -> tuple[str, str, str, str, str, str]:
+    pod = pods.get(gpu.uuid, NO_POD) if pods is not None else NO_POD
+    return (host, str(gpu.index), label_value(gpu.uuid), *pod)
 
 
 def process_families(
@@ -209,11 +218,14 @@ def process_families(
     placements: PlacementCache,
     full_command: bool = False,
     per_worker: bool = False,
+    pods: PodAttribution | None = None,
 ) -> Iterator[Metric]:
     """Per process on a GPU or followed as a job's (role 'gpu', or 'worker' for one on no GPU), and per such process
     the count, CPU and RSS of its descendants that hold no GPU (e.g. DataLoader workers). Those descendants get
     series of their own (role 'worker') only with `per_worker`: their pids change at every restart, so each restart
-    would leave a new set of series behind. A descendant on a GPU always has its own (role 'gpu')."""
+    would leave a new set of series behind. A descendant on a GPU always has its own (role 'gpu'). `pods` completes
+    a process's pod from the containers holding its GPUs."""
+    gpu_at = {gpu.index: gpu for gpu in snapshot.gpus}
     memory = GaugeMetricFamily(
         "gpumon_process_gpu_memory_bytes", "GPU memory the process holds, over its GPUs.", labels=PROCESS_LABELS
     )
@@ -247,7 +259,12 @@ def process_families(
         seen.append(process.pid)
         command = label_value(process.command) if full_command else short_command(process.command)
         gpus = ",".join(str(index) for index in process.gpu_indices)
-        return (host, str(process.pid), command, gpus, role, *placements.of(process.pid).values())
+        placement = placements.of(process.pid)
+        if pods is not None and process.gpu_indices:
+            placement = pods.process_placement(
+                placement, [gpu_at[index] for index in process.gpu_indices if index in gpu_at]
+            )
+        return (host, str(process.pid), command, gpus, role, *placement.values())
 
     def add(process: ProcessSample, key: tuple[str, ...]) -> None:
         for family, value, scale in (

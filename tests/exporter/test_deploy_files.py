@@ -1,6 +1,6 @@
 """The deployment files against the exporter: the Grafana dashboard's and the alert rules' metric and label names
 are ones the exporter exports, their PromQL parses (promtool), the alerts fire when they should (promtool test
-rules), and the systemd unit and DaemonSet run a command line gpumon accepts."""
+rules), and the systemd unit runs a command line gpumon accepts (the Kubernetes files: test_kubernetes_deploy.py)."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def exported() -> dict[str, set[str]]:
     )
     jobs.figures = (
         RankFigures(
-            labels=("1", "train.py", "run:r", "r", "0", "0", "2", "", "", "", "", ""),
+            labels=("1", "train.py", "run:r", "r", "0", "0", "2", "", "", "", "", "", ""),
             signals=signals,
             syncs_per_step=1.0,
             peak_memory=1.0,
@@ -286,18 +286,6 @@ def test_systemd_unit_names_a_remote_drop_in_with_tls_and_basic_auth() -> None:
     args = build_parser().parse_args(_gpumon_arguments(drop_in[2].removeprefix("ExecStart=")))
     assert args.listen == f":{DEFAULT_PORT}"
     assert args.tls_cert and args.tls_key and args.basic_auth_file
-
-
-def test_daemonset_runs_an_accepted_command() -> None:
-    text = (DEPLOY / "daemonset.yaml").read_text()
-    args_block = re.search(r"args:\n((?:\s+- .+\n)+)", text)
-    assert args_block is not None
-    args = [re.sub(r"\s+#.*$", "", line.strip()[2:]) for line in args_block.group(1).splitlines()]
-    args = [arg.replace("$(NODE_NAME)", "node-1") for arg in args]
-    parsed = build_parser().parse_args(args)
-    assert parsed.host_label == "node-1" and parsed.listen.endswith(f":{DEFAULT_PORT}")
-    assert "hostPID: true" in text and f"containerPort: {DEFAULT_PORT}" in text
-    assert f'prometheus.io/port: "{DEFAULT_PORT}"' in text
 
 
 def test_fleet_view_queries_exported_metrics_and_labels(exported: dict[str, set[str]]) -> None:

@@ -45,7 +45,7 @@ def test_gpu_metrics_match_the_recording(training: list[Snapshot]) -> None:
     found = exposition(collector)
     gpu = snapshot.gpus[0]
     labels, value = only(found["gpumon_gpu_utilization_ratio"])
-    assert labels == {"host": "node-a", "gpu": "0", "uuid": gpu.uuid}
+    assert labels == {"host": "node-a", "gpu": "0", "uuid": gpu.uuid, "namespace": "", "pod": "", "container": ""}
     assert gpu.utilization_gpu is not None and value == pytest.approx(gpu.utilization_gpu / 100)
     assert only(found["gpumon_gpu_memory_used_bytes"])[1] == gpu.memory_used
     assert only(found["gpumon_gpu_memory_total_bytes"])[1] == gpu.memory_total
