@@ -328,7 +328,7 @@ def state(
     for kind, payload, _id in copy_while_mutated(runtime.control):
         if kind == "knobs":
             pending.update(payload)
-    counter = runtime.sync_counter
+    knobs = runtime.knobs
     return protocol.State(
         type=protocol.STATE,
         t=round(time.time(), 4),
@@ -339,14 +339,12 @@ def state(
         precision=precision_info(runtime),
         cuda=cuda,
         knobs=protocol.KnobState(
-            applied=dict(runtime.knobs_applied),
+            applied=dict(knobs.applied),
             pending=pending,
-            errors=list(runtime.knob_errors),
-            ignored=list(runtime.knobs_ignored),
+            errors=list(knobs.errors),
+            ignored=list(knobs.ignored),
         ),
-        diagnosis=protocol.DiagnosisState(
-            active=bool(counter is not None and counter.active), steps_left=runtime.diagnosis_left
-        ),
+        diagnosis=protocol.DiagnosisState(active=runtime.diagnosis.counting, steps_left=runtime.diagnosis.left),
         flops=runtime.flops.result,
         host=runtime.sampler.result() if runtime.sampler is not None else None,
         hook=protocol.HookInfo(

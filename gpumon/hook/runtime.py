@@ -18,12 +18,13 @@ from typing import Any
 from gpumon import protocol
 from gpumon.hook.batch import count_samples
 from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S, BudgetMeter
+from gpumon.hook.diagnosis import SyncDiagnosis
 from gpumon.hook.env import env_count_given
 from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gpu_timer import GpuStepTimer
+from gpumon.hook.knob_state import KnobState, apply_dataloader_knobs
 from gpumon.hook.nvtx import DATA_WAIT, NvtxRanges, nvtx_requested
 from gpumon.hook.profiler_capture import ProfilerCapture
-from gpumon.hook.sync_counter import SyncCounter
 
 MAX_RECORDS = 4096
 MAX_LOADERS = 8
@@ -182,19 +183,8 @@ class HookRuntime:
         self._last_entry: LoaderEntry | None = None
         # Precision seen on the training thread.
         self.autocast: dict[str, Any] | None = None
-        # Knobs.
-        self.knobs_applied: dict[str, Any] = {}
-        self.knob_errors: list[str] = []
-        self.knobs_ignored: list[str] = []
-        """GPUMON_KNOBS names the hook does not know (left to a script that reads GPUMON_KNOBS itself)."""
-        self.dataloader_knobs: dict[str, Any] = {}
-        self._reapply_env_knobs: dict[str, Any] = {}
-        # Diagnosis window.
-        self.sync_counter: SyncCounter | None = None
-        self.diagnosis_left = 0
-        self._diagnosis_id: Any = None
-        self._diagnosis_steps: list[int] = []
-        self._sync_base = 0
+        self.knobs = KnobState(torch)
+        self.diagnosis = SyncDiagnosis(torch, self.outbox)
         # Step time budget (sampled steps).
         is_compiling = self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
         asked = env_count_given(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
@@ -403,8 +393,9 @@ class HookRuntime:
         info["last"] = self.clock()
 
     def on_loader_iter_begin(self, loader: Any) -> None:
-        if self.dataloader_knobs:
-            apply_dataloader_knobs(loader, self.dataloader_knobs)
+        knobs = self.knobs.dataloader
+        if knobs:
+            apply_dataloader_knobs(loader, knobs)
 
     def on_loader_iter_end(self, loader: Any, iterator: Any) -> None:
         loader_id = id(loader)
@@ -468,11 +459,7 @@ class HookRuntime:
             self.records.append([seq, now, wall, data_wait, samples, None, None, source, None, None])
             self._plan_after_candidate(seq + self._budget_every)
             return
-        syncs = None
-        counter = self.sync_counter
-        if counter is not None and counter.active:
-            syncs = counter.count - self._sync_base
-            self._sync_base = counter.count
+        syncs = self.diagnosis.syncs_since_last()
         budget = self.budget.record(wall, data_wait) if self.budget.active else None
         record = [seq, now, wall, data_wait, samples, None, syncs, source, budget, None]
         if self.nvtx is not None:
@@ -497,10 +484,10 @@ class HookRuntime:
                 self.records.extend(resolved)
                 resolved.clear()
         if syncs is not None:
-            self._diagnosis_step(syncs)
+            self.diagnosis.step(syncs)
         if self.profiler_capture.active:
             self.profiler_capture.step()
-        if self.control or self._reapply_env_knobs:
+        if self.control or self.knobs.reapply:
             self._drain_control()
         self._quiet_until = self._next_busy_boundary()
         gpu = self.gpu  # a CUDA probe may have started GPU timing above
@@ -518,7 +505,6 @@ class HookRuntime:
         or CUDA probe due, or the next one while anything is sampled, timed, waited for, counted or captured.
         `control` and slow steps (GPU timing) are checked at each boundary."""
         seq = self.seq
-        counter = self.sync_counter
         gpu = self.gpu
         if (
             (gpu is not None and not gpu.idle)
@@ -526,8 +512,8 @@ class HookRuntime:
             or self.budget.active
             or self.flops.counting
             or self.profiler_capture.active
-            or self._reapply_env_knobs
-            or (counter is not None and counter.active)
+            or self.knobs.reapply
+            or self.diagnosis.counting
         ):
             self._budget_candidate = -1
             return seq + 1
@@ -597,8 +583,7 @@ class HookRuntime:
         """Budget one step in budget_every, at least budget_min_gap_s apart, and every step of a diagnosis window."""
         if self.budget_every <= 0:
             return False
-        counter = self.sync_counter
-        if counter is not None and counter.active:
+        if self.diagnosis.counting:
             return True
         if (self.seq + 1) % self.budget_every:
             return False
@@ -635,8 +620,8 @@ class HookRuntime:
             resolved: list[list[Any]] = []
             self.gpu.flush(resolved, R_GPU, R_COMM)
             self.records.extend(resolved)
-        if self.sync_counter is not None and self.sync_counter.active:
-            self._finish_diagnosis()
+        if self.diagnosis.counting:
+            self.diagnosis.finish()
         self.budget.stop()
         if self.nvtx is not None:
             self.nvtx.close_all()
@@ -647,124 +632,30 @@ class HookRuntime:
     # -- control requests (applied on the training thread) -------------------------------------
 
     def _drain_control(self) -> None:
-        if self._reapply_env_knobs:
-            knobs, self._reapply_env_knobs = self._reapply_env_knobs, {}
-            self.apply_knobs(knobs)
+        self.knobs.reapply_pending()
         while self.control:
             kind, payload, request_id = self.control.popleft()
             if kind == "knobs":
-                self.apply_knobs(payload)
+                self.knobs.apply(payload)
             elif kind == "diagnose":
-                self._start_diagnosis(payload, request_id)
+                self.diagnosis.start(payload, request_id)
             elif kind == "profile":
                 steps, path = payload
                 self.profiler_capture.start(steps, path, request_id)
 
-    def apply_knobs(self, knobs: dict[str, Any]) -> None:
-        """Apply validated knobs: global ones now, DataLoader ones at each DataLoader's next iter()."""
-        backends = self.torch.backends
-        for name, value in knobs.items():
-            try:
-                if name == "cudnn_benchmark":
-                    backends.cudnn.benchmark = value
-                elif name == "tf32":
-                    backends.cuda.matmul.allow_tf32 = value
-                    backends.cudnn.allow_tf32 = value
-                elif name == "float32_matmul_precision":
-                    self.torch.set_float32_matmul_precision(value)
-                else:
-                    self.dataloader_knobs[name] = value
-                self.knobs_applied[name] = value
-            except Exception as exc:  # noqa: BLE001 - a knob torch refuses is reported, not raised
-                self.knob_errors.append(f"{name}={value!r}: {type(exc).__name__}: {exc}"[:300])
-                del self.knob_errors[:-10]
-
     def set_env_knobs(self, raw: str) -> None:
-        """GPUMON_KNOBS (trial runs): applied now and once more at the first step boundary, in case the
-        script set the same flags itself while building its model."""
-        import json
+        """GPUMON_KNOBS (trial runs): see KnobState.apply_env; the next boundary is a busy one, to apply them again."""
+        if self.knobs.apply_env(raw):
+            self._replan()
 
-        try:
-            requested = json.loads(raw)
-        except ValueError as exc:
-            self.knob_errors.append(f"GPUMON_KNOBS: {exc}"[:300])
-            return
-        if not isinstance(requested, dict):
-            self.knob_errors.append("GPUMON_KNOBS: must be a JSON object")
-            return
-        # A trial run's knobs may include some the script reads itself (e.g. amp_bf16): those are left to
-        # it and reported as ignored; a bad value of one of ours is an error; the others still apply.
-        knobs: dict[str, Any] = {}
-        for name, value in requested.items():
-            if name not in protocol.KNOBS:
-                if str(name) not in self.knobs_ignored:
-                    self.knobs_ignored.append(str(name)[:100])
-                    del self.knobs_ignored[:-32]
-                self.knob_errors.append(f"GPUMON_KNOBS: {name!r} is not a hook knob (left to the script)"[:300])
-                del self.knob_errors[:-10]
-                continue
-            try:
-                knobs.update(protocol.validate_knobs({name: value}, live=False))
-            except protocol.ProtocolError as exc:
-                self.knob_errors.append(f"GPUMON_KNOBS: {exc}"[:300])
-                del self.knob_errors[:-10]
-        if not knobs:
-            return
-        self.apply_knobs(knobs)
-        self._replan()
-        self._reapply_env_knobs = {
-            k: v for k, v in knobs.items() if protocol.KNOBS[k]["applies"] == protocol.APPLIES_NEXT_STEP
-        }
-
-    def _start_diagnosis(self, steps: int, request_id: Any) -> None:
-        if self.sync_counter is not None and self.sync_counter.active:
-            self.outbox.append(protocol.error_message(protocol.E_BUSY, "a diagnosis is already running", request_id))
-            return
-        cuda = self.torch.cuda
-        reason = None
-        if not cuda.is_initialized():
-            reason = "CUDA is not initialized in this process: there is nothing to synchronize with"
-        else:
-            self.sync_counter = SyncCounter(cuda.get_sync_debug_mode, cuda.set_sync_debug_mode)
-            reason = self.sync_counter.start()
-        if reason is not None:
-            self.outbox.append({"type": protocol.DIAGNOSIS, "id": request_id, "available": False, "reason": reason})
-            return
-        self.diagnosis_left = steps
-        self._diagnosis_id = request_id
-        self._diagnosis_steps = []
-        self._sync_base = 0
-
-    def _diagnosis_step(self, syncs: int) -> None:
-        self._diagnosis_steps.append(syncs)
-        self.diagnosis_left -= 1
-        if self.diagnosis_left <= 0:
-            self._finish_diagnosis()
-
-    def _finish_diagnosis(self) -> None:
-        counter = self.sync_counter
-        if counter is None:
-            return
-        counter.stop()
-        self.diagnosis_left = 0
-        per_step = self._diagnosis_steps
-        self.outbox.append(
-            {
-                "type": protocol.DIAGNOSIS,
-                "id": self._diagnosis_id,
-                "available": True,
-                "steps": len(per_step),
-                "syncs_total": sum(per_step),
-                "syncs_per_step": per_step,
-                "sites": counter.top_sites(),
-            }
-        )
-        self._diagnosis_steps = []
+    @property
+    def dataloader_knobs(self) -> dict[str, Any]:
+        """The DataLoader knobs in effect (KnobState.dataloader), which the demo trainer reads to follow them."""
+        return self.knobs.dataloader
 
     @property
     def diagnosing(self) -> bool:
-        counter = self.sync_counter
-        if counter is not None and counter.active:
+        if self.diagnosis.counting:
             return True
         return any(item[0] == "diagnose" for item in copy_while_mutated(self.control))
 
@@ -798,22 +689,3 @@ def _cuda_index_of(optimizer: Any) -> int | None:
                 return int(index) if index is not None else 0
             return None
     return None
-
-
-def apply_dataloader_knobs(loader: Any, knobs: dict[str, Any]) -> None:
-    """Set DataLoader knobs on `loader` before an iterator is made; drops a persistent iterator that
-    was built with other settings, so the next one uses the new ones."""
-    changed = False
-    for name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"):
-        if name not in knobs:
-            continue
-        value = knobs[name]
-        if getattr(loader, name, None) != value:
-            # persistent_workers may not be set through DataLoader.__setattr__ after init.
-            object.__setattr__(loader, name, value)
-            changed = True
-    if loader.num_workers > 0 and loader.prefetch_factor is None:
-        object.__setattr__(loader, "prefetch_factor", 2)
-        changed = True
-    if changed and getattr(loader, "_iterator", None) is not None:
-        loader._iterator = None  # the old workers shut down when it is collected

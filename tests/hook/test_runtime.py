@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from gpumon import protocol
 from gpumon.hook import gpu_timer, info
 from gpumon.hook import runtime as runtime_module
+from gpumon.hook.knob_state import apply_dataloader_knobs
 from gpumon.hook.runtime import (
     CUDA_PROBE_EVERY,
     LEAD_SWITCH_AFTER,
@@ -26,7 +27,6 @@ from gpumon.hook.runtime import (
     R_SYNCS,
     R_WALL,
     HookRuntime,
-    apply_dataloader_knobs,
 )
 
 
@@ -227,8 +227,8 @@ def test_control_knobs_apply_at_the_next_step(clock: Clock) -> None:
     assert fake.backends.cudnn.benchmark is False
     rt.on_manual_step(None)
     assert fake.backends.cudnn.benchmark is True
-    assert rt.dataloader_knobs == {"num_workers": 3}
-    assert rt.knobs_applied == {"cudnn_benchmark": True, "num_workers": 3}
+    assert rt.knobs.dataloader == {"num_workers": 3}
+    assert rt.knobs.applied == {"cudnn_benchmark": True, "num_workers": 3}
 
 
 def test_env_knobs_are_reapplied_at_the_first_step(clock: Clock) -> None:
@@ -240,10 +240,10 @@ def test_env_knobs_are_reapplied_at_the_first_step(clock: Clock) -> None:
     fake.backends.cuda.matmul.allow_tf32 = False  # the script sets its own flags while building the model
     rt.on_manual_step(None)
     assert fake.backends.cuda.matmul.allow_tf32 is True
-    assert rt.dataloader_knobs == {"prefetch_factor": 4}
+    assert rt.knobs.dataloader == {"prefetch_factor": 4}
     rt.set_env_knobs("{not json")
     rt.set_env_knobs('{"warp_speed": 9}')
-    assert len(rt.knob_errors) == 2 and "warp_speed" in rt.knob_errors[1]
+    assert len(rt.knobs.errors) == 2 and "warp_speed" in rt.knobs.errors[1]
 
 
 def test_env_knobs_the_hook_does_not_know_are_reported_and_the_rest_still_apply(clock: Clock) -> None:
@@ -251,11 +251,11 @@ def test_env_knobs_the_hook_does_not_know_are_reported_and_the_rest_still_apply(
     fake = fake_torch()
     rt = HookRuntime(fake, clock=clock)
     rt.set_env_knobs('{"amp_bf16": true, "num_workers": 2, "cudnn_benchmark": true, "pin_memory": "yes"}')
-    assert rt.knobs_applied == {"num_workers": 2, "cudnn_benchmark": True}
+    assert rt.knobs.applied == {"num_workers": 2, "cudnn_benchmark": True}
     assert fake.backends.cudnn.benchmark is True
-    assert rt.knobs_ignored == ["amp_bf16"]
-    assert any("amp_bf16" in e and "left to the script" in e for e in rt.knob_errors)
-    assert any("pin_memory" in e for e in rt.knob_errors)
+    assert rt.knobs.ignored == ["amp_bf16"]
+    assert any("amp_bf16" in e and "left to the script" in e for e in rt.knobs.errors)
+    assert any("pin_memory" in e for e in rt.knobs.errors)
     assert info.state(rt, clients=0, installed_at=0.0)["knobs"]["ignored"] == ["amp_bf16"]
 
 
@@ -573,4 +573,4 @@ def test_a_request_is_applied_at_the_next_boundary_between_busy_ones(clock: Cloc
     assert rt.seq < rt._quiet_until - 1, "the next boundary is a quiet one"
     rt.control.append(("knobs", {"cudnn_benchmark": False}, None))
     _drive(rt, clock, 1)
-    assert rt.knobs_applied == {"cudnn_benchmark": False} and not rt.control
+    assert rt.knobs.applied == {"cudnn_benchmark": False} and not rt.control
