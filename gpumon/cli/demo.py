@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,8 @@ from gpumon.cli.reporting import (
     signals_as_interrupt,
     write_markdown,
 )
+
+log = logging.getLogger(__name__)
 
 DEMO_MODULE = "gpumon_demo"
 DEMO_RUN_S = 3600.0
@@ -98,7 +101,8 @@ def has_cuda_gpu() -> bool:
 
     try:
         return bool(sample_once(window=0.05).gpus)
-    except Exception:  # noqa: BLE001 - no NVML, no GPU
+    except Exception:  # no NVML, no GPU
+        log.debug("no GPU for the demo", exc_info=True)
         return False
 
 
