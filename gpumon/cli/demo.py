@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import signal
 import sys
@@ -26,6 +27,10 @@ DEMO_RUN_S = 3600.0
 GUIDED_MEASURED_S = 15.0
 GUIDED_WARMUP_S = 5.0
 GUIDED_WINDOW_S = 3.0
+TORCH_MISSING = (
+    "the demo trainer needs PyTorch, which this Python cannot import; install it (CPU build: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu) and run gpumon demo again"
+)
 CPU_NOTICE = "no NVIDIA GPU here: the demo runs on the CPU (small model), so the numbers say little about a GPU"
 
 
@@ -106,6 +111,14 @@ def has_cuda_gpu() -> bool:
         return False
 
 
+def torch_installed() -> bool:
+    """Whether this Python can find torch (without importing it: the monitor stays light)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a finder that refuses torch, a broken torch package
+        return False
+
+
 def demo_device(requested: str) -> tuple[str, bool]:
     """The device to run on and whether a GPU is there (CliError for a device that cannot be had)."""
     if requested not in ("auto", "cuda", "cpu") and not requested.startswith("cuda:"):
@@ -125,6 +138,8 @@ def run_demo(args: argparse.Namespace) -> int:
     if not args.guided and (args.json or args.markdown or args.trials_only):
         raise CliError("--json and --markdown go with --guided (so does --trials-only)")
     check_markdown_path(args.markdown)
+    if not torch_installed():
+        raise CliError(TORCH_MISSING)
     device, gpu = demo_device(args.device)
     if args.guided:
         return run_demo_guided(args, device)
