@@ -8,6 +8,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from gpumon.printable import printable
 from gpumon.sampling.history import History
 from gpumon.sampling.recording import RecordingError
 from gpumon.sampling.snapshot import Snapshot
@@ -57,7 +58,7 @@ class Replayer:
         if self.error is not None:
             state = f"ended at a bad line: {self.error}"
         count = f"{self.position}/{self.total}" if self.total is not None else f"{self.position}"
-        return f"replay of {self.name} ({count}, {state})"
+        return printable(f"replay of {self.name} ({count}, {state})")  # a file's name and lines are from outside
 
     def latest_timestamp(self) -> float:
         """The time of the last snapshot delivered (the recording's "now"), else of the first to come."""
@@ -107,7 +108,7 @@ class Replayer:
             following = next(self._source, None)
         except RecordingError as error:
             self.error = str(error)
-            log.warning("replay of %s ends early: %s", self.name, error)
+            log.warning("replay of %s ends early: %s", printable(self.name), printable(self.error))
             following = None
         if following is not None:
             self._ahead.append(following)

@@ -91,6 +91,17 @@ def test_a_bad_line_mid_replay_ends_it_and_names_the_line(tmp_path: Path) -> Non
     assert "ended at a bad line" in replayer.description
 
 
+def test_the_description_shows_a_hostile_name_and_line_as_text(tmp_path: Path) -> None:
+    path = tmp_path / "run\x1b[2J.jsonl"
+    lines = RECORDING.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:40]) + "\x1b]0;owned\x07\n")
+    replayer = Replayer(iter_recording(path), name=path.name)
+    replayer.skip_to(None)
+    replayer.step()
+    assert replayer.error is not None and "\x1b" in replayer.error
+    assert "\x1b" not in replayer.description and "\\x1b" in replayer.description
+
+
 def test_skip_to_lands_on_the_last_snapshot_at_that_time() -> None:
     snapshots = read_recording(RECORDING)
     first = snapshots[0].timestamp
