@@ -108,7 +108,7 @@ def ceiling(device_name: str) -> None:
     import torch
     import torch.nn.functional as F
 
-    sys.path.insert(0, str(REPO_ROOT))
+    sys.path.insert(0, str(REPO_ROOT / "demo"))
     from gpumon_demo.model import SmallResNet
     from gpumon_demo.trainer import PROFILES
 

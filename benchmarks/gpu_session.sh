@@ -10,8 +10,8 @@ shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-true  # gpumon_demo/ is importable from the working tree (PYTHONPATH=$PWD)
+export PYTHONPATH=/tmp/site:$PWD:$PWD/demo PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+true  # demo/gpumon_demo/ is importable from the working tree (PYTHONPATH=$PWD/demo)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 date -u +%F >> "$out/device.txt"
 case "$part" in

@@ -72,3 +72,15 @@ def utc_time_zone() -> Iterator[None]:
     else:
         os.environ["TZ"] = previous
     time.tzset()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """gpumon commands the tests run log under a temporary XDG_STATE_HOME, never the user's ~/.local/state."""
+    previous = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if previous is None:
+        del os.environ["XDG_STATE_HOME"]
+    else:
+        os.environ["XDG_STATE_HOME"] = previous

@@ -10,6 +10,7 @@ the GPU waits for its input, or loader knobs when the step hardly waits for data
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import platform
 import threading
@@ -24,6 +25,8 @@ from gpumon.advisor.measure import MIN_GAIN, beats
 from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals
+
+log = logging.getLogger(__name__)
 
 MAX_VARIANTS = 12
 MATH_KNOBS = frozenset({"amp_bf16", "tf32", "float32_matmul_precision", "channels_last", "cudnn_benchmark"})
@@ -107,8 +110,8 @@ class GuidedRun:
         if self.listener is not None:
             try:
                 self.listener(event, payload)
-            except Exception:  # noqa: BLE001 - a broken view must not stop the run
-                pass
+            except Exception:  # a broken view must not stop the run
+                log.warning("the guided run's listener failed on %r", event, exc_info=True)
 
     def run(self) -> GuidedReport:
         variants: list[VariantResult] = []

@@ -9,6 +9,7 @@ change won.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -29,6 +30,8 @@ from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.client import JobClient, JobRequestError
 from gpumon.jobs.jobstate import HookedView
+
+log = logging.getLogger(__name__)
 
 LOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 APPLY_TIMEOUT_S = 90.0
@@ -95,8 +98,8 @@ class LiveRunner:
         if self.progress is not None:
             try:
                 self.progress(message, max(0.0, min(1.0, fraction)))
-            except Exception:  # noqa: BLE001 - a broken progress view must not stop the experiment
-                pass
+            except Exception:  # a broken progress view must not stop the experiment
+                log.warning("the experiment's progress view failed on %r", message, exc_info=True)
 
     def _alive(self) -> str | None:
         return f"the job ended ({self.client.state.end_reason})" if self.client.ended else None

@@ -7,6 +7,7 @@ only the latest few the HookedView holds.
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import threading
@@ -18,6 +19,8 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.sampling.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 7200
 DIAGNOSIS_STEPS = 20
@@ -402,5 +405,6 @@ class MeasurementPlan:
         """The hook's sync count (`diagnose` is the client's), None when it could not be had: optional evidence."""
         try:
             return diagnose(DIAGNOSIS_STEPS, timeout=max(10.0, self.window_s * 3))
-        except Exception:  # noqa: BLE001 - the sync count is optional evidence
+        except Exception:  # the sync count is optional evidence
+            log.info("the hook's sync count could not be had", exc_info=True)
             return None

@@ -15,6 +15,7 @@ running trial and starts a fresh one with the knobs kept so far plus the change.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -54,6 +55,8 @@ from gpumon.advisor.signals import build_signals
 from gpumon.jobs.jobstate import HookedView
 from gpumon.jobs.launch import LaunchedJob, LaunchError
 from gpumon.jobs.session import AttachedJob
+
+log = logging.getLogger(__name__)
 
 KNOBS_ACK_ENV = "GPUMON_KNOBS_ACK"
 """A file path given to a trial: a command that reads GPUMON_KNOBS itself writes there the JSON list of the knob
@@ -308,8 +311,8 @@ class TrialRunner:
         if self.progress is not None:
             try:
                 self.progress(message, max(0.0, min(1.0, fraction)))
-            except Exception:  # noqa: BLE001 - a broken progress view must not stop the run
-                pass
+            except Exception:  # a broken progress view must not stop the run
+                log.warning("the trial's progress view failed on %r", message, exc_info=True)
 
     def _trial(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from gpumon import __version__
+from gpumon import __version__, log
 from gpumon.cli import (
     attach,
     demo,
@@ -54,4 +54,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
     except OSError as exc:
         return output_failed(exc)
+    log.configure()
     return run_handler(args.handler, args)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -17,12 +19,18 @@ from gpumon.cli.reporting import (
     write_markdown,
 )
 
+log = logging.getLogger(__name__)
+
 DEMO_MODULE = "gpumon_demo"
 DEMO_RUN_S = 3600.0
 """How long a demo trial is told to train: the trial runner stops it once measured."""
 GUIDED_MEASURED_S = 15.0
 GUIDED_WARMUP_S = 5.0
 GUIDED_WINDOW_S = 3.0
+TORCH_MISSING = (
+    "the demo trainer needs PyTorch, which this Python cannot import; install it (CPU build: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu) and run gpumon demo again"
+)
 CPU_NOTICE = "no NVIDIA GPU here: the demo runs on the CPU (small model), so the numbers say little about a GPU"
 
 
@@ -98,7 +106,16 @@ def has_cuda_gpu() -> bool:
 
     try:
         return bool(sample_once(window=0.05).gpus)
-    except Exception:  # noqa: BLE001 - no NVML, no GPU
+    except Exception:  # no NVML, no GPU
+        log.debug("no GPU for the demo", exc_info=True)
+        return False
+
+
+def torch_installed() -> bool:
+    """Whether this Python can find torch (without importing it: the monitor stays light)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a finder that refuses torch, a broken torch package
         return False
 
 
@@ -121,6 +138,8 @@ def run_demo(args: argparse.Namespace) -> int:
     if not args.guided and (args.json or args.markdown or args.trials_only):
         raise CliError("--json and --markdown go with --guided (so does --trials-only)")
     check_markdown_path(args.markdown)
+    if not torch_installed():
+        raise CliError(TORCH_MISSING)
     device, gpu = demo_device(args.device)
     if args.guided:
         return run_demo_guided(args, device)

@@ -180,18 +180,13 @@ def _source(args: argparse.Namespace) -> SnapshotSource:
         from gpumon.sampling.sampler import Sampler
 
         return Sampler(interval=args.interval)
-    from gpumon.sampling.recording import RecordingError, read_recording
+    from gpumon.sampling.recording import RecordingError, iter_recording
     from gpumon.sampling.replay import Replayer
 
     try:
-        snapshots = read_recording(args.replay)
-    except RecordingError as error:
+        return Replayer(iter_recording(args.replay), speed=args.speed, name=args.replay.name)
+    except (RecordingError, ValueError) as error:  # ValueError: no snapshots
         raise CliError(str(error)) from None
-    except OSError as error:
-        raise CliError(f"cannot read {args.replay}: {error.strerror or error}") from None
-    if not snapshots:
-        raise CliError(f"{args.replay} holds no snapshots")
-    return Replayer(snapshots, speed=args.speed, name=args.replay.name)
 
 
 def _job_metrics(full_command: bool, source: SnapshotSource) -> JobMetrics:

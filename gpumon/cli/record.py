@@ -1,4 +1,4 @@
-"""`gpumon record`: samples to a JSON Lines file until --duration passes or Ctrl+C."""
+"""`gpumon record`: samples to a JSON Lines file (gzip with --compress) until --duration passes or Ctrl+C."""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
-from gpumon.cli.base import CliError, Subparsers, add_interval_argument, positive_seconds, subcommand
+from gpumon.cli.base import CliError, Subparsers, positive_float, positive_seconds, subcommand
 from gpumon.sampling.snapshot import Snapshot
+from gpumon.sampling.source import MAX_RECORD_INTERVAL, MIN_INTERVAL
+
+
+def record_interval(text: str) -> float:
+    value = positive_float(text)
+    if not MIN_INTERVAL <= value <= MAX_RECORD_INTERVAL:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside {MIN_INTERVAL:g}..{MAX_RECORD_INTERVAL:g} seconds")
+    return value
 
 
 def register(subparsers: Subparsers) -> None:
@@ -26,7 +34,18 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--duration", type=positive_seconds, default=None, help="seconds to record (default: until Ctrl+C)"
     )
-    add_interval_argument(parser)
+    parser.add_argument(
+        "--interval",
+        type=record_interval,
+        default=1.0,
+        help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_RECORD_INTERVAL:g} (default 1)",
+    )
+    parser.add_argument(
+        "--compress",
+        action="store_true",
+        help="write gzip (about a tenth of the size; flushed after every sample, so a killed recorder leaves a "
+        "readable file); replay and exporter --replay read both",
+    )
     parser.add_argument("--note", default="", help="free text stored in the header (device, workload...)")
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
@@ -44,7 +63,7 @@ def run_record(args: argparse.Namespace) -> int:
     if exists and not args.force:
         raise CliError(f"{path} exists; pass --force to overwrite it")
     try:
-        stream = path.open("w", encoding="utf-8")
+        stream = path.open("wb")
     except OSError as error:
         raise _cannot_write(path, error) from None
     try:
@@ -56,7 +75,7 @@ def run_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record(stream: TextIO, args: argparse.Namespace) -> tuple[int, float]:
+def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:
     """Write samples to `stream` until the duration passes, Ctrl+C or SIGTERM; (samples written, seconds).
 
     An OSError writing a sample stops the recording and is raised here, on the main thread."""
@@ -66,7 +85,7 @@ def _record(stream: TextIO, args: argparse.Namespace) -> tuple[int, float]:
     done = threading.Event()
     failures: list[OSError] = []
     count = 0
-    writer = RecordingWriter(stream, note=args.note)
+    writer = RecordingWriter(stream, note=args.note, compress=args.compress)
 
     def write(snapshot: Snapshot) -> None:
         nonlocal count
@@ -92,4 +111,5 @@ def _record(stream: TextIO, args: argparse.Namespace) -> tuple[int, float]:
         sampler.stop()
     if failures:
         raise failures[0]
+    writer.close()
     return count, time.monotonic() - started

@@ -11,11 +11,7 @@ from gpumon.cli.base import CliError, Subparsers, non_negative_float, positive_f
 from gpumon.cli.dashboard import add_view_arguments, view_options
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from textual.pilot import Pilot
-
-    from gpumon.sampling.snapshot import Snapshot
 
 SCREENSHOT_WAIT_S = 10.0
 """How long a screenshot waits for the dashboard to show the recording's last snapshot."""
@@ -35,15 +31,6 @@ def terminal_size(text: str) -> tuple[int, int]:
     return size
 
 
-def index_at(snapshots: Sequence[Snapshot], seconds: float) -> int:
-    """The last snapshot at most `seconds` after the first one; past the recording's end is a CliError."""
-    first = snapshots[0].timestamp
-    span = snapshots[-1].timestamp - first
-    if seconds > span:
-        raise CliError(f"--at {seconds:g} is past the recording's end ({span:.1f} s after its first snapshot)")
-    return max(index for index, snapshot in enumerate(snapshots) if snapshot.timestamp - first <= seconds)
-
-
 def register(subparsers: Subparsers) -> None:
     parser = subcommand(
         subparsers,
@@ -52,7 +39,7 @@ def register(subparsers: Subparsers) -> None:
         description="Open the dashboard on a recording.",
         handler=run_replay,
     )
-    parser.add_argument("file", type=Path, help="a file written by `gpumon record`")
+    parser.add_argument("file", type=Path, help="a file written by `gpumon record` (plain or gzip-compressed)")
     parser.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (+/- change it live)")
     parser.add_argument(
         "--screenshot",
@@ -75,24 +62,20 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from gpumon.sampling.recording import RecordingError, read_recording
+    from gpumon.sampling.recording import RecordingError, count_snapshots, iter_recording
     from gpumon.sampling.replay import Replayer
     from gpumon.tui.app import GpumonApp
 
     try:
-        snapshots = read_recording(args.file)
-    except RecordingError as error:
+        replayer = Replayer(iter_recording(args.file), speed=args.speed, name=args.file.name)
+        replayer.total = count_snapshots(args.file)
+        if args.at is not None or args.screenshot is not None:
+            replayer.skip_to(args.at)  # the history behind the graphs; a screenshot without --at: the last snapshot
+    except (RecordingError, ValueError) as error:
         raise CliError(str(error)) from None
-    if args.at is not None:
-        start = index_at(snapshots, args.at)
-    else:
-        start = 0 if args.screenshot is None else len(snapshots) - 1
     if args.screenshot is not None:
-        snapshots = snapshots[: start + 1]  # the app is shown the moment's snapshot when it starts
-    replayer = Replayer(snapshots, speed=args.speed, name=args.file.name)
-    for _ in range(start):
-        replayer.step()  # the history behind the graphs
-    app = GpumonApp(replayer, options=view_options(args), clock=lambda: snapshots[-1].timestamp)
+        replayer.end_after_next()  # the app is shown the moment's snapshot when it starts
+    app = GpumonApp(replayer, options=view_options(args), clock=replayer.latest_timestamp)
     if args.screenshot is None:
         app.run()
         return app.return_code or 0
@@ -114,5 +97,5 @@ def run_replay(args: argparse.Namespace) -> int:
         args.screenshot.write_text(saved[0], encoding="utf-8")
     except OSError as error:
         raise CliError(f"cannot write {args.screenshot}: {error.strerror or error}") from None
-    print(f"gpumon: wrote {args.screenshot} ({args.size[0]}x{args.size[1]}, {len(snapshots)} snapshots)")
+    print(f"gpumon: wrote {args.screenshot} ({args.size[0]}x{args.size[1]}, {replayer.position} snapshots)")
     return 0

@@ -7,6 +7,7 @@ dies mid-line, a malformed message or a closed socket ends the client with a rea
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import socket
 import threading
@@ -19,6 +20,8 @@ from gpumon.jobs.connection import HookClosed, LineReader, open_hook
 from gpumon.jobs.discovery import AttachError, JobInfo
 from gpumon.jobs.jobstate import END_CLOSED, HookedView, JobState
 from gpumon.jobs.source import Listener
+
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 1.0
 POLL_S = 0.25
@@ -327,7 +330,8 @@ class JobClient:
                 self._notify(protocol.HELLO)
             self._subscribe()
             self._read_loop()
-        except Exception as error:  # noqa: BLE001 - never out of this thread
+        except Exception as error:  # never out of this thread
+            log.error("job %s: the reader thread failed", self.pid, exc_info=True)
             self.state.end(f"internal error: {error!r}")
         finally:
             self._close()
@@ -366,8 +370,8 @@ class JobClient:
             for message_listener in list(self._message_listeners):
                 try:
                     message_listener(message)
-                except Exception:  # noqa: BLE001
-                    pass
+                except Exception:  # a listener's bug must not stop the stream
+                    log.warning("job %s: a message listener failed", self.pid, exc_info=True)
             changed = self.state.apply(message)
             if changed == protocol.STEPS and self.first_steps_at is None and message.get("records"):
                 self.first_steps_at = time.monotonic()
@@ -393,8 +397,8 @@ class JobClient:
         for listener in list(self._listeners):
             try:
                 listener(what)
-            except Exception:  # noqa: BLE001 - a listener's bug must not stop the stream
-                pass
+            except Exception:  # a listener's bug must not stop the stream
+                log.warning("job %s: a listener failed on %r", self.pid, what, exc_info=True)
 
     def _close(self) -> None:
         sock, self._sock, self._reader = self._sock, None, None

@@ -9,6 +9,7 @@ or elsewhere. The result is an ESTIMATE from stack samples.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -27,6 +28,8 @@ from gpumon.jobs.discovery import AttachError, process_argv, process_command
 from gpumon.jobs.source import Listener
 from gpumon.printable import printable
 from gpumon.protocol import activity
+
+log = logging.getLogger(__name__)
 
 DATA_WAIT = "data_wait"
 CUDA_SYNC = "cuda_sync"
@@ -626,7 +629,8 @@ class PySpySampler:
             while not self._stop.is_set():
                 if not self._one_round(output):
                     return
-        except Exception as error:  # noqa: BLE001 - never out of this thread
+        except Exception as error:  # never out of this thread
+            log.error("py-spy job %s: the sampler thread failed", self.pid, exc_info=True)
             self._end(f"internal error: {error!r}")
 
     def _one_round(self, output: str) -> bool:
@@ -739,8 +743,8 @@ class PySpySampler:
         for listener in list(self._listeners):
             try:
                 listener(what)
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception:  # a listener's bug must not stop the sampler
+                log.warning("py-spy job %s: a listener failed on %r", self.pid, what, exc_info=True)
 
 
 def _innermost_python(frames: Sequence[Frame]) -> Frame | None:

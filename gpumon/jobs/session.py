@@ -7,6 +7,7 @@ else the py-spy sampler once py-spy has proved it can read the pid; one-line Att
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -27,6 +28,8 @@ from gpumon.jobs.discovery import (
 from gpumon.jobs.jobstate import HookedView, group_view
 from gpumon.jobs.pyspy import PySpySampler
 from gpumon.jobs.source import JobSource, Listener
+
+log = logging.getLogger(__name__)
 
 LAUNCH_POLL_S = 0.05
 """How soon a launched job's sockets are first looked for; then less and less often, up to RANK_POLL_S apart."""
@@ -182,7 +185,8 @@ class AttachedJob:
         while not self._stop.is_set():
             try:
                 found = jobs_launched_by(root, directories=self._socket_dirs)
-            except Exception:  # noqa: BLE001 - a scan error is retried
+            except Exception:  # a scan error is retried
+                log.debug("scanning for the ranks of pid %s failed", root, exc_info=True)
                 found = None
             if found is not None:
                 self._add(found.jobs)
@@ -220,8 +224,8 @@ class AttachedJob:
         for listener in list(self._listeners):
             try:
                 listener(what)
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception:  # a listener's bug must not stop the session
+                log.warning("a job session listener failed on %r", what, exc_info=True)
 
 
 def open_job(pid: int, *, native: bool = False) -> JobSource:

@@ -316,8 +316,8 @@ class XidWatcher:
         finally:
             try:
                 self._nvml.nvmlEventSetFree(event_set)
-            except Exception:  # noqa: BLE001 - freeing on a broken NVML must not raise
-                pass
+            except Exception:  # freeing on a broken NVML must not raise
+                log.debug("NVML: freeing the event set failed", exc_info=True)
 
     def _create(self) -> Any:
         event_set = self._nvml.nvmlEventSetCreate()
@@ -349,7 +349,8 @@ class XidWatcher:
     def _record(self, data: Any) -> None:
         try:
             index = int(self._nvml.nvmlDeviceGetIndex(data.device))
-        except Exception:  # noqa: BLE001 - an event of a GPU we cannot name is dropped
+        except Exception:  # an event of a GPU we cannot name is dropped
+            log.debug("NVML: an XID event of an unnamed GPU dropped", exc_info=True)
             return
         event = XidEvent(timestamp=self._clock(), xid=int(data.eventData))
         log.warning("GPU %d: XID %d", index, event.xid)
@@ -482,8 +483,8 @@ class GpuCollector:
                 self._initialized = False
                 try:
                     self._library.nvmlShutdown()
-                except Exception:  # noqa: BLE001 - shutting down a broken NVML must not raise
-                    pass
+                except Exception:  # shutting down a broken NVML must not raise
+                    log.debug("NVML: shutdown failed", exc_info=True)
 
     # ---- init, failure and recovery -----------------------------------------------------------
 
@@ -631,8 +632,8 @@ class GpuCollector:
         for sample in device.gpm_samples:
             try:
                 self._library.nvmlGpmSampleFree(sample)
-            except Exception:  # noqa: BLE001 - freeing a buffer of a broken NVML must not raise
-                pass
+            except Exception:  # freeing a buffer of a broken NVML must not raise
+                log.debug("NVML: freeing a GPM sample failed", exc_info=True)
         device.gpm_samples = []
         device.gpm_request = None
         device.gpm_previous_time = None
@@ -684,8 +685,8 @@ class GpuCollector:
             self._initialized = False
             try:
                 self._library.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down a broken NVML must not raise
-                pass
+            except Exception:  # shutting down a broken NVML must not raise
+                log.debug("NVML: shutdown failed", exc_info=True)
         self._init()
 
     # ---- one call, classified -----------------------------------------------------------------

@@ -1,21 +1,25 @@
-"""JSON Lines recordings of snapshots: a header line, then one snapshot per line.
+"""JSON Lines recordings of snapshots: a header line, then one snapshot per line; plain or gzip-compressed.
 
-The reader trusts nothing in the file: lines are read in bounded chunks up to MAX_LINE_BYTES, nesting is checked
-before json.loads, every snapshot is validated against the schema (docs/schema.md) and timestamps must not go
-back. The writer writes each line whole, so a full disk leaves only complete lines behind.
+The reader streams: it holds one line at a time, so memory does not grow with the file. It tells gzip from plain text
+by the first bytes, not the name. It trusts nothing in the file: lines are read in bounded chunks up to
+MAX_LINE_BYTES, nesting is checked before json.loads, every snapshot is validated against the schema (docs/schema.md)
+and timestamps must not go back. The writer writes each line whole (compressed: each line and a zlib sync flush), so a
+full disk or a killed recorder leaves only complete lines behind.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
 import platform
 import re
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any
 
 from gpumon.sampling.snapshot import SCHEMA_VERSION, Snapshot
 
@@ -26,6 +30,9 @@ MAX_DEPTH = 32
 """JSON nesting a snapshot line may have (it uses 6); deeper would only exhaust the parser's stack."""
 _CHUNK_BYTES = 64 << 10
 _STRUCTURE = re.compile(rb'[\[\]{}"\\]')
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+"""Recognised only to say so: zstd has no module in the standard library before Python 3.14."""
 
 
 class RecordingError(ValueError):
@@ -37,12 +44,22 @@ class RecordingWriter:
 
     A write that fails (a full disk: ENOSPC, EFBIG, /dev/full) cuts the file back to its last complete line where
     the file can be cut, then raises the OSError: the recording stays readable up to the failure.
+
+    `compress` writes gzip (a real file only): each line is followed by a zlib sync flush and written with it in one
+    write, so a recorder killed at any moment leaves a stream that decompresses to every line written; close() adds
+    the gzip trailer.
     """
 
-    def __init__(self, stream: IO[str], note: str = "") -> None:
+    def __init__(self, stream: IO[Any], note: str = "", compress: bool = False) -> None:
         self._stream = stream
         stream.flush()
         self._fd = _descriptor(stream)
+        self._compressor: Any = None
+        self._broken: OSError | None = None
+        if compress:
+            if self._fd is None:
+                raise ValueError("a compressed recording needs a real file")
+            self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 16+15: a gzip header and trailer
         self._end = self._position()
         """Where the last complete line ends (None where the file cannot be cut: a pipe, a terminal)."""
         header = {
@@ -57,16 +74,33 @@ class RecordingWriter:
     def write(self, snapshot: Snapshot) -> None:
         self._write({"type": "snapshot", **snapshot.to_dict()})
 
+    def close(self) -> None:
+        """End a compressed stream with its gzip trailer (the file stays the caller's to close)."""
+        if self._compressor is not None and self._broken is None:
+            self._put(self._compressor.flush(zlib.Z_FINISH))
+            self._compressor = None
+
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":")) + "\n"
+        if self._compressor is None:
+            self._put(line)
+        elif self._broken is not None:
+            raise self._broken  # the compressor holds what the failed write lost: the stream cannot go on
+        else:
+            self._put(self._compressor.compress(line.encode("utf-8")) + self._compressor.flush(zlib.Z_SYNC_FLUSH))
+
+    def _put(self, data: str | bytes) -> None:
         try:
             if self._fd is None:
-                self._stream.write(line)
+                assert isinstance(data, str)
+                self._stream.write(data)
                 self._stream.flush()
             else:
-                _write_all(self._fd, line.encode("utf-8"))
-        except OSError:
+                _write_all(self._fd, data.encode("utf-8") if isinstance(data, str) else data)
+        except OSError as error:
             self._cut_back()
+            if self._compressor is not None:
+                self._broken = error
             raise
         self._end = self._position()
 
@@ -93,7 +127,7 @@ class RecordingWriter:
             pass  # a device that cannot be cut (/dev/full): the original error is what matters
 
 
-def _descriptor(stream: IO[str]) -> int | None:
+def _descriptor(stream: IO[Any]) -> int | None:
     """The file descriptor under a real file (written directly, past any buffer); None for in-memory streams."""
     try:
         return stream.fileno()
@@ -116,14 +150,14 @@ def iter_recording(path: str | Path) -> Iterator[Snapshot]:
     """Yield the snapshots of a recording; raise RecordingError naming the first bad line and field."""
     path = Path(path)
     try:
-        stream = path.open("rb")
+        raw = path.open("rb")
     except OSError as error:
         raise RecordingError(f"{path}: cannot open: {error.strerror or error}") from None
-    with stream:
+    with raw:
         line_number = 0
         previous: tuple[int, float] | None = None
         try:
-            for line_number, line in _lines(stream, path):
+            for line_number, line in _lines(_decoded(raw, path), path):
                 record = _parse(path, line_number, line)
                 if line_number == 1:
                     _check_header(path, record)
@@ -136,6 +170,8 @@ def iter_recording(path: str | Path) -> Iterator[Snapshot]:
                     )
                 previous = (line_number, snapshot.timestamp)
                 yield snapshot
+        except (gzip.BadGzipFile, zlib.error) as error:
+            raise RecordingError(f"{path} line {line_number + 1}: corrupt gzip data ({error})") from None
         except OSError as error:
             raise RecordingError(f"{path} line {line_number + 1}: cannot read: {error.strerror or error}") from None
         if line_number == 0:
@@ -145,14 +181,61 @@ def iter_recording(path: str | Path) -> Iterator[Snapshot]:
 
 
 def read_recording(path: str | Path) -> list[Snapshot]:
+    """Every snapshot in a list: for tests and short recordings; the CLI streams with iter_recording."""
     return list(iter_recording(path))
 
 
-def _lines(stream: BinaryIO, path: Path) -> Iterator[tuple[int, bytes]]:
+def count_snapshots(path: str | Path) -> int | None:
+    """The snapshot lines of a recording, in one streaming pass that parses nothing (a progress total); None for
+    what is not a regular file (a pipe, /dev/zero). The one check it makes is the cheap one for the commonest damage,
+    a last line cut short (RecordingError naming it). Other problems are iter_recording's to name when it reaches
+    them."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    lines = 0
+    last = b"\n"
+    try:
+        with path.open("rb") as raw:
+            for chunk in _chunks(_decoded(raw, path)):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except (OSError, zlib.error):
+        return max(0, lines - 1)
+    if last != b"\n":
+        raise RecordingError(f"{path} line {lines + 1}: truncated line (no newline at end of file)")
+    return max(0, lines - 1)
+
+
+def _decoded(raw: io.BufferedReader, path: Path) -> io.BufferedIOBase:
+    """The recording's bytes: `raw` itself, or a gzip reader over it when it starts with the gzip magic."""
+    magic = raw.peek(4)[:4]
+    if magic.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if magic == ZSTD_MAGIC:
+        raise RecordingError(f"{path}: zstd-compressed; this gpumon reads plain and gzip recordings (zstd -d it first)")
+    return raw
+
+
+def _chunks(stream: io.BufferedIOBase) -> Iterator[bytes]:
+    """The stream's bytes in chunks; a gzip stream without its end (a recorder killed mid-run) ends quietly.
+
+    read1: one read of the file each, so the data before a gzip stream's missing end is returned before EOFError."""
+    while True:
+        try:
+            chunk = stream.read1(_CHUNK_BYTES)
+        except EOFError:  # "Compressed file ended before the end-of-stream marker was reached"
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
+def _lines(stream: io.BufferedIOBase, path: Path) -> Iterator[tuple[int, bytes]]:
     """(number, bytes) of each line, newline kept, read in chunks: no line may pass MAX_LINE_BYTES."""
     buffer = bytearray()
     number = 1
-    while chunk := stream.read(_CHUNK_BYTES):
+    for chunk in _chunks(stream):
         searched = len(buffer)
         buffer += chunk
         start = 0

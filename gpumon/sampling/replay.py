@@ -1,33 +1,52 @@
-"""Replays a recording as a snapshot source, at an adjustable speed."""
+"""Replays a recording as a snapshot source, at an adjustable speed, reading it as a stream."""
 
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 
+from gpumon.printable import printable
 from gpumon.sampling.history import History
+from gpumon.sampling.recording import RecordingError
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SPEED_STEPS, SnapshotCallback, next_step
 
+log = logging.getLogger(__name__)
+
 MAX_WAIT_S = 60.0
 """A longer pause in the recording (the machine slept) is replayed as this long."""
+GAP_SAMPLE = 32
+"""The recorded interval is the median of the first this many gaps (read ahead once, then let go)."""
 
 
 class Replayer:
-    """Plays snapshots with their recorded spacing divided by `speed`; stops after the last one."""
+    """Plays snapshots with their recorded spacing divided by `speed`; stops after the last one.
+
+    The snapshots are an iterable (iter_recording streams a file): the replayer holds only the next one (the first
+    GAP_SAMPLE+1 at the start), so memory does not grow with the recording. A bad line met mid-replay ends the replay;
+    `error` names it. `total`, when known (a list, or recording.count_snapshots), shows in the description.
+    """
 
     live = False
 
-    def __init__(self, snapshots: Sequence[Snapshot], speed: float = 1.0, name: str = "recording") -> None:
-        if not snapshots:
+    def __init__(
+        self, snapshots: Iterable[Snapshot], speed: float = 1.0, name: str = "recording", total: int | None = None
+    ) -> None:
+        self._source = iter(snapshots)
+        self._ahead: deque[Snapshot] = deque(itertools.islice(self._source, GAP_SAMPLE + 1))
+        if not self._ahead:
             raise ValueError("a replay needs at least one snapshot")
-        self._snapshots = list(snapshots)
-        self._median_gap = self._typical_gap(self._snapshots)
+        self._median_gap = self._typical_gap(self._ahead)
+        self.total = len(snapshots) if total is None and isinstance(snapshots, Sequence) else total
+        self.error: str | None = None
         self.speed = speed
         self.name = name
         self.history = History()
         self.position = 0
+        self.first_timestamp = self._latest = self._ahead[0].timestamp
         self._paused = threading.Event()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -36,11 +55,18 @@ class Replayer:
     @property
     def description(self) -> str:
         state = "ended" if self.finished else f"{self.speed:g}x"
-        return f"replay of {self.name} ({self.position}/{len(self._snapshots)}, {state})"
+        if self.error is not None:
+            state = f"ended at a bad line: {self.error}"
+        count = f"{self.position}/{self.total}" if self.total is not None else f"{self.position}"
+        return printable(f"replay of {self.name} ({count}, {state})")  # a file's name and lines are from outside
+
+    def latest_timestamp(self) -> float:
+        """The time of the last snapshot delivered (the recording's "now"), else of the first to come."""
+        return self._latest
 
     @property
     def finished(self) -> bool:
-        return self.position >= len(self._snapshots)
+        return not self._ahead
 
     @property
     def recorded_interval(self) -> float:
@@ -48,7 +74,7 @@ class Replayer:
         return self._median_gap
 
     @staticmethod
-    def _typical_gap(snapshots: Sequence[Snapshot]) -> float:
+    def _typical_gap(snapshots: Iterable[Snapshot]) -> float:
         gaps = sorted(later.timestamp - earlier.timestamp for earlier, later in itertools.pairwise(snapshots))
         median = gaps[len(gaps) // 2] if gaps else 0.0
         return median if median > 0 else 1.0
@@ -69,10 +95,44 @@ class Replayer:
         """Advance by one snapshot synchronously (used by tests and by the threaded loop)."""
         if self.finished:
             return None
-        snapshot = self._snapshots[self.position]
+        snapshot = self._ahead.popleft()
+        if not self._ahead:
+            self._read_ahead()
         self.position += 1
+        self._latest = snapshot.timestamp
         self.history.add(snapshot)
         return snapshot
+
+    def _read_ahead(self) -> None:
+        try:
+            following = next(self._source, None)
+        except RecordingError as error:
+            self.error = str(error)
+            log.warning("replay of %s ends early: %s", printable(self.name), printable(self.error))
+            following = None
+        if following is not None:
+            self._ahead.append(following)
+
+    def skip_to(self, seconds: float | None) -> None:
+        """Step (feeding the history) until the next snapshot is the last one at most `seconds` after the first
+        (None: the recording's last). Past the recording's end: ValueError saying how long the recording is."""
+        while True:
+            if len(self._ahead) == 1:
+                self._read_ahead()
+            if len(self._ahead) < 2:
+                break
+            if seconds is not None and self._ahead[1].timestamp - self.first_timestamp > seconds:
+                return
+            self.step()
+        if seconds is not None and self._ahead and seconds > (span := self._ahead[0].timestamp - self.first_timestamp):
+            raise ValueError(f"--at {seconds:g} is past the recording's end ({span:.1f} s after its first snapshot)")
+
+    def end_after_next(self) -> None:
+        """Deliver the next snapshot, then end (a screenshot of one moment)."""
+        while len(self._ahead) > 1:
+            self._ahead.pop()
+        self._source = iter(())
+        self.total = self.position + len(self._ahead)
 
     def _run(self, on_snapshot: SnapshotCallback) -> None:
         while not self._stopped.is_set():
@@ -86,7 +146,7 @@ class Replayer:
             on_snapshot(snapshot)
             if self.finished:
                 break
-            gap = self._snapshots[self.position].timestamp - snapshot.timestamp
+            gap = self._ahead[0].timestamp - snapshot.timestamp
             self._wake.wait(max(0.0, min(gap, MAX_WAIT_S)) / self.speed)
             self._wake.clear()
 

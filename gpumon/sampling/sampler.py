@@ -15,7 +15,14 @@ from gpumon.sampling.host import HostCollector
 from gpumon.sampling.nvml import QUIET_ENERGY_INTERVAL, GpuCollector, SlowGpuReading
 from gpumon.sampling.processes import ProcessCollector
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
-from gpumon.sampling.source import INTERVAL_STEPS, MAX_INTERVAL, MIN_INTERVAL, SnapshotCallback, next_step
+from gpumon.sampling.source import (
+    INTERVAL_STEPS,
+    MAX_INTERVAL,
+    MAX_RECORD_INTERVAL,
+    MIN_INTERVAL,
+    SnapshotCallback,
+    next_step,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +57,7 @@ class Sampler:
         history: History | None = None,
         extra_pids: Iterable[int] = (),
     ) -> None:
-        self._interval = min(MAX_INTERVAL, max(MIN_INTERVAL, float(interval)))
+        self._interval = min(MAX_RECORD_INTERVAL, max(MIN_INTERVAL, float(interval)))
         self._slow_interval = float(slow_interval)
         self.gpu = gpu if gpu is not None else GpuCollector()
         self.host = host if host is not None else HostCollector()

@@ -12,6 +12,9 @@ SnapshotCallback = Callable[[Snapshot], None]
 
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 10.0
+"""The slowest a dashboard or exporter samples (the - key stops there)."""
+MAX_RECORD_INTERVAL = 60.0
+"""The slowest `gpumon record` samples: long unattended recordings."""
 
 
 class SnapshotSource(Protocol):

@@ -11,6 +11,7 @@ that won), else live experiments on the attached hooked job (math-neutral knobs,
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -38,6 +39,8 @@ from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui.advisor_panel import AdvisorPanel
 from gpumon.tui.app import GpumonApp, ReadsEnergy, TracksPids
+
+log = logging.getLogger(__name__)
 
 DIAGNOSE_EVERY_S = 5.0
 DIAGNOSIS_WINDOW_S = 10.0
@@ -272,7 +275,8 @@ class AdvisorApp(GpumonApp):
             view = job.view()
             signals = build_signals(self.advisor_log.between(start, end), view, start=start, end=end)
             self.post_message(AdvisorFinding(diagnose(signals), signals))
-        except Exception:  # noqa: BLE001 - a failed diagnosis is retried at the next tick
+        except Exception:  # a failed diagnosis is retried at the next tick
+            log.warning("the live diagnosis failed", exc_info=True)
             self.post_message(AdvisorFinding(None, None))
 
     @on(AdvisorFinding)

@@ -44,7 +44,7 @@ def sampled() -> Iterator[tuple[Sampler, SnapshotLog]]:
 
 def base_env() -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "demo"), env.get("PYTHONPATH")]))
     env.pop(protocol.KNOBS_ENV, None)
     return env
 

@@ -33,7 +33,7 @@ def run_small(steps: int, knobs: dict[str, Any], warmup_steps: int = 1) -> dict[
 def start_demo(*args: str, knobs: str = "{}", **popen: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "gpumon_demo", "--device", "cpu", "--progress-interval", "0", "--json", *args],
-        cwd=REPO_ROOT, env=os.environ | {KNOBS_ENV: knobs}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO_ROOT / "demo", env=os.environ | {KNOBS_ENV: knobs}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, **popen,
     )  # fmt: skip
 
