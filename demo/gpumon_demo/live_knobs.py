@@ -24,7 +24,7 @@ class LiveLoaderSettings:
             runtime = self._runtime()
             if runtime is None or not runtime.active:
                 return False  # an inactive hook applies nothing at iter()
-            settings = dict(runtime.dataloader_knobs or {})
+            settings = dict(runtime.knobs.dataloader or {})
             # None (prefetch_factor) means the library's default, whatever the loader shows.
             return any(value is not None and getattr(loader, name, value) != value for name, value in settings.items())
         except Exception:  # noqa: BLE001 - a hook of another version must not stop the training

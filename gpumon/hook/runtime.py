@@ -649,11 +649,6 @@ class HookRuntime:
             self._replan()
 
     @property
-    def dataloader_knobs(self) -> dict[str, Any]:
-        """The DataLoader knobs in effect (KnobState.dataloader), which the demo trainer reads to follow them."""
-        return self.knobs.dataloader
-
-    @property
     def diagnosing(self) -> bool:
         if self.diagnosis.counting:
             return True

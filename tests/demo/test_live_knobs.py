@@ -20,7 +20,7 @@ class HookRuntime:
     """The two things the demo reads of the hook's runtime, as gpumon.hook.runtime.HookRuntime has them."""
 
     def __init__(self, knobs: dict[str, Any], active: bool = True) -> None:
-        self.dataloader_knobs = knobs
+        self.knobs = types.SimpleNamespace(dataloader=knobs)  # gpumon.hook.knob_state.KnobState's
         self.active = active
 
 
