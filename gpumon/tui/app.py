@@ -47,6 +47,12 @@ from gpumon.tui.view_options import ViewOptions
 
 WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
+GPU_SHARE = 0.62
+"""Wide, the GPU pane's usual share of the lines below the title; it takes more where the process table needs fewer,
+and less, down to GPU_LEAST_LINES, where the process table needs more."""
+GPU_LEAST_LINES = 16
+GPU_LEAST_LINES_EACH = 3
+"""... or this many lines a GPU (a summary and two graph rows), whichever is more, but never more than its share."""
 JOB_TALL = 45
 """With a job attached on a narrow terminal, from this many lines the CPU and disk panes are shown too."""
 GRAPH_SCROLL_STEP = 0.25
@@ -208,6 +214,8 @@ class GpumonApp(App[None]):
         self._job_lock = threading.Lock()
         self._job_shown_at = 0.0
         self._stale_deadline: asyncio.TimerHandle | None = None
+        self._terminal_size = Size(80, 24)
+        """The size _size_panes last saw (on a resize, the new one before the app's own size changes)."""
 
     def get_driver_class(self) -> type[Driver]:
         return driver_class(super().get_driver_class())
@@ -287,16 +295,22 @@ class GpumonApp(App[None]):
         if self.source.live:
             self._arm_stale_check()
         history = self.source.history
+        self._process_table.show(snapshot.processes)
+        self._size_panes(self._terminal_size)
         self._gpu_pane.whole_cells = self.source.interval <= WHOLE_CELLS_UP_TO_S
         self._gpu_pane.show(snapshot, history)
         self._disk_pane.show(snapshot, history)
         self._show_cpu(snapshot)
         if self._machine_line.display:
             self._machine_line.show(snapshot)
-        self._process_table.show(snapshot.processes)
         self._update_titles()
         if self.job is not None:
             self._show_job()
+
+    def _process_rows_wanted(self) -> int:
+        """Lines the process table needs to show every row: its title, its header and its rows."""
+        table = self._process_table
+        return 2 + table.row_count if table.display else 0
 
     def _show_cpu(self, snapshot: Snapshot) -> None:
         """The CPU pane; with the host graphs on, its graphs fill the side column down to the GPU pane's bottom, drawn
@@ -322,16 +336,26 @@ class GpumonApp(App[None]):
             self.show_snapshot(self.snapshot)
 
     def _size_panes(self, size: Size) -> None:
-        """Give the GPU pane and the core grid more lines on tall and wide terminals."""
+        """Give the GPU pane and the core grid more lines on tall and wide terminals; wide, every line the process
+        table does not need goes to the GPU pane, and the process table gets more where it has many rows."""
+        self._terminal_size = size
         width, height = size
         wide = self._wide = width >= WIDE
+        self._gpu_pane.fill = False
         if self._job_pane is None:
-            # Wide, the GPU pane shares the top with the CPU and disk panes; narrow, they sit under it, and the
-            # process table keeps room for a title, a header and about seven rows.
-            self._gpu_pane.max_lines = max(
-                4, int((height - 2) * 0.62) if wide else min(int((height - 2) * 0.6), height - 18)
-            )
             self._cpu_pane.max_core_rows = max(1, (height - 2) // 8) if wide else 1
+            if not wide:
+                # The CPU and disk panes sit under the GPU pane; the process table keeps room for a title, a header
+                # and about seven rows.
+                self._gpu_pane.max_lines = max(4, min(int((height - 2) * 0.6), height - 18))
+                return
+            # The GPU pane shares the top with the CPU and disk panes (whose host graphs fill down to its bottom).
+            usual = int((height - 2) * GPU_SHARE)
+            spare = height - 2 - 1 - self._process_rows_wanted()  # less the title bar, the footer, the pane's border
+            gpus = len(self.snapshot.gpus) if self.snapshot is not None else 1
+            least = min(usual, max(GPU_LEAST_LINES, GPU_LEAST_LINES_EACH * gpus))
+            self._gpu_pane.fill = spare >= least
+            self._gpu_pane.max_lines = max(4, spare if spare >= least else least)
             return
         # With a job the job pane takes the room: the GPU pane gets less and, when short, the CPU and disk panes go.
         self._gpu_pane.max_lines = max(2, int((height - 2) * (0.3 if wide else 0.15)))

@@ -14,6 +14,7 @@ from gpumon.sampling.history import History
 from gpumon.tui._textual_fast_path import drawn_text
 from gpumon.tui.bar import bar_cell_spans, bar_string
 from gpumon.tui.graph import (
+    MAX_ROWS,
     Graph,
     GraphStyle,
     Window,
@@ -36,6 +37,9 @@ MAX_PRIMARY_ROWS = 12
 """The tallest primary graphs (GPU utilization and memory, host CPU)..."""
 MAX_SECONDARY_ROWS = 6
 """... and the others (SM and tensor activity, host memory), in rows."""
+USUAL_CAPS = (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)
+GROWN_CAPS = (MAX_ROWS, MAX_ROWS)
+"""Where the room would otherwise stay blank, every graph may grow to the tallest drawn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +147,7 @@ READABLE_ROWS = 4
 """Utilization and memory graphs grow to this many rows before the others grow beyond two."""
 
 
-def allot_rows(
-    available: int, gauges_: list[Gauge], caps: tuple[int, int] = (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)
-) -> list[int] | None:
+def allot_rows(available: int, gauges_: list[Gauge], caps: tuple[int, int] = USUAL_CAPS) -> list[int] | None:
     """Graph rows per gauge within `available` lines: one each; then utilization and memory up to READABLE_ROWS; then
     the others up to two; from there the primary gauges growing twice as fast as the others, up to their `caps`
     (primary, others). None where even one row each does not fit."""
