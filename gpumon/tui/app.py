@@ -34,6 +34,7 @@ from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
+from gpumon.tui.health_screen import HealthScreen
 from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
@@ -158,6 +159,14 @@ class GpumonApp(App[None]):
             id="host-graphs",
             show=False,
             tooltip="CPU and memory history graphs beside the GPU graphs (wide terminals)",
+        ),
+        Binding(
+            "e",
+            "health",
+            "Health",
+            id="health",
+            show=False,
+            tooltip="Each GPU's health in full: XID errors, ECC, memory repairs, PCIe link, clock events, MIG",
         ),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
@@ -535,6 +544,10 @@ class GpumonApp(App[None]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs), advisor=self.HAS_ADVISOR))
+
+    def action_health(self) -> None:
+        if not isinstance(self.screen, HealthScreen):
+            self.push_screen(HealthScreen(self.snapshot))
 
     def action_toggle_advisor(self) -> None:
         """The plain dashboard has no advisor: say where it is."""

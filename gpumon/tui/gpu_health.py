@@ -253,3 +253,26 @@ def health_badge(gpu: GpuSample) -> Text | None:
     if not items:
         return Text(HEALTH_OK, style=_DIM, no_wrap=True, end="") if has_health(gpu) else None
     return Text(" ", no_wrap=True, end="").join(items)
+
+
+def health_detail_lines(gpu: GpuSample) -> list[Text]:
+    """Every health figure of the GPU on its own line, every XID error kept with its time, and the MIG instances."""
+    energy = f"{units.count(gpu.energy_total)}J" if gpu.energy_total is not None else NOT_AVAILABLE
+    fan = units.percent(gpu.fan_speed) if gpu.fan_speed is not None else NOT_AVAILABLE
+    throttle = ", ".join(printable(reason) for reason in active_throttle_reasons(gpu)) or "none"
+    items = [
+        _xid(gpu),
+        _ecc(gpu),
+        _memory_repairs(gpu),
+        *(_pcie_link(gpu) or [_item("PCIe", NOT_AVAILABLE)]),
+        _item("clocks held by", throttle, _ALARM if throttle != "none" else ""),
+        _nvlink(gpu),
+        _item("fan", fan),
+        _item("energy", energy),
+        _item("MIG", "on" if gpu.mig_mode else "off" if gpu.mig_mode is not None else NOT_AVAILABLE),
+    ]
+    lines = [Text.assemble("  ", item) for item in items]
+    for event in reversed(gpu.xid_events or ()):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.timestamp))
+        lines.append(Text(f"    XID {event.xid} at {when}", style="red"))
+    return lines + mig_lines(gpu, 100)
