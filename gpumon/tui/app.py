@@ -32,6 +32,7 @@ from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
+from gpumon.tui.glyphs import use_ascii
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
 from gpumon.tui.health_screen import HealthScreen
@@ -203,6 +204,7 @@ class GpumonApp(App[None]):
         self.source = source
         self.options = options or ViewOptions()
         """Settings, the user and GPUs shown, where a picked theme is saved (process_actions, view_options)."""
+        use_ascii(self.options.ascii)
         self.host_graphs = self.options.settings.host_graphs
         """The CPU and memory history graphs beside the GPU pane (`h`)."""
         self.clock = clock
@@ -444,7 +446,10 @@ class GpumonApp(App[None]):
         self._update_titles()
 
     def action_toggle_graph_style(self) -> None:
-        """Draw the GPU graphs in braille or in block characters."""
+        """Draw the GPU graphs in braille or in block characters (in ASCII, only ASCII)."""
+        if self.options.ascii:
+            self.notify("graphs in ASCII (--ascii, or a terminal without UTF-8)", timeout=3)
+            return
         style = GraphStyle.BLOCKS if self._gpu_pane.graph_style is GraphStyle.BRAILLE else GraphStyle.BRAILLE
         self._gpu_pane.set_graph_style(style)
         self._redraw_cpu()
@@ -504,7 +509,7 @@ class GpumonApp(App[None]):
             )
         self._saved_theme = self.theme
         self.theme_changed_signal.subscribe(self, lambda _theme: self._save_theme())
-        self._gpu_pane.set_graph_style(GraphStyle(settings.graph_style))
+        self._gpu_pane.set_graph_style(GraphStyle.ASCII if self.options.ascii else GraphStyle(settings.graph_style))
         if settings.default_sort != self._process_table.sort_column:
             self._process_table.sort_by(settings.default_sort)
         panes: dict[str, Widget] = {

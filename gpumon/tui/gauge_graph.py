@@ -13,6 +13,7 @@ from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.tui._textual_fast_path import drawn_text
 from gpumon.tui.bar import bar_cell_spans, bar_string
+from gpumon.tui.glyphs import forget_on_change, pick
 from gpumon.tui.graph import (
     MAX_ROWS,
     Graph,
@@ -127,6 +128,7 @@ _ROW_TEXTS: dict[tuple[int, str, str, str, int, str], Text] = {}
 """Graph rows drawn, by what they show: a row that reads as it did (a flat graph moved on, a label whose figure held)
 is handed back as the same Text, which the pane then sees as unchanged at once. Never changed after it is made."""
 _ROW_TEXTS_MAX = 1024
+forget_on_change(_ROW_TEXTS.clear)
 
 
 def _gauge_row(kind: int, label: str, mark: str, cells: str, empty: int, style: str) -> Text:
@@ -189,5 +191,5 @@ def time_axis_line(view: GraphView, width: int, events_key: str | None = None) -
     seconds_per_cell = per_sample * spc if per_sample is not None else None
     skipped = view.skip * per_sample if per_sample is not None else 0.0
     axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, spc))
-    prefix = Text(" " * LABEL_COLUMN + "   └", style="bright_black", no_wrap=True, end="")
+    prefix = Text(" " * LABEL_COLUMN + "   " + pick("└", "+"), style="bright_black", no_wrap=True, end="")
     return Text.assemble(prefix, axis, no_wrap=True, end="")

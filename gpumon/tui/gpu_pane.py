@@ -30,6 +30,7 @@ from gpumon.tui.gauge_graph import (
     gauge_graph_lines,
     time_axis_line,
 )
+from gpumon.tui.glyphs import pick
 from gpumon.tui.gpu_health import badge_items, health_badge, health_lines
 from gpumon.tui.graph import MAX_ROWS, GraphStyle, graph_spans, seconds_per_sample
 from gpumon.tui.pane import Pane
@@ -175,7 +176,7 @@ def compact_lines(
                 plains[row] += _COMPACT_SEPARATOR
             if row:
                 spans[row].append(Span(len(plains[row]), len(plains[row]) + len(label), "bright_black"))
-            plains[row] += label if row == 0 else "│".rjust(len(label) - 1) + " "
+            plains[row] += label if row == 0 else pick("│", "|").rjust(len(label) - 1) + " "
             spans[row].extend(graph_spans(cells[row], len(plains[row]), empty, gauge.style))
             plains[row] += cells[row]
     graphs = [drawn_text(plain, row_spans) for plain, row_spans in zip(plains, spans, strict=True)]
@@ -322,6 +323,9 @@ class GpuPane(Pane):
         self.set_title(self._title(snapshot, view, unlabelled[0]))
 
     def on_resize(self, event: events.Resize) -> None:
+        # Lines and title again at the new width: what the title says of the graphs (their span, how far back
+        # they are scrolled) depends on it, and a paused dashboard gets no new snapshot to redraw it.
+        self.redraw()
         self.post_message(self.Resized())
 
     def _title(self, snapshot: Snapshot, view: GraphView, unlabelled_graph_cells: int) -> str:
