@@ -55,6 +55,8 @@ and less, down to GPU_LEAST_LINES, where the process table needs more."""
 GPU_LEAST_LINES = 16
 GPU_LEAST_LINES_EACH = 3
 """... or this many lines a GPU (a summary and two graph rows), whichever is more, but never more than its share."""
+PROCESS_LEAST_LINES = 2
+"""The process table's title and header (gpumon.tcss gives it this min-height)."""
 JOB_TALL = 45
 """With a job attached on a narrow terminal, from this many lines the CPU and disk panes are shown too."""
 GRAPH_SCROLL_STEP = 0.25
@@ -362,7 +364,8 @@ class GpumonApp(App[None]):
                 return
             # The GPU pane shares the top with the CPU and disk panes (whose host graphs fill down to its bottom).
             usual = int((height - 2) * GPU_SHARE)
-            spare = height - 2 - 1 - self._process_rows_wanted()  # less the title bar, the footer, the pane's border
+            # Less the title bar, the footer and the pane's border.
+            spare = height - 2 - 1 - max(PROCESS_LEAST_LINES, self._process_rows_wanted())
             gpus = len(self.snapshot.gpus) if self.snapshot is not None else 1
             least = min(usual, max(GPU_LEAST_LINES, GPU_LEAST_LINES_EACH * gpus))
             self._gpu_pane.fill = spare >= least

@@ -22,7 +22,7 @@ class GraphStyle(Enum):
     """2 samples a cell, 4 levels a row: twice the history and half the steps of blocks in the same room."""
     BLOCKS = "blocks"
     """1 sample a cell, 8 levels a row: for fonts without braille."""
-    ASCII = "ASCII"
+    ASCII = "ascii"
     """1 sample a cell, 4 levels a row ('_-=#'): for terminals without either (glyphs.ascii_only)."""
 
     @property
@@ -34,8 +34,8 @@ class GraphStyle(Enum):
         return 8 if self is GraphStyle.BLOCKS else 4
 
 
-MAX_ROWS = 16
-"""The tallest graph drawn, in rows (bounds the column cache)."""
+MAX_ROWS = 24
+"""The tallest graph drawn, in rows."""
 NO_DATA = "·"
 """The bottom cell of a column before the history begins: the span still to fill reads as a dotted baseline."""
 NO_DATA_ASCII = "."
@@ -58,7 +58,8 @@ def height(value: float | None, rows: int, style: GraphStyle) -> int:
 
 
 _COLUMNS: dict[tuple[GraphStyle, int, tuple[int, ...]], tuple[str, ...]] = {}
-"""(style, rows, sample heights) -> the column's characters, top row first; bounded by MAX_ROWS."""
+"""(style, rows, sample heights) -> the column's characters, top row first; emptied when it reaches _COLUMNS_MAX."""
+_COLUMNS_MAX = 16384
 
 
 def column(style: GraphStyle, rows: int, heights: tuple[int, ...]) -> tuple[str, ...]:
@@ -66,6 +67,8 @@ def column(style: GraphStyle, rows: int, heights: tuple[int, ...]) -> tuple[str,
     key = (style, rows, heights)
     cells = _COLUMNS.get(key)
     if cells is None:
+        if len(_COLUMNS) >= _COLUMNS_MAX:
+            _COLUMNS.clear()
         levels = style.levels_per_row
         chars: list[str] = []
         for row in range(rows - 1, -1, -1):
