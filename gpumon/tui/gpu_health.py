@@ -244,14 +244,15 @@ def badge_items(gpu: GpuSample) -> list[Text]:
 
 
 HEALTH_OK = "health ok"
+HEALTH_UNKNOWN = "health N/A"
 
 
-def health_badge(gpu: GpuSample) -> Text | None:
-    """'XID 79 ECC 2 PCIe x8/16' (each in its alarm colour), or 'health ok' (dim); None where all is well and the
-    sample has no health figures (recordings made before them)."""
+def health_badge(gpu: GpuSample) -> Text:
+    """'XID 79 ECC 2 PCIe x8/16' (each in its alarm colour), or 'health ok' (dim), or 'health N/A' where all else is
+    well and the sample has no health figures (recordings made before them)."""
     items = badge_items(gpu)
     if not items:
-        return Text(HEALTH_OK, style=_DIM, no_wrap=True, end="") if has_health(gpu) else None
+        return Text(HEALTH_OK if has_health(gpu) else HEALTH_UNKNOWN, style=_DIM, no_wrap=True, end="")
     return Text(" ", no_wrap=True, end="").join(items)
 
 

@@ -187,29 +187,36 @@ def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -
     """'0 H100 80GB HBM3  U ████ 97%  M ██ 71%  SM 62%  T 40%  52°C 312W  health ok' for many GPUs in little room.
 
     The health badge always stays: the mini bars, then the temperature and power, then the name are dropped where
-    they would not fit the width.
+    they would not fit the width, and at the last the badge goes first, before the percentages.
     """
     badge = health_badge(gpu)
     throttled = bool(active_throttle_reasons(gpu))
+    style = JOB_MARK_STYLE if job else "bold"
     for bar_width, vitals, name_width in ((5, True, 14), (0, True, 14), (0, False, 14), (0, False, 0)):
-        text = Text(f"{gpu.index} ", style=JOB_MARK_STYLE if job else "bold", no_wrap=True, end="")
+        text = Text(f"{gpu.index} ", style=style, no_wrap=True, end="")
         if name_width:
             text.append(short_gpu_name(gpu.name)[:name_width].ljust(name_width), style=JOB_MARK_STYLE if job else "")
-        for gauge in rows:
-            text.append(f" {gauge.short_label}")
-            if bar_width:
-                text.append(" ")
-                text.append_text(bar(gauge.value, bar_width, gauge.style))
-            text.append(units.percent(gauge.value).rjust(PERCENT_WIDTH + 1), style=gauge.style)
+        text.append_text(_gauge_figures(rows, bar_width))
         if vitals:
             text.append("  " + _number(gpu.temperature, "{:.0f}", 3) + "°C " + _number(gpu.power, "{:.0f}", 3) + "W")
         if throttled:
             text.append(" throttled", style="bold white on red")
-        if badge is not None:
-            text.append("  ")
-            text.append_text(badge)
+        text.append("  ")
+        text.append_text(badge)
         if text.cell_len <= width:
-            break
+            return text
+    return Text.assemble(Text(f"{gpu.index} ", style=style), badge, _gauge_figures(rows, 0), no_wrap=True, end="")
+
+
+def _gauge_figures(rows: list[Gauge], bar_width: int) -> Text:
+    """' U ████ 97% M ██ 71%…': each gauge's short label, a mini bar `bar_width` wide (none at 0) and its figure."""
+    text = Text(no_wrap=True, end="")
+    for gauge in rows:
+        text.append(f" {gauge.short_label}")
+        if bar_width:
+            text.append(" ")
+            text.append_text(bar(gauge.value, bar_width, gauge.style))
+        text.append(units.percent(gauge.value).rjust(PERCENT_WIDTH + 1), style=gauge.style)
     return text
 
 

@@ -24,8 +24,7 @@ def detail_text(snapshot: Snapshot | None) -> Text:
     lines: list[Text] = []
     for gpu in snapshot.gpus:
         head = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}  ", style="bold", end="")
-        badge = health_badge(gpu)
-        head.append_text(badge if badge is not None else Text("no health figures in this sample", style="bright_black"))
+        head.append_text(health_badge(gpu))
         lines += [head, *health_detail_lines(gpu), Text("")]
     return Text("\n").join(lines[:-1])
 
