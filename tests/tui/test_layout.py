@@ -225,3 +225,21 @@ def test_the_fixture_views_are_the_recordings_gpus(tmp_path: Path) -> None:
     assert [gpu.uuid for gpu in eight[0].gpus[:2]] == [gpu.uuid for gpu in two[0].gpus]
     assert eight[10].gpus[0].utilization_gpu == two[10].gpus[0].utilization_gpu
     assert [gpu.index for gpu in eight[0].gpus] == list(range(8))
+
+
+def test_ascii_on_the_command_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import argparse
+
+    from gpumon.cli.dashboard import add_dashboard_arguments, view_options
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_CTYPE", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    parser = argparse.ArgumentParser()
+    add_dashboard_arguments(parser)
+    assert view_options(parser.parse_args(["--ascii"])).ascii
+    assert not view_options(parser.parse_args([])).ascii
+    monkeypatch.setenv("TERM", "linux")
+    assert view_options(parser.parse_args([])).ascii
