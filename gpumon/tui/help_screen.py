@@ -64,7 +64,8 @@ FIELDS = (
     (
         "CPU",
         "total busy %, then each core (a bar or one block per core), load averages, memory and swap; on wide "
-        "terminals (h hides them), CPU and memory history graphs (each dot column the mean of two samples, so they span twice the GPU graphs' time).",
+        "terminals (h hides them), CPU and memory history graphs (each dot column the mean of two samples, so "
+        "they span twice the GPU graphs' time).",
     ),
     ("iowait", "CPU time spent waiting for disk I/O; high iowait with a hungry GPU points at the input pipeline."),
     ("Processes", "each GPU process with its child processes (DataLoader workers) beneath it (├─ └─)."),
