@@ -323,7 +323,7 @@ class GpumonApp(App[None]):
     def _process_rows_wanted(self) -> int:
         """Lines the process table needs to show every row: its title, its header and its rows."""
         table = self._process_table
-        return 2 + table.row_count if table.display else 0
+        return max(PROCESS_LEAST_LINES, 2 + table.row_count) if table.display else 0
 
     def _show_cpu(self, snapshot: Snapshot) -> None:
         """The CPU pane; with the host graphs on, its graphs fill the side column down to the GPU pane's bottom, drawn
@@ -365,7 +365,7 @@ class GpumonApp(App[None]):
             # The GPU pane shares the top with the CPU and disk panes (whose host graphs fill down to its bottom).
             usual = int((height - 2) * GPU_SHARE)
             # Less the title bar, the footer and the pane's border.
-            spare = height - 2 - 1 - max(PROCESS_LEAST_LINES, self._process_rows_wanted())
+            spare = height - 2 - 1 - self._process_rows_wanted()
             gpus = len(self.snapshot.gpus) if self.snapshot is not None else 1
             least = min(usual, max(GPU_LEAST_LINES, GPU_LEAST_LINES_EACH * gpus))
             self._gpu_pane.fill = spare >= least
