@@ -27,11 +27,13 @@ from textual._compositor import CompositorUpdate
 from textual.app import App
 from textual.screen import Screen
 
+from gpumon.config import Settings
 from gpumon.sampling.history import History
 from gpumon.sampling.recording import read_recording
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotCallback
 from gpumon.tui.app import GpumonApp
+from gpumon.tui.view_options import ViewOptions
 
 
 class ReplaySource:
@@ -106,10 +108,11 @@ def looped(snapshots: list[Snapshot], count: int, gpus: int, spacing: float) -> 
 
 
 async def run(
-    snapshots: list[Snapshot], size: tuple[int, int], warmup: int, interval: float
+    snapshots: list[Snapshot], size: tuple[int, int], warmup: int, interval: float, host_graphs: bool = True
 ) -> tuple[float, float, float]:
     source = ReplaySource(interval)
-    app = GpumonApp(source, clock=lambda: snapshots[-1].timestamp)  # type: ignore[arg-type]  # a SnapshotSource
+    options = ViewOptions(Settings(host_graphs=host_graphs))
+    app = GpumonApp(source, clock=lambda: snapshots[-1].timestamp, options=options)  # type: ignore[arg-type]
     async with app.run_test(size=size) as pilot:
         for snapshot in snapshots[:warmup]:
             source.push(snapshot)
@@ -136,14 +139,18 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--gpus", type=int, default=1, help="copy the recording's GPU to this many")
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--no-host-graphs", action="store_true", help="the CPU and memory graphs off (on by default)")
     args = parser.parse_args()
     columns, rows = (int(part) for part in args.size.split("x"))
     snapshots = looped(read_recording(args.recording), args.warmup + args.ticks, args.gpus, args.interval)
     count_terminal_bytes()
     time_frame_work()
-    ms, frame_ms, bytes_per_s = asyncio.run(run(snapshots, (columns, rows), args.warmup, args.interval))
+    ms, frame_ms, bytes_per_s = asyncio.run(
+        run(snapshots, (columns, rows), args.warmup, args.interval, not args.no_host_graphs)
+    )
     print(
-        f"{args.size} {args.gpus} GPU(s): {frame_ms:.2f} ms frame work per snapshot ({ms:.2f} ms CPU in all), "
+        f"{args.size} {args.gpus} GPU(s), host graphs {'off' if args.no_host_graphs else 'on'}: "
+        f"{frame_ms:.2f} ms frame work per snapshot ({ms:.2f} ms CPU in all), "
         f"{bytes_per_s / 1024:.2f} KiB/s to the "
         f"terminal at one snapshot per {args.interval:g} s ({args.ticks} snapshots after {args.warmup})"
     )

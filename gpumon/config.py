@@ -62,9 +62,10 @@ class Settings:
     """No process control (no signals); --read-only sets it too."""
     default_sort: str = "gpu_memory"
     """The process table's first sort column."""
-    host_graphs: bool = False
+    host_graphs: bool = True
     """The CPU and memory history graphs in the side column beside the GPU pane (wide terminals; `h` toggles them).
-    Off by default: at 1 s they cost about 7% more CPU (benchmarks/README.md)."""
+    On by default, so the side column has no blank block; `host_graphs = false` saves their CPU cost
+    (benchmarks/README.md, "Dashboard CPU cost")."""
 
 
 def config_path(environ: Mapping[str, str] = os.environ) -> Path:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from gpumon.cli.base import add_interval_argument
 from gpumon.config import config_path, load_settings
+from gpumon.tui.glyphs import wants_ascii
 from gpumon.tui.view_options import ViewOptions, visible_devices
 
 _GPU_ID = re.compile(r"\d{1,4}|(GPU|MIG)-[0-9A-Fa-f-]{1,64}")
@@ -40,6 +41,11 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="show only the GPUs CUDA_VISIBLE_DEVICES names (all when it is unset)",
     )
+    parser.add_argument(
+        "--ascii",
+        action="store_true",
+        help="draw graphs, sparklines and bars in ASCII (the default where the locale is not UTF-8 or TERM=linux)",
+    )
 
 
 def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +62,14 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
     if args.read_only:
         settings = replace(settings, read_only=True)
     gpus = args.only if args.only is not None else visible_devices(os.environ) if args.only_visible else None
-    return ViewOptions(settings=settings, user=args.user, gpus=gpus, config_file=path, warnings=tuple(warnings))
+    return ViewOptions(
+        settings=settings,
+        user=args.user,
+        gpus=gpus,
+        config_file=path,
+        warnings=tuple(warnings),
+        ascii=args.ascii or wants_ascii(os.environ),
+    )
 
 
 def run_dashboard(args: argparse.Namespace) -> int:

@@ -32,8 +32,10 @@ from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
+from gpumon.tui.glyphs import use_ascii
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
+from gpumon.tui.health_screen import HealthScreen
 from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
@@ -47,6 +49,14 @@ from gpumon.tui.view_options import ViewOptions
 
 WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
+GPU_SHARE = 0.62
+"""Wide, the GPU pane's usual share of the lines below the title; it takes more where the process table needs fewer,
+and less, down to GPU_LEAST_LINES, where the process table needs more."""
+GPU_LEAST_LINES = 16
+GPU_LEAST_LINES_EACH = 3
+"""... or this many lines a GPU (a summary and two graph rows), whichever is more, but never more than its share."""
+PROCESS_LEAST_LINES = 2
+"""The process table's title and header (gpumon.tcss gives it this min-height)."""
 JOB_TALL = 45
 """With a job attached on a narrow terminal, from this many lines the CPU and disk panes are shown too."""
 GRAPH_SCROLL_STEP = 0.25
@@ -153,6 +163,14 @@ class GpumonApp(App[None]):
             show=False,
             tooltip="CPU and memory history graphs beside the GPU graphs (wide terminals)",
         ),
+        Binding(
+            "e",
+            "health",
+            "Health",
+            id="health",
+            show=False,
+            tooltip="Each GPU's health in full: XID errors, ECC, memory repairs, PCIe link, clock events, MIG",
+        ),
         Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
         Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
         Binding(
@@ -188,6 +206,7 @@ class GpumonApp(App[None]):
         self.source = source
         self.options = options or ViewOptions()
         """Settings, the user and GPUs shown, where a picked theme is saved (process_actions, view_options)."""
+        use_ascii(self.options.ascii)
         self.host_graphs = self.options.settings.host_graphs
         """The CPU and memory history graphs beside the GPU pane (`h`)."""
         self.clock = clock
@@ -208,6 +227,8 @@ class GpumonApp(App[None]):
         self._job_lock = threading.Lock()
         self._job_shown_at = 0.0
         self._stale_deadline: asyncio.TimerHandle | None = None
+        self._terminal_size = Size(80, 24)
+        """The size _size_panes last saw (on a resize, the new one before the app's own size changes)."""
 
     def get_driver_class(self) -> type[Driver]:
         return driver_class(super().get_driver_class())
@@ -287,16 +308,22 @@ class GpumonApp(App[None]):
         if self.source.live:
             self._arm_stale_check()
         history = self.source.history
+        self._process_table.show(snapshot.processes)
+        self._size_panes(self._terminal_size)
         self._gpu_pane.whole_cells = self.source.interval <= WHOLE_CELLS_UP_TO_S
         self._gpu_pane.show(snapshot, history)
         self._disk_pane.show(snapshot, history)
         self._show_cpu(snapshot)
         if self._machine_line.display:
             self._machine_line.show(snapshot)
-        self._process_table.show(snapshot.processes)
         self._update_titles()
         if self.job is not None:
             self._show_job()
+
+    def _process_rows_wanted(self) -> int:
+        """Lines the process table needs to show every row: its title, its header and its rows."""
+        table = self._process_table
+        return max(PROCESS_LEAST_LINES, 2 + table.row_count) if table.display else 0
 
     def _show_cpu(self, snapshot: Snapshot) -> None:
         """The CPU pane; with the host graphs on, its graphs fill the side column down to the GPU pane's bottom, drawn
@@ -322,16 +349,27 @@ class GpumonApp(App[None]):
             self.show_snapshot(self.snapshot)
 
     def _size_panes(self, size: Size) -> None:
-        """Give the GPU pane and the core grid more lines on tall and wide terminals."""
+        """Give the GPU pane and the core grid more lines on tall and wide terminals; wide, every line the process
+        table does not need goes to the GPU pane, and the process table gets more where it has many rows."""
+        self._terminal_size = size
         width, height = size
         wide = self._wide = width >= WIDE
+        self._gpu_pane.fill = False
         if self._job_pane is None:
-            # Wide, the GPU pane shares the top with the CPU and disk panes; narrow, they sit under it, and the
-            # process table keeps room for a title, a header and about seven rows.
-            self._gpu_pane.max_lines = max(
-                4, int((height - 2) * 0.62) if wide else min(int((height - 2) * 0.6), height - 18)
-            )
             self._cpu_pane.max_core_rows = max(1, (height - 2) // 8) if wide else 1
+            if not wide:
+                # The CPU and disk panes sit under the GPU pane; the process table keeps room for a title, a header
+                # and about seven rows.
+                self._gpu_pane.max_lines = max(4, min(int((height - 2) * 0.6), height - 18))
+                return
+            # The GPU pane shares the top with the CPU and disk panes (whose host graphs fill down to its bottom).
+            usual = int((height - 2) * GPU_SHARE)
+            # Less the title bar, the footer and the pane's border.
+            spare = height - 2 - 1 - self._process_rows_wanted()
+            gpus = len(self.snapshot.gpus) if self.snapshot is not None else 1
+            least = min(usual, max(GPU_LEAST_LINES, GPU_LEAST_LINES_EACH * gpus))
+            self._gpu_pane.fill = spare >= least
+            self._gpu_pane.max_lines = max(4, spare if spare >= least else least)
             return
         # With a job the job pane takes the room: the GPU pane gets less and, when short, the CPU and disk panes go.
         self._gpu_pane.max_lines = max(2, int((height - 2) * (0.3 if wide else 0.15)))
@@ -411,7 +449,10 @@ class GpumonApp(App[None]):
         self._update_titles()
 
     def action_toggle_graph_style(self) -> None:
-        """Draw the GPU graphs in braille or in block characters."""
+        """Draw the GPU graphs in braille or in block characters (in ASCII, only ASCII)."""
+        if self.options.ascii:
+            self.notify("graphs in ASCII (--ascii, or a terminal without UTF-8)", timeout=3)
+            return
         style = GraphStyle.BLOCKS if self._gpu_pane.graph_style is GraphStyle.BRAILLE else GraphStyle.BRAILLE
         self._gpu_pane.set_graph_style(style)
         self._redraw_cpu()
@@ -471,7 +512,7 @@ class GpumonApp(App[None]):
             )
         self._saved_theme = self.theme
         self.theme_changed_signal.subscribe(self, lambda _theme: self._save_theme())
-        self._gpu_pane.set_graph_style(GraphStyle(settings.graph_style))
+        self._gpu_pane.set_graph_style(GraphStyle.ASCII if self.options.ascii else GraphStyle(settings.graph_style))
         if settings.default_sort != self._process_table.sort_column:
             self._process_table.sort_by(settings.default_sort)
         panes: dict[str, Widget] = {
@@ -511,6 +552,10 @@ class GpumonApp(App[None]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs), advisor=self.HAS_ADVISOR))
+
+    def action_health(self) -> None:
+        if not isinstance(self.screen, HealthScreen):
+            self.push_screen(HealthScreen(self.snapshot))
 
     def action_toggle_advisor(self) -> None:
         """The plain dashboard has no advisor: say where it is."""

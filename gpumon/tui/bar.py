@@ -8,11 +8,15 @@ from rich.style import StyleType
 from rich.text import Span, Text
 
 from gpumon import units
+from gpumon.tui.glyphs import ascii_only
 
 _PARTIAL = " ▏▎▍▌▋▊▉"
 _FULL = "█"
 EMPTY = "·"
 """Drawn for the empty part of a bar so that a low value still shows the bar's length."""
+ASCII_FULL = "#"
+ASCII_EMPTY = "."
+"""In ASCII (glyphs.ascii_only), a bar fills whole cells."""
 
 
 def bar_string(percent: float | None, width: int) -> str:
@@ -21,6 +25,9 @@ def bar_string(percent: float | None, width: int) -> str:
         return ""
     if percent is None or math.isnan(percent):
         return " " * width
+    if ascii_only():
+        full = round(min(100.0, max(0.0, percent)) / 100.0 * width)
+        return ASCII_FULL * full + ASCII_EMPTY * (width - full)
     eighths = round(min(100.0, max(0.0, percent)) / 100.0 * width * 8)
     full, remainder = divmod(eighths, 8)
     body = _FULL * full
@@ -51,7 +58,7 @@ def bar_cell_spans(cells: str, style: StyleType, offset: int) -> list[Span]:
 
 
 def _empty_part(cells: str, offset: int) -> list[Span]:
-    filled = len(cells.rstrip(EMPTY + " "))
+    filled = len(cells.rstrip(EMPTY + ASCII_EMPTY + " "))
     return [Span(offset + filled, offset + len(cells), "bright_black")] if filled < len(cells) else []
 
 

@@ -13,7 +13,9 @@ from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.tui._textual_fast_path import drawn_text
 from gpumon.tui.bar import bar_cell_spans, bar_string
+from gpumon.tui.glyphs import forget_on_change, pick
 from gpumon.tui.graph import (
+    MAX_ROWS,
     Graph,
     GraphStyle,
     Window,
@@ -36,6 +38,9 @@ MAX_PRIMARY_ROWS = 12
 """The tallest primary graphs (GPU utilization and memory, host CPU)..."""
 MAX_SECONDARY_ROWS = 6
 """... and the others (SM and tensor activity, host memory), in rows."""
+USUAL_CAPS = (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)
+GROWN_CAPS = (MAX_ROWS, MAX_ROWS)
+"""Where the room would otherwise stay blank, every graph may grow to the tallest drawn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,7 @@ _ROW_TEXTS: dict[tuple[int, str, str, str, int, str], Text] = {}
 """Graph rows drawn, by what they show: a row that reads as it did (a flat graph moved on, a label whose figure held)
 is handed back as the same Text, which the pane then sees as unchanged at once. Never changed after it is made."""
 _ROW_TEXTS_MAX = 1024
+forget_on_change(_ROW_TEXTS.clear)
 
 
 def _gauge_row(kind: int, label: str, mark: str, cells: str, empty: int, style: str) -> Text:
@@ -143,9 +149,7 @@ READABLE_ROWS = 4
 """Utilization and memory graphs grow to this many rows before the others grow beyond two."""
 
 
-def allot_rows(
-    available: int, gauges_: list[Gauge], caps: tuple[int, int] = (MAX_PRIMARY_ROWS, MAX_SECONDARY_ROWS)
-) -> list[int] | None:
+def allot_rows(available: int, gauges_: list[Gauge], caps: tuple[int, int] = USUAL_CAPS) -> list[int] | None:
     """Graph rows per gauge within `available` lines: one each; then utilization and memory up to READABLE_ROWS; then
     the others up to two; from there the primary gauges growing twice as fast as the others, up to their `caps`
     (primary, others). None where even one row each does not fit."""
@@ -187,5 +191,5 @@ def time_axis_line(view: GraphView, width: int, events_key: str | None = None) -
     seconds_per_cell = per_sample * spc if per_sample is not None else None
     skipped = view.skip * per_sample if per_sample is not None else 0.0
     axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, spc))
-    prefix = Text(" " * LABEL_COLUMN + "   └", style="bright_black", no_wrap=True, end="")
+    prefix = Text(" " * LABEL_COLUMN + "   " + pick("└", "+"), style="bright_black", no_wrap=True, end="")
     return Text.assemble(prefix, axis, no_wrap=True, end="")

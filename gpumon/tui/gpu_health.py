@@ -9,6 +9,7 @@ from rich.text import Text
 
 from gpumon import units
 from gpumon.printable import printable
+from gpumon.sampling.history import active_throttle_reasons
 from gpumon.sampling.snapshot import GpuSample, MigSample
 from gpumon.tui.bar import bar
 
@@ -211,3 +212,68 @@ def draw_health_lines(gpu: GpuSample, width: int) -> list[Text]:
     line = health_text(gpu, width)
     line.truncate(width)  # the first item alone may be wider
     return [line, *mig_lines(gpu, width)]
+
+
+def _narrow_link(gpu: GpuSample) -> bool:
+    width, most = gpu.pcie_link_width, gpu.pcie_link_width_max
+    return width is not None and most is not None and width < most
+
+
+def badge_items(gpu: GpuSample) -> list[Text]:
+    """The GPU's health problems, shortest first-glance form each ('XID 79', 'ECC 2', 'remap FAILED', 'PCIe x8/16',
+    'thermal'), and its MIG instances ('MIG 3'); empty when all is well."""
+    items: list[Text] = []
+    if gpu.xid_events:
+        more = f"+{len(gpu.xid_events) - 1}" if len(gpu.xid_events) > 1 else ""
+        items.append(Text(f"XID {gpu.xid_events[-1].xid}{more}", style=_ALARM))
+    if (gpu.ecc_uncorrected_volatile or 0) > 0:
+        items.append(Text(f"ECC {units.count(gpu.ecc_uncorrected_volatile)}", style=_ALARM))
+    elif (gpu.ecc_uncorrected_aggregate or 0) > 0:
+        items.append(Text(f"ECC life {units.count(gpu.ecc_uncorrected_aggregate)}", style="yellow"))
+    if gpu.remapped_rows_failed:
+        items.append(Text("remap FAILED", style=_ALARM))
+    elif gpu.remapped_rows_pending or gpu.retired_pages_pending:
+        items.append(Text("reset pending", style="yellow"))
+    if _narrow_link(gpu):
+        items.append(Text(f"PCIe x{gpu.pcie_link_width}/{gpu.pcie_link_width_max}", style="yellow"))
+    if any("thermal" in reason for reason in active_throttle_reasons(gpu)):
+        items.append(Text("thermal", style=_ALARM))
+    if gpu.mig_mode or gpu.mig_instances:
+        items.append(Text(f"MIG {len(gpu.mig_instances)}", style="bold"))
+    return items
+
+
+HEALTH_OK = "health ok"
+HEALTH_UNKNOWN = "health N/A"
+
+
+def health_badge(gpu: GpuSample) -> Text:
+    """'XID 79 ECC 2 PCIe x8/16' (each in its alarm colour), or 'health ok' (dim), or 'health N/A' where all else is
+    well and the sample has no health figures (recordings made before them)."""
+    items = badge_items(gpu)
+    if not items:
+        return Text(HEALTH_OK if has_health(gpu) else HEALTH_UNKNOWN, style=_DIM, no_wrap=True, end="")
+    return Text(" ", no_wrap=True, end="").join(items)
+
+
+def health_detail_lines(gpu: GpuSample) -> list[Text]:
+    """Every health figure of the GPU on its own line, every XID error kept with its time, and the MIG instances."""
+    energy = f"{units.count(gpu.energy_total)}J" if gpu.energy_total is not None else NOT_AVAILABLE
+    fan = units.percent(gpu.fan_speed) if gpu.fan_speed is not None else NOT_AVAILABLE
+    throttle = ", ".join(printable(reason) for reason in active_throttle_reasons(gpu)) or "none"
+    items = [
+        _xid(gpu),
+        _ecc(gpu),
+        _memory_repairs(gpu),
+        *(_pcie_link(gpu) or [_item("PCIe", NOT_AVAILABLE)]),
+        _item("clocks held by", throttle, _ALARM if throttle != "none" else ""),
+        _nvlink(gpu),
+        _item("fan", fan),
+        _item("energy", energy),
+        _item("MIG", "on" if gpu.mig_mode else "off" if gpu.mig_mode is not None else NOT_AVAILABLE),
+    ]
+    lines = [Text.assemble("  ", item) for item in items]
+    for event in reversed(gpu.xid_events or ()):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.timestamp))
+        lines.append(Text(f"    XID {event.xid} at {when}", style="red"))
+    return lines + mig_lines(gpu, 100)

@@ -1,5 +1,6 @@
 """The GPU pane: per GPU a header of vitals and history graphs of its gauges (0-100%, braille or blocks) that fill
-the pane, over a time axis with event marks; two lines per GPU, or one, where many GPUs must fit."""
+the pane, over a time axis with event marks; where many GPUs must fit, a summary line with the health badge over
+graphs side by side, or the summary alone."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from gpumon.tui.bar import bar
 from gpumon.tui.format import short_gpu_name
 from gpumon.tui.gauge_graph import (
     GRAPH_OFFSET,
+    GROWN_CAPS,
     PERCENT_WIDTH,
+    USUAL_CAPS,
     Gauge,
     GraphCache,
     GraphView,
@@ -27,8 +30,9 @@ from gpumon.tui.gauge_graph import (
     gauge_graph_lines,
     time_axis_line,
 )
-from gpumon.tui.gpu_health import health_lines
-from gpumon.tui.graph import GraphStyle, graph_spans, seconds_per_sample
+from gpumon.tui.glyphs import pick
+from gpumon.tui.gpu_health import badge_items, health_badge, health_lines
+from gpumon.tui.graph import MAX_ROWS, GraphStyle, graph_spans, seconds_per_sample
 from gpumon.tui.pane import Pane
 from gpumon.units import MISSING
 
@@ -116,6 +120,10 @@ def header_lines(gpu: GpuSample, width: int, job: bool = False) -> list[Text]:
     gap = "  "
     one_line_width = name.cell_len + len(gap) + vitals.cell_len + len(gap) + transfer.cell_len + 2
     transfers = Text.assemble(transfer, "  ", throttle_text(gpu))
+    problems = badge_items(gpu)
+    if problems:
+        transfers.append("  ")
+        transfers.append_text(Text(" ", end="").join(problems))
     if one_line_width + THROTTLE_ROOM <= width:
         return [Text.assemble(name, gap, vitals, gap, transfers)]
     first = Text.assemble(name, gap)
@@ -147,46 +155,68 @@ def graph_block(
     return lines
 
 
-def compact_lines(gpu: GpuSample, view: GraphView, width: int, job: bool = False) -> tuple[list[Text], int]:
-    """Two lines: the one-line summary, and one-row graphs of every gauge side by side ('U ⣿⣿⣿  M ⣀⣀⣀ …'); and the
-    graphs' width (0 where they do not fit and only the summary is shown)."""
-    rows = gauges(gpu)
-    labels = [f"{gauge.short_label} " for gauge in rows]
-    room = width - 2 - sum(len(label) for label in labels) - len(_COMPACT_SEPARATOR) * (len(rows) - 1)
-    graph_width = room // len(rows)
+def compact_lines(
+    gpu: GpuSample, view: GraphView, width: int, job: bool = False, rows: int = 1
+) -> tuple[list[Text], int]:
+    """The one-line summary over graphs `rows` tall of every gauge side by side ('U ⣿⣿⣿  M ⣀⣀⣀ …', the label on the
+    top row, an axis line under it); and the graphs' width (0 where they do not fit and only the summary is shown)."""
+    gauges_ = gauges(gpu)
+    labels = [f"{gauge.short_label} " for gauge in gauges_]
+    room = width - 2 - sum(len(label) for label in labels) - len(_COMPACT_SEPARATOR) * (len(gauges_) - 1)
+    graph_width = room // len(gauges_)
     if graph_width < 4:
-        return [one_line(gpu, rows, width, job)], 0
-    plain = "  "
-    spans: list[Span] = []
-    for index, (gauge, label) in enumerate(zip(rows, labels, strict=True)):
-        if index:
-            plain += _COMPACT_SEPARATOR
-        plain += label
-        (cells,), empty = view.graph_lines(gauge.history_key, 1, graph_width)
-        spans.extend(graph_spans(cells, len(plain), empty, gauge.style))
-        plain += cells
-    return [one_line(gpu, rows, width, job), drawn_text(plain, spans)], graph_width
+        return [one_line(gpu, gauges_, width, job)], 0
+    rows = max(1, min(MAX_ROWS, rows))
+    plains = ["  "] * rows
+    spans: list[list[Span]] = [[] for _ in range(rows)]
+    for index, (gauge, label) in enumerate(zip(gauges_, labels, strict=True)):
+        cells, empty = view.graph_lines(gauge.history_key, rows, graph_width)
+        for row in range(rows):
+            if index:
+                plains[row] += _COMPACT_SEPARATOR
+            if row:
+                spans[row].append(Span(len(plains[row]), len(plains[row]) + len(label), "bright_black"))
+            plains[row] += label if row == 0 else pick("│", "|").rjust(len(label) - 1) + " "
+            spans[row].extend(graph_spans(cells[row], len(plains[row]), empty, gauge.style))
+            plains[row] += cells[row]
+    graphs = [drawn_text(plain, row_spans) for plain, row_spans in zip(plains, spans, strict=True)]
+    return [one_line(gpu, gauges_, width, job), *graphs], graph_width
 
 
 def one_line(gpu: GpuSample, rows: list[Gauge], width: int, job: bool = False) -> Text:
-    """'0 H100 80GB HBM3  U ████ 97%  M ██ 71%  SM 62%  T 40%  52°C 312W' for many GPUs in little room.
+    """'0 H100 80GB HBM3  U ████ 97%  M ██ 71%  SM 62%  T 40%  52°C 312W  health ok' for many GPUs in little room.
 
-    The mini bars are dropped where they would not fit the width.
+    The health badge always stays: the mini bars, then the temperature and power, then the name are dropped where
+    they would not fit the width, and at the last the badge goes first, before the percentages.
     """
-    for bar_width in (5, 0):
-        text = Text(f"{gpu.index} ", style=JOB_MARK_STYLE if job else "bold", no_wrap=True, end="")
-        text.append(short_gpu_name(gpu.name)[:14].ljust(14), style=JOB_MARK_STYLE if job else "")
-        for gauge in rows:
-            text.append(f" {gauge.short_label}")
-            if bar_width:
-                text.append(" ")
-                text.append_text(bar(gauge.value, bar_width, gauge.style))
-            text.append(units.percent(gauge.value).rjust(PERCENT_WIDTH + 1), style=gauge.style)
-        text.append("  " + _number(gpu.temperature, "{:.0f}", 3) + "°C " + _number(gpu.power, "{:.0f}", 3) + "W")
-        if active_throttle_reasons(gpu):
+    badge = health_badge(gpu)
+    throttled = bool(active_throttle_reasons(gpu))
+    style = JOB_MARK_STYLE if job else "bold"
+    for bar_width, vitals, name_width in ((5, True, 14), (0, True, 14), (0, False, 14), (0, False, 0)):
+        text = Text(f"{gpu.index} ", style=style, no_wrap=True, end="")
+        if name_width:
+            text.append(short_gpu_name(gpu.name)[:name_width].ljust(name_width), style=JOB_MARK_STYLE if job else "")
+        text.append_text(_gauge_figures(rows, bar_width))
+        if vitals:
+            text.append("  " + _number(gpu.temperature, "{:.0f}", 3) + "°C " + _number(gpu.power, "{:.0f}", 3) + "W")
+        if throttled:
             text.append(" throttled", style="bold white on red")
+        text.append("  ")
+        text.append_text(badge)
         if text.cell_len <= width:
-            break
+            return text
+    return Text.assemble(Text(f"{gpu.index} ", style=style), badge, _gauge_figures(rows, 0), no_wrap=True, end="")
+
+
+def _gauge_figures(rows: list[Gauge], bar_width: int) -> Text:
+    """' U ████ 97% M ██ 71%…': each gauge's short label, a mini bar `bar_width` wide (none at 0) and its figure."""
+    text = Text(no_wrap=True, end="")
+    for gauge in rows:
+        text.append(f" {gauge.short_label}")
+        if bar_width:
+            text.append(" ")
+            text.append_text(bar(gauge.value, bar_width, gauge.style))
+        text.append(units.percent(gauge.value).rjust(PERCENT_WIDTH + 1), style=gauge.style)
     return text
 
 
@@ -220,8 +250,10 @@ def layout(
     max_lines: int,
     job_uuids: frozenset[str] = frozenset(),
     view: GraphView | None = None,
+    fill: bool = False,
 ) -> Layout:
-    """See gpu_lines."""
+    """See gpu_lines; `fill`: use every one of max_lines (the GPUs' graphs grow past their usual caps, and lines
+    that do not divide evenly go to the first GPUs), where nothing else needs them."""
     if snapshot.gpu_error:
         message = printable(snapshot.gpu_error)
         if not message.lower().startswith("gpu"):
@@ -231,12 +263,14 @@ def layout(
         return Layout([Text("GPU: no NVIDIA GPU found", style="bold yellow")])
     view = view if view is not None else GraphView(history)
     gpus = snapshot.gpus
-    per_gpu = max_lines // len(gpus)
+    budgets = [max_lines // len(gpus) + (fill and index < max_lines % len(gpus)) for index in range(len(gpus))]
     heads = [head_lines(gpu, width, gpu.uuid in job_uuids) for gpu in gpus]
+    caps = GROWN_CAPS if fill else USUAL_CAPS
     if width > GRAPH_OFFSET + 8:
         for axis in (True, False):
             allotted = [
-                allot_rows(per_gpu - len(head) - axis, gauges(gpu)) for gpu, head in zip(gpus, heads, strict=True)
+                allot_rows(budget - len(head) - axis, gauges(gpu), caps)
+                for gpu, head, budget in zip(gpus, heads, budgets, strict=True)
             ]
             if all(rows is not None for rows in allotted) and (axis or all(max(rows or [1]) == 1 for rows in allotted)):
                 lines = [
@@ -246,7 +280,10 @@ def layout(
                 ]
                 return Layout(lines, 0 if axis else width - GRAPH_OFFSET)
     if 2 * len(gpus) <= max_lines:
-        blocks = [compact_lines(gpu, view, width, gpu.uuid in job_uuids) for gpu in gpus]
+        blocks = [
+            compact_lines(gpu, view, width, gpu.uuid in job_uuids, budget - 1)
+            for gpu, budget in zip(gpus, budgets, strict=True)
+        ]
         lines = [line for block, _ in blocks for line in block]
         return Layout(lines, min(cells for _, cells in blocks))
     return Layout([one_line(gpu, gauges(gpu), width, gpu.uuid in job_uuids) for gpu in gpus])
@@ -265,6 +302,8 @@ class GpuPane(Pane):
         super().__init__(id=id, classes=classes)
         self.max_lines = 6
         """Most lines the pane may take; the app sets it from the terminal height."""
+        self.fill = False
+        """Use every one of max_lines (nothing below needs them); the app sets it."""
         self.border_title = "GPU"
         self.job_uuids: frozenset[str] = frozenset()
         """UUIDs of the GPUs the attached job computes on (their names are highlighted)."""
@@ -278,19 +317,22 @@ class GpuPane(Pane):
 
     def show(self, snapshot: Snapshot, history: History) -> None:
         self._shown = (snapshot, history)
-        max_lines = self.max_lines
+        max_lines, fill = self.max_lines, self.fill
         job_uuids = self.job_uuids
         view = GraphView(history, self.graph_style, self.scrolled_back, self._graphs, self.whole_cells)
         unlabelled = [0]
 
         def build(width: int) -> list[Text]:
-            lines, unlabelled[0] = layout(snapshot, history, width, max_lines, job_uuids, view)
+            lines, unlabelled[0] = layout(snapshot, history, width, max_lines, job_uuids, view, fill)
             return lines
 
         self.show_lines(build)
         self.set_title(self._title(snapshot, view, unlabelled[0]))
 
     def on_resize(self, event: events.Resize) -> None:
+        # Lines and title again at the new width: what the title says of the graphs (their span, how far back
+        # they are scrolled) depends on it, and a paused dashboard gets no new snapshot to redraw it.
+        self.redraw()
         self.post_message(self.Resized())
 
     def _title(self, snapshot: Snapshot, view: GraphView, unlabelled_graph_cells: int) -> str:

@@ -12,6 +12,7 @@ from rich.text import Span, Text
 
 from gpumon.sampling.history import PROCESS_ENDED, PROCESS_STARTED, THROTTLED, XID_ERROR, History
 from gpumon.tui._textual_fast_path import drawn_text
+from gpumon.tui.glyphs import pick
 
 
 class GraphStyle(Enum):
@@ -21,6 +22,8 @@ class GraphStyle(Enum):
     """2 samples a cell, 4 levels a row: twice the history and half the steps of blocks in the same room."""
     BLOCKS = "blocks"
     """1 sample a cell, 8 levels a row: for fonts without braille."""
+    ASCII = "ascii"
+    """1 sample a cell, 4 levels a row ('_-=#'): for terminals without either (glyphs.ascii_only)."""
 
     @property
     def samples_per_cell(self) -> int:
@@ -28,15 +31,17 @@ class GraphStyle(Enum):
 
     @property
     def levels_per_row(self) -> int:
-        return 4 if self is GraphStyle.BRAILLE else 8
+        return 8 if self is GraphStyle.BLOCKS else 4
 
 
-MAX_ROWS = 16
-"""The tallest graph drawn, in rows (bounds the column cache)."""
+MAX_ROWS = 24
+"""The tallest graph drawn, in rows."""
 NO_DATA = "·"
 """The bottom cell of a column before the history begins: the span still to fill reads as a dotted baseline."""
+NO_DATA_ASCII = "."
 NO_DATA_STYLE = "bright_black"
 _BLOCKS = "▁▂▃▄▅▆▇█"
+_ASCII_LEVELS = "_-=#"
 # Braille dot bits filled from the bottom up: the left column's dots 7, 3, 2, 1 and the right column's 8, 6, 5, 4.
 _LEFT_DOTS = (0, 0x40, 0x44, 0x46, 0x47)
 _RIGHT_DOTS = (0, 0x80, 0xA0, 0xB0, 0xB8)
@@ -53,7 +58,8 @@ def height(value: float | None, rows: int, style: GraphStyle) -> int:
 
 
 _COLUMNS: dict[tuple[GraphStyle, int, tuple[int, ...]], tuple[str, ...]] = {}
-"""(style, rows, sample heights) -> the column's characters, top row first; bounded by MAX_ROWS."""
+"""(style, rows, sample heights) -> the column's characters, top row first; emptied when it reaches _COLUMNS_MAX."""
+_COLUMNS_MAX = 16384
 
 
 def column(style: GraphStyle, rows: int, heights: tuple[int, ...]) -> tuple[str, ...]:
@@ -61,6 +67,8 @@ def column(style: GraphStyle, rows: int, heights: tuple[int, ...]) -> tuple[str,
     key = (style, rows, heights)
     cells = _COLUMNS.get(key)
     if cells is None:
+        if len(_COLUMNS) >= _COLUMNS_MAX:
+            _COLUMNS.clear()
         levels = style.levels_per_row
         chars: list[str] = []
         for row in range(rows - 1, -1, -1):
@@ -70,13 +78,14 @@ def column(style: GraphStyle, rows: int, heights: tuple[int, ...]) -> tuple[str,
                 dots = _LEFT_DOTS[left] | _RIGHT_DOTS[right]
                 chars.append(chr(0x2800 + dots) if dots else " ")
             else:
-                chars.append(_BLOCKS[fills[0] - 1] if fills[0] else " ")
+                levels_drawn = _BLOCKS if style is GraphStyle.BLOCKS else _ASCII_LEVELS
+                chars.append(levels_drawn[fills[0] - 1] if fills[0] else " ")
         cells = _COLUMNS[key] = tuple(chars)
     return cells
 
 
-def _no_data_column(rows: int) -> tuple[str, ...]:
-    return (" ",) * (rows - 1) + (NO_DATA,)
+def _no_data_column(rows: int, style: GraphStyle) -> tuple[str, ...]:
+    return (" ",) * (rows - 1) + (NO_DATA_ASCII if style is GraphStyle.ASCII else NO_DATA,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +172,7 @@ class Graph:
         columns: list[tuple[str, ...]] = []
         for index, offset in enumerate(range(0, len(heights), dots)):
             if start + (index + 1) * spc <= window.first_kept:
-                columns.append(_no_data_column(rows))
+                columns.append(_no_data_column(rows, style))
             else:
                 columns.append(column(style, rows, tuple(heights[offset : offset + dots])))
         return columns
@@ -237,6 +246,7 @@ EVENT_MARKS = (
     (PROCESS_STARTED, "▴", "bold green"),
 )
 """Event bit, its mark on the time axis and the mark's style, the first that applies winning."""
+ASCII_MARKS = {"▾": "v", "▴": "^"}
 
 
 def event_marks(events: Sequence[float | None], spc: int) -> list[tuple[str, str] | None]:
@@ -258,25 +268,36 @@ def time_axis(
 ) -> Text:
     """The axis under graphs `width` cells wide: '-1m20s──────-1m──────-40s──────-20s──now': the ages of the left
     edges of the first cell and of the quarter points, and 'now' at the right end (an age there when scrolled back);
-    the event `marks` (one per cell, right-aligned) drawn over it."""
-    cells = ["─"] * width
+    the event `marks` (one per cell, right-aligned) drawn on it. A label never covers a mark, nor a mark a label: a
+    label moves aside to the nearest free cells (up to its own length), or is left out."""
+    cells = [pick("─", "-")] * width
+    offset = width - len(marks)
+    marked = [False] * width
+    spans: list[Span] = []
+    for index, mark in enumerate(marks):
+        cell = offset + index
+        if mark is not None and 0 <= cell < width:
+            cells[cell] = pick(mark[0], ASCII_MARKS.get(mark[0], mark[0]))
+            marked[cell] = True
+            spans.append(Span(cell, cell + 1, mark[1]))
     if seconds_per_cell is not None and width >= 12:
         free_from = 0
         for point in (0, width // 4, width // 2, 3 * width // 4, width - 1):
             seconds = (width - point if point < width - 1 else 0) * seconds_per_cell + skipped_seconds
             label = "now" if seconds <= 0 else "-" + age(seconds)
-            begin = 0 if point == 0 else width - len(label) if point == width - 1 else point - len(label) // 2
-            if begin >= free_from and begin + len(label) <= width:
-                cells[begin : begin + len(label)] = label
-                free_from = begin + len(label) + 1
-    offset = width - len(marks)
-    spans: list[Span] = []
-    for index, mark in enumerate(marks):
-        cell = offset + index
-        if mark is not None and 0 <= cell < width:
-            cells[cell] = mark[0]
-            spans.append(Span(cell, cell + 1, mark[1]))
+            wanted = 0 if point == 0 else width - len(label) if point == width - 1 else point - len(label) // 2
+            for shift in _shifts(len(label)):
+                begin = wanted + shift
+                if begin >= free_from and begin + len(label) <= width and not any(marked[begin : begin + len(label)]):
+                    cells[begin : begin + len(label)] = label
+                    free_from = begin + len(label) + 1
+                    break
     return drawn_text("".join(cells), spans, style="bright_black")
+
+
+def _shifts(most: int) -> list[int]:
+    """0, -1, 1, -2, 2, ... up to `most` cells either way: where a label tries to go, nearest first."""
+    return [0, *(sign * step for step in range(1, most + 1) for sign in (-1, 1))]
 
 
 def axis_span(width: int, seconds_per_cell: float | None) -> str:
@@ -288,6 +309,7 @@ def axis_span(width: int, seconds_per_cell: float | None) -> str:
 
 def y_marks(rows: int) -> list[str]:
     """The y-axis beside a graph `rows` tall, 4 cells a row: '100┤' at the top, '  0┤' at the bottom."""
+    tick, line = pick("┤", "+"), pick("│", "|")
     if rows == 1:
-        return ["   ┤"]
-    return ["100┤", *(["   │"] * (rows - 2)), "  0┤"]
+        return ["   " + tick]
+    return ["100" + tick, *(["   " + line] * (rows - 2)), "  0" + tick]

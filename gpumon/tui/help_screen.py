@@ -19,6 +19,7 @@ KEYS = (
     ("s / S", "sort processes by the next column / reverse the order"),
     ("t", "GPU graphs in braille (2x4 dots a cell) or block characters"),
     ("h", "CPU and memory history graphs beside the GPU graphs (wide terminals; host_graphs in the config)"),
+    ("e", "each GPU's health in full: XID errors with their times, ECC, memory repairs, PCIe link, clock events, MIG"),
     ("← → End", "while paused: scroll the GPU graphs back / forward through the history (10 min) / to the newest"),
     ("↑ ↓ PgUp PgDn", "move in the process table; the highlight stays on its process"),
     ("/", "filter processes by command line, user or pid as you type; Enter keeps it, Esc clears it"),
@@ -48,6 +49,12 @@ FIELDS = (
         "throttle",
         "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem.",
     ),
+    (
+        "health ok",
+        "each GPU's health badge; where something is wrong, what: XID (its code), ECC (uncorrected errors), remap "
+        "FAILED or reset pending, PCIe x8/16 (a link trained narrower than it can be), thermal (clocks held by "
+        "heat), MIG (its instances). e shows every figure.",
+    ),
     ("sparklines", "percentages on a fixed 0-100% scale (▁ = 0, █ = 100); disk rates from 0 to the window's peak."),
     (
         "time axis",
@@ -56,8 +63,9 @@ FIELDS = (
     ),
     (
         "CPU",
-        "total busy %, then each core (a bar or one block per core), load averages, memory and swap; with h, CPU "
-        "and memory history graphs (each dot column the mean of two samples, so they span twice the GPU graphs' time).",
+        "total busy %, then each core (a bar or one block per core), load averages, memory and swap; on wide "
+        "terminals (h hides them), CPU and memory history graphs (each dot column the mean of two samples, so "
+        "they span twice the GPU graphs' time).",
     ),
     ("iowait", "CPU time spent waiting for disk I/O; high iowait with a hungry GPU points at the input pipeline."),
     ("Processes", "each GPU process with its child processes (DataLoader workers) beneath it (├─ └─)."),

@@ -10,8 +10,12 @@ from rich.measure import Measurement
 from rich.style import StyleType
 from rich.text import Text
 
+from gpumon.tui.glyphs import ascii_only, forget_on_change
+
 BLOCKS = "▁▂▃▄▅▆▇█"
 """Eight levels: the lowest block is the bottom of the scale, the full block its top."""
+ASCII_BLOCKS = "_.-:=+*#"
+"""The same eight levels in ASCII (glyphs.ascii_only)."""
 BLANK = " "
 """Drawn for a missing sample (None) and for the part of the window with no history yet."""
 
@@ -60,9 +64,10 @@ def spark_rows(
         for value in recent
     ]
     padding = BLANK * (width - len(recent))
+    blocks = ASCII_BLOCKS if ascii_only() else BLOCKS
     return [
         padding
-        + "".join([BLANK if (level := height - 8 * row) <= 0 else BLOCKS[min(level, 8) - 1] for height in heights])
+        + "".join([BLANK if (level := height - 8 * row) <= 0 else blocks[min(level, 8) - 1] for height in heights])
         for row in range(rows - 1, -1, -1)
     ]
 
@@ -70,12 +75,14 @@ def spark_rows(
 _SHIFTED: dict[tuple[float | None, ...], str] = {}
 """(width, maximum, minimum, the newest width-1 values of a sparkline drawn) -> their cells, for its successor."""
 _SHIFTED_MAX = 256
+forget_on_change(_SHIFTED.clear)
 
 
 def _cells(values: list[float | None], maximum: float, minimum: float) -> str:
     """One block character per value on the fixed scale (a blank for None or NaN)."""
     span = maximum - minimum
-    lowest, highest, top = BLOCKS[0], BLOCKS[-1], len(BLOCKS) - 1
+    blocks = ASCII_BLOCKS if ascii_only() else BLOCKS
+    lowest, highest, top = blocks[0], blocks[-1], len(blocks) - 1
     if span <= 0:
         return "".join([BLANK if value is None or value != value else lowest for value in values])
     # Clamp to the scale, then round to the nearest of the eight levels (one expression: this runs per cell).
@@ -87,7 +94,7 @@ def _cells(values: list[float | None], maximum: float, minimum: float) -> str:
             if (fraction := (value - minimum) / span) <= 0.0
             else highest
             if fraction >= 1.0
-            else BLOCKS[int(fraction * top + 0.5)]
+            else blocks[int(fraction * top + 0.5)]
             for value in values
         ]
     )

@@ -43,6 +43,8 @@ class ViewOptions:
     """Where the theme picked in the command palette is saved; None: not saved."""
     warnings: tuple[str, ...] = ()
     """Problems found in the config file, one line each (shown once the dashboard starts)."""
+    ascii: bool = False
+    """Graphs, sparklines and bars in ASCII (--ascii, or a terminal that cannot show more: glyphs.wants_ascii)."""
 
     def apply(self, snapshot: Snapshot) -> Snapshot:
         """The snapshot with only the chosen GPUs and the processes on them (the table applies the user)."""

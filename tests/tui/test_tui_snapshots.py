@@ -1,5 +1,6 @@
-"""Screenshot (SVG) regression tests at 80x24, 160x50 and 220x60 with 1, 2 and 8 GPUs, fed from the recordings in
-conftest: RECORDING (one GPU, copied for 8) and TWO_GPU_RECORDING.
+"""Screenshot (SVG) regression tests at 80x24, 160x50 and 220x60 with 1, 2, 4 and 8 GPUs, fed from the recordings
+in conftest: RECORDING (one GPU) and TWO_GPU_RECORDING, and the 4- and 8-GPU views built from the real recordings by
+tests/fixtures/make_many_gpus.py.
 
 Regenerate after an intended change, or after switching RECORDING: python -m pytest tests/tui --snapshot-update
 """
@@ -9,9 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from conftest import REPOSITORY, TWO_GPU_SHOWN
 from textual.pilot import Pilot
 from tui_support import FakeSource, frozen_clock
 
+from gpumon.sampling.recording import read_recording
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.tui.app import GpumonApp
 
@@ -32,41 +35,22 @@ def fed(source: FakeSource, snapshots: list[Snapshot]):
     return run_before
 
 
-def with_gpus(snapshots: list[Snapshot], count: int) -> list[Snapshot]:
-    """The recording's GPU copied to `count` GPUs, each a little less busy than the one before (no recording at hand
-    has more than two)."""
-    if count == 1:
-        return snapshots
-    return [
-        replace(
-            shown,
-            gpus=tuple(
-                replace(
-                    shown.gpus[0],
-                    index=index,
-                    uuid=f"GPU-{index}",
-                    utilization_gpu=None
-                    if shown.gpus[0].utilization_gpu is None
-                    else shown.gpus[0].utilization_gpu * (1 - index / (2 * count)),
-                )
-                for index in range(count)
-            ),
-        )
-        for shown in snapshots
-    ]
+def many_gpus(count: int) -> list[Snapshot]:
+    """The 4- or 8-GPU view (tests/fixtures/make_many_gpus.py), as many samples as the 2-GPU screenshots show."""
+    return read_recording(REPOSITORY / "tests" / "fixtures" / f"gpus{count}.jsonl")[:TWO_GPU_SHOWN]
 
 
-@pytest.mark.parametrize("gpus", [1, 2, 8])
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 @pytest.mark.parametrize("size", [(80, 24), (160, 50), (220, 60)], ids=lambda size: f"{size[0]}x{size[1]}")
 def test_dashboard(
     snap_compare, recording, recording_name, two_gpu_recording, two_gpu_recording_name, size: tuple[int, int], gpus: int
 ) -> None:
-    if gpus == 2:
-        snapshots = two_gpu_recording
-        app, source = dashboard(snapshots, two_gpu_recording_name, interval=1.0)
-    else:
-        snapshots = with_gpus(recording[:SHOWN], gpus)
+    if gpus == 1:
+        snapshots = recording[:SHOWN]
         app, source = dashboard(snapshots, recording_name)
+    else:
+        snapshots = two_gpu_recording if gpus == 2 else many_gpus(gpus)
+        app, source = dashboard(snapshots, two_gpu_recording_name if gpus == 2 else f"gpus{gpus}.jsonl", interval=1.0)
     assert snap_compare(app, terminal_size=size, run_before=fed(source, snapshots))
 
 
