@@ -18,6 +18,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
+from textual.widgets import Input
 
 from gpumon.config import save_setting
 from gpumon.jobs.discovery import AttachError, JobGroup, scan
@@ -32,6 +33,7 @@ from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
+from gpumon.tui.first_frame import report_after_first_frame
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
 from gpumon.tui.heap import freeze_after_first_frame
@@ -40,7 +42,7 @@ from gpumon.tui.job_pane import JobPane
 from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_actions import ProcessControl
-from gpumon.tui.process_table import FilterRequested, ProcessTable
+from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.profile_screen import ProfileCapture
 from gpumon.tui.title_bar import TitleBar
 from gpumon.tui.view_options import ViewOptions
@@ -282,6 +284,8 @@ class GpumonApp(App[None]):
         if self._job_pane is not None:
             self._job_pane.energy.add(snapshot)  # before --only hides GPUs: the job's may be among them
         snapshot = self.options.apply(snapshot)
+        if self.snapshot is None:
+            report_after_first_frame(self)
         self.snapshot = snapshot
         self.stale = False
         if self.source.live:
@@ -440,9 +444,10 @@ class GpumonApp(App[None]):
             self._show_cpu(self.snapshot)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # The arrows scroll the graphs only while paused on the dashboard; otherwise they go to the process table.
+        # The arrows scroll the graphs only while paused on the dashboard, the filter line closed; otherwise they go to
+        # the process table or move the filter line's cursor.
         if action == "scroll_graphs":
-            return self.paused and self.screen is self.screen_stack[0]
+            return self.paused and self.screen is self.screen_stack[0] and not isinstance(self.focused, Input)
         return True
 
     def action_cycle_sort(self) -> None:
@@ -499,14 +504,6 @@ class GpumonApp(App[None]):
         if self.job is not None:
             groups.append(self.job.view().pids)
         return groups
-
-    @on(FilterRequested)
-    def _filter_requested(self, event: FilterRequested) -> None:
-        line = self.query_one(FilterInput)
-        if event.clear:
-            line.action_clear()
-        else:
-            line.open()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from rich.segment import Segment
 from rich.style import Style
@@ -14,7 +14,6 @@ from textual import events
 from textual._segment_tools import line_crop
 from textual._types import SegmentLines
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.timer import Timer
@@ -246,12 +245,12 @@ def with_gpu_use(trees: Sequence[ProcessSample], gpu_processes: Sequence[Process
     return shown + tuple(process for process in gpu_processes if process.pid not in present)
 
 
-class FilterRequested(Message):
-    """`/` (open the filter line) or Esc (clear it) on the process table."""
+class FilterLine(Protocol):
+    """The filter line under the table (gpumon.tui.filter_input.FilterInput)."""
 
-    def __init__(self, clear: bool = False) -> None:
-        super().__init__()
-        self.clear = clear
+    def open(self) -> None: ...
+
+    def action_clear(self) -> None: ...
 
 
 def _signature(cell: Text) -> tuple[str, str]:
@@ -307,6 +306,8 @@ class ProcessTable(DataTable[Text]):
             key_display="/",
             show=False,
             id="filter",
+            # Priority: run while the app takes the key, so the keys typed right after it reach the open line.
+            priority=True,
             tooltip="Filter processes by command line, user or pid (Esc clears)",
         ),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="filter-clear"),
@@ -352,6 +353,8 @@ class ProcessTable(DataTable[Text]):
         self._every_process: tuple[ProcessSample, ...] = ()
         self._tree_collector: ProcessTreeCollector | None = None
         self._all_timer: Timer | None = None
+        self.filter_line: FilterLine | None = None
+        """The line `/` opens (it registers itself here)."""
 
     @property
     def cursor_pid(self) -> int | None:
@@ -419,10 +422,12 @@ class ProcessTable(DataTable[Text]):
         self.control.request(self.app, name, pid, self.job_head(pid), shown.command if shown is not None else "")
 
     def action_open_filter(self) -> None:
-        self.post_message(FilterRequested())
+        if self.filter_line is not None:
+            self.filter_line.open()
 
     def action_clear_filter(self) -> None:
-        self.post_message(FilterRequested(clear=True))
+        if self.filter_line is not None:
+            self.filter_line.action_clear()
 
     def action_toggle_all_processes(self) -> None:
         """GPU processes only <-> every process with its tree (a live dashboard only)."""
