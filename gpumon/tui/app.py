@@ -511,10 +511,15 @@ class GpumonApp(App[None]):
 
     def action_toggle_advisor(self) -> None:
         """The plain dashboard has no advisor: say where it is."""
-        self.notify(ADVISOR_NEEDS_A_JOB, timeout=6)
+        self.notify(self._where_the_advisor_is(), timeout=6)
 
     def action_guided(self) -> None:
-        self.notify(ADVISOR_NEEDS_A_JOB, timeout=6)
+        self.notify(self._where_the_advisor_is(), timeout=6)
+
+    def _where_the_advisor_is(self) -> str:
+        if self.job is None:
+            return ADVISOR_NEEDS_A_JOB
+        return f"the advisor is in gpumon attach {self.job.view().pid}, not this plain dashboard (a and g work there)"
 
     # -- the attached job ----------------------------------------------------------------------
 

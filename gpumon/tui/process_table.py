@@ -26,15 +26,17 @@ from gpumon.printable import printable
 from gpumon.sampling.process_tree import ProcessTreeCollector
 from gpumon.sampling.snapshot import ProcessSample
 from gpumon.tui._textual_fast_path import ACTIVE, text_cell_lines
-from gpumon.tui.format import format_state
+from gpumon.tui.command_text import command_shown
+from gpumon.tui.format import format_state, state_letter
 from gpumon.tui.process_actions import ProcessControl
 from gpumon.units import MISSING
 
 BRANCH = "├─ "
 LAST_BRANCH = "└─ "
 WIDE_TABLE = 110
-"""From this many columns the table also shows USER, R/s and W/s."""
-PID_WIDTH = 10
+"""From this many columns the table shows R/s and W/s and the state as a word; narrower, tighter columns (NARROW)."""
+PID_WIDTH = 7
+"""Linux pids have at most 7 digits (pid_max 4194304); the tree's branches are drawn in the command column."""
 MAX_DEPTH = 32
 """Process trees are shown this many levels deep at most."""
 MIN_COMMAND_WIDTH = 12
@@ -49,21 +51,31 @@ class Column:
     label: str
     width: int
     right: bool = True
-    wide_only: bool = False
 
 
 COLUMNS = (
     Column("pid", "PID", PID_WIDTH, right=False),
-    Column("user", "USER", 9, right=False, wide_only=True),
+    Column("user", "USER", 9, right=False),
     Column("gpu", "GPU", 3),
     Column("gpu_memory", "GPU-MEM", 7),
     Column("sm_percent", "SM%", 4),
     Column("cpu_percent", "CPU%", 5),
     Column("rss", "RSS", 6),
     Column("state", "STATE", 5, right=False),
-    Column("read", "R/s", 7, wide_only=True),
-    Column("write", "W/s", 7, wide_only=True),
+    Column("read", "R/s", 7),
+    Column("write", "W/s", 7),
 )
+NARROW = (
+    Column("pid", "PID", PID_WIDTH, right=False),
+    Column("user", "USER", 8, right=False),
+    Column("gpu", "GPU", 3),
+    Column("gpu_memory", "GPU-MEM", 7),
+    Column("sm_percent", "SM%", 4),
+    Column("cpu_percent", "CPU%", 4),
+    Column("rss", "RSS", 5),
+    Column("state", "S", 1, right=False),
+)
+"""The columns below WIDE_TABLE (80x24 leaves the command about 19 cells): the state as ps's letter."""
 COMMAND = Column("command", "COMMAND", MIN_COMMAND_WIDTH, right=False)
 
 
@@ -97,19 +109,27 @@ JOB_STYLES = {"job": "bold magenta", "worker": "magenta"}
 
 
 class PidCell(Text):
-    """The PID cell (with its tree branch); carries the pid so the table can be sorted by a computed rank."""
+    """The PID cell (bold for a tree's root); carries the pid so the table can be sorted by a computed rank."""
 
-    def __init__(self, pid: int, branch: str, role: str = "") -> None:
+    def __init__(self, pid: int, child: bool, role: str = "") -> None:
         super().__init__(no_wrap=True, overflow="ellipsis", end="", style=JOB_STYLES.get(role, ""))
         self.pid = pid
-        room = PID_WIDTH - len(str(pid))
-        if len(branch) > room:  # a deep tree: keep the pid whole, cut the indentation from the left
-            branch = branch[len(branch) - room :] if room > 0 else ""
-        if branch:
-            self.append(branch, style="bright_black")
-            self.append(str(pid))
-        else:
-            self.append(str(pid), style="bold")
+        self.append(str(pid), style="" if child else "bold")
+
+
+def command_cell(command: str, branch: str, width: int | None, style: str) -> Text:
+    """The COMMAND cell: the process's tree branch (its indentation and ├─ or └─), then its command line, shown
+    from what matters where the whole line does not fit (command_text). An indentation deeper than half the column is
+    cut from the left, so the command keeps the other half."""
+    if width is not None and len(branch) > width // 2:
+        branch = branch[len(branch) - width // 2 :]
+    if width is not None:
+        command = command_shown(command, max(1, width - len(branch)))
+    cell = _cell("", right=False, style=style)
+    if branch:
+        cell.append(branch, style="bright_black")
+    cell.append(command)
+    return cell
 
 
 def tree_order(
@@ -197,25 +217,32 @@ def _percent(value: float | None, is_worker: bool) -> str:
     return f"{value:.0f}"
 
 
-def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, Text]:
-    """Every column's cell for one process, keyed by column key. role: 'job' or 'worker' of the attached job."""
+def row_cells(
+    process: ProcessSample, branch: str, role: str = "", *, command_width: int | None = None, narrow: bool = False
+) -> dict[str, Text]:
+    """Every column's cell for one process, keyed by column key. role: 'job' or 'worker' of the attached job.
+    command_width: the command column's cells (a command line longer is shown from what matters, command_text);
+    narrow: the state as ps's letter (NARROW)."""
     is_worker = bool(branch)
     state = format_state(process.state)
     state_style = {"disk": "bold yellow", "zomb": "bold red"}.get(state, "")
     gpu_memory = "" if is_worker and process.gpu_memory is None else units.size(process.gpu_memory, compact=True)
     return {
-        "pid": PidCell(process.pid, branch, role),
+        "pid": PidCell(process.pid, is_worker, role),
         "user": _cell(printable(process.user or "?"), right=False),
         "gpu": _cell(",".join(str(index) for index in process.gpu_indices)),
         "gpu_memory": _cell(gpu_memory),
         "sm_percent": _cell(_percent(process.sm_percent, is_worker)),
         "cpu_percent": _cell(_percent(process.cpu_percent, False)),
         "rss": _cell(units.size(process.rss, compact=True)),
-        "state": _cell(state, right=False, style=state_style),
+        "state": _cell(state_letter(process.state) if narrow else state, right=False, style=state_style),
         "read": _cell(units.rate(process.read_bytes_per_s, compact=True, binary=True)),
         "write": _cell(units.rate(process.write_bytes_per_s, compact=True, binary=True)),
-        "command": _cell(
-            printable(process.command), right=False, style=JOB_STYLES.get(role) or ("bright_black" if is_worker else "")
+        "command": command_cell(
+            printable(process.command),
+            branch,
+            command_width,
+            JOB_STYLES.get(role) or ("bright_black" if is_worker else ""),
         ),
     }
 
@@ -265,7 +292,7 @@ def _discard(cache: Any, doomed: Callable[[Any], bool]) -> None:
 
 def column_layout(width: int) -> tuple[tuple[Column, ...], int]:
     """The columns that fit a table `width` cells wide, and the command column's width (the rest)."""
-    columns = tuple(column for column in COLUMNS if width >= WIDE_TABLE or not column.wide_only)
+    columns = COLUMNS if width >= WIDE_TABLE else NARROW
     used = sum(column.width + 2 * CELL_PADDING for column in columns) + 2 * CELL_PADDING + 1
     return (*columns, COMMAND), max(MIN_COMMAND_WIDTH, width - used)
 
@@ -487,6 +514,18 @@ class ProcessTable(DataTable[Text]):
     def reverse_sort(self) -> None:
         self.sort_descending = not self.sort_descending
 
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a column's header sorts by it; on the sorted column's, reverses the order."""
+        event.stop()
+        key = event.column_key.value
+        if key == self.sort_column:
+            self.reverse_sort()
+        elif key in SORT_COLUMNS:
+            self.sort_by(key)
+        else:
+            sortable = ", ".join(column.label for column in SORT_COLUMNS.values())
+            self.app.notify(f"{printable(str(event.label.plain))} is not a sort column ({sortable})", timeout=4)
+
     def watch_sort_column(self) -> None:
         self._sync()
 
@@ -516,7 +555,8 @@ class ProcessTable(DataTable[Text]):
         if not self.is_mounted:
             return
         cursor_pid = self.cursor_pid
-        layout = column_layout(self._table_width())
+        width = self._table_width()
+        layout = column_layout(width)
         if layout != self._layout:
             self._rebuild_columns(layout)
         column_keys = [column.key for column in layout[0]]
@@ -530,7 +570,9 @@ class ProcessTable(DataTable[Text]):
 
         changed: dict[int, dict[str, Text]] = {}
         for process, branch in rows:
-            cells = row_cells(process, branch, self.role(process.pid))
+            cells = row_cells(
+                process, branch, self.role(process.pid), command_width=layout[1], narrow=width < WIDE_TABLE
+            )
             signatures = {key: _signature(cells[key]) for key in column_keys}
             previous = self._cells.get(process.pid)
             if previous is None:
