@@ -7,6 +7,7 @@ wait4; on a machine with NVML that is its start, first frame and `q`, on one wit
 up to the NVML failure (said in the output, never taken for a first frame).
 
     python benchmarks/startup_cpu.py --rounds 10 --nvitop /tmp/nvitop-venv/bin/nvitop
+    python benchmarks/startup_cpu.py --live --rounds 10 --nvitop nvitop     # on a GPU machine
 """
 
 from __future__ import annotations
@@ -64,13 +65,15 @@ def run_in_pty(argv: list[str], env: dict[str, str], columns: int, rows: int, qu
     return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, bytes(output)
 
 
-def gpumon_round(python: str, recording: Path, columns: int, rows: int) -> tuple[float, float]:
-    """(CPU seconds to the first frame, CPU seconds to exit) of one gpumon start."""
+def gpumon_round(python: str, recording: Path | None, columns: int, rows: int) -> tuple[float, float]:
+    """(CPU seconds to the first frame, CPU seconds to exit) of one gpumon start: the replay of `recording`, or the
+    live dashboard (NVML, the job scan) where it is None."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "first-frame"
         env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(REPOSITORY), **{FIRST_FRAME_ENV: str(report)})
         env["XDG_CONFIG_HOME"] = scratch  # no user config file
-        code, total, output = run_in_pty([python, "-m", "gpumon", "replay", str(recording)], env, columns, rows, None)
+        argv = [python, "-m", "gpumon", *(["replay", str(recording)] if recording is not None else [])]
+        code, total, output = run_in_pty(argv, env, columns, rows, None)
         if code != 0 or not report.exists():
             raise SystemExit(f"gpumon exited {code} without a first-frame report: {output[-400:]!r}")
         return float(report.read_text()), total
@@ -86,6 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--recording", type=Path, default=RECORDING)
+    parser.add_argument("--live", action="store_true", help="the live dashboard (`gpumon`) instead of a replay")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs gpumon")
     parser.add_argument("--nvitop", help="an nvitop executable to measure in alternate rounds")
     parser.add_argument("--size", default="80x24", help="COLUMNSxROWS of the pseudo-terminal")
@@ -97,7 +101,7 @@ def main() -> None:
     nvitop_totals: list[float] = []
     nvitop_note = ""
     for round_number in range(args.rounds):
-        first_frame, total = gpumon_round(args.python, args.recording, columns, rows)
+        first_frame, total = gpumon_round(args.python, None if args.live else args.recording, columns, rows)
         first_frames.append(first_frame)
         gpumon_totals.append(total)
         line = f"round {round_number + 1}: gpumon first frame {first_frame:.3f} s CPU, to exit {total:.3f} s"
@@ -114,7 +118,8 @@ def main() -> None:
     def summary(values: list[float]) -> str:
         return f"median {statistics.median(values):.3f} s, min {min(values):.3f}, max {max(values):.3f}"
 
-    print(f"gpumon replay {args.recording.name} at {args.size}, {args.rounds} rounds")
+    what = "gpumon (live)" if args.live else f"gpumon replay {args.recording.name}"
+    print(f"{what} at {args.size}, {args.rounds} rounds, {time.strftime('%Y-%m-%d')}")
     print(f"  CPU to the first frame: {summary(first_frames)}")
     print(f"  CPU to exit:            {summary(gpumon_totals)}")
     if nvitop_totals:

@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from textual import events, on
 from textual.app import App, ComposeResult
@@ -21,15 +21,11 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from gpumon.config import save_setting
-from gpumon.jobs.discovery import AttachError, JobGroup, scan
-from gpumon.jobs.session import AttachedJob
-from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui._textual_quiet_input import driver_class
 from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
-from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
@@ -37,15 +33,21 @@ from gpumon.tui.first_frame import report_after_first_frame
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
 from gpumon.tui.heap import freeze_after_first_frame
-from gpumon.tui.help_screen import HelpScreen
-from gpumon.tui.job_pane import JobPane
-from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_actions import ProcessControl
 from gpumon.tui.process_table import ProcessTable
-from gpumon.tui.profile_screen import ProfileCapture
 from gpumon.tui.title_bar import TitleBar
 from gpumon.tui.view_options import ViewOptions
+
+if TYPE_CHECKING:
+    # What the first frame does not need is imported where it is used (issue 26 item 6: start-up CPU): the job
+    # layer's client, the job pane and the advisor it draws on, the picker, help, the profiler capture, the palette.
+    from textual.command import Provider
+
+    from gpumon.jobs.discovery import JobGroup
+    from gpumon.jobs.source import JobSource
+    from gpumon.tui.job_pane import JobPane
+    from gpumon.tui.profile_screen import ProfileCapture
 
 WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
@@ -59,6 +61,19 @@ STALE_MIN_SECONDS = 3.0
 STALE_CHECK_SLACK = 0.05
 """Seconds past the stale threshold at which the check runs (so the silence it measures is past the threshold)."""
 ADVISOR_NEEDS_A_JOB = "the advisor needs a job: gpumon run -- python train.py … or gpumon attach PID"
+
+
+def _gpumon_commands() -> type[Provider]:
+    """The command palette's provider, imported when the palette opens."""
+    from gpumon.tui.commands import GpumonCommands
+
+    return GpumonCommands
+
+
+def _job_pane() -> JobPane:
+    from gpumon.tui.job_pane import JobPane
+
+    return JobPane(id="job")
 
 
 class SnapshotArrived(Message):
@@ -88,7 +103,7 @@ class ReadsEnergy(Protocol):
     def read_energy_often(self, often: bool) -> None: ...
 
 
-JobOpener = Callable[[JobGroup], JobSource]
+JobOpener = Callable[["JobGroup"], "JobSource"]
 """Connects to a picked job group (may block up to about a second; the app calls it on a worker thread)."""
 JOB_REDRAW_S = 0.25
 """The job pane is redrawn at most this often (steps arrive every 0.2 s)."""
@@ -104,7 +119,7 @@ class GpumonApp(App[None]):
     CSS_PATH = "gpumon.tcss"
     TITLE = "gpumon"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]  # noqa: RUF012 - Textual types it `ClassVar[...] | None`, which mypy cannot narrow
-    COMMANDS = App.COMMANDS | {GpumonCommands}
+    COMMANDS = App.COMMANDS | {_gpumon_commands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", id="quit", tooltip="Stop sampling and leave gpumon"),
         Binding("p", "toggle_pause", "Pause", id="pause", tooltip="Freeze the dashboard; p again resumes"),
@@ -183,7 +198,7 @@ class GpumonApp(App[None]):
         clock: Callable[[], float] = time.time,
         job: JobSource | None = None,
         jobs: Sequence[JobGroup] = (),
-        open_job: JobOpener = AttachedJob.for_group,
+        open_job: JobOpener | None = None,
         options: ViewOptions | None = None,
     ) -> None:
         super().__init__()
@@ -202,11 +217,12 @@ class GpumonApp(App[None]):
         """The job the job pane follows (None: the plain dashboard)."""
         self.offered_jobs = list(jobs)
         self._open_job = open_job
+        """Connects to a picked group (None: AttachedJob.for_group)."""
         self._job_pane: JobPane | None = None
         self._wide = False
         """Whether the GPU pane sits beside the CPU and disk panes (from the size _size_panes last saw)."""
         self._job_pending = False
-        self._profile_capture = ProfileCapture(self)
+        self._profile_capture: ProfileCapture | None = None
         self._job_lock = threading.Lock()
         self._job_shown_at = 0.0
         self._stale_deadline: asyncio.TimerHandle | None = None
@@ -234,7 +250,7 @@ class GpumonApp(App[None]):
         self._machine_line = MachineLine(id="machine")
         yield self._machine_line
         if self.job is not None:
-            self._job_pane = JobPane(id="job")
+            self._job_pane = _job_pane()
             yield self._job_pane
         yield FilterInput(self._process_table, id="filter")
         yield self._process_table
@@ -253,7 +269,7 @@ class GpumonApp(App[None]):
             return
         self._read_energy_for_a_job(False)
         if self.offered_jobs:
-            self.push_screen(JobPicker(self.offered_jobs), self._picked)
+            self._push_picker(self.offered_jobs)
 
     def on_unmount(self) -> None:
         if self._stale_deadline is not None:
@@ -506,6 +522,8 @@ class GpumonApp(App[None]):
         return groups
 
     def action_help(self) -> None:
+        from gpumon.tui.help_screen import HelpScreen
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs), advisor=self.HAS_ADVISOR))
 
@@ -528,7 +546,7 @@ class GpumonApp(App[None]):
         self.job = job
         self._read_energy_for_a_job(True)
         if self._job_pane is None:
-            self._job_pane = JobPane(id="job")
+            self._job_pane = _job_pane()
             self.mount(self._job_pane, before=self._process_table)
         self._size_panes(self.size)
         job.start(self._job_signal)
@@ -582,8 +600,11 @@ class GpumonApp(App[None]):
 
     def _connect(self, group: JobGroup) -> None:
         """On a worker thread: connect to the picked job, then follow it on the UI thread."""
+        from gpumon.jobs.discovery import AttachError
+        from gpumon.jobs.session import AttachedJob
+
         try:
-            job = self._open_job(group)
+            job = (self._open_job or AttachedJob.for_group)(group)
         except (AttachError, OSError) as error:
             self.call_from_thread(
                 self.notify, f"cannot attach: {printable(str(error))}", severity="error", timeout=8, markup=False
@@ -599,6 +620,10 @@ class GpumonApp(App[None]):
 
     def action_capture_profile(self) -> None:
         """`c`: a torch.profiler capture of the followed job (its primary rank), summarized when written."""
+        if self._profile_capture is None:
+            from gpumon.tui.profile_screen import ProfileCapture
+
+            self._profile_capture = ProfileCapture(self)
         self._profile_capture.request(self.job)
 
     def action_pick_job(self) -> None:
@@ -606,6 +631,8 @@ class GpumonApp(App[None]):
         self.run_worker(self._scan_jobs, thread=True, exclusive=True, group="scan")
 
     def _scan_jobs(self) -> None:
+        from gpumon.jobs.discovery import scan
+
         groups = scan().groups
         self.call_from_thread(self._offer, groups)
 
@@ -616,5 +643,10 @@ class GpumonApp(App[None]):
             )
             return
         self.offered_jobs = groups
+        self._push_picker(groups)
+
+    def _push_picker(self, groups: Sequence[JobGroup]) -> None:
+        from gpumon.tui.job_picker import JobPicker
+
         if not isinstance(self.screen, JobPicker):
             self.push_screen(JobPicker(groups), self._picked)
