@@ -24,7 +24,7 @@ from gpumon.config import save_setting
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
-from gpumon.tui._textual_quiet_input import driver_class
+from gpumon.tui._textual_compat import driver_class
 from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane

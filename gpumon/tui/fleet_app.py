@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState
 from gpumon import units
 from gpumon.fleet import FleetPoller, FleetSnapshot, GpuRow, HostProcesses, JobRow, PromClient, read_processes
 from gpumon.printable import printable
-from gpumon.tui._textual_quiet_input import driver_class
+from gpumon.tui._textual_compat import driver_class
 from gpumon.tui.format import plural
 from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.sparkline import spark_string
