@@ -14,7 +14,7 @@ It reads Textual internals that may change in any release (`Widget.hover_style._
 StylesCache applies the background and line filters, StylesCache's `_cache`, `_dirty_lines` and `_width`), so it is
 imported only on the Textual versions it was checked on (gpumon.tui._textual_compat.CHECKED); with any other
 the panes fall back to Textual's own path.
-tests/tui/test_textual_fast_path.py fails loudly when the installed Textual is not among CHECKED, and checks that
+tests/tui/test_textual_compat.py checks it is off outside CHECKED, and checks that
 the fast path draws exactly what Textual draws.
 
 `drawn_text` (Rich internals: what `Text(plain)` stores) is here for the same reason; tests/tui/test_render_path.py

@@ -8,8 +8,8 @@ holds a partial escape sequence (then until that sequence's deadline), and `disa
 
 It reads Textual internals that may change in any release (`Parser._timeout_time`, `LinuxDriver.exit_event`,
 `fileno` and `run_input_thread`'s event processing), so it is used only with the Textual version it was written
-against: `driver_class` hands back Textual's own driver with any other. tests/tui/test_textual_fast_path.py fails
-loudly when the installed Textual is not among CHECKED; tests/tui/test_textual_quiet_input.py checks keys, a lone
+against: `driver_class` hands back Textual's own driver with any other. tests/tui/test_textual_compat.py
+checks it is off outside CHECKED; tests/tui/test_textual_quiet_input.py checks keys, a lone
 Escape, exit and the absence of idle wakes on a real pty.
 """
 

@@ -10,8 +10,8 @@ snapshot.
 
 It overrides `Timer._run` and uses its `_active`, `_reset` and `_tick`, and replaces the private
 `Screen._update_timer` property, so it is used only with the Textual version it was written against: `update_timer`
-hands back the timer Textual itself would make with any other. tests/tui/test_textual_fast_path.py fails loudly
-when the installed Textual is not among CHECKED; tests/tui/test_textual_quiet_timer.py checks the frame-rate limit,
+hands back the timer Textual itself would make with any other. tests/tui/test_textual_compat.py checks it is off
+outside CHECKED; tests/tui/test_textual_quiet_timer.py checks the frame-rate limit,
 the pause and the wakes.
 """
 
