@@ -1,8 +1,8 @@
 """The dashboard's config file ($XDG_CONFIG_HOME/gpumon/config.toml): typed Settings, read leniently, one key saved.
 
-Reading: an unknown key or a bad value is one warning line naming the key, and that setting keeps its default; a file
-that does not parse is one line and every default. Python 3.10 has no tomllib (and gpumon does not depend on tomli):
-there the file is ignored with one line.
+Reading: an unknown key or a bad value is one warning line naming the key, and that setting keeps its default (a bad
+`read_only` turns read-only on: a typo must not enable signals); a file that does not parse is one line and every
+default. Python 3.10 has no tomllib (and gpumon does not depend on tomli): there the file is ignored with one line.
 
 Writing (the theme picked in the command palette): `save_setting` rewrites or adds one top-level `key = value` line
 and keeps every other line, comment and unknown key as it was; the result is parsed back before it replaces the file.
@@ -119,6 +119,8 @@ _CHECKS = {
     "host_graphs": _bool,
 }
 assert set(_CHECKS) == {field.name for field in fields(Settings)}
+_SAFE_WHEN_BAD: dict[str, Any] = {"read_only": True}
+"""Settings whose bad value is read as the safe one, not the default: `read_only = "yes"` means no signals."""
 
 
 def _shown(value: object) -> str:
@@ -140,7 +142,12 @@ def settings_from(data: Mapping[str, Any], source: str = "config") -> tuple[Sett
         try:
             values[key] = check(value)
         except ValueError as error:
-            warnings.append(f"{source}: {key} = {_shown(value)} is not {error}; the default is used")
+            if key in _SAFE_WHEN_BAD:
+                values[key] = _SAFE_WHEN_BAD[key]
+                used = f"{key} = {toml_value(values[key])} is used, the safe side"
+            else:
+                used = "the default is used"
+            warnings.append(f"{source}: {key} = {_shown(value)} is not {error}; {used}")
     return replace(Settings(), **values), warnings
 
 

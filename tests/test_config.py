@@ -49,7 +49,7 @@ def test_unknown_keys_and_bad_values_are_one_line_each_naming_the_key_and_keep_d
         'hidden_panes = ["gpu", "clock"]\ndefault_sort = 3\nhost_graphs = 1\n'
     )
     settings, warnings = load_settings(path)
-    assert settings == Settings(theme="nord")
+    assert settings == Settings(theme="nord", read_only=True)  # a bad read_only is read as the safe side
     assert len(warnings) == 7
     keys = ["interval", "colour", "read_only", "graph_style", "hidden_panes", "default_sort", "host_graphs"]
     for key, line in zip(keys, warnings, strict=True):
@@ -138,3 +138,19 @@ def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path: Path) -> None:
     saver.start()
     saver.join(10)
     assert saved and saved[0] is not None and "not a regular file" in saved[0]
+
+
+def test_booleans_are_strict_and_a_bad_read_only_is_read_only_with_a_warning(tmp_path: Path) -> None:
+    """Issue 26 item 5: `read_only = "yes"` read as false (process control on) without the user noticing."""
+    path = tmp_path / "config.toml"
+    for bad in ('"yes"', '"true"', "1", "0", '"no"', "[]"):
+        path.write_text(f"read_only = {bad}\nhost_graphs = {bad}\n")
+        settings, warnings = load_settings(path)
+        assert settings.read_only is True and settings.host_graphs is False
+        assert len(warnings) == 2
+        assert (
+            "read_only" in warnings[0] and "is not true or false" in warnings[0] and "read_only = true" in warnings[0]
+        )
+        assert "host_graphs" in warnings[1] and "the default is used" in warnings[1]
+    path.write_text("read_only = false\nhost_graphs = true\n")
+    assert load_settings(path) == (Settings(read_only=False, host_graphs=True), [])

@@ -7,7 +7,7 @@ import math
 import queue
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumon.cli.base import (
     CliError,
@@ -18,10 +18,10 @@ from gpumon.cli.base import (
     print_json_line,
     subcommand,
 )
-from gpumon.jobs.host_profile import HostProfile
-from gpumon.jobs.source import JobSource
-from gpumon.jobs.step_model import recent_step_model
-from gpumon.protocol import STATE
+
+if TYPE_CHECKING:  # the jobs layer is imported where a command runs, not on every start (the dashboard's too)
+    from gpumon.jobs.host_profile import HostProfile
+    from gpumon.jobs.source import JobSource
 
 NATIVE_COST_HELP = (
     "costs the job time: py-spy then pauses it at each of its 50 samples a second to unwind the C/C++ frames, "
@@ -94,6 +94,9 @@ def state_with_step_model(message: Mapping[str, Any], profiles: Sequence[HostPro
     """A state message with "step_model": the step model of the sampler's counts over the 10 s up to it (GPU busy
     from the training stream: attach reads no GPU-Util), None without one. `profiles`: the view's, which may lack
     this message's own counts or hold later ones."""
+    from gpumon.jobs.host_profile import HostProfile
+    from gpumon.jobs.step_model import recent_step_model
+
     t = message.get("t")
     at = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else None
     own = HostProfile.from_state(message.get("host"), at) if at is not None else None
@@ -108,6 +111,7 @@ def stream_json(job: JobSource, duration: float | None) -> int:
     """Print the job's data as JSON Lines until `duration` passes or the job ends."""
     from gpumon.jobs.pyspy import PySpySampler
     from gpumon.jobs.session import AttachedJob
+    from gpumon.protocol import STATE
 
     lines: queue.Queue[Any] = queue.Queue()
     is_over: Callable[[], bool]

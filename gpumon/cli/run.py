@@ -6,9 +6,12 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpumon.cli.base import CliError, Subparsers, add_command_argument, add_interval_argument, command_of, subcommand
-from gpumon.jobs.launch import LaunchedJob, LaunchError, exit_status, new_log_path
+
+if TYPE_CHECKING:  # the jobs layer is imported where the command runs, not on every gpumon start
+    from gpumon.jobs.launch import LaunchedJob
 
 
 def register(subparsers: Subparsers) -> None:
@@ -43,6 +46,8 @@ def register(subparsers: Subparsers) -> None:
 
 def launched(command: list[str], log: Path | None = None, nvtx: bool = False) -> LaunchedJob:
     """The job, started (CliError when it cannot be); says where its socket goes when the usual place was unsafe."""
+    from gpumon.jobs.launch import LaunchedJob, LaunchError
+
     if not command:
         raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")
     try:
@@ -58,6 +63,8 @@ def launched(command: list[str], log: Path | None = None, nvtx: bool = False) ->
 
 
 def run_launch(args: argparse.Namespace) -> int:
+    from gpumon.jobs.launch import exit_status, new_log_path
+
     command = command_of(args)
     if not command:  # before the log file is made: no empty /tmp/gpumon-run-*.log left behind
         raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")

@@ -11,13 +11,40 @@ opens sockets. No Textual here: the dashboard, the CLI and the advisor all use t
     LaunchedJob(command)                     launch.py: a hooked job started, its group stopped as a whole
 """
 
-from gpumon.jobs.client import JobClient, JobRequestError
-from gpumon.jobs.discovery import AttachError, Discovery, JobGroup, JobInfo, group_jobs, list_jobs, scan
-from gpumon.jobs.jobstate import HookedView, JobState, RankSummary, StepPoint, TimelinePoint, find_straggler
-from gpumon.jobs.launch import LaunchedJob, LaunchError
-from gpumon.jobs.pyspy import EstimateView, PySpySampler
-from gpumon.jobs.session import AttachedJob, open_job
-from gpumon.jobs.source import JobSource, JobView
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpumon.jobs.client import JobClient, JobRequestError
+    from gpumon.jobs.discovery import AttachError, Discovery, JobGroup, JobInfo, group_jobs, list_jobs, scan
+    from gpumon.jobs.jobstate import HookedView, JobState, RankSummary, StepPoint, TimelinePoint, find_straggler
+    from gpumon.jobs.launch import LaunchedJob, LaunchError
+    from gpumon.jobs.pyspy import EstimateView, PySpySampler
+    from gpumon.jobs.session import AttachedJob, open_job
+    from gpumon.jobs.source import JobSource, JobView
+
+_MODULES = {
+    "client": ("JobClient", "JobRequestError"),
+    "discovery": ("AttachError", "Discovery", "JobGroup", "JobInfo", "group_jobs", "list_jobs", "scan"),
+    "jobstate": ("HookedView", "JobState", "RankSummary", "StepPoint", "TimelinePoint", "find_straggler"),
+    "launch": ("LaunchedJob", "LaunchError"),
+    "pyspy": ("EstimateView", "PySpySampler"),
+    "session": ("AttachedJob", "open_job"),
+    "source": ("JobSource", "JobView"),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """The names above, each imported from its module when first asked for: importing one module of the layer (the
+    dashboard's discovery) does not import them all (issue 26 item 6, start-up)."""
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "AttachError",

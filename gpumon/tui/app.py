@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from textual import events, on
 from textual.app import App, ComposeResult
@@ -18,34 +18,37 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
+from textual.widgets import Input
 
 from gpumon.config import save_setting
-from gpumon.jobs.discovery import AttachError, JobGroup, scan
-from gpumon.jobs.session import AttachedJob
-from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
-from gpumon.tui._textual_quiet_input import driver_class
+from gpumon.tui._textual_compat import driver_class
 from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
-from gpumon.tui.commands import GpumonCommands
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
+from gpumon.tui.first_frame import report_after_first_frame
 from gpumon.tui.glyphs import use_ascii
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
-from gpumon.tui.health_screen import HealthScreen
 from gpumon.tui.heap import freeze_after_first_frame
-from gpumon.tui.help_screen import HelpScreen
-from gpumon.tui.job_pane import JobPane
-from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_actions import ProcessControl
-from gpumon.tui.process_table import FilterRequested, ProcessTable
-from gpumon.tui.profile_screen import ProfileCapture
+from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.title_bar import TitleBar
 from gpumon.tui.view_options import ViewOptions
+
+if TYPE_CHECKING:
+    # What the first frame does not need is imported where it is used (issue 26 item 6: start-up CPU): the job
+    # layer's client, the job pane and the advisor it draws on, the picker, help, the profiler capture, the palette.
+    from textual.command import Provider
+
+    from gpumon.jobs.discovery import JobGroup
+    from gpumon.jobs.source import JobSource
+    from gpumon.tui.job_pane import JobPane
+    from gpumon.tui.profile_screen import ProfileCapture
 
 WIDE = 140
 """From this many columns the GPU pane sits beside the CPU and disk panes."""
@@ -67,6 +70,19 @@ STALE_MIN_SECONDS = 3.0
 STALE_CHECK_SLACK = 0.05
 """Seconds past the stale threshold at which the check runs (so the silence it measures is past the threshold)."""
 ADVISOR_NEEDS_A_JOB = "the advisor needs a job: gpumon run -- python train.py … or gpumon attach PID"
+
+
+def _gpumon_commands() -> type[Provider]:
+    """The command palette's provider, imported when the palette opens."""
+    from gpumon.tui.commands import GpumonCommands
+
+    return GpumonCommands
+
+
+def _job_pane() -> JobPane:
+    from gpumon.tui.job_pane import JobPane
+
+    return JobPane(id="job")
 
 
 class SnapshotArrived(Message):
@@ -96,7 +112,7 @@ class ReadsEnergy(Protocol):
     def read_energy_often(self, often: bool) -> None: ...
 
 
-JobOpener = Callable[[JobGroup], JobSource]
+JobOpener = Callable[["JobGroup"], "JobSource"]
 """Connects to a picked job group (may block up to about a second; the app calls it on a worker thread)."""
 JOB_REDRAW_S = 0.25
 """The job pane is redrawn at most this often (steps arrive every 0.2 s)."""
@@ -112,7 +128,7 @@ class GpumonApp(App[None]):
     CSS_PATH = "gpumon.tcss"
     TITLE = "gpumon"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]  # noqa: RUF012 - Textual types it `ClassVar[...] | None`, which mypy cannot narrow
-    COMMANDS = App.COMMANDS | {GpumonCommands}
+    COMMANDS = App.COMMANDS | {_gpumon_commands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", id="quit", tooltip="Stop sampling and leave gpumon"),
         Binding("p", "toggle_pause", "Pause", id="pause", tooltip="Freeze the dashboard; p again resumes"),
@@ -199,7 +215,7 @@ class GpumonApp(App[None]):
         clock: Callable[[], float] = time.time,
         job: JobSource | None = None,
         jobs: Sequence[JobGroup] = (),
-        open_job: JobOpener = AttachedJob.for_group,
+        open_job: JobOpener | None = None,
         options: ViewOptions | None = None,
     ) -> None:
         super().__init__()
@@ -219,11 +235,12 @@ class GpumonApp(App[None]):
         """The job the job pane follows (None: the plain dashboard)."""
         self.offered_jobs = list(jobs)
         self._open_job = open_job
+        """Connects to a picked group (None: AttachedJob.for_group)."""
         self._job_pane: JobPane | None = None
         self._wide = False
         """Whether the GPU pane sits beside the CPU and disk panes (from the size _size_panes last saw)."""
         self._job_pending = False
-        self._profile_capture = ProfileCapture(self)
+        self._profile_capture: ProfileCapture | None = None
         self._job_lock = threading.Lock()
         self._job_shown_at = 0.0
         self._stale_deadline: asyncio.TimerHandle | None = None
@@ -253,7 +270,7 @@ class GpumonApp(App[None]):
         self._machine_line = MachineLine(id="machine")
         yield self._machine_line
         if self.job is not None:
-            self._job_pane = JobPane(id="job")
+            self._job_pane = _job_pane()
             yield self._job_pane
         yield FilterInput(self._process_table, id="filter")
         yield self._process_table
@@ -272,7 +289,7 @@ class GpumonApp(App[None]):
             return
         self._read_energy_for_a_job(False)
         if self.offered_jobs:
-            self.push_screen(JobPicker(self.offered_jobs), self._picked)
+            self._push_picker(self.offered_jobs)
 
     def on_unmount(self) -> None:
         if self._stale_deadline is not None:
@@ -303,6 +320,8 @@ class GpumonApp(App[None]):
         if self._job_pane is not None:
             self._job_pane.energy.add(snapshot)  # before --only hides GPUs: the job's may be among them
         snapshot = self.options.apply(snapshot)
+        if self.snapshot is None:
+            report_after_first_frame(self)
         self.snapshot = snapshot
         self.stale = False
         if self.source.live:
@@ -481,9 +500,10 @@ class GpumonApp(App[None]):
             self._show_cpu(self.snapshot)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # The arrows scroll the graphs only while paused on the dashboard; otherwise they go to the process table.
+        # The arrows scroll the graphs only while paused on the dashboard, the filter line closed; otherwise they go to
+        # the process table or move the filter line's cursor.
         if action == "scroll_graphs":
-            return self.paused and self.screen is self.screen_stack[0]
+            return self.paused and self.screen is self.screen_stack[0] and not isinstance(self.focused, Input)
         return True
 
     def action_cycle_sort(self) -> None:
@@ -541,28 +561,29 @@ class GpumonApp(App[None]):
             groups.append(self.job.view().pids)
         return groups
 
-    @on(FilterRequested)
-    def _filter_requested(self, event: FilterRequested) -> None:
-        line = self.query_one(FilterInput)
-        if event.clear:
-            line.action_clear()
-        else:
-            line.open()
-
     def action_help(self) -> None:
+        from gpumon.tui.help_screen import HelpScreen
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs), advisor=self.HAS_ADVISOR))
 
     def action_health(self) -> None:
+        from gpumon.tui.health_screen import HealthScreen
+
         if not isinstance(self.screen, HealthScreen):
             self.push_screen(HealthScreen(self.snapshot))
 
     def action_toggle_advisor(self) -> None:
         """The plain dashboard has no advisor: say where it is."""
-        self.notify(ADVISOR_NEEDS_A_JOB, timeout=6)
+        self.notify(self._where_the_advisor_is(), timeout=6)
 
     def action_guided(self) -> None:
-        self.notify(ADVISOR_NEEDS_A_JOB, timeout=6)
+        self.notify(self._where_the_advisor_is(), timeout=6)
+
+    def _where_the_advisor_is(self) -> str:
+        if self.job is None:
+            return ADVISOR_NEEDS_A_JOB
+        return f"the advisor is in gpumon attach {self.job.view().pid}, not this plain dashboard (a and g work there)"
 
     # -- the attached job ----------------------------------------------------------------------
 
@@ -571,7 +592,7 @@ class GpumonApp(App[None]):
         self.job = job
         self._read_energy_for_a_job(True)
         if self._job_pane is None:
-            self._job_pane = JobPane(id="job")
+            self._job_pane = _job_pane()
             self.mount(self._job_pane, before=self._process_table)
         self._size_panes(self.size)
         job.start(self._job_signal)
@@ -625,8 +646,11 @@ class GpumonApp(App[None]):
 
     def _connect(self, group: JobGroup) -> None:
         """On a worker thread: connect to the picked job, then follow it on the UI thread."""
+        from gpumon.jobs.discovery import AttachError
+        from gpumon.jobs.session import AttachedJob
+
         try:
-            job = self._open_job(group)
+            job = (self._open_job or AttachedJob.for_group)(group)
         except (AttachError, OSError) as error:
             self.call_from_thread(
                 self.notify, f"cannot attach: {printable(str(error))}", severity="error", timeout=8, markup=False
@@ -642,6 +666,10 @@ class GpumonApp(App[None]):
 
     def action_capture_profile(self) -> None:
         """`c`: a torch.profiler capture of the followed job (its primary rank), summarized when written."""
+        if self._profile_capture is None:
+            from gpumon.tui.profile_screen import ProfileCapture
+
+            self._profile_capture = ProfileCapture(self)
         self._profile_capture.request(self.job)
 
     def action_pick_job(self) -> None:
@@ -649,6 +677,8 @@ class GpumonApp(App[None]):
         self.run_worker(self._scan_jobs, thread=True, exclusive=True, group="scan")
 
     def _scan_jobs(self) -> None:
+        from gpumon.jobs.discovery import scan
+
         groups = scan().groups
         self.call_from_thread(self._offer, groups)
 
@@ -659,5 +689,10 @@ class GpumonApp(App[None]):
             )
             return
         self.offered_jobs = groups
+        self._push_picker(groups)
+
+    def _push_picker(self, groups: Sequence[JobGroup]) -> None:
+        from gpumon.tui.job_picker import JobPicker
+
         if not isinstance(self.screen, JobPicker):
             self.push_screen(JobPicker(groups), self._picked)

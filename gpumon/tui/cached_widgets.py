@@ -1,6 +1,6 @@
 """The screen, containers and footer of the dashboard, drawn from their cached lines when none changed
-(gpumon.tui._textual_fast_path.cached_lines); the same widgets as Textual's otherwise. The screen also repaints from
-a timer that sleeps between frames (gpumon.tui._textual_quiet_timer)."""
+(gpumon.tui._textual_compat: cached_lines); the same widgets as Textual's otherwise. The screen also repaints from
+a timer that sleeps between frames (gpumon.tui._textual_compat: update_timer)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from gpumon.tui._textual_fast_path import cached_lines
-from gpumon.tui._textual_quiet_timer import update_timer
+from gpumon.tui._textual_compat import cached_lines, update_timer
 
 
 class CachedLines(Widget):

@@ -17,9 +17,7 @@ class FilterInput(Input):
     """Hidden until `/`; each change filters the table at once (btop-like)."""
 
     DEFAULT_CSS = """
-    FilterInput {
-        height: 1;
-        border: none;
+    FilterInput.-textual-compact {
         padding: 0 1;
     }
     """
@@ -33,13 +31,17 @@ class FilterInput(Input):
             placeholder="filter: command line, user or pid (Enter keeps, Esc clears)",
             max_length=MAX_FILTER_LENGTH,
             id=id,
+            compact=True,  # one line and no border, focused too (a focus border would hide the text)
         )
         self.table = table
+        table.filter_line = self
         self._close()
 
     def open(self) -> None:
+        """Show the line and focus it now (not after the queued keys, as focus() would: they are its first
+        characters)."""
         self.display = self.can_focus = True
-        self.focus()
+        self.screen.set_focus(self)
 
     def _close(self) -> None:
         # Not focusable while hidden: the screen's auto focus would pick it before the table.
@@ -49,7 +51,7 @@ class FilterInput(Input):
         self.value = ""
         self.table.set_filter("")
         self._close()
-        self.table.focus()
+        self.screen.set_focus(self.table)
 
     @on(Input.Changed)
     def _filter(self, event: Input.Changed) -> None:
@@ -61,4 +63,4 @@ class FilterInput(Input):
         event.stop()
         if not event.value:
             self._close()
-        self.table.focus()
+        self.screen.set_focus(self.table)

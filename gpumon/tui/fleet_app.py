@@ -25,7 +25,8 @@ from textual.worker import Worker, WorkerState
 from gpumon import units
 from gpumon.fleet import FleetPoller, FleetSnapshot, GpuRow, HostProcesses, JobRow, PromClient, read_processes
 from gpumon.printable import printable
-from gpumon.tui._textual_quiet_input import driver_class
+from gpumon.tui._textual_compat import driver_class
+from gpumon.tui.format import plural
 from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.sparkline import spark_string
 
@@ -107,7 +108,7 @@ class FleetApp(App[None]):
             status.remove_class("error")
             hosts = len(snapshot.hosts)
             status.update(
-                f"{hosts} host{'s' if hosts != 1 else ''}, {len(snapshot.gpus)} GPUs, {len(snapshot.jobs)} jobs"
+                f"{plural(hosts, 'host')}, {plural(len(snapshot.gpus), 'GPU')}, {plural(len(snapshot.jobs), 'job')}"
                 f" · {time.strftime('%H:%M:%S', time.localtime(snapshot.taken))}"
             )
         shown = self.last_good if self.last_good is not None else snapshot
@@ -172,7 +173,7 @@ def job_table(jobs: tuple[JobRow, ...]) -> Text:
     for job in jobs:
         hosts = sorted({rank.host for rank in job.ranks})
         text.append(f"{printable(job.run_id)}  {printable(job.command)}  ", style="bold")
-        text.append(f"{len(job.ranks)} ranks on {len(hosts)} host{'s' if len(hosts) != 1 else ''}")
+        text.append(f"{plural(len(job.ranks), 'rank')} on {plural(len(hosts), 'host')}")
         if job.finding is not None:
             text.append(f"  finding: {printable(job.finding)}", style="yellow")
             if job.confidence is not None:

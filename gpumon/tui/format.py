@@ -1,4 +1,4 @@
-"""Dashboard words for outside values: process states and GPU model names (numbers are gpumon.units's)."""
+"""Dashboard words: process states (words or ps letters), GPU model names, counted nouns (numbers: gpumon.units)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,33 @@ def format_state(state: str | None) -> str:
     if not state:
         return "?"
     return _STATE_ABBREVIATIONS.get(state, state[:5])
+
+
+_STATE_LETTERS = {
+    "running": "R",
+    "sleeping": "S",
+    "disk-sleep": "D",
+    "stopped": "T",
+    "tracing-stop": "t",
+    "zombie": "Z",
+    "dead": "X",
+    "wake-kill": "K",
+    "waking": "W",
+    "idle": "I",
+    "locked": "L",
+    "waiting": "W",
+    "parked": "P",
+}
+
+
+def state_letter(state: str | None) -> str:
+    """A psutil process status as ps's one letter ('disk-sleep' -> 'D'); '?' for none or one ps has no letter for."""
+    return _STATE_LETTERS.get(state or "", "?")
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """'1 job', '2 jobs', '0 jobs'; nouns: the plural where it is not noun + 's' ('1 process', '3 processes')."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def short_gpu_name(name: str) -> str:

@@ -11,7 +11,7 @@ from rich.text import Span, Text
 
 from gpumon import units
 from gpumon.sampling.history import History
-from gpumon.tui._textual_fast_path import drawn_text
+from gpumon.tui._textual_compat import drawn_text
 from gpumon.tui.bar import bar_cell_spans, bar_string
 from gpumon.tui.glyphs import forget_on_change, pick
 from gpumon.tui.graph import (

@@ -15,7 +15,7 @@ from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.history import History, active_throttle_reasons
 from gpumon.sampling.snapshot import GpuSample, Snapshot
-from gpumon.tui._textual_fast_path import drawn_text
+from gpumon.tui._textual_compat import drawn_text
 from gpumon.tui.bar import bar
 from gpumon.tui.format import short_gpu_name
 from gpumon.tui.gauge_graph import (

@@ -11,7 +11,7 @@ from itertools import pairwise
 from rich.text import Span, Text
 
 from gpumon.sampling.history import PROCESS_ENDED, PROCESS_STARTED, THROTTLED, XID_ERROR, History
-from gpumon.tui._textual_fast_path import drawn_text
+from gpumon.tui._textual_compat import drawn_text
 from gpumon.tui.glyphs import pick
 
 

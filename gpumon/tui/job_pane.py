@@ -33,6 +33,7 @@ from gpumon.jobs.step_model import (
 )
 from gpumon.printable import printable, printable_or
 from gpumon.tui.bar import bar
+from gpumon.tui.format import plural
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string, window_maximum
 from gpumon.units import MISSING
@@ -468,7 +469,7 @@ def job_title(view: JobView) -> str:
         parts.append(METHOD_LABEL)
     else:
         if view.ranks:
-            parts.append(f"{len(view.ranks)} ranks")
+            parts.append(plural(len(view.ranks), "rank"))
         if view.step_source:
             parts.append(f"{view.step_source} steps")
     if view.ended:

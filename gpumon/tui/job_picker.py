@@ -16,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from gpumon.jobs.discovery import JobGroup
 from gpumon.printable import printable
+from gpumon.tui.format import plural
 
 
 def group_prompt(group: JobGroup) -> Text:
@@ -64,10 +65,7 @@ class JobPicker(ModalScreen[JobGroup | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             count = len(self.groups)
-            yield Label(
-                f"[b]{count} hooked training job{'s' if count != 1 else ''}[/b] · enter: watch it · "
-                "escape: plain dashboard"
-            )
+            yield Label(f"[b]{plural(count, 'hooked training job')}[/b] · enter: watch it · escape: plain dashboard")
             yield OptionList(*(Option(group_prompt(group), id=str(index)) for index, group in enumerate(self.groups)))
 
     @on(OptionList.OptionSelected)

@@ -15,7 +15,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpumon.printable import printable
-from gpumon.tui._textual_fast_path import SegmentBuilder, StyleFinish, plain_box, render_plain_box
+from gpumon.tui._textual_compat import SegmentBuilder, StyleFinish, plain_box, render_plain_box
 from gpumon.tui.printable_text import printable_text
 
 LineBuilder = Callable[[int], list[Text]]
@@ -26,7 +26,7 @@ class LinesWidget(Widget):
     """A widget redrawn with `show_lines`; it asks for a layout pass only when its number of lines changes.
 
     Lines are turned into Strips directly (Textual's Line API) rather than through a Rich renderable, which
-    costs several times less CPU per redraw, and plain boxes skip Textual's StylesCache (gpumon.tui._textual_fast_path).
+    costs several times less CPU per redraw, and plain boxes skip Textual's StylesCache (gpumon.tui._textual_compat).
     A resize rebuilds them at the new width, so graphs follow it.
     """
 
@@ -110,7 +110,7 @@ class LinesWidget(Widget):
         return strip
 
     def plain_box(self) -> bool:
-        """Whether the fast path can draw this widget (see gpumon.tui._textual_fast_path)."""
+        """Whether the fast path can draw this widget (see gpumon.tui._textual_compat)."""
         return plain_box(self)
 
     def render_lines(self, crop: Region) -> list[Strip]:

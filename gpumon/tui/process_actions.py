@@ -19,6 +19,7 @@ from textual.widgets import Button, Static
 
 from gpumon.jobs.signals import SIGNALS, Target, job_targets, process_targets, send_signal, summary
 from gpumon.printable import printable
+from gpumon.tui.format import plural
 
 READ_ONLY = "read-only: gpumon sends no signals (--read-only or read_only = true in the config file)"
 REPLAY = "a replay: its processes are not running here, so gpumon sends them no signals"
@@ -130,7 +131,8 @@ class ConfirmSignal(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         lines = [f"Send {self.sig.name} to process {self.target.pid}?", _line(self.target)]
         if self.job:
-            lines += ["", f"or to its whole job, {len(self.job)} processes (launcher, ranks and their workers):"]
+            processes = plural(len(self.job), "process", "processes")
+            lines += ["", f"or to its whole job, {processes} (launcher, ranks and their workers):"]
             lines += [_line(target) for target in self.job[:TARGETS_LISTED]]
             if len(self.job) > TARGETS_LISTED:
                 lines.append(f"  … and {len(self.job) - TARGETS_LISTED} more")

@@ -5,37 +5,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual._segment_tools import line_crop
-from textual._types import SegmentLines
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.reactive import reactive
-from textual.strip import Strip
 from textual.timer import Timer
 from textual.widgets import DataTable
-from textual.widgets._data_table import CellCacheKey
-from textual.widgets.data_table import ColumnKey, RowKey
 
 from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.process_tree import ProcessTreeCollector
 from gpumon.sampling.snapshot import ProcessSample
-from gpumon.tui._textual_fast_path import ACTIVE, text_cell_lines
-from gpumon.tui.format import format_state
+from gpumon.tui._textual_compat import CellTable
+from gpumon.tui.command_text import command_shown
+from gpumon.tui.format import format_state, state_letter
 from gpumon.tui.process_actions import ProcessControl
 from gpumon.units import MISSING
 
 BRANCH = "├─ "
 LAST_BRANCH = "└─ "
 WIDE_TABLE = 110
-"""From this many columns the table also shows USER, R/s and W/s."""
-PID_WIDTH = 10
+"""From this many columns the table shows R/s and W/s and the state as a word; narrower, tighter columns (NARROW)."""
+PID_WIDTH = 7
+"""Linux pids have at most 7 digits (pid_max 4194304); the tree's branches are drawn in the command column."""
 MAX_DEPTH = 32
 """Process trees are shown this many levels deep at most."""
 MIN_COMMAND_WIDTH = 12
@@ -50,21 +44,31 @@ class Column:
     label: str
     width: int
     right: bool = True
-    wide_only: bool = False
 
 
 COLUMNS = (
     Column("pid", "PID", PID_WIDTH, right=False),
-    Column("user", "USER", 9, right=False, wide_only=True),
+    Column("user", "USER", 9, right=False),
     Column("gpu", "GPU", 3),
     Column("gpu_memory", "GPU-MEM", 7),
     Column("sm_percent", "SM%", 4),
     Column("cpu_percent", "CPU%", 5),
     Column("rss", "RSS", 6),
     Column("state", "STATE", 5, right=False),
-    Column("read", "R/s", 7, wide_only=True),
-    Column("write", "W/s", 7, wide_only=True),
+    Column("read", "R/s", 7),
+    Column("write", "W/s", 7),
 )
+NARROW = (
+    Column("pid", "PID", PID_WIDTH, right=False),
+    Column("user", "USER", 8, right=False),
+    Column("gpu", "GPU", 3),
+    Column("gpu_memory", "GPU-MEM", 7),
+    Column("sm_percent", "SM%", 4),
+    Column("cpu_percent", "CPU%", 4),
+    Column("rss", "RSS", 5),
+    Column("state", "S", 1, right=False),
+)
+"""The columns below WIDE_TABLE (80x24 leaves the command about 19 cells): the state as ps's letter."""
 COMMAND = Column("command", "COMMAND", MIN_COMMAND_WIDTH, right=False)
 
 
@@ -98,19 +102,27 @@ JOB_STYLES = {"job": "bold magenta", "worker": "magenta"}
 
 
 class PidCell(Text):
-    """The PID cell (with its tree branch); carries the pid so the table can be sorted by a computed rank."""
+    """The PID cell (bold for a tree's root); carries the pid so the table can be sorted by a computed rank."""
 
-    def __init__(self, pid: int, branch: str, role: str = "") -> None:
+    def __init__(self, pid: int, child: bool, role: str = "") -> None:
         super().__init__(no_wrap=True, overflow="ellipsis", end="", style=JOB_STYLES.get(role, ""))
         self.pid = pid
-        room = PID_WIDTH - len(str(pid))
-        if len(branch) > room:  # a deep tree: keep the pid whole, cut the indentation from the left
-            branch = branch[len(branch) - room :] if room > 0 else ""
-        if branch:
-            self.append(branch, style="bright_black")
-            self.append(str(pid))
-        else:
-            self.append(str(pid), style="bold")
+        self.append(str(pid), style="" if child else "bold")
+
+
+def command_cell(command: str, branch: str, width: int | None, style: str) -> Text:
+    """The COMMAND cell: the process's tree branch (its indentation and ├─ or └─), then its command line, shown
+    from what matters where the whole line does not fit (command_text). An indentation deeper than half the column is
+    cut from the left, so the command keeps the other half."""
+    if width is not None and len(branch) > width // 2:
+        branch = branch[len(branch) - width // 2 :]
+    if width is not None:
+        command = command_shown(command, max(1, width - len(branch)))
+    cell = _cell("", right=False, style=style)
+    if branch:
+        cell.append(branch, style="bright_black")
+    cell.append(command)
+    return cell
 
 
 def tree_order(
@@ -198,25 +210,32 @@ def _percent(value: float | None, is_worker: bool) -> str:
     return f"{value:.0f}"
 
 
-def row_cells(process: ProcessSample, branch: str, role: str = "") -> dict[str, Text]:
-    """Every column's cell for one process, keyed by column key. role: 'job' or 'worker' of the attached job."""
+def row_cells(
+    process: ProcessSample, branch: str, role: str = "", *, command_width: int | None = None, narrow: bool = False
+) -> dict[str, Text]:
+    """Every column's cell for one process, keyed by column key. role: 'job' or 'worker' of the attached job.
+    command_width: the command column's cells (a command line longer is shown from what matters, command_text);
+    narrow: the state as ps's letter (NARROW)."""
     is_worker = bool(branch)
     state = format_state(process.state)
     state_style = {"disk": "bold yellow", "zomb": "bold red"}.get(state, "")
     gpu_memory = "" if is_worker and process.gpu_memory is None else units.size(process.gpu_memory, compact=True)
     return {
-        "pid": PidCell(process.pid, branch, role),
+        "pid": PidCell(process.pid, is_worker, role),
         "user": _cell(printable(process.user or "?"), right=False),
         "gpu": _cell(",".join(str(index) for index in process.gpu_indices)),
         "gpu_memory": _cell(gpu_memory),
         "sm_percent": _cell(_percent(process.sm_percent, is_worker)),
         "cpu_percent": _cell(_percent(process.cpu_percent, False)),
         "rss": _cell(units.size(process.rss, compact=True)),
-        "state": _cell(state, right=False, style=state_style),
+        "state": _cell(state_letter(process.state) if narrow else state, right=False, style=state_style),
         "read": _cell(units.rate(process.read_bytes_per_s, compact=True, binary=True)),
         "write": _cell(units.rate(process.write_bytes_per_s, compact=True, binary=True)),
-        "command": _cell(
-            printable(process.command), right=False, style=JOB_STYLES.get(role) or ("bright_black" if is_worker else "")
+        "command": command_cell(
+            printable(process.command),
+            branch,
+            command_width,
+            JOB_STYLES.get(role) or ("bright_black" if is_worker else ""),
         ),
     }
 
@@ -246,32 +265,26 @@ def with_gpu_use(trees: Sequence[ProcessSample], gpu_processes: Sequence[Process
     return shown + tuple(process for process in gpu_processes if process.pid not in present)
 
 
-class FilterRequested(Message):
-    """`/` (open the filter line) or Esc (clear it) on the process table."""
+class FilterLine(Protocol):
+    """The filter line under the table (gpumon.tui.filter_input.FilterInput)."""
 
-    def __init__(self, clear: bool = False) -> None:
-        super().__init__()
-        self.clear = clear
+    def open(self) -> None: ...
+
+    def action_clear(self) -> None: ...
 
 
 def _signature(cell: Text) -> tuple[str, str]:
     return cell.plain, str(cell.style)
 
 
-def _discard(cache: Any, doomed: Callable[[Any], bool]) -> None:
-    """Drop the entries of a Textual LRUCache whose key matches."""
-    for key in [key for key in cache.keys() if doomed(key)]:  # noqa: SIM118 - Textual's LRUCache is not iterable
-        cache.discard(key)
-
-
 def column_layout(width: int) -> tuple[tuple[Column, ...], int]:
     """The columns that fit a table `width` cells wide, and the command column's width (the rest)."""
-    columns = tuple(column for column in COLUMNS if width >= WIDE_TABLE or not column.wide_only)
+    columns = COLUMNS if width >= WIDE_TABLE else NARROW
     used = sum(column.width + 2 * CELL_PADDING for column in columns) + 2 * CELL_PADDING + 1
     return (*columns, COMMAND), max(MIN_COMMAND_WIDTH, width - used)
 
 
-class ProcessTable(DataTable[Text]):
+class ProcessTable(CellTable):
     """GPU processes and their child processes (or every process, as trees); row keys are pids and the cursor follows
     its pid. `/` filters the rows live; I, T, K signal the highlighted process or its whole job (process_actions)."""
 
@@ -307,6 +320,8 @@ class ProcessTable(DataTable[Text]):
             key_display="/",
             show=False,
             id="filter",
+            # Priority: run while the app takes the key, so the keys typed right after it reach the open line.
+            priority=True,
             tooltip="Filter processes by command line, user or pid (Esc clears)",
         ),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="filter-clear"),
@@ -352,6 +367,8 @@ class ProcessTable(DataTable[Text]):
         self._every_process: tuple[ProcessSample, ...] = ()
         self._tree_collector: ProcessTreeCollector | None = None
         self._all_timer: Timer | None = None
+        self.filter_line: FilterLine | None = None
+        """The line `/` opens (it registers itself here)."""
 
     @property
     def cursor_pid(self) -> int | None:
@@ -419,10 +436,12 @@ class ProcessTable(DataTable[Text]):
         self.control.request(self.app, name, pid, self.job_head(pid), shown.command if shown is not None else "")
 
     def action_open_filter(self) -> None:
-        self.post_message(FilterRequested())
+        if self.filter_line is not None:
+            self.filter_line.open()
 
     def action_clear_filter(self) -> None:
-        self.post_message(FilterRequested(clear=True))
+        if self.filter_line is not None:
+            self.filter_line.action_clear()
 
     def action_toggle_all_processes(self) -> None:
         """GPU processes only <-> every process with its tree (a live dashboard only)."""
@@ -482,6 +501,18 @@ class ProcessTable(DataTable[Text]):
     def reverse_sort(self) -> None:
         self.sort_descending = not self.sort_descending
 
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a column's header sorts by it; on the sorted column's, reverses the order."""
+        event.stop()
+        key = event.column_key.value
+        if key == self.sort_column:
+            self.reverse_sort()
+        elif key in SORT_COLUMNS:
+            self.sort_by(key)
+        else:
+            sortable = ", ".join(column.label for column in SORT_COLUMNS.values())
+            self.app.notify(f"{printable(str(event.label.plain))} is not a sort column ({sortable})", timeout=4)
+
     def watch_sort_column(self) -> None:
         self._sync()
 
@@ -511,7 +542,8 @@ class ProcessTable(DataTable[Text]):
         if not self.is_mounted:
             return
         cursor_pid = self.cursor_pid
-        layout = column_layout(self._table_width())
+        width = self._table_width()
+        layout = column_layout(width)
         if layout != self._layout:
             self._rebuild_columns(layout)
         column_keys = [column.key for column in layout[0]]
@@ -525,7 +557,9 @@ class ProcessTable(DataTable[Text]):
 
         changed: dict[int, dict[str, Text]] = {}
         for process, branch in rows:
-            cells = row_cells(process, branch, self.role(process.pid))
+            cells = row_cells(
+                process, branch, self.role(process.pid), command_width=layout[1], narrow=width < WIDE_TABLE
+            )
             signatures = {key: _signature(cells[key]) for key in column_keys}
             previous = self._cells.get(process.pid)
             if previous is None:
@@ -536,7 +570,7 @@ class ProcessTable(DataTable[Text]):
                 if changes:
                     changed[process.pid] = changes
             self._cells[process.pid] = signatures
-        self._replace_cells(changed)
+        self.replace_cells(changed)
 
         order = [process.pid for process, _ in rows]
         if order != table_order:
@@ -546,136 +580,6 @@ class ProcessTable(DataTable[Text]):
         if cursor_pid in wanted and order.index(cursor_pid) != self.cursor_row:
             self.move_cursor(row=order.index(cursor_pid), animate=False)
         self._update_title()
-
-    def _render_cell(
-        self,
-        row_index: int,
-        column_index: int,
-        base_style: Style,
-        width: int,
-        cursor: bool = False,
-        hover: bool = False,
-    ) -> SegmentLines:
-        """DataTable's cell rendering, with one-line body cells drawn by `text_cell_lines` instead of Rich's
-        renderable pipeline (most of the table's cost when a row's figures change); the same cache, key and
-        result (tests/tui/test_textual_fast_path.py compares them)."""
-        if not ACTIVE or row_index < 0 or column_index < 0 or self.fixed_rows or self.fixed_columns:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        row_key = self._row_locations.get_key(row_index)
-        column_key = self._column_locations.get_key(column_index)
-        if row_key is None or column_key is None:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        cache_key: CellCacheKey = (
-            row_key,
-            column_key,
-            base_style,
-            cursor,
-            hover,
-            self._show_hover_cursor,
-            self._update_count,
-            self._pseudo_class_state,
-        )
-        lines: SegmentLines | None = self._cell_render_cache.get(cache_key)
-        if lines is not None:
-            return lines
-        row = self.rows.get(row_key)
-        cell = self._get_row_renderables(row_index).cells[column_index]
-        if row is not None and row.height == 1 and isinstance(cell, Text):
-            component_style, post_style = self._get_styles_to_render_cell(
-                False,
-                False,
-                False,
-                hover,
-                cursor,
-                self.show_cursor,
-                self._show_hover_cursor,
-                self.cursor_foreground_priority == "css",
-                self.cursor_background_priority == "css",
-            )
-            pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
-            lines = text_cell_lines(self.app.console, cell, width, self.cell_padding, pre_style, post_style)
-        if lines is None:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        self._cell_render_cache[cache_key] = lines
-        return lines
-
-    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
-        """DataTable's line; a body row (one line, the row cursor, no fixed or labelled parts) is assembled here from
-        its cells, skipping DataTable's per-row bookkeeping (the header's style, each cell's highlight test, its row
-        and line caches, which every update empties); the same Strip (tests/tui/test_textual_fast_path.py)."""
-        strip = self._body_line(y, x1, x2, base_style) if ACTIVE else None
-        return strip if strip is not None else super()._render_line(y, x1, x2, base_style)
-
-    def _body_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip | None:
-        """A body row's line as DataTable._render_line_in_row + _render_line draw it, or None for any other line."""
-        if (
-            self.fixed_rows
-            or self.fixed_columns
-            or self.cursor_type != "row"
-            or (self._labelled_row_exists and self.show_row_labels)
-        ):
-            return None
-        try:
-            row_key, line_in_row = self._get_offsets(y)
-        except LookupError:
-            return None
-        row_index = self._row_locations.get(row_key)
-        row = self.rows.get(row_key)
-        if row_key is self._header_row_key or line_in_row or row_index is None or row is None or row.height != 1:
-            return None
-        cursor = self.cursor_coordinate.row == row_index
-        hover = self.hover_coordinate.row == row_index
-        row_style = self._get_row_style(row_index, base_style)
-        segments: list[Segment] = []
-        table_width = self._row_label_column_width
-        for column_index, column in enumerate(self.ordered_columns):
-            width = column.get_render_width(self)
-            segments += self._render_cell(row_index, column_index, row_style, width, cursor, hover)[0]
-            table_width += width
-        extend_style, _ = self._get_styles_to_render_cell(
-            False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor, False, False
-        )
-        extend_style = (
-            row_style + extend_style + Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
-        )
-        widget_width = self.size.width
-        segments.append(Segment(" " * max(0, widget_width - table_width), extend_style))
-        return Strip(line_crop(segments, x1, x2, widget_width)).adjust_cell_length(widget_width, base_style).simplify()
-
-    def _replace_cells(self, changed: dict[int, dict[str, Text]]) -> None:
-        """Put new values in existing cells and repaint only their rows.
-
-        DataTable.update_cell invalidates every cached cell, row and line and repaints the whole table, so one
-        changed CPU% re-renders every cell; here only the changed cells' cache entries are dropped. This reaches
-        into DataTable's caches (textual is pinned); without them it falls back to update_cell.
-        """
-        if not changed:
-            return
-        caches = ("_cell_render_cache", "_row_render_cache", "_row_renderable_cache", "_line_cache")
-        if not all(hasattr(self, name) for name in caches):
-            for pid, changes in changed.items():
-                for key, cell in changes.items():
-                    self.update_cell(str(pid), key, cell)
-            return
-        changed_cells: set[tuple[RowKey, ColumnKey]] = set()
-        row_keys: set[RowKey] = set()
-        for pid, changes in changed.items():
-            row_key = RowKey(str(pid))
-            row_keys.add(row_key)
-            for key, cell in changes.items():
-                column_key = ColumnKey(key)
-                self._data[row_key][column_key] = cell
-                changed_cells.add((row_key, column_key))
-        _discard(self._cell_render_cache, lambda key: (key[0], key[1]) in changed_cells)
-        # Rows and lines are cheap to re-assemble from the cells, and only the refreshed rows are re-rendered
-        # (the other lines come from the widget's own line cache), so these caches are simply emptied.
-        self._row_render_cache.clear()
-        self._row_renderable_cache.clear()
-        self._line_cache.clear()
-        for row_key in row_keys:
-            row = self._row_locations.get(row_key)
-            if row is not None:
-                self.refresh_row(row)
 
     def _update_title(self) -> None:
         arrow = "▼" if self.sort_descending else "▲"

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_support import FakeSource, gpu, process, snapshot
+from textual import events
+from tui_support import FakeSource, gpu, process, snapshot, widget_text
 
 from gpumon.cli import build_parser
 from gpumon.config import Settings, load_settings
@@ -148,3 +149,34 @@ async def test_the_theme_picked_is_saved_and_other_lines_kept(tmp_path: Path) ->
         await pilot.pause()
     assert path.read_text() == '# mine\nread_only = false\ntheme = "dracula"\n'
     assert load_settings(path) == (Settings(theme="dracula"), [])
+
+
+async def test_the_filter_line_shows_what_is_typed_keeps_keys_typed_at_once_and_its_arrows_edit() -> None:
+    """Issue 26 item 3: the focused one-line box drew no text (a focus border took its row), keys that arrived with
+    `/` went to the table, and while paused the arrows scrolled the graphs instead of moving the cursor."""
+    source = FakeSource(live=True)
+    app = GpumonApp(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        source.push(
+            *(snapshot(1_795_000_000.0 + second, gpus=(gpu(0), gpu(1)), processes=PROCESSES) for second in range(300))
+        )
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        line = app.query_one(FilterInput)
+        await pilot.press("p")  # paused: the arrows belong to the graphs, unless the filter line has focus
+        assert app.paused
+        for key, character in (("slash", "/"), ("e", "e"), ("v", "v"), ("a", "a"), ("l", "l")):
+            app.post_message(events.Key(key, character))  # all queued before any is handled, as a fast typist's
+        await pilot.pause()
+        assert line.has_focus and line.value == "eval" and table.pids == [200]
+        assert not table.all_processes  # `v` reached the line, not the table's "all processes"
+        assert line.size.height == 1 and "eval" in widget_text(line)
+        scrolled_before = app.query_one(GpuPane).scrolled_back
+        await pilot.press("left", "left", "x")
+        assert line.value == "evxal" and app.query_one(GpuPane).scrolled_back == scrolled_before
+        await pilot.press("end", "backspace")
+        assert line.value == "evxa"
+        await pilot.press("escape")
+        assert table.has_focus and table.filter_text == ""
+        await pilot.press("left")  # the line closed: back to scrolling the paused graphs
+        assert app.query_one(GpuPane).scrolled_back != scrolled_before

@@ -10,7 +10,7 @@ from textual.strip import Strip
 from tui_support import gpu
 
 from gpumon.sampling.history import THROTTLED
-from gpumon.tui._textual_fast_path import SegmentBuilder, drawn_text
+from gpumon.tui._textual_compat import SegmentBuilder, drawn_text
 from gpumon.tui.gpu_pane import allot_rows, gauges
 from gpumon.tui.graph import GraphStyle, event_marks
 

@@ -1,15 +1,12 @@
-"""The Textual fast path (gpumon.tui._textual_fast_path) is bound to one Textual version and draws what Textual does."""
+"""The Textual fast path (gpumon.tui._textual_compat) draws what Textual does, on the versions it was checked on."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import version
-from pathlib import Path
 
 import pytest
-import tomllib
 from rich.console import Console
 from rich.padding import Padding
 from rich.segment import Segment
@@ -22,7 +19,11 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 from tui_support import FakeSource, frozen_clock
 
-from gpumon.tui import _textual_fast_path, _textual_quiet_input, _textual_quiet_timer
+from gpumon.tui import _textual_compat
+
+if not _textual_compat.ACTIVE:
+    pytest.skip("the private workarounds are off with this Textual", allow_module_level=True)
+from gpumon.tui._textual_compat import fast_path as _textual_fast_path
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
@@ -31,25 +32,9 @@ from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.pane import LinesWidget
 from gpumon.tui.process_table import ProcessTable
 
-WORKAROUNDS = [
-    (_textual_fast_path, "rendering: check it against the new StylesCache and Widget.render_lines"),
-    (_textual_quiet_input, "LinuxDriver.run_input_thread: check it against the new driver"),
-    (_textual_quiet_timer, "Timer._run and Screen._update_timer: check them against the new timer and screen"),
-]
-"""The version-bound Textual workarounds and what to check in a new Textual before moving their TARGET_TEXTUAL."""
-
-
-@pytest.mark.parametrize(("workaround", "check"), WORKAROUNDS, ids=["fast_path", "quiet_input", "quiet_timer"])
-def test_installed_and_pinned_textual_is_the_one_each_workaround_was_written_for(workaround, check) -> None:
-    installed = version("textual")
-    assert installed == workaround.TARGET_TEXTUAL, (
-        f"Textual {installed} is installed but {workaround.__name__} copies Textual {workaround.TARGET_TEXTUAL}'s "
-        f"{check}, then update TARGET_TEXTUAL (it is off until then)"
-    )
-    assert workaround.ACTIVE
-    with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as file:
-        dependencies = tomllib.load(file)["project"]["dependencies"]
-    assert f"textual=={workaround.TARGET_TEXTUAL}" in dependencies
+pytestmark = pytest.mark.skipif(
+    not _textual_compat.ACTIVE, reason="the private workarounds are off with a Textual outside _textual_compat.CHECKED"
+)
 
 
 @asynccontextmanager

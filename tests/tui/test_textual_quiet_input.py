@@ -1,4 +1,4 @@
-"""The quiet input driver (gpumon.tui._textual_quiet_input; its Textual pin is checked in test_textual_fast_path.py):
+"""The quiet input driver (gpumon.tui._textual_compat.quiet_input; on the Textual versions in CHECKED):
 on a real pseudo-terminal it delivers keys and a lone Escape, exits promptly, and its input thread does not wake
 while no input comes."""
 
@@ -14,12 +14,19 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
+from gpumon.tui import _textual_compat
+
+if not _textual_compat.ACTIVE:
+    pytest.skip("the quiet input driver is off with a Textual outside CHECKED", allow_module_level=True)
+
 APP = r"""
 import sys, threading
 from textual.app import App
 from textual.driver import Driver
 from textual.widgets import Static
-from gpumon.tui._textual_quiet_input import driver_class
+from gpumon.tui._textual_compat.quiet_input import driver_class
 
 log = open(sys.argv[1], "a", buffering=1)
 

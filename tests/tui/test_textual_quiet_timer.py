@@ -6,12 +6,17 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from textual import timer as textual_timer
 from textual.app import App
 from tui_support import FakeSource
 
-from gpumon.tui import _textual_quiet_timer
-from gpumon.tui._textual_quiet_timer import FrameTimer, update_timer
+from gpumon.tui import _textual_compat
+
+if not _textual_compat.ACTIVE:
+    pytest.skip("the private workarounds are off with this Textual", allow_module_level=True)
+from gpumon.tui._textual_compat import quiet_timer as _textual_quiet_timer
+from gpumon.tui._textual_compat.quiet_timer import FrameTimer, update_timer
 from gpumon.tui.app import GpumonApp
 
 

@@ -91,7 +91,7 @@ def test_kill_a_process_tree_from_the_dashboard_in_tmux(tmux_socket: str, tmp_pa
         _tmux(tmux_socket, "send-keys", "-t", "gpumon", "v")
         _wait(lambda: "all processes (v)" in screen(), "the every-process view", screen)
         _tmux(tmux_socket, "send-keys", "-t", "gpumon", "/")
-        _wait(lambda: "▔▔▔▔▔▔▔▔" in screen(), "the filter line", screen)  # the input box's top edge
+        _wait(lambda: "filter: command line, user or pid" in screen(), "the filter line", screen)  # its placeholder
         _tmux(tmux_socket, "send-keys", "-t", "gpumon", "-l", marker)
         _wait(lambda: f"filter '{marker}'" in screen(), "the filter to apply", screen)
         _tmux(tmux_socket, "send-keys", "-t", "gpumon", "Enter")

@@ -1,4 +1,4 @@
-"""A version-bound workaround for textual==8.2.8 (pinned in pyproject.toml): an input thread that sleeps until input.
+"""A Textual workaround: an input thread that sleeps until input (checked on the Textual versions in CHECKED).
 
 What it replaces, and why: `LinuxDriver.run_input_thread` wakes ten times a second (`select(0.1)`) to check for
 exit and for an escape sequence's timeout, with or without input. On the GPU machines (virtual machines) each wake
@@ -8,8 +8,8 @@ holds a partial escape sequence (then until that sequence's deadline), and `disa
 
 It reads Textual internals that may change in any release (`Parser._timeout_time`, `LinuxDriver.exit_event`,
 `fileno` and `run_input_thread`'s event processing), so it is used only with the Textual version it was written
-against: `driver_class` hands back Textual's own driver with any other. tests/tui/test_textual_fast_path.py fails
-loudly when the installed Textual is not TARGET_TEXTUAL; tests/tui/test_textual_quiet_input.py checks keys, a lone
+against: `driver_class` hands back Textual's own driver with any other. tests/tui/test_textual_compat.py
+checks it is off outside CHECKED; tests/tui/test_textual_quiet_input.py checks keys, a lone
 Escape, exit and the absence of idle wakes on a real pty.
 """
 
@@ -21,18 +21,12 @@ import threading
 from codecs import getincrementaldecoder
 from typing import Any
 
-import textual
 from textual._parser import ParseError
 from textual._time import get_time
 from textual._xterm_parser import XTermParser
 from textual.app import App
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
-
-TARGET_TEXTUAL = "8.2.8"
-"""The Textual version this module copies the behaviour of (keep in step with the pin in pyproject.toml)."""
-ACTIVE = textual.__version__ == TARGET_TEXTUAL
-"""Whether the quiet driver is used: only with the Textual it was written against."""
 
 
 class _WakingEvent(threading.Event):
@@ -119,4 +113,4 @@ def _drain(fd: int) -> None:
 
 def driver_class(default: type[Driver]) -> type[Driver]:
     """The driver an app should run with: the quiet one where Textual would use its plain LinuxDriver."""
-    return QuietLinuxDriver if ACTIVE and default is LinuxDriver else default
+    return QuietLinuxDriver if default is LinuxDriver else default

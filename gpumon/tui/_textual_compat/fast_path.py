@@ -1,4 +1,4 @@
-"""A version-bound workaround for textual==8.2.8 (pinned in pyproject.toml): draws plain panes without StylesCache.
+"""A Textual workaround: draws plain panes without StylesCache (checked on the Textual versions in CHECKED).
 
 What it replaces, and why: on every frame in which any part of a widget changed, Textual's compositor asks the widget
 for all its lines, and `Widget.render_lines` sends each one through `StylesCache` (borders, padding, tint, opacity,
@@ -12,9 +12,9 @@ preamble.
 
 It reads Textual internals that may change in any release (`Widget.hover_style._link_id`, the order in which
 StylesCache applies the background and line filters, StylesCache's `_cache`, `_dirty_lines` and `_width`), so it is
-used only with the Textual version it was written against: `ACTIVE` is False with any other, and the panes fall back
-to Textual's own path.
-tests/tui/test_textual_fast_path.py fails loudly when the installed Textual is not TARGET_TEXTUAL, and checks that
+imported only on the Textual versions it was checked on (gpumon.tui._textual_compat.CHECKED); with any other
+the panes fall back to Textual's own path.
+tests/tui/test_textual_compat.py checks it is off outside CHECKED, and checks that
 the fast path draws exactly what Textual draws.
 
 `drawn_text` (Rich internals: what `Text(plain)` stores) is here for the same reason; tests/tui/test_render_path.py
@@ -23,29 +23,20 @@ checks it builds what Rich's own `Text` builds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from itertools import pairwise
-from operator import itemgetter
+from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
-import textual
-from rich.color import Color as RichColor
 from rich.console import Console
 from rich.containers import Lines
 from rich.segment import Segment
-from rich.style import Style, StyleType
+from rich.style import Style
 from rich.text import Span, Text
-from textual.color import Color
-from textual.filter import ANSIToTruecolor, LineFilter
+from textual.filter import LineFilter
 from textual.geometry import Region, Spacing
 from textual.strip import Strip
 from textual.widget import Widget
 
-TARGET_TEXTUAL = "8.2.8"
-"""The Textual version this module copies the behaviour of (keep in step with the pin in pyproject.toml)."""
-ACTIVE = textual.__version__ == TARGET_TEXTUAL
-"""Whether the fast path is used: only with the Textual it was written against."""
+from gpumon.tui._textual_compat.public import StyleFinish, style_finish
 
 _NO_SPACING = Spacing(0, 0, 0, 0)
 
@@ -55,7 +46,7 @@ def plain_box(widget: Widget) -> bool:
     opacity or hatch (what `render_plain_box` can draw without Textual's StylesCache)."""
     styles = widget.styles
     (_, (right, _), (bottom, _), (left, _)) = styles.border
-    return ACTIVE and not (
+    return not (
         right
         or bottom
         or left
@@ -120,8 +111,7 @@ def cached_lines(widget: Widget, crop: Region) -> list[Strip] | None:
     cache = widget._styles_cache
     width = widget.region.width
     if (
-        not ACTIVE
-        or widget.BLANK
+        widget.BLANK
         or cache._width != width
         or not cache._dirty_lines.isdisjoint(crop.line_range)
         or (widget.auto_links and widget.hover_style._link_id)
@@ -154,122 +144,6 @@ _FILTERED: WeakKeyDictionary[Widget, tuple[Region, tuple[LineFilter, ...], list[
     WeakKeyDictionary()
 )
 """Per widget, the last `cached_lines`: its crop, the filters, the cached lines and what they gave."""
-
-
-@dataclass(frozen=True, slots=True)
-class StyleFinish:
-    """What Textual's default line filter (`ANSIToTruecolor`: ANSI colours to the theme's truecolor, dim folded in)
-    does to each segment's style, as a function of one style.
-
-    Lines built with it need no filter pass: the pass would make a new Strip and new Segments for every line that
-    changed, every frame, and leave the styles as they are (the filter is idempotent)."""
-
-    truecolor: ANSIToTruecolor
-    background: RichColor
-
-    def __call__(self, style: Style | None) -> Style | None:
-        return None if style is None else self.truecolor.truecolor_style(style, self.background)
-
-
-def style_finish(filters: Sequence[LineFilter], background: Color) -> StyleFinish | None:
-    """The filters as a StyleFinish where they are exactly Textual's default one; None otherwise (NO_COLOR,
-    TEXTUAL_FILTERS=dim, native ANSI colours), where lines are built unfiltered and filtered as Textual does."""
-    if len(filters) == 1 and type(filters[0]) is ANSIToTruecolor:
-        return StyleFinish(filters[0], background.rich_color)
-    return None
-
-
-class SegmentBuilder:
-    """Builds `Strip(line.render(console)).adjust_cell_length(width).apply_style(base)`'s segments in one pass, each
-    style passed through `finish` where one is given.
-
-    The same span walk as Rich's Text.render, with the combined styles cached across redraws (a pane uses a few
-    dozen). Like Text.render, a line without spans is drawn without its own style.
-    """
-
-    def __init__(self) -> None:
-        self._combined_styles: dict[tuple[Style, StyleFinish | None, tuple[StyleType, ...]], Style | None] = {}
-
-    def segments(
-        self, console: Console, line: Text, width: int, base: Style, finish: StyleFinish | None = None
-    ) -> list[Segment]:
-        plain = line.plain
-        spans = line.spans
-        styles = self._combined_styles
-        plain_style = self._style(console, (base, finish, ()))
-        segments = [Segment(plain, plain_style)] if not spans else self._disjoint(console, line, base, finish)
-        if segments is None:
-            values: list[StyleType] = [line.style, *(span.style for span in spans)]
-            edges = [
-                (0, False, 0),
-                *((span.start, False, index) for index, span in enumerate(spans, 1)),
-                *((span.end, True, index) for index, span in enumerate(spans, 1)),
-                (len(plain), True, 0),
-            ]
-            edges.sort(key=itemgetter(0, 1))
-            stack: list[int] = []
-            segments = []
-            for (offset, leaving, index), (next_offset, _, _) in pairwise(edges):
-                if leaving:
-                    stack.remove(index)
-                else:
-                    stack.append(index)
-                if next_offset > offset:
-                    key = (base, finish, tuple(values[active] for active in sorted(stack)))
-                    style = styles.get(key, _UNSET)
-                    if style is _UNSET:
-                        style = self._style(console, key)
-                    segments.append(Segment(plain[offset:next_offset], style))
-        cells = line.cell_len
-        if cells < width:
-            segments.append(Segment(" " * (width - cells), plain_style))
-        return segments
-
-    def _style(self, console: Console, key: tuple[Style, StyleFinish | None, tuple[StyleType, ...]]) -> Style | None:
-        """The style of the segments under `key`'s (base, finish, span styles), cached; no span styles: the base."""
-        style = self._combined_styles.get(key, _UNSET)
-        if style is _UNSET:
-            base, finish, values = key
-            combined = _combine(console, values) if values else None
-            style = (base + combined) if base else combined
-            if finish is not None:
-                style = finish(style)
-            self._combined_styles[key] = style
-        return style
-
-    def _disjoint(self, console: Console, line: Text, base: Style, finish: StyleFinish | None) -> list[Segment] | None:
-        """`segments` for spans in order that neither overlap nor are empty (a graph row, most lines), without the
-        edge sort; None for any other spans."""
-        plain = line.plain
-        styles = self._combined_styles
-        pieces: list[tuple[int, int, tuple[StyleType, ...]]] = []
-        position = 0
-        for span in line.spans:
-            start, end = span.start, span.end
-            if not position <= start < end <= len(plain):
-                return None
-            if start > position:
-                pieces.append((position, start, (line.style,)))
-            pieces.append((start, end, (line.style, span.style)))
-            position = end
-        if position < len(plain):
-            pieces.append((position, len(plain), (line.style,)))
-        segments: list[Segment] = []
-        for begin, stop, values in pieces:
-            key = (base, finish, values)
-            style = styles.get(key, _UNSET)
-            if style is _UNSET:
-                style = self._style(console, key)
-            segments.append(Segment(plain[begin:stop], style))
-        return segments
-
-
-_UNSET = Style()
-"""Marks a combination not in the cache yet (a cached one may be None)."""
-
-
-def _combine(console: Console, values: tuple[StyleType, ...]) -> Style:
-    return Style.combine(console.get_style(value, default=Style.null()) for value in values)
 
 
 def text_cell_lines(

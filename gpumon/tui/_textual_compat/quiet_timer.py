@@ -1,5 +1,4 @@
-"""A version-bound workaround for textual==8.2.8 (pinned in pyproject.toml): a screen update timer that sleeps between
-frames.
+"""A Textual workaround: a screen update timer that sleeps between frames (checked on the Textual versions in CHECKED).
 
 What it replaces, and why: a Screen repaints from its update timer, a `set_interval(1 / MAX_FPS)` Timer that is
 resumed when something needs drawing and pauses itself in each tick. After a tick, `Timer._run` still sleeps out the
@@ -11,8 +10,8 @@ snapshot.
 
 It overrides `Timer._run` and uses its `_active`, `_reset` and `_tick`, and replaces the private
 `Screen._update_timer` property, so it is used only with the Textual version it was written against: `update_timer`
-hands back the timer Textual itself would make with any other. tests/tui/test_textual_fast_path.py fails loudly
-when the installed Textual is not TARGET_TEXTUAL; tests/tui/test_textual_quiet_timer.py checks the frame-rate limit,
+hands back the timer Textual itself would make with any other. tests/tui/test_textual_compat.py checks it is off
+outside CHECKED; tests/tui/test_textual_quiet_timer.py checks the frame-rate limit,
 the pause and the wakes.
 """
 
@@ -22,16 +21,10 @@ from asyncio import Event
 from collections.abc import Callable
 from typing import cast
 
-import textual
 from textual import _time
 from textual._time import sleep
 from textual.message_pump import MessagePump
 from textual.timer import EventTargetGone, Timer
-
-TARGET_TEXTUAL = "8.2.8"
-"""The Textual version this module copies the behaviour of (keep in step with the pin in pyproject.toml)."""
-ACTIVE = textual.__version__ == TARGET_TEXTUAL
-"""Whether the frame timer is used: only with the Textual it was written against."""
 
 
 class FrameTimer(Timer):
@@ -58,9 +51,7 @@ class FrameTimer(Timer):
 
 def update_timer(owner: MessagePump, interval: float, callback: Callable[[], None], name: str) -> Timer:
     """A paused repeating timer for `owner`'s repaints, as `MessagePump.set_interval(..., pause=True)` makes one, but a
-    FrameTimer where ACTIVE."""
-    if not ACTIVE:
-        return owner.set_interval(interval, callback, name=name, pause=True)
+    FrameTimer."""
     timer = FrameTimer(owner, interval, name=name, callback=callback, pause=True)
     timer._start()
     owner._timers.add(timer)

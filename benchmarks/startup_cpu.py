@@ -1,0 +1,130 @@
+"""Start-up cost: CPU seconds from exec to the dashboard's first frame with data, beside nvitop's, rounds alternated.
+
+gpumon: `python -m gpumon replay RECORDING` in a pseudo-terminal with GPUMON_FIRST_FRAME_REPORT set, so it writes
+its own CPU time (user + system, from getrusage) once the first snapshot is painted and exits; the total to exit
+(os.wait4's rusage) is kept too. nvitop (optional, --nvitop PATH): the same pseudo-terminal, CPU to exit from
+wait4; on a machine with NVML that is its start, first frame and `q`, on one without it is its import and start-up
+up to the NVML failure (said in the output, never taken for a first frame).
+
+    python benchmarks/startup_cpu.py --rounds 10 --nvitop /tmp/nvitop-venv/bin/nvitop
+    python benchmarks/startup_cpu.py --live --rounds 10 --nvitop nvitop     # on a GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import pty
+import select
+import statistics
+import struct
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPOSITORY))
+
+from gpumon.tui.first_frame import FIRST_FRAME_ENV
+
+RECORDING = REPOSITORY / "assets" / "recordings" / "h100-training.jsonl"
+DEADLINE_S = 60.0
+
+
+def run_in_pty(argv: list[str], env: dict[str, str], columns: int, rows: int, quit_after_s: float | None) -> tuple:
+    """Run argv in a pseudo-terminal of this size, reading its output until it exits; (exit status, CPU seconds of
+    the child from wait4, its output's last bytes). quit_after_s: send `q` once it has drawn for that long."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe(argv[0], argv, env)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    output = bytearray()
+    started = time.monotonic()
+    quit_sent = False
+    while time.monotonic() - started < DEADLINE_S:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+            del output[:-4096]
+        if quit_after_s is not None and not quit_sent and output and time.monotonic() - started > quit_after_s:
+            os.write(fd, b"q")
+            quit_sent = True
+    else:
+        os.kill(pid, 9)
+    _, status, usage = os.wait4(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, bytes(output)
+
+
+def gpumon_round(python: str, recording: Path | None, columns: int, rows: int) -> tuple[float, float]:
+    """(CPU seconds to the first frame, CPU seconds to exit) of one gpumon start: the replay of `recording`, or the
+    live dashboard (NVML, the job scan) where it is None."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "first-frame"
+        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(REPOSITORY), **{FIRST_FRAME_ENV: str(report)})
+        env["XDG_CONFIG_HOME"] = scratch  # no user config file
+        argv = [python, "-m", "gpumon", *(["replay", str(recording)] if recording is not None else [])]
+        code, total, output = run_in_pty(argv, env, columns, rows, None)
+        if code != 0 or not report.exists():
+            raise SystemExit(f"gpumon exited {code} without a first-frame report: {output[-400:]!r}")
+        return float(report.read_text()), total
+
+
+def nvitop_round(nvitop: str, columns: int, rows: int) -> tuple[float, int, bytes]:
+    env = dict(os.environ, TERM="xterm-256color")
+    code, total, output = run_in_pty([nvitop], env, columns, rows, quit_after_s=1.0)
+    return total, code, output
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--recording", type=Path, default=RECORDING)
+    parser.add_argument("--live", action="store_true", help="the live dashboard (`gpumon`) instead of a replay")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter that runs gpumon")
+    parser.add_argument("--nvitop", help="an nvitop executable to measure in alternate rounds")
+    parser.add_argument("--size", default="80x24", help="COLUMNSxROWS of the pseudo-terminal")
+    args = parser.parse_args()
+    columns, rows = (int(part) for part in args.size.split("x"))
+
+    first_frames: list[float] = []
+    gpumon_totals: list[float] = []
+    nvitop_totals: list[float] = []
+    nvitop_note = ""
+    for round_number in range(args.rounds):
+        first_frame, total = gpumon_round(args.python, None if args.live else args.recording, columns, rows)
+        first_frames.append(first_frame)
+        gpumon_totals.append(total)
+        line = f"round {round_number + 1}: gpumon first frame {first_frame:.3f} s CPU, to exit {total:.3f} s"
+        if args.nvitop:
+            nvitop_total, code, output = nvitop_round(args.nvitop, columns, rows)
+            nvitop_totals.append(nvitop_total)
+            nvml_missing = b"NVML" in output and code != 0
+            nvitop_note = (
+                "start-up to its NVML failure (no GPU here)" if nvml_missing else f"to exit after q (rc {code})"
+            )
+            line += f"; nvitop {nvitop_total:.3f} s CPU, {nvitop_note}"
+        print(line, flush=True)
+
+    def summary(values: list[float]) -> str:
+        return f"median {statistics.median(values):.3f} s, min {min(values):.3f}, max {max(values):.3f}"
+
+    what = "gpumon (live)" if args.live else f"gpumon replay {args.recording.name}"
+    print(f"{what} at {args.size}, {args.rounds} rounds, {time.strftime('%Y-%m-%d')}")
+    print(f"  CPU to the first frame: {summary(first_frames)}")
+    print(f"  CPU to exit:            {summary(gpumon_totals)}")
+    if nvitop_totals:
+        print(f"nvitop ({nvitop_note}): {summary(nvitop_totals)}")
+
+
+if __name__ == "__main__":
+    main()

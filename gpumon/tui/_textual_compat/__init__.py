@@ -1,0 +1,52 @@
+"""Every use of Textual's private API, behind one switch: on the Textual versions in CHECKED the workarounds are
+imported and used; on any other only `public` (Textual's public API: slower, the same result) is.
+
+The workarounds, each checked on every version in CHECKED (tests/tui/test_textual_fast_path.py compares what they
+draw with what Textual draws, on the installed version):
+    fast_path    plain panes drawn without StylesCache; cached lines handed back as they are (pane, cached_widgets)
+    data_table   the process table's cells drawn and replaced without DataTable's per-row bookkeeping
+    quiet_input  an input thread that sleeps until input (the app's driver)
+    quiet_timer  a screen update timer that sleeps between frames (the default screen)
+scripts/check_textual_range.sh runs tests/tui on the lowest and highest Textual that pyproject.toml allows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import textual
+
+from gpumon.tui._textual_compat.public import SegmentBuilder, StyleFinish, style_finish
+
+CHECKED = ("8.2.8",)
+"""The Textual versions the private workarounds were read against and tested on (tests/tui on each)."""
+ACTIVE = textual.__version__ in CHECKED
+"""Whether the private workarounds are used: only with a Textual in CHECKED."""
+
+if TYPE_CHECKING or ACTIVE:
+    from gpumon.tui._textual_compat.data_table import FastCellTable as CellTable
+    from gpumon.tui._textual_compat.fast_path import cached_lines, drawn_text, plain_box, render_plain_box
+    from gpumon.tui._textual_compat.quiet_input import driver_class
+    from gpumon.tui._textual_compat.quiet_timer import update_timer
+else:
+    from gpumon.tui._textual_compat.public import PlainCellTable as CellTable
+    from gpumon.tui._textual_compat.public import cached_lines, drawn_text, driver_class, plain_box, update_timer
+
+    def render_plain_box(*_args: object) -> None:
+        raise AssertionError("plain_box() is False here: panes draw through Textual")
+
+
+__all__ = [
+    "ACTIVE",
+    "CHECKED",
+    "CellTable",
+    "SegmentBuilder",
+    "StyleFinish",
+    "cached_lines",
+    "drawn_text",
+    "driver_class",
+    "plain_box",
+    "render_plain_box",
+    "style_finish",
+    "update_timer",
+]
