@@ -139,3 +139,21 @@ def test_bad_interval_is_refused(interval):
     result = gpumon("--interval", interval)
     assert result.returncode == 2
     assert "--interval" in result.stderr
+
+
+def test_diagnose_help_names_every_finding_category() -> None:
+    """Issue 27 item 9: the help listed nine of the categories; comm_bound and straggler were missing."""
+    from gpumon.advisor.categories import CATEGORIES
+
+    text = " ".join(gpumon("diagnose", "--help").stdout.split())
+    assert all(category in text for category in CATEGORIES), [c for c in CATEGORIES if c not in text]
+
+
+@pytest.mark.parametrize("command", ["diagnose", "experiment", "demo"])
+def test_a_warmup_of_zero_is_accepted_and_a_negative_one_refused(command: str) -> None:
+    from gpumon.cli import build_parser
+
+    extra = ["--", "true"] if command != "demo" else []
+    assert build_parser().parse_args([command, "--warmup", "0", *extra]).warmup == 0.0
+    refused = gpumon(command, "--warmup", "-1", *extra)
+    assert refused.returncode == 2 and "zero or a positive number" in refused.stderr

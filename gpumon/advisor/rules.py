@@ -33,8 +33,8 @@ from gpumon.advisor.categories import (
 from gpumon.advisor.peak_flops import FP32, TF32, gpu_peaks
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
 from gpumon.jobs.jobstate import STRAGGLER_THRESHOLD
-from gpumon.jobs.pyspy import SYNC_NATIVE, SYNC_SOURCE
-from gpumon.jobs.pyspy import USER_CODE as USER_CODE_SAMPLES
+from gpumon.jobs.pyspy_categories import SYNC_NATIVE, SYNC_SOURCE
+from gpumon.jobs.pyspy_categories import USER_CODE as USER_CODE_SAMPLES
 from gpumon.jobs.step_model import sync_cost
 
 HEALTHY_ADVICE_UNDER_USED = (

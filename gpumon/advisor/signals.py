@@ -17,7 +17,7 @@ from gpumon import protocol
 from gpumon.jobs.budget import BudgetShares
 from gpumon.jobs.host_profile import window_profile
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
-from gpumon.jobs.pyspy import USER_CODE
+from gpumon.jobs.pyspy_categories import USER_CODE
 from gpumon.jobs.source import JobView
 from gpumon.jobs.step_model import step_model
 from gpumon.jobs.step_sums import WindowSums, window_sums

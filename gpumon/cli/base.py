@@ -181,6 +181,14 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def non_negative_seconds(text: str) -> float:
+    """Zero or a positive, finite number of seconds, at most MAX_SECONDS (e.g. no warm-up left out)."""
+    value = non_negative_float(text)
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than {MAX_SECONDS:g} seconds (a year)")
+    return value
+
+
 def interval_seconds(text: str) -> float:
     value = positive_float(text)
     if not MIN_INTERVAL <= value <= MAX_INTERVAL:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpumon.cli.base import CliError, Subparsers, positive_seconds, subcommand
+from gpumon.cli.base import CliError, Subparsers, non_negative_seconds, positive_seconds, subcommand
 from gpumon.cli.reporting import (
     StderrProgress,
     check_markdown_path,
@@ -56,7 +56,7 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--warmup",
-        type=positive_seconds,
+        type=non_negative_seconds,
         default=GUIDED_WARMUP_S,
         help=f"with --guided: seconds after each run's first step left out (default {GUIDED_WARMUP_S:g})",
     )

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpumon.advisor.categories import CATEGORIES
 from gpumon.cli.attach import add_native_argument
 from gpumon.cli.base import (
     CliError,
     Subparsers,
     add_command_argument,
     command_of,
+    non_negative_seconds,
     pid_number,
     positive_seconds,
     print_json,
@@ -26,9 +28,8 @@ def register(subparsers: Subparsers) -> None:
         "diagnose",
         help="name what holds a training job back",
         handler=run_diagnose,
-        description="Watch a training job for a while and name its bottleneck (input_bound, host_sync, "
-        "launch_bound, transfer_bound, low_precision, memory_imbalance, io_bound, throttled or healthy) with the "
-        "evidence. "
+        description=f"Watch a training job for a while and name its bottleneck ({', '.join(CATEGORIES[:-1])} or "
+        f"{CATEGORIES[-1]}) with the evidence. "
         "Either run CMD with the hook (and stop it after --duration), or watch a running job (--pid).",
     )
     parser.add_argument("--pid", type=pid_number, default=None, help="a running job (its hook, else py-spy)")
@@ -40,7 +41,7 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--warmup",
-        type=positive_seconds,
+        type=non_negative_seconds,
         default=5.0,
         help="with CMD: seconds after the first step left out (default 5)",
     )

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon import protocol
-from gpumon.cli.base import CliError, Subparsers, add_command_argument, pid_number, positive_seconds, subcommand
+from gpumon.cli.base import (
+    CliError,
+    Subparsers,
+    add_command_argument,
+    non_negative_seconds,
+    pid_number,
+    positive_seconds,
+    subcommand,
+)
 from gpumon.cli.diagnose import target_command
 from gpumon.cli.reporting import (
     StderrProgress,
@@ -42,7 +50,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="windows per variant, for the noise (default 3)")
     parser.add_argument(
         "--warmup",
-        type=positive_seconds,
+        type=non_negative_seconds,
         default=5.0,
         help="seconds after a variant's first step (or change) left out (default 5)",
     )

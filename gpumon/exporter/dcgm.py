@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from gpumon.exporter.labels import label_value
-from gpumon.sampling.nvml import CLOCK_EVENT_NAMES, MIB
+from gpumon.sampling.nvml_api import CLOCK_EVENT_NAMES, MIB
 from gpumon.sampling.snapshot import GpuSample, Snapshot
 
 DCGM_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")

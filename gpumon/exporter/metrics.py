@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpumon.exporter.labels import PLACEMENT_LABELS, PlacementCache, label_value, short_command
 from gpumon.exporter.pods import NO_POD, POD_LABELS, PodAttribution
-from gpumon.sampling.nvml import CLOCK_EVENT_NAMES
+from gpumon.sampling.nvml_api import CLOCK_EVENT_NAMES
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 
 GPU_LABELS = ("host", "gpu", "uuid", *POD_LABELS)

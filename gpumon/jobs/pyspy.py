@@ -8,51 +8,45 @@ or elsewhere. The result is an ESTIMATE from stack samples.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gpumon import protocol
-from gpumon.jobs.discovery import AttachError, process_argv, process_command
+from gpumon.jobs.discovery import process_command
+from gpumon.jobs.pyspy_categories import (
+    CATEGORIES,
+    CUDA_SYNC,
+    METHOD_LABEL,
+    SYNC_EVIDENCE,
+    USER_CODE,
+    SourceLine,
+    classify_stack_how,
+    fractions,
+    is_native,
+    job_source,
+    user_frame,
+)
+from gpumon.jobs.pyspy_stacks import Frame, ThreadStack, main_thread_stacks, parse_raw
+from gpumon.jobs.pyspy_target import (
+    MISSING_HELP,
+    PROBE_ATTEMPTS,
+    PROBE_TIMEOUT,
+    explain_pyspy_failure,
+    find_pyspy,
+    probe,
+    quiet_env,
+)
 from gpumon.jobs.source import Listener
-from gpumon.printable import printable
-from gpumon.protocol import activity
 
 log = logging.getLogger(__name__)
-
-DATA_WAIT = "data_wait"
-CUDA_SYNC = "cuda_sync"
-FORWARD = "forward"
-BACKWARD = "backward"
-OPTIMIZER = "optimizer"
-COMM = "comm"
-H2D = "h2d"
-USER_CODE = "user_code"
-ELSEWHERE = "elsewhere"
-CATEGORIES = (DATA_WAIT, CUDA_SYNC, FORWARD, BACKWARD, OPTIMIZER, COMM, H2D, USER_CODE, ELSEWHERE)
-LABELS = {
-    DATA_WAIT: "waiting on DataLoader",
-    CUDA_SYNC: "CUDA sync",
-    FORWARD: "forward",
-    BACKWARD: "backward",
-    OPTIMIZER: "optimizer step",
-    COMM: "torch.distributed",
-    H2D: "host->device copy",
-    USER_CODE: "the job's own code",
-    ELSEWHERE: "elsewhere",
-}
-METHOD_LABEL = "estimate (py-spy, no hook)"
 
 RATE = 50
 """Samples per second py-spy takes (of every thread; the main thread's are kept)."""
@@ -61,370 +55,6 @@ ROUND_S = 1
 RECENT_ROUNDS = 5
 """The 'recent' estimate covers this many rounds."""
 TIMELINE_ROUNDS = 3600
-PROBE_TIMEOUT = 10.0
-PROBE_ATTEMPTS = 3
-
-PERMISSION_HELP = (
-    "py-spy may not read pid {pid}'s memory (ptrace permission denied): run gpumon as root (sudo), or grant py-spy "
-    "the capability once with `sudo setcap cap_sys_ptrace+ep $(which py-spy)`, or allow same-user tracing with "
-    "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`; or add `import gpumon.hook` to the job"
-)
-OTHER_USER_HELP = (
-    "pid {pid} belongs to {owner}: only its owner or root can watch it "
-    "(as {owner}, or with sudo; the job can also add `import gpumon.hook` for its owner's gpumon)"
-)
-MISSING_HELP = (
-    "pid {pid} has no gpumon hook and py-spy is not installed: `pip install py-spy` "
-    "(gpumon depends on it; reinstall gpumon), or add `import gpumon.hook` to the job"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One Python frame as py-spy prints it: 'Class.function' (newer Pythons give the qualified name), file, line."""
-
-    name: str
-    file: str
-    line: int = 0
-
-    @property
-    def function(self) -> str:
-        return self.name.rsplit(".", 1)[-1]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.file}:{self.line})"
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadStack:
-    """One thread's stack in one sample (or `count` identical samples); frames innermost first."""
-
-    thread_id: int | None
-    thread_name: str
-    frames: tuple[Frame, ...]
-    count: int = 1
-    active: bool | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# Classifying a main-thread stack: gpumon.protocol.activity, the classifier the hook's own sampler uses too.
-
-_NATIVE_SYNC = re.compile(
-    r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize"
-    r"|cuEventSynchronize|cuCtxSynchronize|cudaMemcpy|cuMemcpy)"
-)
-"""C functions (libcudart, libcuda) in which a thread waits for the GPU, seen only with py-spy --native."""
-SYNC_NATIVE = "native"
-SYNC_TORCH = activity.SEEN_TORCH
-SYNC_SOURCE = activity.SEEN_SOURCE
-SYNC_EVIDENCE = (SYNC_NATIVE, SYNC_TORCH, SYNC_SOURCE)
-"""How a CUDA sync sample was recognised: a native CUDA frame, a torch sync function, or only the source text of
-the job's line (the least sure: e.g. a print() of a CPU value reads the same)."""
-_CATEGORY_OF = {
-    activity.DATA_WAIT: DATA_WAIT,
-    activity.DATA_COLLATE: DATA_WAIT,
-    activity.DATA_LOAD: DATA_WAIT,
-    activity.SYNC: CUDA_SYNC,
-    activity.FORWARD: FORWARD,
-    activity.BACKWARD: BACKWARD,
-    activity.OPTIMIZER: OPTIMIZER,
-    activity.COMM: COMM,
-    activity.H2D: H2D,
-    activity.CPU: USER_CODE,
-    activity.OTHER: ELSEWHERE,
-}
-
-SourceLine = activity.SourceLine
-is_native = activity.is_native
-is_library = activity.is_library
-
-
-linecache_line = activity.linecache_line
-
-
-def job_source(pid: int) -> SourceLine:
-    """Source lines as the job sees them: `<string>` frames from its `python -c CODE` and relative paths from its
-    working directory, falling back to linecache_line."""
-    argv = process_argv(pid)
-    code_lines = argv[argv.index("-c", 1) + 1].splitlines() if "-c" in argv[1:-1] else []
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        cwd = ""
-
-    def source_line(file: str, line: int) -> str:
-        if file == "<string>" and 0 < line <= len(code_lines):
-            return code_lines[line - 1]
-        if file and cwd and not os.path.isabs(file):
-            file = os.path.join(cwd, file)
-        return linecache_line(file, line)
-
-    return source_line
-
-
-def user_frame(frames: Sequence[Frame]) -> Frame | None:
-    """The innermost frame of the job's own code (outside torch, the standard library and site-packages)."""
-    return next((frame for frame in frames if not is_library(frame)), None)
-
-
-def classify_stack(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> str:
-    """The category of one main-thread stack (frames innermost first); see classify_stack_how."""
-    return classify_stack_how(frames, source_line)[0]
-
-
-def activity_of(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> tuple[str, str | None]:
-    """gpumon.protocol.activity.classify with py-spy --native's CUDA wait frames as syncs (how: SYNC_NATIVE)."""
-    native = any(is_native(frame) and _NATIVE_SYNC.match(frame.function) for frame in frames)
-    kind, how = activity.classify(frames, source_line, native_sync=native)
-    return kind, (SYNC_NATIVE if native and kind == activity.SYNC else how)
-
-
-def classify_stack_how(frames: Sequence[Frame], source_line: SourceLine = linecache_line) -> tuple[str, str | None]:
-    """The estimate's category of one main-thread stack (frames innermost first) and, for a CUDA sync, how it was
-    seen: gpumon.protocol.activity.classify (the hook's sampler reads stacks the same way), its activities grouped
-    into this estimate's categories. Without --native, C++ frames are invisible: a blocking .item() shows as the
-    Python line that calls it, hence the source-line rules there."""
-    kind, how = activity_of(frames, source_line)
-    category = _CATEGORY_OF.get(kind, ELSEWHERE)
-    return category, (how if category == CUDA_SYNC else None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing py-spy's output.
-
-_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
-_RAW_THREAD = re.compile(r"^thread \((?P<tid>[0-9a-fA-Fx]+)\)(?:: (?P<name>.*))?$")
-_DUMP_THREAD = re.compile(r'^Thread (?P<tid>0x[0-9a-fA-F]+|\d+)(?: \((?P<status>[^)]*)\))?(?:: "(?P<name>.*)")?')
-
-
-def parse_frame(text: str) -> Frame:
-    match = _FRAME.match(text.strip())
-    if match is None:
-        return Frame(name=text.strip(), file="")
-    return Frame(name=match["name"], file=match["file"], line=int(match["line"] or 0))
-
-
-def _parse_tid(text: str) -> int | None:
-    try:
-        return int(text, 16) if text.lower().startswith("0x") else int(text)
-    except ValueError:
-        return None
-
-
-def parse_raw(text: str) -> list[ThreadStack]:
-    """`py-spy record --format raw --threads` output: 'thread (TID): NAME;outer (f:l);...;inner (f:l) COUNT'."""
-    stacks: list[ThreadStack] = []
-    for line in text.splitlines():
-        line = line.rstrip()
-        head, _, count_text = line.rpartition(" ")
-        if not head or not count_text.isdigit():
-            continue
-        parts = head.split(";")
-        thread_id, thread_name = None, ""
-        match = _RAW_THREAD.match(parts[0])
-        if match is not None:
-            thread_id, thread_name = _parse_tid(match["tid"]), match["name"] or ""
-            parts = parts[1:]
-        frames = tuple(parse_frame(part) for part in reversed(parts) if part)
-        stacks.append(ThreadStack(thread_id, thread_name, frames, int(count_text)))
-    return stacks
-
-
-def parse_dump(text: str) -> list[ThreadStack]:
-    """`py-spy dump` text output: 'Thread 123 (active): "MainThread"' then frames, innermost first."""
-    stacks: list[ThreadStack] = []
-    current: tuple[int | None, str, bool | None] | None = None
-    frames: list[Frame] = []
-    for line in text.splitlines():
-        match = _DUMP_THREAD.match(line)
-        if match is not None:
-            if current is not None:
-                stacks.append(ThreadStack(current[0], current[1], tuple(frames), 1, current[2]))
-            status = match["status"] or ""
-            current = (_parse_tid(match["tid"]), match["name"] or "", "active" in status if status else None)
-            frames = []
-        elif current is not None and line.startswith(" ") and line.strip():
-            frames.append(parse_frame(line))
-    if current is not None:
-        stacks.append(ThreadStack(current[0], current[1], tuple(frames), 1, current[2]))
-    return stacks
-
-
-def parse_dump_json(text: str) -> list[ThreadStack]:
-    """`py-spy dump --json` output."""
-    stacks = []
-    for thread in json.loads(text):
-        frames = tuple(
-            Frame(
-                name=str(f.get("name", "")),
-                file=str(f.get("filename") or f.get("short_filename", "")),
-                line=int(f.get("line") or 0),
-            )
-            for f in thread.get("frames", [])
-        )
-        tid = thread.get("os_thread_id") or thread.get("thread_id")
-        stacks.append(
-            ThreadStack(
-                tid if isinstance(tid, int) else None,
-                str(thread.get("thread_name") or ""),
-                frames,
-                1,
-                thread.get("active"),
-            )
-        )
-    return stacks
-
-
-def main_thread_stacks(stacks: Iterable[ThreadStack], pid: int | None = None) -> list[ThreadStack]:
-    """The main thread's stacks: its OS thread id is the pid; failing that, the thread named MainThread."""
-    stacks = list(stacks)
-    if pid is not None:
-        by_tid = [stack for stack in stacks if stack.thread_id == pid]
-        if by_tid:
-            return by_tid
-    return [stack for stack in stacks if stack.thread_name == "MainThread"]
-
-
-def classify(
-    stacks: Iterable[ThreadStack], pid: int | None = None, source_line: SourceLine = linecache_line
-) -> Counter[str]:
-    """Sample counts per category over the main thread's stacks."""
-    counts: Counter[str] = Counter()
-    for stack in main_thread_stacks(stacks, pid):
-        counts[classify_stack(stack.frames, source_line)] += stack.count
-    return counts
-
-
-def fractions(counts: Mapping[str, int]) -> dict[str, float]:
-    total = sum(counts.values())
-    return {category: (counts.get(category, 0) / total if total else 0.0) for category in CATEGORIES}
-
-
-# ---------------------------------------------------------------------------------------------
-# Checking the target and finding py-spy.
-
-
-def find_pyspy() -> str | None:
-    """py-spy next to this Python (a venv not on PATH), else on PATH."""
-    beside = Path(sys.executable).parent / "py-spy"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("py-spy")
-
-
-def process_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as stream:
-            return stream.read().strip()
-    except OSError:
-        return "?"
-
-
-def is_python_process(pid: int) -> bool | None:
-    """True/False from /proc (the executable's name, or libpython mapped in); None when /proc does not say."""
-    try:
-        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
-        return None
-    if exe.startswith(("python", "pypy")):
-        return True
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as stream:
-            for line in stream:
-                if "libpython" in line:
-                    return True
-    except OSError:
-        return None
-    return False
-
-
-def check_target(pid: int) -> None:
-    """Raise AttachError (one line) when `pid` is not a live Python process."""
-    if pid <= 0:
-        raise AttachError(f"{pid} is not a valid pid")
-    if not os.path.exists(f"/proc/{pid}"):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            raise AttachError(f"no process with pid {pid}") from None
-        except PermissionError:
-            pass
-    if is_python_process(pid) is False:
-        raise AttachError(f"pid {pid} ({process_name(pid)}) is not a Python process")
-
-
-def _other_owner(pid: int) -> str | None:
-    """The user name (or uid) owning `pid` when that is another user and we are not root; else None."""
-    euid = os.geteuid()
-    try:
-        uid = os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-    if euid == 0 or uid == euid:
-        return None
-    try:
-        import pwd
-
-        return printable(pwd.getpwuid(uid).pw_name)
-    except (KeyError, ImportError):
-        return f"uid {uid}"
-
-
-def explain_pyspy_failure(pid: int, output: str, returncode: int | None = None) -> str:
-    """One line for what went wrong in a py-spy run, from its stderr."""
-    text = output.strip()
-    if "Permission Denied" in text or "Operation not permitted" in text or "EPERM" in text:
-        owner = _other_owner(pid)
-        if owner is not None:  # no capability or ptrace setting lets one user read another's process: never advised
-            return OTHER_USER_HELP.format(pid=pid, owner=owner)
-        return PERMISSION_HELP.format(pid=pid)
-    if "Failed to find python version" in text:
-        return f"pid {pid} ({process_name(pid)}) does not look like a Python process py-spy can read"
-    if "No such file or directory" in text or "No such process" in text or "process exited" in text.lower():
-        return f"no process with pid {pid} (it exited?)"
-    for line in text.splitlines():
-        if line.startswith("Error:"):
-            return f"py-spy failed on pid {pid}: {line[len('Error:') :].strip()}"
-    first = next((line for line in text.splitlines() if line.strip()), f"exit code {returncode}")
-    return f"py-spy failed on pid {pid}: {first.strip()}"
-
-
-def probe(pid: int, pyspy: str | None = None, timeout: float = PROBE_TIMEOUT) -> list[ThreadStack]:
-    """Check that py-spy can read `pid` (one `py-spy dump`); return its stacks or raise AttachError."""
-    check_target(pid)
-    pyspy = pyspy or find_pyspy()
-    if pyspy is None:
-        raise AttachError(MISSING_HELP.format(pid=pid))
-    failure = ""
-    for _attempt in range(PROBE_ATTEMPTS):
-        try:
-            done = subprocess.run(
-                [pyspy, "dump", "--pid", str(pid), "--nonblocking"],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=_quiet_env(),
-            )
-        except subprocess.TimeoutExpired:
-            raise AttachError(f"py-spy did not read pid {pid} within {timeout:g} s") from None
-        except OSError as error:
-            raise AttachError(f"cannot run {pyspy}: {error.strerror or error}") from None
-        if done.returncode == 0:
-            return parse_dump(done.stdout)
-        failure = explain_pyspy_failure(pid, done.stderr + done.stdout, done.returncode)
-        if not failure.startswith("py-spy failed"):
-            break  # permission, not Python, gone: trying again will not help
-        time.sleep(0.1)  # a non-blocking read can catch the process mid-change: try again
-    raise AttachError(failure)
-
-
-def _quiet_env() -> dict[str, str]:
-    """py-spy's environment without Rust backtraces in its error messages."""
-    return {**os.environ, "RUST_BACKTRACE": "0"}
-
-
-# ---------------------------------------------------------------------------------------------
-# The sampler.
 
 
 @dataclass(frozen=True, slots=True)
@@ -663,7 +293,7 @@ class PySpySampler:
                 return False
             try:
                 proc = subprocess.Popen(
-                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_quiet_env()
+                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=quiet_env()
                 )
             except OSError as error:
                 self._end(f"cannot run py-spy: {error.strerror or error}")

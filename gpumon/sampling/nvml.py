@@ -1,74 +1,35 @@
 """NVML collector: fast fields (utilization, memory, power, clocks, GPM), slow ones (temperature, PCIe, health, MIG,
-processes), and XID errors watched on their own thread."""
+processes); XID errors are watched by xid_watcher.XidWatcher, the NVML calls typed in nvml_api."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any
 
-from gpumon.sampling.snapshot import XID_EVENTS_KEPT, GpuSample, MigSample, XidEvent
+from gpumon.sampling.nvml_api import (
+    ABSENT_ERRORS,
+    DEVICE_LOST_ERRORS,
+    LIBRARY_ERRORS,
+    MIB,
+    PERMANENT_ABSENT_ERRORS,
+    NvmlModule,
+    decode_clock_events,
+    describe_error,
+    import_pynvml,
+)
+from gpumon.sampling.snapshot import GpuSample, MigSample
+from gpumon.sampling.xid_watcher import XidWatcher
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 GPM_MIN_WINDOW = 0.1
 """Seconds two GPM samples must lie apart to make one reading."""
 RETRY_INTERVAL = 10.0
 """Seconds between attempts to bring NVML back after it failed."""
-
-# Errors that mean "this field is not available here": the field is shown as absent.
-_ABSENT_ERRORS = (
-    "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_FUNCTION_NOT_FOUND",
-    "NVML_ERROR_NO_PERMISSION",
-    "NVML_ERROR_NOT_FOUND",
-    "NVML_ERROR_NO_DATA",
-    "NVML_ERROR_INVALID_ARGUMENT",
-    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
-    "NVML_ERROR_INSUFFICIENT_SIZE",
-    "NVML_ERROR_NOT_READY",
-    "NVML_ERROR_DEPRECATED",
-    "NVML_ERROR_TIMEOUT",
-)
-# Absent errors that will not change while NVML stays up: the call is not tried again on that GPU.
-_PERMANENT_ABSENT_ERRORS = (
-    "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_FUNCTION_NOT_FOUND",
-    "NVML_ERROR_NO_PERMISSION",
-    "NVML_ERROR_INVALID_ARGUMENT",
-    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
-    "NVML_ERROR_DEPRECATED",
-)
-# Errors that mean this one GPU is gone.
-_DEVICE_LOST_ERRORS = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_GPU_NOT_FOUND")
-# Errors that mean NVML as a whole stopped working (driver unloaded, library shut down...).
-_LIBRARY_ERRORS = (
-    "NVML_ERROR_UNINITIALIZED",
-    "NVML_ERROR_DRIVER_NOT_LOADED",
-    "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
-    "NVML_ERROR_LIBRARY_NOT_FOUND",
-    "NVML_ERROR_UNKNOWN",
-)
-
-CLOCK_EVENT_NAMES = {
-    0x1: "idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clocks",
-    0x200: "board_limit",
-    0x400: "reliability",
-}
 
 HEALTH_INTERVAL = 10.0
 """Seconds between health reads (ECC, NVLink, energy, MIG...): slow-changing, and about 6 ms of CPU per H200."""
@@ -76,10 +37,6 @@ QUIET_ENERGY_INTERVAL = 60.0
 """Seconds between energy counter reads while nothing needs joules per sample: 4 of those 6 ms are the counter."""
 ALL_LINKS = 0xFFFFFFFF
 """Field-value scope that sums an NVLink counter over every link."""
-XID_WAIT_MS = 500
-"""How long the XID thread waits for an event before it looks whether it should stop."""
-XID_EVENT_TYPE = 0x8
-"""nvmlEventTypeXidCriticalError."""
 MIG_ENABLED = 1
 """NVML_DEVICE_MIG_ENABLE."""
 
@@ -93,17 +50,6 @@ _GPM_METRICS = (
     ("pcie_rx", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", float(MIB)),
     ("pcie_tx", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", float(MIB)),
 )
-
-
-def decode_clock_events(mask: int) -> tuple[str, ...]:
-    """Short names of the bits set in an NVML clock-event (throttle) reason mask."""
-    names = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            names.append(CLOCK_EVENT_NAMES.get(bit, f"0x{bit:x}"))
-        bit <<= 1
-    return tuple(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,185 +129,6 @@ class _Device:
     energy: float | None = None
     """The latest energy counter reading, in mJ, repeated between two reads."""
     energy_read_at: float | None = None
-
-
-class NvmlModule(Protocol):
-    """The part of pynvml that GpuCollector calls directly (pynvml has no type hints); optional ones go via getattr.
-
-    NVML handles, structs and GPM buffers are opaque ctypes objects, hence Any.
-    """
-
-    NVMLError: type[Exception]
-    NVML_CLOCK_SM: int
-    NVML_CLOCK_MEM: int
-    NVML_TEMPERATURE_GPU: int
-    NVML_GPM_METRICS_GET_VERSION: int
-    NVML_SUCCESS: int
-    NVML_MEMORY_ERROR_TYPE_CORRECTED: int
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED: int
-    NVML_VOLATILE_ECC: int
-    NVML_AGGREGATE_ECC: int
-    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: int
-    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: int
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: int
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: int
-    NVML_NVLINK_MAX_LINKS: int
-    c_nvmlGpmMetricsGet_t: Callable[[], Any]
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int: ...
-    def nvmlSystemGetDriverVersion(self) -> str: ...
-    def nvmlDeviceGetHandleByIndex(self, index: int, /) -> Any: ...
-    def nvmlDeviceGetUUID(self, handle: Any, /) -> str: ...
-    def nvmlDeviceGetName(self, handle: Any, /) -> str: ...
-    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = ..., /) -> Any: ...
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetPowerManagementLimit(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetUtilizationRates(self, handle: Any, /) -> Any: ...
-    def nvmlDeviceGetPowerUsage(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int, /) -> int: ...
-    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int, /) -> int: ...
-    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int, /) -> int: ...
-    def nvmlGpmSampleAlloc(self) -> Any: ...
-    def nvmlGpmSampleFree(self, sample: Any, /) -> None: ...
-    def nvmlGpmSampleGet(self, handle: Any, sample: Any, /) -> Any: ...
-    def nvmlGpmMetricsGet(self, request: Any, /) -> Any: ...
-    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int, /) -> int: ...
-    def nvmlDeviceGetFanSpeed(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int, /) -> int: ...
-    def nvmlDeviceGetRemappedRows(self, handle: Any, /) -> tuple[int, int, int, int]: ...
-    def nvmlDeviceGetRetiredPages(self, handle: Any, cause: int, /) -> list[int]: ...
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[tuple[int, int]], /) -> Any: ...
-    def nvmlDeviceGetMigMode(self, handle: Any, /) -> list[int]: ...
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int, /) -> Any: ...
-    def nvmlDeviceGetGpuInstanceId(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetComputeInstanceId(self, handle: Any, /) -> int: ...
-    def nvmlDeviceGetIndex(self, handle: Any, /) -> int: ...
-    def nvmlEventSetCreate(self) -> Any: ...
-    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any, /) -> None: ...
-    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int, /) -> Any: ...
-    def nvmlEventSetFree(self, event_set: Any, /) -> None: ...
-
-
-class XidWatcher:
-    """Waits for XID errors on an NVML event set, on its own daemon thread; keeps the latest few per GPU.
-
-    NVML's wait blocks in C (without the GIL) for at most XID_WAIT_MS, so stop() returns within about that long.
-    The thread owns the event set: it creates it, waits on it, and frees it when it ends.
-    """
-
-    def __init__(
-        self,
-        nvml: NvmlModule,
-        handles: Sequence[tuple[int, Any]],
-        clock: Callable[[], float] = time.time,
-        wait_ms: int = XID_WAIT_MS,
-    ) -> None:
-        self._nvml = nvml
-        self._handles = tuple(handles)
-        self._clock = clock
-        self._wait_ms = wait_ms
-        self._lock = threading.Lock()
-        self._events: dict[int, deque[XidEvent]] = {}
-        """GPU index -> its latest XID events; only GPUs registered on the event set have an entry."""
-        self._stopped = threading.Event()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, timeout: float = 2.0) -> None:
-        """Start the thread and wait (at most `timeout`) until it has registered the GPUs."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="gpumon-xid-events", daemon=True)
-        self._thread.start()
-        self._ready.wait(timeout)
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Ask the thread to end; wait for it (at most `timeout`) so the event set is freed before NVML shuts down."""
-        self._stopped.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def events(self, index: int) -> tuple[XidEvent, ...] | None:
-        """The GPU's latest XID events, oldest first; None where XID errors are not watched on it."""
-        with self._lock:
-            kept = self._events.get(index)
-            return tuple(kept) if kept is not None else None
-
-    def _run(self) -> None:
-        try:
-            event_set = self._create()
-        except Exception as error:  # noqa: BLE001 - no event set: XID errors are simply not watched
-            log.info("XID errors not watched: %s", _describe(error))
-            self._ready.set()
-            return
-        try:
-            self._ready.set()
-            if self._events:
-                self._wait_loop(event_set)
-        finally:
-            try:
-                self._nvml.nvmlEventSetFree(event_set)
-            except Exception:  # freeing on a broken NVML must not raise
-                log.debug("NVML: freeing the event set failed", exc_info=True)
-
-    def _create(self) -> Any:
-        event_set = self._nvml.nvmlEventSetCreate()
-        for index, handle in self._handles:
-            try:
-                self._nvml.nvmlDeviceRegisterEvents(handle, XID_EVENT_TYPE, event_set)
-            except Exception as error:  # noqa: BLE001 - a GPU without XID events is shown as N/A
-                log.debug("GPU %d: XID events not supported (%s)", index, _describe(error))
-                continue
-            with self._lock:
-                self._events[index] = deque(maxlen=XID_EVENTS_KEPT)
-        return event_set
-
-    def _wait_loop(self, event_set: Any) -> None:
-        timeout_code = getattr(self._nvml, "NVML_ERROR_TIMEOUT", None)
-        while not self._stopped.is_set():
-            try:
-                data = self._nvml.nvmlEventSetWait_v2(event_set, self._wait_ms)
-            except self._nvml.NVMLError as error:
-                if getattr(error, "value", None) == timeout_code:
-                    continue
-                log.info("XID watching stopped: %s", _describe(error))
-                with self._lock:
-                    self._events.clear()
-                return
-            if int(data.eventType) & XID_EVENT_TYPE:
-                self._record(data)
-
-    def _record(self, data: Any) -> None:
-        try:
-            index = int(self._nvml.nvmlDeviceGetIndex(data.device))
-        except Exception:  # an event of a GPU we cannot name is dropped
-            log.debug("NVML: an XID event of an unnamed GPU dropped", exc_info=True)
-            return
-        event = XidEvent(timestamp=self._clock(), xid=int(data.eventData))
-        log.warning("GPU %d: XID %d", index, event.xid)
-        with self._lock:
-            kept = self._events.get(index)
-            if kept is not None:
-                kept.append(event)
-
-
-def _import_pynvml() -> NvmlModule:
-    return cast(NvmlModule, importlib.import_module("pynvml"))
 
 
 class GpuCollector:
@@ -503,7 +270,7 @@ class GpuCollector:
         self._last_attempt = self._clock()
         if self._nvml is None:
             try:
-                self._nvml = _import_pynvml()
+                self._nvml = import_pynvml()
             except ImportError:
                 self._permanent_failure = True
                 self.error = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
@@ -511,7 +278,7 @@ class GpuCollector:
         nvml = self._nvml
         self._codes = {
             getattr(nvml, name): name
-            for name in (*_ABSENT_ERRORS, *_DEVICE_LOST_ERRORS, *_LIBRARY_ERRORS)
+            for name in (*ABSENT_ERRORS, *DEVICE_LOST_ERRORS, *LIBRARY_ERRORS)
             if hasattr(nvml, name)
         }
         try:
@@ -523,7 +290,7 @@ class GpuCollector:
         try:
             count = nvml.nvmlDeviceGetCount()
         except Exception as error:  # noqa: BLE001 - counting failed: reported as the one-line error
-            self.error = f"NVML: cannot count GPUs ({_describe(error)})"
+            self.error = f"NVML: cannot count GPUs ({describe_error(error)})"
             return
         self._device_count = count
         self.driver_version = self._optional(nvml.nvmlSystemGetDriverVersion)
@@ -564,7 +331,7 @@ class GpuCollector:
             return "NVML: insufficient permissions"
         if name == "NVML_ERROR_LIB_RM_VERSION_MISMATCH":
             return "NVML: driver/library version mismatch (reload the driver or reboot)"
-        return f"NVML init failed: {_describe(error)}"
+        return f"NVML init failed: {describe_error(error)}"
 
     def _open(self, index: int) -> tuple[_Device | None, str]:
         nvml = self._library
@@ -596,7 +363,7 @@ class GpuCollector:
         except (_DeviceLost, _LibraryFailed) as error:
             return None, f"unavailable ({error})"
         except Exception as error:  # noqa: BLE001 - a GPU that cannot be opened is reported, not raised
-            return None, f"unavailable ({_describe(error)})"
+            return None, f"unavailable ({describe_error(error)})"
         if device.gpm:
             self._setup_gpm(device)
         return device, ""
@@ -698,11 +465,13 @@ class GpuCollector:
         except Exception as error:  # noqa: BLE001 - pynvml also raises non-NVMLError (version mismatch)
             is_nvml = isinstance(error, self._library.NVMLError)
             code_name = self._code_name(error) if is_nvml else None
-            if code_name in _DEVICE_LOST_ERRORS:
-                raise _DeviceLost(_describe(error)) from None
-            if code_name in _LIBRARY_ERRORS:
-                raise _LibraryFailed(_describe(error)) from None
-            raise _Absent(_describe(error), permanent=not is_nvml or code_name in _PERMANENT_ABSENT_ERRORS) from None
+            if code_name in DEVICE_LOST_ERRORS:
+                raise _DeviceLost(describe_error(error)) from None
+            if code_name in LIBRARY_ERRORS:
+                raise _LibraryFailed(describe_error(error)) from None
+            raise _Absent(
+                describe_error(error), permanent=not is_nvml or code_name in PERMANENT_ABSENT_ERRORS
+            ) from None
 
     def _code_name(self, error: Exception) -> str | None:
         """The NVML_ERROR_* name of an NVMLError's code, or None for another error."""
@@ -1056,8 +825,3 @@ def _field_numbers(nvml: NvmlModule, values: Any) -> list[float | None]:
         else:
             numbers.append(float(getattr(value.value, members[value.valueType])))
     return numbers
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]

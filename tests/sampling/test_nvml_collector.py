@@ -6,7 +6,8 @@ import pynvml as real
 import pytest
 from fake_nvml import GIB, FakeClock, FakeDevice, FakeNvml
 
-from gpumon.sampling.nvml import GPM_MIN_WINDOW, GpuCollector, GpuProcess, decode_clock_events
+from gpumon.sampling.nvml import GPM_MIN_WINDOW, GpuCollector, GpuProcess
+from gpumon.sampling.nvml_api import decode_clock_events
 
 
 def make_collector(nvml: FakeNvml, clock: FakeClock | None = None, retry_interval: float = 10.0) -> GpuCollector:
@@ -237,7 +238,7 @@ def test_missing_pynvml_module(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_pynvml() -> None:
         raise ImportError("No module named 'pynvml'")
 
-    monkeypatch.setattr(nvml_module, "_import_pynvml", no_pynvml)
+    monkeypatch.setattr(nvml_module, "import_pynvml", no_pynvml)
     collector = GpuCollector()
 
     assert collector.collect_fast() == ()
