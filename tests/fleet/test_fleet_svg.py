@@ -11,6 +11,7 @@ from fleet_helpers import RANGE, recorded, recorded_prometheus, vector
 from textual.pilot import Pilot
 
 from gpumon.fleet import FleetSnapshot, PromClient, read_fleet
+from gpumon.fleet.snapshot import GPU_QUERIES
 from gpumon.tui.fleet_app import FleetApp
 
 NOW = 1795436099.694
@@ -24,7 +25,7 @@ def two_node_fleet() -> FleetSnapshot:
         "gpumon_gpu_utilization_ratio": recorded("query-utilization.json"),
         "gpumon_gpu_sm_active_ratio": vector((gpu_a, 0.31), (gpu_b, 0.12)),
         "gpumon_gpu_memory_used_bytes": vector((gpu_a, 20 * GIB), (gpu_b, 8 * GIB)),
-        "gpumon_gpu_memory_total_bytes": vector((gpu_a, 80 * GIB), (gpu_b, 80 * GIB)),
+        GPU_QUERIES["memory_total"]: vector((gpu_a, 80 * GIB), (gpu_b, 80 * GIB)),
         RANGE + "gpumon_gpu_utilization_ratio": recorded("query_range-utilization.json"),
         "gpumon_job_step_seconds": recorded("query-2node-job-step.json"),
         "gpumon_job_data_wait_ratio": recorded("query-2node-job-data_wait.json"),
