@@ -29,7 +29,8 @@ HOST_QUERIES = {
 }
 INFO_LABELS = frozenset({"__name__", "version", "source", "has_sample", "host"})
 """gpumon_exporter_info's own labels; the rest (instance, job, what relabeling added) describe the host."""
-_LOST_GPU = re.compile(r"GPU (\d+) (lost \([^;]*\)|unavailable \([^;]*\))")
+_LOST_GPU = re.compile(r"GPU (\d+) (?:lost|unavailable) \(([^;]*)\)")
+"""The sampler's words for one GPU it cannot read: 'GPU 3 lost (GPU is lost); retrying every 10 s'."""
 
 
 class HostState(Enum):

@@ -56,7 +56,7 @@ async def test_both_hosts_and_the_job_shown() -> None:
         assert "run-7" in jobs and "2 ranks on 2 hosts" in jobs and "finding: input_bound (80% confidence)" in jobs
         straggler_line = next(line for line in jobs.splitlines() if "straggler" in line)
         assert "rank   1" in straggler_line and "sim-node-b" in straggler_line
-        assert shown(app, "#status").startswith("2 hosts, 2 GPUs, 1 job")
+        assert " · 2 hosts, 2 GPUs, 1 job · sort host" in shown(app, "#status")
 
 
 async def test_lost_prometheus_is_one_line_over_the_last_rows() -> None:
