@@ -146,7 +146,7 @@ def _tls(ca_file: str | None) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=ca_file)
     except FileNotFoundError:
         raise AuthError(f"cannot read CA file {printable(ca_file)}: No such file or directory") from None
+    except ssl.SSLError:  # an OSError too: first
+        raise AuthError(f"CA file {printable(ca_file)} holds no PEM certificate") from None
     except OSError as error:
         raise AuthError(f"cannot read CA file {printable(ca_file)}: {error.strerror or 'unreadable'}") from None
-    except ssl.SSLError:
-        raise AuthError(f"CA file {printable(ca_file)} holds no PEM certificate") from None

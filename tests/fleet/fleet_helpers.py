@@ -32,12 +32,16 @@ def vector(*samples: tuple[dict[str, str], float]) -> bytes:
 
 
 @contextmanager
-def recorded_prometheus(answers: Mapping[str, Answer | bytes]) -> Iterator[str]:
+def recorded_prometheus(
+    answers: Mapping[str, Answer | bytes], headers_seen: list[dict[str, str]] | None = None
+) -> Iterator[str]:
     """Serves `answers` (PromQL -> body, or (HTTP status, body)) on /api/v1/query; on /api/v1/query_range, the
-    answer stored under RANGE + PromQL."""
+    answer stored under RANGE + PromQL. Each request's headers are appended to `headers_seen` when given."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if headers_seen is not None:
+                headers_seen.append(dict(self.headers.items()))
             parts = urllib.parse.urlsplit(self.path)
             promql = urllib.parse.parse_qs(parts.query).get("query", [""])[0]
             ranged = parts.path.endswith("query_range")
