@@ -55,9 +55,9 @@ class FleetApp(App[None]):
     #filter { height: 1; border: none; padding: 0 1; }
     #filter.invalid { color: $error; }
     #gpu-header { height: 1; padding: 0; }
-    #gpus { height: 1fr; max-height: 100%; border: none; padding: 0; scrollbar-size-vertical: 1; }
+    #gpus { height: auto; max-height: 70%; border: none; padding: 0; scrollbar-size-vertical: 1; }
     #gpus > .option-list--option { padding: 0; }
-    #jobs-pane { height: auto; max-height: 40%; }
+    #jobs-pane { height: 1fr; }
     #jobs { padding: 0 1; margin-top: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [

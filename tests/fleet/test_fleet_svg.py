@@ -1,4 +1,5 @@
-"""The fleet view as an SVG screenshot at 160x50: two hosts' GPUs and one 2-node torchrun job grouped across them.
+"""The fleet view as SVG screenshots: at 160x50, two hosts' GPUs and one 2-node torchrun job grouped across them; at
+80x24 and 160x50, 50 hosts of 8 GPUs with a DOWN host, an NVML failure, a GPU off the bus, an XID and throttling.
 
 The job's answers are Prometheus's own, recorded from tests/exporter/test_multinode_torchrun.py (a real 2-node
 torchrun on loopback; rank 1, on sim-node-b, waits for its data); the GPU rows are the recorded answers the other
@@ -7,7 +8,7 @@ fleet tests use. Regenerate after an intended change: python -m pytest tests/fle
 
 from __future__ import annotations
 
-from fleet_helpers import RANGE, recorded, recorded_prometheus, vector
+from fleet_helpers import RANGE, many_hosts, recorded, recorded_prometheus, vector
 from textual.pilot import Pilot
 
 from gpumon.fleet import FleetSnapshot, PromClient, read_fleet
@@ -49,6 +50,26 @@ def test_fleet_view_160x50(snap_compare, utc_time_zone: None) -> None:
 
     async def run_before(pilot: Pilot) -> None:
         app.show(snapshot)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
+
+
+def test_fifty_hosts_80x24(snap_compare, utc_time_zone: None) -> None:
+    app = FleetApp()
+
+    async def run_before(pilot: Pilot) -> None:
+        app.show(many_hosts())
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_fifty_hosts_by_state_160x50(snap_compare, utc_time_zone: None) -> None:
+    app = FleetApp(sort="state")
+
+    async def run_before(pilot: Pilot) -> None:
+        app.show(many_hosts())
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
