@@ -75,11 +75,12 @@ def fleet_rows(snapshot: FleetSnapshot) -> list[FleetRow]:
     by_host: dict[str, list[GpuRow]] = {}
     for gpu in snapshot.gpus:
         by_host.setdefault(gpu.host, []).append(gpu)
+    states = {host.name: host for host in snapshot.host_rows}
     rows: list[FleetRow] = []
     for name in snapshot.hosts:
-        host = snapshot.host(name)
+        host = states.get(name) or HostRow(name)
         gpus = by_host.get(name, [])
-        rows.extend(FleetRow(host, gpu) for gpu in gpus) if gpus else rows.append(FleetRow(host))
+        rows.extend([FleetRow(host, gpu) for gpu in gpus] or [FleetRow(host)])
     return rows
 
 
