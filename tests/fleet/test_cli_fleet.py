@@ -1,5 +1,5 @@
-"""`gpumon fleet`'s command line: a bad URL, interval, filter, sort or credential is one line and exit 2, before any view
-starts."""
+"""`gpumon fleet`'s command line: a bad URL, interval, filter, sort or credential is one line and exit 2, before
+any view starts."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ def exit_code(argv: list[str]) -> int | str | None:
         (["fleet", "--prometheus", "http://p:9090", "--filter", "util<x"], "gpumon: error: bad filter term 'util<x'"),
         (["fleet", "--prometheus", "http://p:9090", "--filter", "host=~("], "gpumon: error: bad filter term 'host=~('"),
         (["fleet", "--prometheus", "http://p:9090", "--sort", "speed"], "gpumon: error: bad sort 'speed'"),
-        (["fleet", "--prometheus", "http://p:9090", "--ca-file", "ca.pem"], "gpumon: error: --ca-file needs an https://"),
+        (
+            ["fleet", "--prometheus", "http://p:9090", "--ca-file", "ca.pem"],
+            "gpumon: error: --ca-file needs an https://",
+        ),
         (["fleet", "--prometheus", "http://p:9090", "--header", "X: \x1b"], "gpumon: error: --header X: its value"),
     ],
 )
