@@ -221,9 +221,7 @@ def status_line(snapshot: FleetSnapshot, rows: list[FleetRow], shown: int, sort:
     failing = ", ".join(f"{counts[state]} {state}" for state in ("DOWN", "NVML FAILED") if counts.get(state))
     troubled = sum(1 for row in rows if row.gpu is not None and row.gpu.problems)
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(
-        f"{time.strftime('%H:%M:%S', time.localtime(snapshot.taken))} · {hosts} host{'s' if hosts != 1 else ''}"
-    )
+    text.append(f"{time.strftime('%H:%M:%S', time.localtime(snapshot.taken))} · {plural(hosts, 'host')}")
     if failing:
         text.append(f": {failing}", style="bold red")
     text.append(f", {plural(len(snapshot.gpus), 'GPU')}")
