@@ -167,3 +167,11 @@ def test_each_gpus_health_from_its_series() -> None:
         ("PCIe Gen5x8/5x16", WARNING),
     ]
     assert [(p.text, p.severity) for p in rows[("node-c", "0")].problems] == [("XID 13 earlier", WARNING)]
+
+
+def test_stale_after_sets_how_old_a_sample_may_be() -> None:
+    answers = three_hosts(**{HOST_QUERIES["sample_age"]: vector(({"host": "node-a"}, 90.0))})
+    with recorded_prometheus(answers) as url:
+        client = PromClient(url, timeout=5.0)
+        assert read_fleet(client, now=NOW).host("node-a").state is HostState.DOWN  # the default: 60 s
+        assert read_fleet(client, now=NOW, stale_after=120.0).host("node-a").state is HostState.UP
