@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -12,6 +13,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from gpumon.fleet.auth import AuthError, PromAuth
 from gpumon.printable import printable
 
 DEFAULT_TIMEOUT = 5.0
@@ -66,9 +68,14 @@ def check_url(url: str) -> str:
 class PromClient:
     """Queries one Prometheus server; every failure is a PromError with one printable line."""
 
-    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT, auth: PromAuth | None = None) -> None:
         self.base_url = check_url(base_url)
         self.timeout = timeout
+        self.auth = auth if auth is not None else PromAuth()
+        handlers: list[urllib.request.BaseHandler] = []
+        if self.auth.tls is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self.auth.tls))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def query(self, promql: str, at: float | None = None) -> tuple[Sample, ...]:
         params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
@@ -78,11 +85,24 @@ class PromClient:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         return parse_matrix(self._get("/api/v1/query_range", params))
 
+    def _request(self, url: str) -> urllib.request.Request:
+        """The request with the extra headers and the credentials; those are never sent on to a redirect's target."""
+        request = urllib.request.Request(url)
+        for name, value in self.auth.headers:
+            request.add_unredirected_header(name, value)
+        try:
+            authorization = self.auth.authorization()
+        except AuthError as error:
+            raise PromError(str(error)) from None
+        if authorization is not None:
+            request.add_unredirected_header("Authorization", authorization)
+        return request
+
     def _get(self, path: str, params: dict[str, str]) -> bytes:
-        url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
+        request = self._request(f"{self.base_url}{path}?{urllib.parse.urlencode(params)}")
         deadline = time.monotonic() + self.timeout  # the whole answer, not each read: a trickle cannot hold us
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+            with self._opener.open(request, timeout=self.timeout) as response:
                 body = _read_bounded(response, MAX_ANSWER_BYTES + 1, deadline)
         except urllib.error.HTTPError as error:
             body = _read_quietly(error, deadline)
@@ -90,6 +110,8 @@ class PromClient:
             raise PromError(f"Prometheus at {self.base_url}: HTTP {error.code}: {_line(detail)}") from None
         except urllib.error.URLError as error:
             reason = error.reason.strerror if isinstance(error.reason, OSError) else error.reason
+            if isinstance(error.reason, ssl.SSLError):  # its strerror is empty; its text says what failed
+                reason = getattr(error.reason, "verify_message", None) or error.reason.reason or str(error.reason)
             raise PromError(f"Prometheus at {self.base_url} unreachable: {_line(str(reason or error))}") from None
         except (OSError, http.client.HTTPException, ValueError) as error:  # timeouts, resets, broken answers
             raise PromError(f"Prometheus at {self.base_url}: {_line(str(error) or type(error).__name__)}") from None

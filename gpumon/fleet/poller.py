@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from gpumon.fleet.client import PromClient
+from gpumon.fleet.hosts import STALE_AFTER
 from gpumon.fleet.snapshot import QUERIES_PER_ROUND, FleetSnapshot, read_fleet
 from gpumon.printable import printable
 
@@ -14,9 +15,16 @@ from gpumon.printable import printable
 class FleetPoller:
     """Calls `on_snapshot` from its own thread with each new snapshot until stop()."""
 
-    def __init__(self, client: PromClient, interval: float, on_snapshot: Callable[[FleetSnapshot], None]) -> None:
+    def __init__(
+        self,
+        client: PromClient,
+        interval: float,
+        on_snapshot: Callable[[FleetSnapshot], None],
+        stale_after: float = STALE_AFTER,
+    ) -> None:
         self.client = client
         self.interval = interval
+        self.stale_after = stale_after
         self._on_snapshot = on_snapshot
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpumon-fleet-poller", daemon=True)
@@ -34,7 +42,7 @@ class FleetPoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                snapshot = read_fleet(self.client)
+                snapshot = read_fleet(self.client, stale_after=self.stale_after)
             except Exception as error:  # noqa: BLE001 - one bad round is one line; the next round runs
                 line = " ".join(f"{type(error).__name__}: {error}".split())[:200]
                 snapshot = FleetSnapshot(taken=time.time(), error=f"reading Prometheus failed: {printable(line)}")

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
 from gpumon.fleet.client import PromClient, PromError, Sample, Series, finite
+from gpumon.fleet.health import (
+    ALERT,
+    ECC_QUERY,
+    HEALTH_QUERY,
+    RECENT_XID_QUERY,
+    THROTTLE_QUERY,
+    Problem,
+    gpu_problems,
+)
+from gpumon.fleet.hosts import HOST_QUERIES, LOOKBACK, STALE_AFTER, HostRow, HostState, read_hosts
 from gpumon.jobs.jobstate import RankSummary, find_straggler
 
 HISTORY_SECONDS = 300.0
@@ -17,8 +28,10 @@ GPU_QUERIES = {
     "utilization": "gpumon_gpu_utilization_ratio",
     "sm_active": "gpumon_gpu_sm_active_ratio",
     "memory_used": "gpumon_gpu_memory_used_bytes",
-    "memory_total": "gpumon_gpu_memory_total_bytes",
+    "memory_total": f"last_over_time(gpumon_gpu_memory_total_bytes[{LOOKBACK}])",
 }
+"""memory_total over LOOKBACK also names every GPU a host had: one without a fresh memory_used is off the bus."""
+MODEL_QUERY = "gpumon_gpu_info"
 HISTORY_QUERIES = {
     "utilization": "gpumon_gpu_utilization_ratio",
     "sm_active": "gpumon_gpu_sm_active_ratio",
@@ -26,7 +39,11 @@ HISTORY_QUERIES = {
 }
 JOB_QUERIES = {"step": "gpumon_job_step_seconds", "data_wait": "gpumon_job_data_wait_ratio"}
 FINDING_QUERY = "gpumon_job_finding"
-QUERIES_PER_ROUND = len(GPU_QUERIES) + len(HISTORY_QUERIES) + len(JOB_QUERIES) + 1
+HEALTH_QUERIES = (HEALTH_QUERY, ECC_QUERY, THROTTLE_QUERY, RECENT_XID_QUERY, MODEL_QUERY)
+QUERIES_PER_ROUND = (
+    len(HOST_QUERIES) + len(GPU_QUERIES) + len(HISTORY_QUERIES) + len(HEALTH_QUERIES) + len(JOB_QUERIES) + 1
+)
+OFF_BUS = "off the bus"
 
 GpuKey = tuple[str, str]
 
@@ -44,6 +61,18 @@ class GpuRow:
     utilization_history: tuple[float | None, ...] = ()
     sm_history: tuple[float | None, ...] = ()
     memory_history: tuple[float | None, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    """Worst first; an off-the-bus GPU has one ALERT starting with OFF_BUS (and no fresh values)."""
+    model: str | None = None
+
+    @property
+    def severity(self) -> int:
+        """0 healthy, else the worst problem's: WARNING or ALERT."""
+        return max((problem.severity for problem in self.problems), default=0)
+
+    @property
+    def off_bus(self) -> bool:
+        return any(problem.text.startswith(OFF_BUS) for problem in self.problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,29 +102,39 @@ class JobRow:
 
 @dataclass(frozen=True, slots=True)
 class FleetSnapshot:
-    """What Prometheus said at `taken`; `error` is one line when it said nothing useful (the rows are then empty)."""
+    """What Prometheus said at `taken`; `error` is one line when it said nothing useful (the rows are then empty).
+
+    `hosts` names every host Prometheus knows, down ones included; `host_rows` says each one's state, by name."""
 
     taken: float
     gpus: tuple[GpuRow, ...] = ()
     jobs: tuple[JobRow, ...] = ()
     error: str | None = None
     hosts: tuple[str, ...] = field(default=())
+    host_rows: tuple[HostRow, ...] = field(default=())
+
+    def host(self, name: str) -> HostRow:
+        return next((row for row in self.host_rows if row.name == name), HostRow(name))
 
 
-def read_fleet(client: PromClient, now: float | None = None) -> FleetSnapshot:
+def read_fleet(client: PromClient, now: float | None = None, stale_after: float = STALE_AFTER) -> FleetSnapshot:
     """Query Prometheus once; never raises for Prometheus's failures (they become the snapshot's error line)."""
     taken = time.time() if now is None else now
     try:
-        gpus = _gpu_rows(client, taken)
+        hosts = read_hosts(client, taken, stale_after)
+        gpus = _gpu_rows(client, taken, hosts)
         jobs = _job_rows(client, taken)
     except PromError as error:
         return FleetSnapshot(taken=taken, error=str(error))
-    if not gpus:
+    for row in gpus:
+        hosts.setdefault(row.host, HostRow(row.host))  # an exporter older than gpumon_exporter_info
+    if not gpus and not hosts:
         return FleetSnapshot(taken=taken, jobs=jobs, error=EMPTY_ANSWER)
-    return FleetSnapshot(taken=taken, gpus=gpus, jobs=jobs, hosts=tuple(sorted({row.host for row in gpus})))
+    names = tuple(sorted(hosts, key=natural_host))
+    return FleetSnapshot(taken=taken, gpus=gpus, jobs=jobs, hosts=names, host_rows=tuple(hosts[name] for name in names))
 
 
-def _gpu_rows(client: PromClient, now: float) -> tuple[GpuRow, ...]:
+def _gpu_rows(client: PromClient, now: float, hosts: dict[str, HostRow]) -> tuple[GpuRow, ...]:
     newest = {name: _by_gpu(client.query(promql, at=now)) for name, promql in GPU_QUERIES.items()}
     step = max(1.0, HISTORY_SECONDS / HISTORY_POINTS)
     start = now - HISTORY_SECONDS
@@ -103,25 +142,69 @@ def _gpu_rows(client: PromClient, now: float) -> tuple[GpuRow, ...]:
         name: _history_by_gpu(client.query_range(promql, start, now, step), start, step)
         for name, promql in HISTORY_QUERIES.items()
     }
-    keys = sorted(set().union(*(values.keys() for values in newest.values())), key=_natural)
-    return tuple(
-        GpuRow(
-            host=host,
-            gpu=gpu,
-            utilization=_percent(newest["utilization"].get((host, gpu))),
-            sm_active=_percent(newest["sm_active"].get((host, gpu))),
-            memory_used=newest["memory_used"].get((host, gpu)),
-            memory_total=newest["memory_total"].get((host, gpu)),
-            utilization_history=history["utilization"].get((host, gpu), ()),
-            sm_history=history["sm_active"].get((host, gpu), ()),
-            memory_history=history["memory"].get((host, gpu), ()),
+    health = _health(client, now)
+    fresh = newest["memory_used"].keys() | newest["utilization"].keys()
+    rows = []
+    for host, gpu in sorted(set().union(*(values.keys() for values in newest.values())), key=_natural):
+        state = hosts[host] if host in hosts else HostRow(host)
+        if state.state is not HostState.UP:
+            continue  # a DOWN or NVML FAILED host is one line; its last values are not news
+        utilization = _percent(newest["utilization"].get((host, gpu)))
+        values, ecc, throttles, recent_xid, model = health.get((host, gpu), ({}, None, frozenset(), False, None))
+        problems = gpu_problems(
+            values, ecc_uncorrected=ecc, throttles=throttles, recent_xid=recent_xid, utilization=utilization
         )
-        for host, gpu in keys
-    )
+        if (host, gpu) not in fresh:
+            lost = dict(state.lost_gpus).get(gpu)
+            problems = (Problem(f"{OFF_BUS} ({lost})" if lost else OFF_BUS, ALERT), *problems)
+        rows.append(
+            GpuRow(
+                host=host,
+                gpu=gpu,
+                utilization=utilization,
+                sm_active=_percent(newest["sm_active"].get((host, gpu))),
+                memory_used=newest["memory_used"].get((host, gpu)),
+                memory_total=newest["memory_total"].get((host, gpu)),
+                utilization_history=history["utilization"].get((host, gpu), ()),
+                sm_history=history["sm_active"].get((host, gpu), ()),
+                memory_history=history["memory"].get((host, gpu), ()),
+                problems=problems,
+                model=model,
+            )
+        )
+    return tuple(rows)
+
+
+HealthOf = tuple[dict[str, float], float | None, frozenset[str], bool, str | None]
+
+
+def _health(client: PromClient, now: float) -> dict[GpuKey, HealthOf]:
+    """Per GPU: its health gauges by short name, uncorrected ECC errors, active throttle reasons, whether an XID
+    came in the last 10 minutes, and its model."""
+    values: dict[GpuKey, dict[str, float]] = {}
+    for sample in client.query(HEALTH_QUERY, at=now):
+        if finite(sample.value) is not None:
+            name = (sample.label("__name__") or "").removeprefix("gpumon_gpu_")
+            values.setdefault(_gpu_key(sample), {})[name] = sample.value
+    ecc = _by_gpu(client.query(ECC_QUERY, at=now))
+    throttles: dict[GpuKey, set[str]] = {}
+    for sample in client.query(THROTTLE_QUERY, at=now):
+        throttles.setdefault(_gpu_key(sample), set()).add(sample.label("reason") or "?")
+    recent_xid = {_gpu_key(sample) for sample in client.query(RECENT_XID_QUERY, at=now)}
+    models = {_gpu_key(sample): sample.label("model") for sample in client.query(MODEL_QUERY, at=now)}
+    keys = values.keys() | ecc.keys() | throttles.keys() | recent_xid | models.keys()
+    return {
+        key: (values.get(key, {}), ecc.get(key), frozenset(throttles.get(key, ())), key in recent_xid, models.get(key))
+        for key in keys
+    }
+
+
+def _gpu_key(sample: Sample) -> GpuKey:
+    return (sample.label("host") or "?", sample.label("gpu") or "?")
 
 
 def _by_gpu(samples: tuple[Sample, ...]) -> dict[GpuKey, float]:
-    return {(s.label("host") or "?", s.label("gpu") or "?"): s.value for s in samples if finite(s.value) is not None}
+    return {_gpu_key(s): s.value for s in samples if finite(s.value) is not None}
 
 
 def _history_by_gpu(series: tuple[Series, ...], start: float, step: float) -> dict[GpuKey, tuple[float | None, ...]]:
@@ -238,6 +321,14 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _natural(key: GpuKey) -> tuple[str, int, str]:
+def _natural(key: GpuKey) -> tuple[tuple[str | int, ...], int, str]:
     host, gpu = key
-    return (host, int(gpu) if gpu.isdigit() else 1 << 30, gpu)
+    return (natural_host(host), int(gpu) if gpu.isdigit() else 1 << 30, gpu)
+
+
+def natural_host(name: str) -> tuple[str | int, ...]:
+    """'node-2' before 'node-10': the digit runs of a name compared as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
+
+
+_DIGITS = re.compile(r"(\d+)")

@@ -1,8 +1,9 @@
-"""`gpumon fleet`: the fleet view read from Prometheus: one row per host and GPU with graphs, then the jobs.
+"""`gpumon fleet`: the fleet view read from Prometheus: every host and GPU with its state and health, then the jobs.
 
 Prometheus is read by gpumon.fleet's poller on its own thread; each FleetSnapshot reaches the UI as a message.
 When Prometheus is lost or answers nothing, the status line says so in one line and the last rows stay shown.
-Enter on a GPU row shows that host's processes (read on a worker thread); Escape goes back.
+`/` edits the filter (the same terms as --filter), `s` sorts by the next key, `S` reverses; Enter on a row shows
+that host's processes (read on a worker thread); Escape goes back.
 """
 
 from __future__ import annotations
@@ -11,28 +12,29 @@ import time
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
 from gpumon import units
-from gpumon.fleet import FleetPoller, FleetSnapshot, GpuRow, HostProcesses, JobRow, PromClient, read_processes
+from gpumon.fleet import FleetPoller, FleetSnapshot, HostProcesses, JobRow, PromClient, read_processes
+from gpumon.fleet.hosts import STALE_AFTER
+from gpumon.fleet.view import SORT_KEYS, FilterError, FleetRow, Term, fleet_rows, parse_filter, select, state_counts
 from gpumon.printable import printable
 from gpumon.tui._textual_compat import driver_class
+from gpumon.tui.fleet_table import header, layout, line
 from gpumon.tui.format import plural
 from gpumon.tui.heap import freeze_after_first_frame
-from gpumon.tui.sparkline import spark_string
 
-GRAPH_WIDTH = 24
-"""Cells per graph: the newest samples of the snapshot's history, on the fixed 0-100% scale."""
 NO_DATA = "no GPU rows yet"
+FILTER_PLACEHOLDER = "/ to filter: host=~node-1.* state!=ok util<20 rack=r7"
 
 
 class FleetUpdate(Message):
@@ -50,37 +52,62 @@ class FleetApp(App[None]):
     CSS = """
     #status { height: 1; padding: 0 1; }
     #status.error { color: $error; text-style: bold; }
-    #gpu-header { padding: 0 1; text-style: bold; }
-    #gpus { height: auto; max-height: 60%; border: none; padding: 0; }
+    #filter { height: 1; border: none; padding: 0 1; }
+    #filter.invalid { color: $error; }
+    #gpu-header { height: 1; padding: 0; }
+    #gpus { height: auto; max-height: 70%; border: none; padding: 0; scrollbar-size-vertical: 1; }
+    #gpus > .option-list--option { padding: 0; }
+    #jobs-pane { height: 1fr; }
     #jobs { padding: 0 1; margin-top: 1; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "Quit")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("slash", "edit_filter", "Filter", key_display="/"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("S", "reverse_sort", "Reverse", show=False),
+    ]
 
     def get_driver_class(self) -> type[Driver]:
         return driver_class(super().get_driver_class())
 
-    def __init__(self, client: PromClient | None = None, interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        client: PromClient | None = None,
+        interval: float = 5.0,
+        *,
+        stale_after: float = STALE_AFTER,
+        sort: str = "host",
+        filter_text: str = "",
+    ) -> None:
         super().__init__()
         self.client = client
         self.interval = interval
+        self.stale_after = stale_after
+        self.sort = sort
+        self.filter_text = filter_text
+        self.terms: tuple[Term, ...] = parse_filter(filter_text)
+        self.filter_error: str | None = None
         self.last_good: FleetSnapshot | None = None
         self.latest: FleetSnapshot | None = None
         self._poller: FleetPoller | None = None
-        self._rows: tuple[GpuRow, ...] = ()
+        self._rows: list[FleetRow] = []
+        self._shown: list[FleetRow] = []
 
     def compose(self) -> ComposeResult:
         source = self.client.base_url if self.client is not None else "no Prometheus"
         yield Static(f"reading {printable(source)} …", id="status")
+        yield Input(self.filter_text, placeholder=FILTER_PLACEHOLDER, id="filter", compact=True)
         yield Static(NO_DATA, id="gpu-header")
         yield OptionList(id="gpus")
-        with VerticalScroll():
+        with VerticalScroll(id="jobs-pane"):
             yield Static("", id="jobs")
         yield Footer()
 
     def on_mount(self) -> None:
         freeze_after_first_frame(self)
+        self.query_one("#gpus", OptionList).focus()
         if self.client is not None:
-            self._poller = FleetPoller(self.client, self.interval, self._deliver)
+            self._poller = FleetPoller(self.client, self.interval, self._deliver, self.stale_after)
             self._poller.start()
 
     def _deliver(self, snapshot: FleetSnapshot) -> None:
@@ -99,73 +126,117 @@ class FleetApp(App[None]):
     def show(self, snapshot: FleetSnapshot) -> None:
         """Show one snapshot: its rows, or its error line over the last good rows."""
         self.latest = snapshot
-        status = self.query_one("#status", Static)
-        if snapshot.error is not None:
-            status.update(Text(printable(snapshot.error)))
-            status.add_class("error")
-        else:
+        if snapshot.error is None:
             self.last_good = snapshot
-            status.remove_class("error")
-            hosts = len(snapshot.hosts)
-            status.update(
-                f"{plural(hosts, 'host')}, {plural(len(snapshot.gpus), 'GPU')}, {plural(len(snapshot.jobs), 'job')}"
-                f" · {time.strftime('%H:%M:%S', time.localtime(snapshot.taken))}"
-            )
         shown = self.last_good if self.last_good is not None else snapshot
-        if shown is not snapshot and snapshot.error is not None and self.last_good is not None:
-            return  # the last good rows stay as they are
-        self._show_gpus(shown.gpus)
+        self._rows = fleet_rows(shown)
+        self._refresh_rows()
         self.query_one("#jobs", Static).update(job_table(shown.jobs))
 
-    def _show_gpus(self, rows: tuple[GpuRow, ...]) -> None:
-        header = self.query_one("#gpu-header", Static)
+    def _refresh_status(self) -> None:
+        status = self.query_one("#status", Static)
+        snapshot = self.latest
+        problem = self.filter_error or (snapshot.error if snapshot is not None else None)
+        if problem is not None:
+            status.update(Text(printable(problem), no_wrap=True, overflow="ellipsis"))
+            status.add_class("error")
+            return
+        status.remove_class("error")
+        if snapshot is None:
+            return
+        status.update(status_line(snapshot, self._rows, len(self._shown), self.sort))
+
+    def _refresh_rows(self) -> None:
+        """Filter and sort the rows, then draw them to the width; the highlighted row stays the same row."""
         table = self.query_one("#gpus", OptionList)
-        width = host_width(rows)
-        header.update(gpu_header(width) if rows else Text(NO_DATA))
-        highlighted = table.highlighted
-        table.set_options(Option(gpu_line(row, width), id=str(index)) for index, row in enumerate(rows))
-        self._rows = rows
-        if rows:
-            table.highlighted = min(highlighted or 0, len(rows) - 1)
+        previous = self._shown[table.highlighted] if table.highlighted is not None and self._shown else None
+        self._shown = select(self._rows, self.terms, self.sort)
+        width = max(20, self.size.width - 1)  # the table's scrollbar takes one column
+        shape = layout(width, max((len(printable(row.host.name)) for row in self._shown), default=4))
+        self.query_one("#gpu-header", Static).update(header(shape) if self._rows else Text(NO_DATA))
+        table.set_options(Option(line(row, shape), id=str(index)) for index, row in enumerate(self._shown))
+        if self._shown:
+            keys = [_identity(row) for row in self._shown]
+            wanted = _identity(previous) if previous is not None else None
+            table.highlighted = keys.index(wanted) if wanted in keys else 0
+        self._refresh_status()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.latest is not None:
+            self._refresh_rows()
+
+    def action_edit_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_cycle_sort(self) -> None:
+        key = self.sort.removeprefix("-")
+        self.sort = SORT_KEYS[(SORT_KEYS.index(key) + 1) % len(SORT_KEYS)]
+        self._refresh_rows()
+
+    def action_reverse_sort(self) -> None:
+        self.sort = self.sort.removeprefix("-") if self.sort.startswith("-") else "-" + self.sort
+        self._refresh_rows()
+
+    @on(Input.Changed, "#filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        """Each edit applies at once when it parses; a bad one says why on the status line and keeps the last."""
+        try:
+            self.terms = parse_filter(event.value)
+        except FilterError as error:
+            self.filter_error = str(error)
+            event.input.add_class("invalid")
+            self._refresh_status()
+            return
+        self.filter_text, self.filter_error = event.value, None
+        event.input.remove_class("invalid")
+        if self.latest is not None:
+            self._refresh_rows()
+
+    @on(Input.Submitted, "#filter")
+    def filter_done(self) -> None:
+        self.query_one("#gpus", OptionList).focus()
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key == "escape" and self.focused is self.query_one("#filter", Input):
+            self.query_one("#gpus", OptionList).focus()
+            event.stop()
 
     @on(OptionList.OptionSelected, "#gpus")
     def open_host(self, event: OptionList.OptionSelected) -> None:
         if self.client is None or event.option.id is None:
             return
-        host = self._rows[int(event.option.id)].host
+        host = self._shown[int(event.option.id)].host.name
         self.push_screen(ProcessScreen(self.client, host))
 
 
-def host_width(rows: tuple[GpuRow, ...]) -> int:
-    return max((len(printable(row.host)) for row in rows), default=4)
+def _identity(row: FleetRow) -> tuple[str, str | None]:
+    return (row.host.name, row.gpu.gpu if row.gpu is not None else None)
 
 
-def gpu_header(width: int) -> Text:
-    return Text(f"{'HOST':<{width}}  GPU  {'UTIL':<{GRAPH_WIDTH + 5}}{'SM':<{GRAPH_WIDTH + 5}}MEMORY")
-
-
-def gpu_line(row: GpuRow, width: int) -> Text:
-    """One host and GPU: utilization, SM activity and memory, each a graph and its newest value."""
-    text = Text()
-    memory_share = (
-        row.memory_used / row.memory_total * 100 if row.memory_used is not None and row.memory_total else None
-    )
-    text.append(f"{printable(row.host):<{width}}  {printable(row.gpu):>3}  ")
-    _graph(text, row.utilization_history, row.utilization, "green")
-    _graph(text, row.sm_history, row.sm_active, "cyan")
-    _graph(text, row.memory_history, memory_share, "magenta")
-    text.append(f"  {units.size(row.memory_used)} / {units.size(row.memory_total)}")
+def status_line(snapshot: FleetSnapshot, rows: list[FleetRow], shown: int, sort: str) -> Text:
+    """'08:12:03 · 50 hosts: 2 DOWN, 1 NVML FAILED, 392 GPUs, 3 with problems, 4 jobs · 12 of 400 rows shown · sort
+    util': the time first, so that 80 columns cut only the least needed words."""
+    hosts = len(snapshot.hosts)
+    counts = state_counts(rows)
+    failing = ", ".join(f"{counts[state]} {state}" for state in ("DOWN", "NVML FAILED") if counts.get(state))
+    troubled = sum(1 for row in rows if row.gpu is not None and row.gpu.problems)
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{time.strftime('%H:%M:%S', time.localtime(snapshot.taken))} · {plural(hosts, 'host')}")
+    if failing:
+        text.append(f": {failing}", style="bold red")
+    text.append(f", {plural(len(snapshot.gpus), 'GPU')}")
+    if troubled:
+        text.append(f", {troubled} with problems", style="yellow")
+    text.append(f", {plural(len(snapshot.jobs), 'job')}")
+    if shown != len(rows):
+        text.append(f" · {shown} of {len(rows)} rows shown")
+    text.append(f" · sort {sort}")
     return text
-
-
-def _graph(text: Text, history: tuple[float | None, ...], newest: float | None, style: str) -> None:
-    text.append(spark_string(history or (newest,), GRAPH_WIDTH), style=style)
-    text.append(f" {units.percent(newest):>4}")
 
 
 def job_table(jobs: tuple[JobRow, ...]) -> Text:
     """Each job (grouped across hosts by run id): its finding, then a line per rank, the straggler marked."""
-    text = Text()
+    text = Text(no_wrap=True, overflow="ellipsis")
     if not jobs:
         text.append("no hooked jobs reported", style="dim")
         return text

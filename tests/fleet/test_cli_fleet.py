@@ -1,4 +1,5 @@
-"""`gpumon fleet`'s command line: a bad URL or interval is one line and exit 2, before any view starts."""
+"""`gpumon fleet`'s command line: a bad URL, interval, filter, sort or credential is one line and exit 2, before
+any view starts."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def exit_code(argv: list[str]) -> int | str | None:
         (["fleet", "--prometheus", "http://\x1b[2Jprom"], "gpumon: error: bad Prometheus URL 'http://\\x1b[2Jprom'"),
         (["fleet", "--prometheus", "http://prom:9090", "--interval", "0"], "gpumon fleet: error: argument --interval"),
         (["fleet"], "gpumon fleet: error: the following arguments are required: --prometheus"),
+        (["fleet", "--prometheus", "http://p:9090", "--filter", "util<x"], "gpumon: error: bad filter term 'util<x'"),
+        (["fleet", "--prometheus", "http://p:9090", "--filter", "host=~("], "gpumon: error: bad filter term 'host=~('"),
+        (["fleet", "--prometheus", "http://p:9090", "--sort", "speed"], "gpumon: error: bad sort 'speed'"),
+        (
+            ["fleet", "--prometheus", "http://p:9090", "--ca-file", "ca.pem"],
+            "gpumon: error: --ca-file needs an https://",
+        ),
+        (["fleet", "--prometheus", "http://p:9090", "--header", "X: \x1b"], "gpumon: error: --header X: its value"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(

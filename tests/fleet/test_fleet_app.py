@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from fleet_helpers import closed_port_url, recorded_prometheus, vector
+import pytest
+from fleet_helpers import closed_port_url, many_hosts, recorded_prometheus, vector
 from rich.text import Text
-from textual.widgets import OptionList, Static
+from textual.widgets import Input, OptionList, Static
 
 from gpumon.fleet import FleetSnapshot, GpuRow, JobRow, PromClient, RankRow
 from gpumon.tui.fleet_app import FleetApp, ProcessScreen
@@ -56,7 +57,7 @@ async def test_both_hosts_and_the_job_shown() -> None:
         assert "run-7" in jobs and "2 ranks on 2 hosts" in jobs and "finding: input_bound (80% confidence)" in jobs
         straggler_line = next(line for line in jobs.splitlines() if "straggler" in line)
         assert "rank   1" in straggler_line and "sim-node-b" in straggler_line
-        assert shown(app, "#status").startswith("2 hosts, 2 GPUs, 1 job")
+        assert " · 2 hosts, 2 GPUs, 1 job · sort host" in shown(app, "#status")
 
 
 async def test_lost_prometheus_is_one_line_over_the_last_rows() -> None:
@@ -131,3 +132,97 @@ async def test_a_host_without_process_series_is_one_line() -> None:
             assert shown(app, "#processes").splitlines()[-1] == (
                 "Prometheus has no gpumon_process_* series for host sim-node-a"
             )
+
+
+def option_lines(app: FleetApp) -> list[str]:
+    table = app.query_one("#gpus", OptionList)
+    return [str(table.get_option_at_index(i).prompt) for i in range(table.option_count)]
+
+
+async def assert_no_row_wraps(app: FleetApp, width: int) -> None:
+    table = app.query_one("#gpus", OptionList)
+    assert table.virtual_size.height == table.option_count  # one line per row: none wrapped
+    assert all(len(line) <= width - 1 for line in option_lines(app))
+    assert len(shown(app, "#gpu-header")) <= width - 1
+
+
+@pytest.mark.parametrize("width", [80, 100, 160, 220])
+async def test_400_gpu_rows_never_wrap_and_keep_host_state_and_health(width: int) -> None:
+    app = FleetApp()
+    async with app.run_test(size=(width, 24)) as pilot:
+        app.show(many_hosts())
+        await pilot.pause()
+        await assert_no_row_wraps(app, width)
+        lines = option_lines(app)
+        assert len(lines) == 48 * 8 + 2  # the DOWN and NVML FAILED hosts are one row each
+        down = next(line for line in lines if "DOWN" in line)
+        assert down.startswith("gpu-node-003") and "scrape failing" in down
+        failed = next(line for line in lines if "NVML FAILED" in line)
+        assert "NVML failed (Driver Not Loaded)" in failed and "\x1b" not in failed
+        xid = next(line for line in lines if "ALERT" in line)
+        assert "XID 79" in xid and "%" in xid  # utilization stays, even at 80 columns
+        status = shown(app, "#status")
+        assert "50 hosts: 1 DOWN, 1 NVML FAILED" in status
+
+
+async def test_narrow_terminal_drops_graphs_before_health() -> None:
+    app = FleetApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.show(many_hosts())
+        await pilot.pause()
+        header = shown(app, "#gpu-header")
+        assert header.split()[:4] == ["HOST", "GPU", "STATE", "UTIL"] and header.rstrip().endswith("HEALTH")
+        assert "MEMORY" not in header  # dropped at 80 columns; the health words are not
+    app = FleetApp()
+    async with app.run_test(size=(200, 30)) as pilot:
+        app.show(many_hosts())
+        await pilot.pause()
+        assert "MEMORY" in shown(app, "#gpu-header")
+
+
+async def test_filter_input_and_sort_keys() -> None:
+    app = FleetApp()
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.show(many_hosts())
+        await pilot.pause()
+        await pilot.press("slash")
+        for key in "state!=ok":
+            await pilot.press(key)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.focused, OptionList)
+        lines = option_lines(app)
+        assert [line.split()[0][:12] for line in lines] == [
+            "gpu-node-003",
+            "gpu-node-005",
+            "gpu-node-007",
+            "gpu-node-009",
+            "gpu-node-011",
+        ]
+        assert "5 of 386 rows shown" in shown(app, "#status")
+        await pilot.press("s")  # host -> state: the worst first
+        await pilot.pause()
+        assert [line.split()[2] for line in option_lines(app)] == ["DOWN", "NVML", "OFF", "ALERT", "WARN"]
+        assert app.sort == "state"
+        await pilot.press("S")
+        await pilot.pause()
+        assert app.sort == "-state" and option_lines(app)[0].split()[2] == "WARN"
+
+
+async def test_a_bad_filter_says_why_and_keeps_the_last_good_one() -> None:
+    app = FleetApp(filter_text="rack=r1")
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.show(many_hosts())
+        await pilot.pause()
+        count = len(option_lines(app))
+        assert 0 < count < 386
+        typed = app.query_one("#filter", Input)
+        typed.value = "rack=r1 util<x"
+        await pilot.pause()
+        assert shown(app, "#status") == "bad filter term 'util<x': 'x' is not a number"
+        assert typed.has_class("invalid") and len(option_lines(app)) == count
+        typed.value = "rack=r1 util<20"
+        await pilot.pause()
+        assert "rows shown" in shown(app, "#status")
+        lines = option_lines(app)
+        assert 0 < len(lines) < count and all(float(line.split("%")[0].split()[-1]) < 20 for line in lines)

@@ -1,4 +1,5 @@
-"""The fleet view as an SVG screenshot at 160x50: two hosts' GPUs and one 2-node torchrun job grouped across them.
+"""The fleet view as SVG screenshots: at 160x50, two hosts' GPUs and one 2-node torchrun job grouped across them; at
+80x24 and 160x50, 50 hosts of 8 GPUs with a DOWN host, an NVML failure, a GPU off the bus, an XID and throttling.
 
 The job's answers are Prometheus's own, recorded from tests/exporter/test_multinode_torchrun.py (a real 2-node
 torchrun on loopback; rank 1, on sim-node-b, waits for its data); the GPU rows are the recorded answers the other
@@ -7,10 +8,11 @@ fleet tests use. Regenerate after an intended change: python -m pytest tests/fle
 
 from __future__ import annotations
 
-from fleet_helpers import RANGE, recorded, recorded_prometheus, vector
+from fleet_helpers import RANGE, many_hosts, recorded, recorded_prometheus, vector
 from textual.pilot import Pilot
 
 from gpumon.fleet import FleetSnapshot, PromClient, read_fleet
+from gpumon.fleet.snapshot import GPU_QUERIES
 from gpumon.tui.fleet_app import FleetApp
 
 NOW = 1795436099.694
@@ -24,7 +26,7 @@ def two_node_fleet() -> FleetSnapshot:
         "gpumon_gpu_utilization_ratio": recorded("query-utilization.json"),
         "gpumon_gpu_sm_active_ratio": vector((gpu_a, 0.31), (gpu_b, 0.12)),
         "gpumon_gpu_memory_used_bytes": vector((gpu_a, 20 * GIB), (gpu_b, 8 * GIB)),
-        "gpumon_gpu_memory_total_bytes": vector((gpu_a, 80 * GIB), (gpu_b, 80 * GIB)),
+        GPU_QUERIES["memory_total"]: vector((gpu_a, 80 * GIB), (gpu_b, 80 * GIB)),
         RANGE + "gpumon_gpu_utilization_ratio": recorded("query_range-utilization.json"),
         "gpumon_job_step_seconds": recorded("query-2node-job-step.json"),
         "gpumon_job_data_wait_ratio": recorded("query-2node-job-data_wait.json"),
@@ -48,6 +50,26 @@ def test_fleet_view_160x50(snap_compare, utc_time_zone: None) -> None:
 
     async def run_before(pilot: Pilot) -> None:
         app.show(snapshot)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
+
+
+def test_fifty_hosts_80x24(snap_compare, utc_time_zone: None) -> None:
+    app = FleetApp()
+
+    async def run_before(pilot: Pilot) -> None:
+        app.show(many_hosts())
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_fifty_hosts_by_state_160x50(snap_compare, utc_time_zone: None) -> None:
+    app = FleetApp(sort="state")
+
+    async def run_before(pilot: Pilot) -> None:
+        app.show(many_hosts())
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)

@@ -8,7 +8,7 @@ import pytest
 from fleet_helpers import RANGE, closed_port_url, recorded, recorded_prometheus, vector
 
 from gpumon.fleet import FleetPoller, FleetSnapshot, PromClient, read_fleet
-from gpumon.fleet.snapshot import EMPTY_ANSWER, HISTORY_POINTS
+from gpumon.fleet.snapshot import EMPTY_ANSWER, GPU_QUERIES, HISTORY_POINTS
 
 NOW = 1795436099.694
 """The recorded answers' time."""
@@ -36,7 +36,7 @@ def fleet_answers(step_b: float = 0.2, wait_a: float = 0.05, wait_b: float = 0.0
         "gpumon_gpu_utilization_ratio": recorded("query-utilization.json"),
         "gpumon_gpu_sm_active_ratio": vector((gpu("sim-node-a"), 0.31), (gpu("sim-node-b"), 0.12)),
         "gpumon_gpu_memory_used_bytes": vector((gpu("sim-node-a"), 20 * GIB), (gpu("sim-node-b"), 8 * GIB)),
-        "gpumon_gpu_memory_total_bytes": vector((gpu("sim-node-a"), 80 * GIB), (gpu("sim-node-b"), 80 * GIB)),
+        GPU_QUERIES["memory_total"]: vector((gpu("sim-node-a"), 80 * GIB), (gpu("sim-node-b"), 80 * GIB)),
         RANGE + "gpumon_gpu_utilization_ratio": recorded("query_range-utilization.json"),
         "gpumon_job_step_seconds": vector((a0, 0.1), (b1, step_b), (solo, 0.05)),
         "gpumon_job_data_wait_ratio": vector((a0, wait_a), (b1, wait_b), (solo, 0.0)),
