@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-# The files that take the most time (real jobs, dashboards, trial runs in subprocesses), by `pytest --durations=0` on
-# the 2-core machine, 2026-11-27: 26 files, 350 of the suite's 421 s. Their tests are `slow`; the full suite (CI) runs
+# The files that take the most time (real jobs, dashboards, trial runs in subprocesses, a real Prometheus), by
+# `pytest --durations` on the 2-core machine, 2026-11-27: 32 files. Their tests are `slow`; the full suite (CI) runs
 # them all.
 SLOW_FILES = frozenset(
     {
@@ -25,8 +25,14 @@ SLOW_FILES = frozenset(
         "tests/attach/test_ddp_torchrun.py",
         "tests/attach/test_profile_cli.py",
         "tests/demo/test_trainer.py",
+        "tests/exporter/test_dcgm_names.py",
         "tests/exporter/test_exporter_server.py",
+        "tests/exporter/test_fleet_prometheus.py",
         "tests/exporter/test_job_metrics.py",
+        "tests/exporter/test_multinode_torchrun.py",
+        "tests/exporter/test_prometheus_integration.py",
+        "tests/fleet/test_auth.py",
+        "tests/fleet/test_fleet_failures_prometheus.py",
         "tests/hardening/test_cli_errors.py",
         "tests/hardening/test_diagnosis_window.py",
         "tests/hardening/test_escapes_everywhere.py",
