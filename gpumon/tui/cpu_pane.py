@@ -9,6 +9,7 @@ from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import CpuSample
 from gpumon.tui.bar import bar, bar_spans, gauge_line, level_style
+from gpumon.tui.format import plural
 from gpumon.tui.gauge_graph import (
     GRAPH_OFFSET,
     Gauge,
@@ -195,7 +196,7 @@ class CpuPane(Pane):
         """Redraw; `room`: the lines the pane may fill (graphs where they fit), `style`, `scrolled_back` (samples) and
         `whole_cells` as the GPU graphs are drawn."""
         max_core_rows = self.max_core_rows
-        title = f"CPU · {len(cpu.per_core)} cores" if cpu.per_core else "CPU"
+        title = f"CPU · {plural(len(cpu.per_core), 'core')}" if cpu.per_core else "CPU"
         self.set_title(title)
         view = (
             GraphView(history, style, scrolled_back, self._graphs, whole_cells, HOST_SAMPLES_PER_DOT)
