@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
-#   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | x2
+#   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
+#                                                 | x2 | x2open
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file.
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|x2 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|x2|x2open [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -55,5 +56,23 @@ case "$part" in
     wait
     timeout 150 python3 benchmarks/advisor_categories.py --case memory_imbalance --duration 15 --warmup 5 --out "$out" \
       2>&1 | tee "$out/advisor_memory_imbalance.log" ;;
+  open)      # one GPU, what issues 24-26 still owe (about 9.5 min): start-up CPU beside nvitop; the stack sampler's
+             # cost in paired rounds; the two scenarios left unchecked; a recording with FB free and graphics activity
+    timeout 60 python3 benchmarks/startup_cpu.py --live --rounds 6 --nvitop nvitop 2>&1 | tee "$out/startup_cpu.log"
+    timeout 240 python3 benchmarks/hook_overhead.py --variants off hook hook_no_sampler --rounds 6 --windows 3 \
+      --steps 400 --json "$out/sampler_overhead.json" 2>&1 | tee "$out/sampler_overhead.log"
+    python3 -m gpumon record "$out/h200-dcgm-fields.jsonl" --duration 40 \
+      --note "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F): the fields --dcgm-names serves" \
+      > "$out/record.log" 2>&1 &
+    timeout 230 python3 benchmarks/scenario_truth.py --only two_cause_loader_sync --only logging_sync \
+      --attach-after 15 --truth-duration 12 --duration 15 --out "$out/scenario-truth-open.json" 2>&1 \
+      | tee "$out/scenario_truth_open.log"
+    wait ;;
+  x2open)    # on nvidia-h200-x2: the 2-GPU NCCL scenario against its ablation (live comm timing, auto-capture), and
+             # `gpumon exporter --dcgm-names` read from the real GPUs (about 6 min)
+    timeout 330 python3 benchmarks/scenario_truth.py --only ddp_manual_allreduce --truth-duration 12 --duration 15 \
+      --out "$out/scenario-truth-ddp.json" 2>&1 | tee "$out/scenario_truth_ddp.log"
+    python3 -m gpumon exporter --listen 127.0.0.1:19400 --dcgm-names > "$out/exporter.log" 2>&1 & exporter=$!
+    sleep 8; curl -s 127.0.0.1:19400/metrics > "$out/dcgm-names-scrape.txt"; kill $exporter; wait ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
