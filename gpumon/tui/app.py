@@ -37,6 +37,7 @@ from gpumon.tui.heap import freeze_after_first_frame
 from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_actions import ProcessControl
 from gpumon.tui.process_table import ProcessTable
+from gpumon.tui.terminal_output import compacting_driver
 from gpumon.tui.title_bar import TitleBar
 from gpumon.tui.view_options import ViewOptions
 
@@ -248,7 +249,7 @@ class GpumonApp(App[None]):
         """The size _size_panes last saw (on a resize, the new one before the app's own size changes)."""
 
     def get_driver_class(self) -> type[Driver]:
-        return driver_class(super().get_driver_class())
+        return compacting_driver(driver_class(super().get_driver_class()))
 
     def get_default_screen(self) -> Screen[object]:
         return CachedScreen(id="_default")

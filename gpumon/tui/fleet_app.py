@@ -32,6 +32,7 @@ from gpumon.tui._textual_compat import driver_class
 from gpumon.tui.fleet_table import header, layout, line
 from gpumon.tui.format import plural
 from gpumon.tui.heap import freeze_after_first_frame
+from gpumon.tui.terminal_output import compacting_driver
 
 NO_DATA = "no GPU rows yet"
 FILTER_PLACEHOLDER = "/ to filter: host=~node-1.* state!=ok util<20 rack=r7"
@@ -68,7 +69,7 @@ class FleetApp(App[None]):
     ]
 
     def get_driver_class(self) -> type[Driver]:
-        return driver_class(super().get_driver_class())
+        return compacting_driver(driver_class(super().get_driver_class()))
 
     def __init__(
         self,
