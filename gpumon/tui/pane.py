@@ -8,7 +8,7 @@ from collections.abc import Callable
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual.geometry import Region, Size
 from textual.markup import escape
 from textual.strip import Strip
@@ -59,8 +59,9 @@ class LinesWidget(Widget):
                 for y, _, _ in changed:
                     kept[y] = None
                 self._strips = (width, strips[1], strips[2], kept)
-            if changed:
-                self.refresh(*(_changed_region(y, old, new, width) for y, old, new in changed))
+            regions = [region for y, old, new in changed if (region := _changed_region(y, old, new, width))]
+            if regions:
+                self.refresh(*regions)
         self._line_count = line_count
 
     def lines(self, width: int) -> list[Text]:
@@ -141,21 +142,40 @@ class Pane(LinesWidget):
             self.border_title = escape(printable(title))
 
 
-def _changed_region(y: int, old: Text, new: Text, width: int) -> Region:
-    """The cells of line `y` that differ between two drawings of it: only these are sent to the terminal (a graph
-    moving on by half a braille cell changes one cell a row). The whole line where styles or widths differ."""
+def _changed_region(y: int, old: Text, new: Text, width: int) -> Region | None:
+    """The cells of line `y` that look different between two drawings of it: only these are sent to the terminal (a
+    graph moving on by half a braille cell changes one cell a row; a colour change over blank cells changes none).
+    None when no cell looks different; the whole line where base styles or widths differ."""
     before, after = old.plain, new.plain
     if (
-        old.spans != new.spans
-        or old.style != new.style
+        old.style != new.style
         or len(before) != len(after)
         or cell_len(before) != len(before)
         or cell_len(after) != len(after)
     ):
         return Region(0, y, width, 1)
-    start = _common_prefix(before, after)
-    end = len(after) - _common_prefix(before[start:][::-1], after[start:][::-1])
-    return Region(start, y, max(1, end - start), 1)
+    start, end = len(after), 0
+    if before != after:
+        start = _common_prefix(before, after)
+        end = len(after) - _common_prefix(before[start:][::-1], after[start:][::-1])
+    if old.spans != new.spans:
+        old_spans, new_spans = set(old.spans), set(new.spans)
+        for span in old_spans ^ new_spans:
+            if not _shows_nothing(span, after if span in new_spans else before):
+                start, end = min(start, span.start), max(end, min(span.end, len(after)))
+    return Region(start, y, end - start, 1) if start < end else None
+
+
+def _shows_nothing(span: Span, text: str) -> bool:
+    """Whether a span's style is invisible on its cells: blank ones, with nothing a blank shows (a background,
+    reverse, a line through or under it, a link)."""
+    style = span.style
+    return (
+        isinstance(style, Style)
+        and not text[span.start : span.end].strip(" ")
+        and style.bgcolor is None
+        and not (style.reverse or style.underline or style.underline2 or style.strike or style.overline or style.link)
+    )
 
 
 def _common_prefix(first: str, second: str) -> int:

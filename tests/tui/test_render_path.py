@@ -95,3 +95,32 @@ def test_a_changed_line_sends_only_the_cells_between_its_first_and_last_change()
     assert region("abab", "abaa") == Region(3, 3, 1, 1)
     assert region("aaaa", "aaab") == Region(3, 3, 1, 1)
     assert region("abc", "abcd") == Region(0, 3, 20, 1)  # widths differ: the whole line
+
+
+def test_a_colour_change_over_blank_cells_sends_nothing_and_one_over_marks_sends_those() -> None:
+    from rich.style import Style
+    from rich.text import Span, Text
+    from textual.geometry import Region
+
+    from gpumon.tui.pane import _changed_region
+
+    green, yellow, on_red = Style(color="green"), Style(color="yellow"), Style(bgcolor="red")
+    row = "label │      ⣿⣿  "
+    graph = row.index("⣿")
+
+    def line(*spans: Span) -> Text:
+        return Text(row, spans=list(spans))
+
+    # the plot's colour follows the value: over its blank cells that shows nothing
+    assert _changed_region(2, line(Span(7, graph, green)), line(Span(7, graph, yellow)), 20) is None
+    # over its marks it shows: only their cells go
+    changed = _changed_region(2, line(Span(7, len(row), green)), line(Span(7, len(row), yellow)), 20)
+    assert changed == Region(7, 2, len(row) - 7, 1)
+    assert _changed_region(2, line(Span(graph, graph + 2, green)), line(Span(graph, graph + 2, yellow)), 20) == Region(
+        graph, 2, 2, 1
+    )
+    # a background shows on blanks too
+    assert _changed_region(2, line(), line(Span(0, 3, on_red)), 20) == Region(0, 2, 3, 1)
+    # a text change and a visible span change: one region covering both
+    moved = Text(row.replace("⣿⣿", "⣿⡀"), spans=[Span(0, 3, on_red)])
+    assert _changed_region(2, line(), moved, 20) == Region(0, 2, graph + 2, 1)
