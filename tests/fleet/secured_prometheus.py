@@ -4,7 +4,6 @@ client's credentials tests: a self-signed certificate from `openssl`, the passwo
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import warnings
@@ -15,15 +14,15 @@ from pathlib import Path
 
 from gpumon.fleet import PromClient, PromError
 from gpumon.fleet.auth import read_auth
+from tests.prometheus_server import NO_BINARY, STARTUP_TIMEOUT, exited, launched_prometheus, prometheus_binary
 
-STARTUP_TIMEOUT = 30.0
 USER, PASSWORD = "fleet-admin", "s3cret-pa55"
 
 
 def missing_tools() -> str | None:
     """Why this Prometheus cannot be had here, or None."""
-    if shutil.which("prometheus") is None:
-        return "no prometheus binary (the Debian package `prometheus`; .ci/run installs it where it can)"
+    if prometheus_binary() is None:
+        return NO_BINARY
     if shutil.which("openssl") is None:
         return "no openssl binary to make a test certificate"
     if _bcrypt(PASSWORD) is None:
@@ -67,37 +66,13 @@ def secured_prometheus(tmp_path: Path) -> Iterator[Secured]:
         f"tls_server_config:\n  cert_file: {tmp_path / 'server.crt'}\n  key_file: {tmp_path / 'server.key'}\n"
         f"basic_auth_users:\n  {USER}: '{_bcrypt(PASSWORD)}'\n"
     )
-    (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 1s\nscrape_configs: []\n")
     credentials = tmp_path / "basic-auth"
     credentials.write_text(f"{USER}:{PASSWORD}\n")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = (tmp_path / "prometheus.log").open("w")
-    server = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--web.config.file={tmp_path / 'web.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp_path,
-    )
-    secured = Secured(f"https://127.0.0.1:{port}", tmp_path / "server.crt", credentials)
-    try:
+    config = "global:\n  scrape_interval: 1s\nscrape_configs: []\n"
+    with launched_prometheus(tmp_path, config, [f"--web.config.file={tmp_path / 'web.yml'}"]) as (server, port):
+        secured = Secured(f"https://127.0.0.1:{port}", tmp_path / "server.crt", credentials)
         _wait_ready(secured, server, tmp_path)
         yield secured
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
 
 
 def _wait_ready(secured: Secured, server: subprocess.Popen[bytes], tmp_path: Path) -> None:
@@ -109,8 +84,7 @@ def _wait_ready(secured: Secured, server: subprocess.Popen[bytes], tmp_path: Pat
     deadline = time.monotonic() + STARTUP_TIMEOUT
     last = ""
     while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()[-2000:]}")
+        exited(server, tmp_path)
         try:
             client.query("vector(1)")
             return
