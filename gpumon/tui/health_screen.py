@@ -9,12 +9,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.tui.format import short_gpu_name
 from gpumon.tui.gpu_health import health_badge, health_detail_lines
+from gpumon.tui.panel_screen import PanelScreen
 
 
 def detail_text(snapshot: Snapshot | None) -> Text:
@@ -29,23 +29,8 @@ def detail_text(snapshot: Snapshot | None) -> Text:
     return Text("\n").join(lines[:-1])
 
 
-class HealthScreen(ModalScreen[None]):
+class HealthScreen(PanelScreen):
     """The health of every GPU as the newest snapshot read it; escape, q or e closes it."""
-
-    DEFAULT_CSS = """
-    HealthScreen {
-        align: center middle;
-    }
-    HealthScreen > VerticalScroll {
-        width: 100;
-        max-width: 96%;
-        height: auto;
-        max-height: 90%;
-        border: round $accent;
-        background: $surface;
-        padding: 0 1;
-    }
-    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,e", "close", "Close", id="health.close", tooltip="Back to the dashboard"),
@@ -61,6 +46,3 @@ class HealthScreen(ModalScreen[None]):
             scroll.border_title = f"GPU health {when}".strip()
             scroll.border_subtitle = "escape closes"
             yield Static(detail_text(self.snapshot), id="health-detail")
-
-    def action_close(self) -> None:
-        self.dismiss(None)

@@ -9,8 +9,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from gpumon.tui.panel_screen import PanelScreen
 
 KEYS = (
     ("q", "quit"),
@@ -150,23 +151,8 @@ def help_table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
     return table
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(PanelScreen):
     """Keys and the meaning of every pane and field; escape, q or ? closes it."""
-
-    DEFAULT_CSS = """
-    HelpScreen {
-        align: center middle;
-    }
-    HelpScreen > VerticalScroll {
-        width: 100;
-        max-width: 96%;
-        height: auto;
-        max-height: 90%;
-        border: round $accent;
-        background: $surface;
-        padding: 0 1;
-    }
-    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,question_mark", "close", "Close help", id="help.close", tooltip="Back to the dashboard"),
@@ -189,6 +175,3 @@ class HelpScreen(ModalScreen[None]):
             yield Static(help_table("Keys", keys), id="help-keys")
             yield Static(Text(""))
             yield Static(help_table("Fields", fields), id="help-fields")
-
-    def action_close(self) -> None:
-        self.dismiss(None)
