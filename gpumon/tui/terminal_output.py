@@ -9,6 +9,7 @@ does not model. `compacting_driver` applies it to every write of a Textual drive
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ _NEUTRAL = re.compile(r"(?:\x1b\[[0-9]*(?:;[0-9]*)?[HABCDf]|\n|\r)*")
 """Cursor moves and line breaks: they neither draw nor erase, so the style in effect does not matter to them."""
 _FLAGS_OFF = {22: (1, 2), 23: (3,), 24: (4,), 25: (5, 6), 27: (7,), 28: (8,), 29: (9,)}
 RESET = "\x1b[0m"
+_CACHE_MAX = 4096
+"""Styles and transitions remembered (a dashboard uses a few dozen): a frame's hundreds of runs cost a lookup each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class Style:
 DEFAULT = Style()
 
 
+@functools.lru_cache(maxsize=_CACHE_MAX)
 def _apply(style: Style, params: str) -> Style | None:
     """`style` after one SGR with `params`; None for a code this model does not know."""
     numbers = [int(part) if part else 0 for part in params.split(";")] if params else [0]
@@ -71,6 +75,7 @@ def _apply(style: Style, params: str) -> Style | None:
     return Style(frozenset(flags), fg, bg)
 
 
+@functools.lru_cache(maxsize=_CACHE_MAX)
 def _transition(terminal: Style | None, wanted: Style) -> str:
     """The shortest SGR this model knows that takes the terminal from `terminal` (None: unknown) to `wanted`."""
     if terminal == wanted:
@@ -88,34 +93,6 @@ def _transition(terminal: Style | None, wanted: Style) -> str:
     return f"\x1b[{';'.join(changes)}m"
 
 
-_APPLIED: dict[tuple[Style, str], Style | None] = {}
-_TRANSITIONS: dict[tuple[Style | None, Style], str] = {}
-_CACHE_MAX = 4096
-"""Styles and transitions met so far (a dashboard uses a few dozen): a frame's hundreds of runs cost a lookup each."""
-
-
-def _applied(style: Style, params: str) -> Style | None:
-    key = (style, params)
-    try:
-        return _APPLIED[key]
-    except KeyError:
-        if len(_APPLIED) >= _CACHE_MAX:
-            _APPLIED.clear()
-        result = _APPLIED[key] = _apply(style, params)
-        return result
-
-
-def _transition_cached(terminal: Style | None, wanted: Style) -> str:
-    key = (terminal, wanted)
-    try:
-        return _TRANSITIONS[key]
-    except KeyError:
-        if len(_TRANSITIONS) >= _CACHE_MAX:
-            _TRANSITIONS.clear()
-        result = _TRANSITIONS[key] = _transition(terminal, wanted)
-        return result
-
-
 def compact_sgr(data: str) -> str:
     """`data` with its SGR sequences cut to the style changes its visible output needs; unchanged where it holds an
     SGR code the model does not know. The terminal's style before `data` is taken as unknown, and it ends in the style
@@ -124,7 +101,7 @@ def compact_sgr(data: str) -> str:
         return data
     parts = _SGR.split(data)  # text, params, text, params, ..., text
     out: list[str] = []
-    append = append_out = out.append
+    append = out.append
     neutral = _NEUTRAL.fullmatch
     terminal: Style | None = None
     wanted: Style | None = None
@@ -132,7 +109,7 @@ def compact_sgr(data: str) -> str:
         gap = parts[index]
         if gap:
             if wanted is not terminal and wanted is not None and wanted != terminal and not neutral(gap):
-                append_out(_transition_cached(terminal, wanted))
+                append(_transition(terminal, wanted))
                 terminal = wanted
             append(gap)
         if index + 1 == len(parts):
@@ -141,12 +118,12 @@ def compact_sgr(data: str) -> str:
         if wanted is None and not (params in ("", "0") or params.startswith("0;")):
             append(f"\x1b[{params}m")  # on top of a style we do not know: passed on as it is
             continue
-        after = _applied(wanted if wanted is not None else DEFAULT, params)
+        after = _apply(wanted if wanted is not None else DEFAULT, params)
         if after is None:
             return data
         wanted = after
     if wanted is not None and wanted != terminal:
-        append(_transition_cached(terminal, wanted))
+        append(_transition(terminal, wanted))
     return "".join(out)
 
 
