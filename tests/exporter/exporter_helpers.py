@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.waiting import wait_until as wait_until  # the exporter tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = REPO / "assets" / "recordings"
@@ -68,16 +69,6 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         for sample in family.samples:
             found.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
     return found
-
-
-def wait_until(condition: object, timeout: float, what: str, interval: float = 0.1) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:g} s")
 
 
 def only(found: Sequence[tuple[dict[str, str], float]]) -> tuple[dict[str, str], float]:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from gpumon.fleet import PromClient, PromError
 from tests.prometheus_server import NO_BINARY, STARTUP_TIMEOUT, exited, launched_prometheus, prometheus_binary
+from tests.waiting import wait_until
 
-__all__ = ["NO_BINARY", "has_prometheus", "scraping_prometheus", "wait_for"]
+__all__ = ["NO_BINARY", "has_prometheus", "scraping_prometheus"]
 
 
 def has_prometheus() -> bool:
@@ -36,13 +36,5 @@ def scraping_prometheus(tmp_path: Path, targets: Sequence[str], interval: str = 
             except PromError:
                 return False
 
-        wait_for(all_up, STARTUP_TIMEOUT, "every target scraped up")
+        wait_until(all_up, STARTUP_TIMEOUT, "every target scraped up", interval=0.2)
         yield base
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.2)

@@ -3,8 +3,6 @@ snapshots and from the fake NVML through the real Sampler."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import replace
 
 from fake_nvml import FakeDevice, FakeNvml
@@ -13,6 +11,7 @@ from gpumon.sampling.history import THROTTLED, XID_ERROR, History
 from gpumon.sampling.nvml import GpuCollector
 from gpumon.sampling.sampler import Sampler
 from gpumon.sampling.snapshot import XID_EVENTS_KEPT, CpuSample, GpuSample, Snapshot, XidEvent
+from tests.waiting import wait_until
 
 WAIT = 5.0
 """Upper bound on waiting for the sampler and the XID thread; nothing asserts on timing."""
@@ -64,15 +63,6 @@ def test_unwatched_xid_errors_mark_nothing_and_errors_after_the_watch_starts_do(
     assert xid_bits(history) == [0, 0, 0, XID_ERROR]
 
 
-def wait_until(condition: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
-
-
 def test_xid_errors_from_the_fake_nvml_through_the_sampler_are_each_marked_once() -> None:
     nvml = FakeNvml([FakeDevice(gpm=False)])
     sampler = Sampler(interval=0.05, slow_interval=0.05, gpu=GpuCollector(nvml=nvml))
@@ -89,13 +79,18 @@ def test_xid_errors_from_the_fake_nvml_through_the_sampler_are_each_marked_once(
 
     sampler.start(keep)
     try:
-        assert wait_until(lambda: bool(nvml.event_sets) and bool(nvml.event_sets[0].devices) and len(delivered) > 2)
+        wait_until(
+            lambda: bool(nvml.event_sets) and bool(nvml.event_sets[0].devices) and len(delivered) > 2,
+            WAIT,
+            "events registered and delivered",
+            0.01,
+        )
         nvml.post_xid(0, 79)
-        assert wait_until(lambda: newest_xid() == 79)
+        wait_until(lambda: newest_xid() == 79, WAIT, "XID 79 in a snapshot", 0.01)
         nvml.post_xid(0, 94)
-        assert wait_until(lambda: newest_xid() == 94)
+        wait_until(lambda: newest_xid() == 94, WAIT, "XID 94 in a snapshot", 0.01)
         seen = len(delivered)
-        assert wait_until(lambda: len(delivered) > seen + 2)
+        wait_until(lambda: len(delivered) > seen + 2, WAIT, "more snapshots", 0.01)
     finally:
         sampler.stop()
     marked = [index for index, bits in enumerate(xid_bits(history)) if bits]

@@ -3,24 +3,13 @@ the event set freed when it stops."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from fake_nvml import FakeDevice, FakeNvml
 
 from gpumon.sampling.snapshot import XID_EVENTS_KEPT
 from gpumon.sampling.xid_watcher import XidWatcher
+from tests.waiting import wait_until
 
 WAIT = 5.0
-
-
-def wait_for(condition: Callable[[], bool], deadline_s: float = WAIT) -> bool:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_events_are_kept_per_gpu_and_the_set_freed_on_stop() -> None:
@@ -33,9 +22,8 @@ def test_events_are_kept_per_gpu_and_the_set_freed_on_stop() -> None:
         assert watcher.running and watcher.events(0) == () and watcher.events(1) is None  # GPU 1: not watched
         for xid in range(XID_EVENTS_KEPT + 3):
             nvml.post_xid(0, 100 + xid)
-        assert wait_for(
-            lambda: (watcher.events(0) or ())[-1:] and watcher.events(0)[-1].xid == 100 + XID_EVENTS_KEPT + 2
-        )
+        last = 100 + XID_EVENTS_KEPT + 2
+        wait_until(lambda: [event.xid for event in watcher.events(0) or ()][-1:] == [last], WAIT, "the last XID", 0.01)
         kept = watcher.events(0)
         assert kept is not None and len(kept) == XID_EVENTS_KEPT and kept[0].timestamp == 42.0
     finally:
