@@ -2,11 +2,11 @@
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
-#                                                 | x2 | x2open
+#                                                 | x2 | x2open | screen
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file.
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|x2|x2open [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|x2|x2open|screen [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -68,11 +68,25 @@ case "$part" in
       --attach-after 15 --truth-duration 12 --duration 15 --out "$out/scenario-truth-open.json" 2>&1 \
       | tee "$out/scenario_truth_open.log"
     wait ;;
-  x2open)    # on nvidia-h200-x2: the 2-GPU NCCL scenario against its ablation (live comm timing, auto-capture), and
-             # `gpumon exporter --dcgm-names` read from the real GPUs (about 6 min)
+  x2open)    # on nvidia-h200-x2 (carry .deb/ with the prometheus package): a 2-node NCCL torchrun (one GPU a node)
+             # scraped by a real Prometheus, everything the fleet read kept; the 2-GPU NCCL scenario against its
+             # ablation (live comm timing, auto-capture), `gpumon exporter --dcgm-names` scraped from the real GPUs
+             # while it runs, and a recording of both GPUs with the fields --dcgm-names serves (about 8 min)
+    if ls .deb/prometheus_*.deb >/dev/null 2>&1; then dpkg -x .deb/prometheus_*.deb /tmp/prom; export PATH=/tmp/prom/usr/bin:$PATH; fi
+    python3 -m gpumon record "$out/h200x2-dcgm-fields.jsonl" --duration 150 \
+      --note "2 x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F): a 2-node NCCL torchrun, then a DDP job with hand-made all-reduces" \
+      > "$out/record.log" 2>&1 &
+    GPUMON_RECORD_PROMETHEUS="$out/prom" timeout 150 python3 -m pytest -v -rs -p no:cacheprovider \
+      tests/exporter/test_multinode_torchrun.py 2>&1 | tee "$out/multinode.log"
+    python3 -m gpumon exporter --listen 127.0.0.1:19400 --interval 1 --dcgm-names --no-jobs > "$out/exporter.log" 2>&1 & exporter=$!
+    (sleep 75; curl -s 127.0.0.1:19400/metrics > "$out/dcgm-names-scrape.txt") &
     timeout 330 python3 benchmarks/scenario_truth.py --only ddp_manual_allreduce --truth-duration 12 --duration 15 \
       --out "$out/scenario-truth-ddp.json" 2>&1 | tee "$out/scenario_truth_ddp.log"
-    python3 -m gpumon exporter --listen 127.0.0.1:19400 --dcgm-names > "$out/exporter.log" 2>&1 & exporter=$!
-    sleep 8; curl -s 127.0.0.1:19400/metrics > "$out/dcgm-names-scrape.txt"; kill $exporter; wait ;;
+    kill $exporter; wait ;;
+  screen)    # issue 26's cost with everything on, beside nvitop, then the demo's guided ladder (about 8.5 min)
+    timeout 300 python3 benchmarks/monitor_overhead.py --rounds 3 --window 15 --json "$out/monitor_overhead.json" 2>&1 \
+      | tee "$out/monitor_overhead.log"
+    timeout 230 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 --ladder-warmup 5 --out "$out" \
+      2>&1 | tee "$out/ladder.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac

@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from dataclasses import replace
 
 from gpumon.cli.base import add_interval_argument
 from gpumon.config import config_path, load_settings
+from gpumon.sampling.gpu_choice import add_gpu_choice_arguments, chosen_gpus
 from gpumon.tui.glyphs import wants_ascii
-from gpumon.tui.view_options import ViewOptions, visible_devices
-
-_GPU_ID = re.compile(r"\d{1,4}|(GPU|MIG)-[0-9A-Fa-f-]{1,64}")
-
-
-def gpu_list(text: str) -> frozenset[str]:
-    """--only: GPU indices or UUID prefixes, comma-separated ('0,2' or 'GPU-8f3c')."""
-    entries = [entry.strip() for entry in text.split(",")]
-    for entry in entries:
-        if not _GPU_ID.fullmatch(entry):
-            raise argparse.ArgumentTypeError(f"{entry!r} is not a GPU index or UUID (e.g. --only 0,2)")
-    return frozenset(str(int(entry)) if entry.isdigit() else entry for entry in entries)
+from gpumon.tui.view_options import ViewOptions
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,13 +23,7 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
         help="no process control: I, T and K send no signals (also: read_only = true in the config)",
     )
     parser.add_argument("--user", metavar="NAME", help="show only this user's processes")
-    gpus = parser.add_mutually_exclusive_group()
-    gpus.add_argument("--only", type=gpu_list, metavar="0,2", help="show only these GPUs (indices or UUIDs)")
-    gpus.add_argument(
-        "--only-visible",
-        action="store_true",
-        help="show only the GPUs CUDA_VISIBLE_DEVICES names (all when it is unset)",
-    )
+    add_gpu_choice_arguments(parser, "show")
     parser.add_argument(
         "--ascii",
         action="store_true",
@@ -61,11 +44,10 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
         print(f"gpumon: {warning}", file=sys.stderr)
     if args.read_only:
         settings = replace(settings, read_only=True)
-    gpus = args.only if args.only is not None else visible_devices(os.environ) if args.only_visible else None
     return ViewOptions(
         settings=settings,
         user=args.user,
-        gpus=gpus,
+        gpus=chosen_gpus(args, os.environ),
         config_file=path,
         warnings=tuple(warnings),
         ascii=args.ascii or wants_ascii(os.environ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpumon.cli.base import CliError, Subparsers, interval_seconds, positive_float, subcommand
 from gpumon.exporter.pod_resources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
+from gpumon.sampling.gpu_choice import add_gpu_choice_arguments, chosen_gpus, only_gpus
 
 if TYPE_CHECKING:
     from gpumon.exporter.jobs import JobMetrics
@@ -57,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the host label (default: this machine's name, or the recording's)",
     )
+    add_gpu_choice_arguments(parser, "export")
     parser.add_argument(
         "--full-command",
         action="store_true",
@@ -135,7 +138,10 @@ def run_exporter(args: argparse.Namespace) -> int:
         pods=PodAttribution(watcher),
     )
 
+    chosen = chosen_gpus(args, os.environ)
+
     def post(snapshot: Snapshot) -> None:
+        snapshot = only_gpus(snapshot, chosen)
         collector.on_snapshot(snapshot)
         if jobs is not None:
             jobs.on_snapshot(snapshot)

@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpumon.config import Settings
-from gpumon.sampling.snapshot import GpuSample, Snapshot
-
-
-def visible_devices(environ: Mapping[str, str]) -> frozenset[str] | None:
-    """CUDA_VISIBLE_DEVICES as GPU indices or UUID prefixes ('0,2', 'GPU-8f...'); None when unset (all GPUs).
-
-    CUDA stops at the first invalid entry, and so does this; an empty value hides every GPU."""
-    value = environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    devices: list[str] = []
-    for entry in value.split(","):
-        entry = entry.strip()
-        if not entry or entry.startswith("-"):
-            break
-        devices.append(entry)
-    return frozenset(devices)
-
-
-def _shown_gpu(gpu: GpuSample, gpus: Collection[str]) -> bool:
-    return str(gpu.index) in gpus or any(not key.isdigit() and gpu.uuid.startswith(key) for key in gpus)
+from gpumon.sampling.gpu_choice import only_gpus
+from gpumon.sampling.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +28,4 @@ class ViewOptions:
 
     def apply(self, snapshot: Snapshot) -> Snapshot:
         """The snapshot with only the chosen GPUs and the processes on them (the table applies the user)."""
-        if self.gpus is None:
-            return snapshot
-        chosen = self.gpus
-        gpus = tuple(gpu for gpu in snapshot.gpus if _shown_gpu(gpu, chosen))
-        indices = {gpu.index for gpu in gpus}
-        processes = tuple(process for process in snapshot.processes if indices.intersection(process.gpu_indices))
-        gpu_error = snapshot.gpu_error
-        if snapshot.gpus and not gpus:
-            gpu_error = "no GPU here matches " + ",".join(sorted(chosen))
-        return replace(snapshot, gpus=gpus, processes=processes, gpu_error=gpu_error)
+        return only_gpus(snapshot, self.gpus)

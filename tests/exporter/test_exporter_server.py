@@ -241,3 +241,28 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
             assert "Traceback" not in result.stderr
     finally:
         busy.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [(("--only", "1"), {}), (("--only-visible",), {"CUDA_VISIBLE_DEVICES": "1"})],
+    ids=["only", "only-visible"],
+)
+def test_one_gpu_of_two_exported(flags: tuple[str, ...], env: dict[str, str]) -> None:
+    """As dcgm-exporter's --devices: one exporter per simulated node of a 2-GPU machine serves only its own GPU,
+    and the processes on it."""
+    recording = RECORDINGS / "h200x2-tests.jsonl"
+    last = read_recording(recording)[-1]
+    assert {gpu.index for gpu in last.gpus} == {0, 1}
+    assert [process.gpu_indices for process in last.processes] == [(0,)]
+    with running_exporter("--replay", str(recording), "--speed", "64", *flags, env=env) as exporter:
+
+        def replay_done() -> bool:
+            stamp = samples(scrape(exporter.url)).get("gpumon_snapshot_timestamp_seconds")
+            return stamp is not None and only(stamp)[1] == last.timestamp
+
+        wait_until(replay_done, 30, "the replay's last snapshot exported")
+        found = samples(scrape(exporter.url))
+    labels, _ = only(found["gpumon_gpu_utilization_ratio"])
+    assert labels["gpu"] == "1"
+    assert "gpumon_process_gpu_memory_bytes" not in found  # its one process is on GPU 0

@@ -141,10 +141,11 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
                         "1",
                         "--host-label",
                         node,
+                        *(("--only", str(node_rank)) if backend == "nccl" else ()),  # the node's one GPU
                         env={protocol.SOCKET_DIR_ENV: socket_dirs[node], "PYTHONPATH": str(REPO)},
                     )
                 )
-                for node in NODES
+                for node_rank, node in enumerate(NODES)
             ]
             base = stack.enter_context(running_prometheus(binary, tmp_path, [e.url for e in exporters]))
             client = PromClient(base, timeout=5.0)
@@ -154,6 +155,7 @@ def test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs(
                 check_gpu_series(client, base)
             if os.environ.get(RECORD_ENV):
                 record_job_answers(base, Path(os.environ[RECORD_ENV]))
+                record_fleet(base, [e.url for e in exporters], Path(os.environ[RECORD_ENV]))
         job_key = f"run:none@127.0.0.1:{master_port}"
         assert job.run_id == job_key
         assert [(rank.host, rank.rank) for rank in job.ranks] == [("sim-node-a", 0), ("sim-node-b", 1)]
@@ -247,6 +249,7 @@ def check_gpu_series(client: PromClient, base: str) -> None:
     snapshot = read_fleet(client)
     assert snapshot.error is None, snapshot.error
     assert set(snapshot.hosts) == set(NODES), snapshot.hosts
+    assert sorted((gpu.host, gpu.gpu) for gpu in snapshot.gpus) == [(NODES[0], "0"), (NODES[1], "1")], snapshot.gpus
     peaks = {
         item["metric"]["host"]: float(item["value"][1])
         for item in api(base, "/api/v1/query", query=PEAK_QUERY)["result"]
@@ -267,6 +270,35 @@ def record_job_answers(base: str, directory: Path) -> None:
         url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
         with urllib.request.urlopen(url, timeout=5.0) as response:
             (directory / f"query-2node-job-{name}.json").write_bytes(response.read())
+
+
+class RecordingPromClient(PromClient):
+    """A PromClient that keeps each answer's body, by PromQL (a range query's under "range:" + PromQL)."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url, timeout=5.0)
+        self.answers: dict[str, str] = {}
+
+    def _get(self, path: str, params: dict[str, str]) -> bytes:
+        body = super()._get(path, params)
+        key = ("range:" if path.endswith("query_range") else "") + params["query"]
+        self.answers[key] = body.decode()
+        return body
+
+
+def record_fleet(base: str, exporter_urls: list[str], directory: Path) -> None:
+    """Everything the fleet view reads, as Prometheus answered it (fleet-answers.json: the read's time and each
+    query's answer), and each node's exporter scrape at that moment (scrape-HOST.txt)."""
+    client = RecordingPromClient(base)
+    now = time.time()
+    snapshot = read_fleet(client, now=now)
+    assert snapshot.error is None, snapshot.error
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {"now": now, "answers": client.answers}
+    (directory / "fleet-answers.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    for node, url in zip(NODES, exporter_urls, strict=True):
+        with urllib.request.urlopen(url, timeout=5.0) as response:
+            (directory / f"scrape-{node}.txt").write_bytes(response.read())
 
 
 def stop_launchers(launchers: list[subprocess.Popen[str]], rank_pids: list[int], script: Path) -> None:

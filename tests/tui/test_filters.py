@@ -11,6 +11,7 @@ from tui_support import FakeSource, gpu, process, snapshot, widget_text
 
 from gpumon.cli import build_parser
 from gpumon.config import Settings, load_settings
+from gpumon.sampling.gpu_choice import visible_devices
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
@@ -18,7 +19,7 @@ from gpumon.tui.filter_input import FilterInput
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import GraphStyle
 from gpumon.tui.process_table import ProcessTable, filter_tree
-from gpumon.tui.view_options import ViewOptions, visible_devices
+from gpumon.tui.view_options import ViewOptions
 
 PROCESSES = (
     process(
