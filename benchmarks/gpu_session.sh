@@ -2,11 +2,12 @@
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
-#                                                 | x2 | x2open | screen
+#                                                 | open1 | x2 | x2open | screen
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
-# Results land in $OUT (or ./gpu-results) with the device and date in each file.
+# Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
+# few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|x2|x2open|screen [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -56,18 +57,19 @@ case "$part" in
     wait
     timeout 150 python3 benchmarks/advisor_categories.py --case memory_imbalance --duration 15 --warmup 5 --out "$out" \
       2>&1 | tee "$out/advisor_memory_imbalance.log" ;;
-  open)      # one GPU, what issues 24-26 still owe (about 9.5 min): start-up CPU beside nvitop; the stack sampler's
-             # cost in paired rounds; the two scenarios left unchecked; a recording with FB free and graphics activity
+  open)      # what issues 24-26 still owe on one GPU, then the 2-GPU comm_bound scenario (about 9 min): start-up CPU
+             # beside nvitop; the stack sampler's cost in paired rounds; ddp_manual_allreduce against its ablation
     timeout 60 python3 benchmarks/startup_cpu.py --live --rounds 6 --nvitop nvitop 2>&1 | tee "$out/startup_cpu.log"
     timeout 240 python3 benchmarks/hook_overhead.py --variants off hook hook_no_sampler --rounds 6 --windows 3 \
       --steps 400 --json "$out/sampler_overhead.json" 2>&1 | tee "$out/sampler_overhead.log"
-    python3 -m gpumon record "$out/h200-dcgm-fields.jsonl" --duration 40 \
-      --note "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F): the fields --dcgm-names serves" \
-      > "$out/record.log" 2>&1 &
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+      timeout 250 python3 benchmarks/scenario_truth.py --only ddp_manual_allreduce --truth-duration 12 --duration 15 \
+        --out "$out/scenario-truth-ddp.json" 2>&1 | tee "$out/scenario_truth_ddp.log"
+    fi ;;
+  open1)     # the one-GPU scenarios left unchecked (about 4 min)
     timeout 230 python3 benchmarks/scenario_truth.py --only two_cause_loader_sync --only logging_sync \
       --attach-after 15 --truth-duration 12 --duration 15 --out "$out/scenario-truth-open.json" 2>&1 \
-      | tee "$out/scenario_truth_open.log"
-    wait ;;
+      | tee "$out/scenario_truth_open.log" ;;
   x2open)    # on nvidia-h200-x2 (carry .deb/ with the prometheus package): a 2-node NCCL torchrun (one GPU a node)
              # scraped by a real Prometheus, everything the fleet read kept; the 2-GPU NCCL scenario against its
              # ablation (live comm timing, auto-capture), `gpumon exporter --dcgm-names` scraped from the real GPUs
@@ -84,9 +86,15 @@ case "$part" in
       --out "$out/scenario-truth-ddp.json" 2>&1 | tee "$out/scenario_truth_ddp.log"
     kill $exporter; wait ;;
   screen)    # issue 26's cost with everything on, beside nvitop, then the demo's guided ladder (about 8.5 min)
-    timeout 300 python3 benchmarks/monitor_overhead.py --rounds 3 --window 15 --json "$out/monitor_overhead.json" 2>&1 \
+    timeout 300 python3 benchmarks/monitor_overhead.py --rounds 3 --window 12 --json "$out/monitor_overhead.json" 2>&1 \
       | tee "$out/monitor_overhead.log"
     timeout 230 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 --ladder-warmup 5 --out "$out" \
-      2>&1 | tee "$out/ladder.log" ;;
+      2>&1 | tee "$out/ladder.log"
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && ls .deb/prometheus_*.deb >/dev/null 2>&1; then
+      dpkg -x .deb/prometheus_*.deb /tmp/prom; export PATH=/tmp/prom/usr/bin:$PATH
+      GPUMON_RECORD_PROMETHEUS="$out/prom" timeout 120 python3 -m pytest -v -rs -p no:cacheprovider \
+        "tests/exporter/test_multinode_torchrun.py::test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs[nccl]" \
+        2>&1 | tee "$out/multinode.log"
+    fi ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
