@@ -70,7 +70,8 @@ def gpumon_round(python: str, recording: Path | None, columns: int, rows: int) -
     live dashboard (NVML, the job scan) where it is None."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "first-frame"
-        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(REPOSITORY), **{FIRST_FRAME_ENV: str(report)})
+        path = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))  # keep a wheel dir
+        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=path, **{FIRST_FRAME_ENV: str(report)})
         env["XDG_CONFIG_HOME"] = scratch  # no user config file
         argv = [python, "-m", "gpumon", *(["replay", str(recording)] if recording is not None else [])]
         code, total, output = run_in_pty(argv, env, columns, rows, None)
