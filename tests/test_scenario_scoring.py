@@ -128,3 +128,18 @@ def test_every_scenario_has_a_script_whose_fixes_match_the_runner() -> None:
         assert fixes == [cause.fix for cause in scenario.causes], name
         assert f"`{name}`" in readme, name
         assert Path(SCENARIO_DIR / f"{name}.py").read_text().startswith(f'"""{name}: '), name
+
+
+def test_a_cause_measured_under_the_advisors_bar_expects_healthy() -> None:
+    from benchmarks.scenario_truth import MIN_SEVERITY, expected_top
+    from gpumon.advisor.rules import MIN_SEVERITY as ADVISOR_BAR
+
+    assert MIN_SEVERITY == ADVISOR_BAR
+    ddp = SCENARIOS["ddp_manual_allreduce"]
+    assert expected_top(ddp, {"no_comm": 0.13, "ddp": 0.045}) == "healthy"  # 2x H200, batch 8192
+    assert expected_top(ddp, {"no_comm": 0.325, "ddp": 0.112}) == "comm_bound"  # batch 2048
+    assert expected_top(ddp, {"no_comm": None}) == "comm_bound"  # not measured: the scenario's own
+    row = score(ddp, {"no_comm": 0.13, "ddp": 0.045}, finding("healthy", 0.0), finding("comm_bound", 0.19))
+    assert row["expected"] == "healthy"
+    assert row["hook"]["top_ok"] and not row["pyspy"]["top_ok"]
+    assert row["pyspy"]["false_alarm"]

@@ -33,6 +33,7 @@ from gpumon.advisor.categories import (
 from gpumon.advisor.peak_flops import FP32, TF32, gpu_peaks
 from gpumon.advisor.signals import SATURATED_CPU, SOURCE_HOOK, SOURCE_PYSPY, GpuSignals, Signals
 from gpumon.jobs.jobstate import STRAGGLER_THRESHOLD
+from gpumon.jobs.pyspy_categories import COMM as COMM_SAMPLES
 from gpumon.jobs.pyspy_categories import SYNC_NATIVE, SYNC_SOURCE
 from gpumon.jobs.pyspy_categories import USER_CODE as USER_CODE_SAMPLES
 from gpumon.jobs.step_model import sync_cost
@@ -737,18 +738,27 @@ def rule_throttled(signals: Signals) -> Candidate | None:
 def rule_comm(signals: Signals) -> Candidate | None:
     """comm_bound, from a profiler capture (NCCL kernel time with no compute kernel beside it, per step), else from
     the collectives the hook timed live (the training stream's wait in them)."""
+    if signals.source == SOURCE_PYSPY:
+        return _pyspy_comm(signals)
     exposed = signals.comm_exposed_ms_per_step
-    step_ms = signals.capture_step_ms or signals.step_ms
+    # The profiler's own host work stretches the captured steps, not NCCL's kernels: the exposed time is a share of
+    # the step as the hook timed it live, where it did.
+    step_ms = signals.step_ms or signals.capture_step_ms
     if exposed is None or not step_ms:
         return _live_comm(signals)
     share = min(1.0, exposed / step_ms)
     if share < COMM_EXPOSED_SHARE:
         return None
+    captured_ms = signals.capture_step_ms
+    stretched = captured_ms is not None and step_ms != captured_ms
     evidence = _join(
         f"NCCL exposed {units.milliseconds(exposed)} of each {units.milliseconds(step_ms)} step ({pct(share)})",
         f"{pct(signals.comm_overlap_share)} of the NCCL time ({units.milliseconds(signals.comm_ms_per_step)} "
         "a step) overlaps compute",
-        f"profiler capture of {signals.capture_steps} steps" if signals.capture_steps else None,
+        f"profiler capture of {signals.capture_steps} steps"
+        + (f" (each {units.milliseconds(captured_ms)} under the profiler)" if stretched and captured_ms else "")
+        if signals.capture_steps
+        else None,
     )
     numbers = {
         "comm_exposed_share": _round(share),
@@ -784,6 +794,25 @@ def _live_comm(signals: Signals) -> Candidate | None:
         "step_ms": _round(signals.step_ms),
     }
     return Candidate(COMM_BOUND, share, LIVE_COMM_CONFIDENCE, evidence, numbers)
+
+
+PYSPY_COMM_CONFIDENCE = 0.6 * PYSPY_CONFIDENCE
+"""The host's time in collectives, read from py-spy samples: a collective the training thread waits in holds the
+step; how much of NCCL's time the GPU overlaps with compute, py-spy cannot see."""
+
+
+def _pyspy_comm(signals: Signals) -> Candidate | None:
+    """comm_bound without the hook: the training thread's samples inside torch.distributed calls (a blocking
+    collective, or a launch queue full behind one). DDP's all-reduces run in C++ threads py-spy does not sample."""
+    share = signals.pyspy.get(COMM_SAMPLES)
+    if share is None or share < COMM_EXPOSED_SHARE:
+        return None
+    evidence = _join(
+        f"main thread inside torch.distributed calls in {pct(share)} of py-spy samples",
+        "py-spy cannot see how much of NCCL's time overlaps compute: `gpumon run` times the collectives on the GPU",
+        _gpu_part(signals),
+    )
+    return Candidate(COMM_BOUND, share, PYSPY_COMM_CONFIDENCE, evidence, {"pyspy_comm": _round(share)})
 
 
 STRAGGLER_CONFIDENCE = 0.75
