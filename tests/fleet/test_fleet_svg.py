@@ -1,5 +1,6 @@
 """The fleet view as SVG screenshots: at 160x50, two hosts' GPUs and one 2-node torchrun job grouped across them; at
-80x24 and 160x50, 50 hosts of 8 GPUs with a DOWN host, an NVML failure, a GPU off the bus, an XID and throttling.
+80x24 and 160x50, 50 hosts of 8 GPUs with a DOWN host, an NVML failure, a GPU off the bus, an XID and throttling;
+at 160x50, everything a real Prometheus answered about a 2-node NCCL torchrun on 2x H200 (one GPU a node).
 
 The job's answers are Prometheus's own, recorded from tests/exporter/test_multinode_torchrun.py (a real 2-node
 torchrun on loopback; rank 1, on sim-node-b, waits for its data); the GPU rows are the recorded answers the other
@@ -8,7 +9,9 @@ fleet tests use. Regenerate after an intended change: python -m pytest tests/fle
 
 from __future__ import annotations
 
-from fleet_helpers import RANGE, many_hosts, recorded, recorded_prometheus, vector
+import json
+
+from fleet_helpers import RANGE, RECORDED, many_hosts, recorded, recorded_prometheus, vector
 from textual.pilot import Pilot
 
 from gpumon.fleet import FleetSnapshot, PromClient, read_fleet
@@ -70,6 +73,40 @@ def test_fifty_hosts_by_state_160x50(snap_compare, utc_time_zone: None) -> None:
 
     async def run_before(pilot: Pilot) -> None:
         app.show(many_hosts())
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
+
+
+H200X2_NCCL = RECORDED / "h200x2-nccl"
+"""Recorded on 2x H200 (nvidia-h200-x2), 2026-11-27, by tests/exporter/test_multinode_torchrun.py[nccl] with
+GPUMON_RECORD_PROMETHEUS set: every answer the fleet read from a real Prometheus 2.42 scraping two exporters (one per
+simulated node, `--only` its GPU) while rank 1 waited 30 ms for each batch; and each exporter's scrape then."""
+
+
+def h200x2_fleet() -> FleetSnapshot:
+    record = json.loads((H200X2_NCCL / "fleet-answers.json").read_text())
+    answers = {query: body.encode() for query, body in record["answers"].items()}
+    with recorded_prometheus(answers) as url:
+        return read_fleet(PromClient(url), now=record["now"])
+
+
+def test_real_two_node_nccl_job_on_h200s() -> None:
+    snapshot = h200x2_fleet()
+    assert snapshot.error is None
+    assert [(gpu.host, gpu.gpu) for gpu in snapshot.gpus] == [("sim-node-a", "0"), ("sim-node-b", "1")]
+    assert all(gpu.memory_total and gpu.memory_total > 100 * GIB for gpu in snapshot.gpus)  # H200: 141 GiB
+    (job,) = snapshot.jobs
+    assert [(rank.host, rank.rank) for rank in job.ranks] == [("sim-node-a", 0), ("sim-node-b", 1)]
+    assert job.straggler == 1  # the rank that waits for its data
+
+
+def test_real_two_node_nccl_job_160x50(snap_compare, utc_time_zone: None) -> None:
+    snapshot = h200x2_fleet()
+    app = FleetApp()
+
+    async def run_before(pilot: Pilot) -> None:
+        app.show(snapshot)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
