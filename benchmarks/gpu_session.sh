@@ -2,12 +2,12 @@
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
-#                                                 | open1 | x2 | x2open | screen
+#                                                 | open1 | x2 | x2open | screen | proof24
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -96,5 +96,11 @@ case "$part" in
         "tests/exporter/test_multinode_torchrun.py::test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs[nccl]" \
         2>&1 | tee "$out/multinode.log"
     fi ;;
+  proof24)   # issue 24's last two proofs on one GPU (about 5 min): the stack sampler's cost (its CPU a sample, and
+             # steps/s with and without it, paired in one process), then the demo's guided ladder
+    CUDA_VISIBLE_DEVICES=0 timeout 110 python3 benchmarks/hook_overhead.py --sampler-cost --loops tensor --rounds 100 \
+      --steps 100 --warmup 40 --json "$out/sampler_cost.json" 2>&1 | tail -3 | tee "$out/sampler_cost.log"
+    CUDA_VISIBLE_DEVICES=0 timeout 230 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 \
+      --ladder-warmup 5 --out "$out" 2>&1 | tail -60 > "$out/ladder.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac

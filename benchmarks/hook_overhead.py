@@ -278,6 +278,58 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
+def sampler_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """The stack sampler's cost on the launch-bound loop (`--loops`' first), in one process: `--rounds` pairs of
+    `--steps`-step windows with the sampler's thread running at its default rate and without it, in alternating
+    order; and the CPU its thread used per sample, which bounds what it can take from the training thread (it holds
+    the GIL at most that long)."""
+    import torch
+
+    from gpumon.hook.runtime import HookRuntime
+    from gpumon.hook.stack_sampler import SAMPLE_HZ, StackSampler
+
+    args.loop = args.loops[0]
+    run = training_loop(args)
+    run(args.warmup)
+    runtime = HookRuntime(torch)
+
+    class Optimizer:
+        param_groups: list[dict[str, Any]] = [{"params": []}]
+
+    for _ in range(3):  # as a job's optimizer steps do: the training thread and, on CUDA, its device are noted
+        runtime.optimizer_step_hook(Optimizer(), (), {})
+    rates: dict[str, list[float]] = {"off": [], "hook": []}
+    cost_ms = sampled_s = 0.0
+    samples = 0
+    for index in range(args.rounds):
+        for variant in ("off", "hook") if index % 2 == 0 else ("hook", "off"):
+            sampler = StackSampler(runtime, torch) if variant == "hook" else None
+            if sampler is not None:
+                sampler.start()
+            started = time.perf_counter()
+            run(args.steps)
+            elapsed = time.perf_counter() - started
+            if sampler is not None:
+                sampler.stop()
+                sampler.join(1.0)
+                result = sampler.result()
+                cost_ms += result["cost_ms"]
+                samples += result["samples"]
+                sampled_s += elapsed
+            rates[variant].append(args.steps / elapsed)
+    if runtime.errors:
+        raise RuntimeError(f"hook errors during the sampler benchmark: {runtime.last_error}")
+    return {
+        "loop": args.loop,
+        "sampler_hz": SAMPLE_HZ,
+        "samples": samples,
+        "sampler_cpu_us_per_sample": round(cost_ms * 1e3 / samples, 2) if samples else None,
+        "sampler_cpu_share_of_the_time": cost_ms / 1e3 / sampled_s if sampled_s else None,
+        "paired": summarize(rates)["hook"],
+        "steps_per_s": rates,
+    }
+
+
 def _drain(path: str, stop: threading.Event, counts: dict[str, int]) -> None:
     from gpumon.jobs.connection import HookConnection
 
@@ -449,6 +501,11 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=None, help="pin every worker to this CPU core (less noise)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here ('-' for stdout)")
     parser.add_argument("--micro", action="store_true", help="only time the hook's own per-step work, in-process")
+    parser.add_argument(
+        "--sampler-cost",
+        action="store_true",
+        help="only the stack sampler: its CPU a sample, and steps/s with and without it, paired, in-process",
+    )
     parser.add_argument("--micro-steps", type=int, default=20000)
     parser.add_argument(
         "--in-process",
@@ -491,6 +548,26 @@ def main() -> None:
         args.device = "cuda" if probe.stdout.strip() == "True" else "cpu"
     if not args.steps:
         args.steps = 3000 if args.device == "cuda" else 1500
+    if args.sampler_cost:
+        report = {
+            "benchmark": "hook_overhead --sampler-cost",
+            "device": device_name(args.device),
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "rounds": args.rounds,
+            "steps": args.steps,
+            **sampler_cost(args),
+        }
+        paired = report["paired"]
+        print(
+            f"stack sampler at {report['sampler_hz']} Hz on the {report['loop']} loop ({report['device']}): "
+            f"{report['sampler_cpu_us_per_sample']} us of CPU a sample, "
+            f"{(report['sampler_cpu_share_of_the_time'] or 0) * 100:.3f}% of the time; paired steps/s "
+            f"{paired['overhead_pct']:+.2f}% [{paired['overhead_ci95_pct'][0]:+.2f}%, {paired['overhead_ci95_pct'][1]:+.2f}%]"
+            f" over {args.rounds} rounds x {args.steps} steps"
+        )
+        if args.json and args.json != "-":
+            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        return
     if args.micro:
         result = {
             "benchmark": "hook_overhead --micro",
