@@ -294,7 +294,8 @@ def sampler_cost(args: argparse.Namespace) -> dict[str, Any]:
     runtime = HookRuntime(torch)
 
     class Optimizer:
-        param_groups: list[dict[str, Any]] = [{"params": []}]
+        def __init__(self) -> None:
+            self.param_groups: list[dict[str, Any]] = [{"params": []}]
 
     for _ in range(3):  # as a job's optimizer steps do: the training thread and, on CUDA, its device are noted
         runtime.optimizer_step_hook(Optimizer(), (), {})
@@ -562,8 +563,9 @@ def main() -> None:
             f"stack sampler at {report['sampler_hz']} Hz on the {report['loop']} loop ({report['device']}): "
             f"{report['sampler_cpu_us_per_sample']} us of CPU a sample, "
             f"{(report['sampler_cpu_share_of_the_time'] or 0) * 100:.3f}% of the time; paired steps/s "
-            f"{paired['overhead_pct']:+.2f}% [{paired['overhead_ci95_pct'][0]:+.2f}%, {paired['overhead_ci95_pct'][1]:+.2f}%]"
-            f" over {args.rounds} rounds x {args.steps} steps"
+            f"{paired['overhead_pct']:+.2f}% "
+            + "[{:+.2f}%, {:+.2f}%]".format(*paired["overhead_ci95_pct"])
+            + f" over {args.rounds} rounds x {args.steps} steps"
         )
         if args.json and args.json != "-":
             Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
