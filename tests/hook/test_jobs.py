@@ -220,7 +220,7 @@ def test_fuzzing_the_socket_while_training(start_job: Any, sock_dir: str) -> Non
         assert b'"type":"hello"' in _read_until(noise, b'"type":"hello"', 10.0)
         for _ in range(20):
             _try(lambda: noise.sendall(bytes(rng.getrandbits(8) for _ in range(2048))))
-        replies = _read_all(noise, 1.0)
+        replies = _read_until(noise, b'"type":"error"', 10.0)
         noise.close()
         assert b'"type":"error"' in replies, replies[:300]
 
@@ -230,7 +230,10 @@ def test_fuzzing_the_socket_while_training(start_job: Any, sock_dir: str) -> Non
 
         bad = _connect(path)
         bad.sendall(b'{not json}\n{"type":"no_such_request","id":7}\n[1,2]\n')
-        received = _read_all(bad, 0.3)
+        # Like `noise`, this connection may wait in the backlog on a loaded machine: its replies are awaited, not timed.
+        received = _read_until(bad, f'"{protocol.E_BAD_MESSAGE}"'.encode(), 10.0)
+        if not received.endswith(b"\n"):
+            received += _read_until(bad, b"\n", 10.0)  # the rest of the last line
         lines = [json.loads(line) for line in received.splitlines()]
         codes = [m.get("code") for m in lines if m["type"] == "error"]
         assert codes == [protocol.E_BAD_JSON, protocol.E_UNKNOWN_TYPE, protocol.E_BAD_MESSAGE], received[:600]
@@ -238,7 +241,7 @@ def test_fuzzing_the_socket_while_training(start_job: Any, sock_dir: str) -> Non
 
         huge = _connect(path)
         _try(lambda: huge.sendall(b"a" * (1024 * 1024)))
-        answer = _read_all(huge, 2.0)
+        answer = _read_until(huge, b'"line_too_long"', 10.0)
         assert b'"line_too_long"' in answer, answer[:300]
         huge.close()
 
