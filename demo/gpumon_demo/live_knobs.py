@@ -20,7 +20,7 @@ from typing import Any
 from .knobs import KNOBS_LIVE_ACK_ENV, KNOBS_LIVE_ENV, KnobError, validate_knobs
 
 POLL_S = 0.1
-"""How often the request file is looked at (a stat; read only when it changed)."""
+"""How often the request file (a few hundred bytes) is read."""
 MAX_REQUEST_BYTES = 65536
 
 
@@ -62,7 +62,6 @@ class ScriptKnobRequests:
         self.clock = clock
         self.seq = 0
         self._next_poll = 0.0
-        self._seen: tuple[int, int, int] | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], names: Sequence[str]) -> ScriptKnobRequests | None:
@@ -76,14 +75,6 @@ class ScriptKnobRequests:
         if now < self._next_poll:
             return None
         self._next_poll = now + POLL_S
-        try:
-            stat = os.stat(self.request_path)
-        except OSError:
-            return None
-        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        if seen == self._seen:
-            return None
-        self._seen = seen
         try:
             with open(self.request_path, "rb") as stream:
                 data = json.loads(stream.read(MAX_REQUEST_BYTES))
