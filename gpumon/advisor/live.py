@@ -163,13 +163,16 @@ class LiveRunner:
         *,
         diagnose_syncs: bool = False,
         flags: tuple[str, ...] = (),
+        phases: Mapping[str, float] | None = None,
     ) -> VariantResult:
         result = VariantIdentity(
             label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags, pid=self.client.pid
         )
         self._say(f"{label}: warming up", 0.2)
         plan = self.plan
+        began = time.monotonic()
         sleep_checked(plan.warmup_s, self.cancel, self._alive)
+        warmed_at = time.monotonic()
         start = time.time()
         windows = plan.windows(
             self.steps,
@@ -181,6 +184,7 @@ class LiveRunner:
             share=0.6,
         )
         end = time.time()
+        measured_at = time.monotonic()
         view = self.client.view()
         diagnosis = None
         if diagnose_syncs and view.cuda.get("initialized"):
@@ -196,6 +200,12 @@ class LiveRunner:
             peak_memory=memory.get("max_allocated") if memory else None,
         )
         measurement = with_efficiency(measurement, self.log.between(start, end), signals, view)
+        timing = {
+            **(phases or {}),
+            "warmup": warmed_at - began,
+            "measure": measured_at - warmed_at,
+            "after": time.monotonic() - measured_at,
+        }
         if not measurement.steps:
             return VariantResult(
                 **result,
@@ -203,8 +213,9 @@ class LiveRunner:
                 measurement=measurement,
                 signals=signals,
                 reason=f"no step during the {measurement.seconds:.0f} s measured (the job stalled)",
+                phases=timing,
             )
-        return VariantResult(**result, status=OK, measurement=measurement, signals=signals)
+        return VariantResult(**result, status=OK, measurement=measurement, signals=signals, phases=timing)
 
     def baseline(self) -> VariantResult:
         try:
@@ -247,6 +258,7 @@ class LiveRunner:
             self.original.setdefault(name, self._current(view, name))
         try:
             self._say(f"{label}: setting it on pid {self.client.pid}", 0.05)
+            asked_at = time.monotonic()
             self._set(change)
             self.changed.update(change)
             wanted = {**{k: v for k, v in self.restoring.items() if v is not None and k not in change}, **change}
@@ -266,7 +278,13 @@ class LiveRunner:
                 self._say(f"{label}: waiting for it to take effect (next epoch)", 0.1)
                 sleep_checked(0.25, self.cancel, self._alive)
             self.restoring = {}
-            measured = self._measure(label, change, {**kept, **change}, flags=tuple(experiment.flags))
+            measured = self._measure(
+                label,
+                change,
+                {**kept, **change},
+                flags=tuple(experiment.flags),
+                phases={"apply": time.monotonic() - asked_at},
+            )
             return VariantResult(
                 **base,
                 status=measured.status,
@@ -274,6 +292,7 @@ class LiveRunner:
                 measurement=measured.measurement,
                 signals=measured.signals,
                 applied={name: "hook" if name in self._split(change)[0] else "script" for name in change},
+                phases=measured.phases,
             )
         except Cancelled:
             self.discard(experiment)

@@ -334,6 +334,7 @@ class TrialRunner:
         flags: tuple[str, ...] = (),
         diagnose_syncs: bool = False,
     ) -> VariantResult:
+        entered = time.monotonic()
         if self.running is not None:
             self._stop(self.running)
         result = VariantIdentity(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
@@ -369,7 +370,7 @@ class TrialRunner:
                 self.track([launch.pid])
             if self.on_job is not None:
                 self.on_job(trial.job, label)
-            variant = self._measure(trial, result, diagnose_syncs)
+            variant = self._measure(trial, result, diagnose_syncs, entered)
             self._say(outcome_line(variant), 0.95)
             left_running = self.live_on_trial and variant.status == OK
             return variant
@@ -392,7 +393,9 @@ class TrialRunner:
             if self.on_job is not None:
                 self.on_job(None, trial.label)
 
-    def _measure(self, trial: RunningTrial, result: VariantIdentity, diagnose_syncs: bool) -> VariantResult:
+    def _measure(
+        self, trial: RunningTrial, result: VariantIdentity, diagnose_syncs: bool, entered: float
+    ) -> VariantResult:
         launch, job, steps, attach_listener = trial.launch, trial.job, trial.steps, trial.attach_listener
         out_path, ack_path = trial.out_path, trial.ack_path
         label = result["label"]
@@ -423,12 +426,14 @@ class TrialRunner:
                 except RuntimeError:
                     return ended_early("before its first step")
             first = steps.steps
+            first_step_at = time.monotonic()
             self._say(f"{label}: warming up", 0.15)
             sleep_checked(self.plan.warmup_s, self.cancel, alive)
             deadline = time.monotonic() + max(30.0, self.startup_timeout_s)
             while steps.steps - first < WARMUP_STEPS and time.monotonic() < deadline:
                 sleep_checked(0.2, self.cancel, alive)
             measure_start = time.time()
+            warmed_at = time.monotonic()
             windows = self.plan.windows(
                 steps,
                 cancel=self.cancel,
@@ -439,6 +444,7 @@ class TrialRunner:
                 share=0.6,
             )
             measure_end = time.time()
+            measured_at = time.monotonic()
             client = job.primary
             view = client.view() if client is not None else None
             diagnosis = None
@@ -488,8 +494,20 @@ class TrialRunner:
             status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"
         if view is not None:
             result = VariantIdentity(**{**result, "pid": view.pid})
+        phases = {
+            "start": first_step_at - entered,
+            "warmup": warmed_at - first_step_at,
+            "measure": measured_at - warmed_at,
+            "after": time.monotonic() - measured_at,
+        }
         return VariantResult(
-            **result, status=status, reason=reason, measurement=measurement, signals=signals, applied=confirmed
+            **result,
+            status=status,
+            reason=reason,
+            measurement=measurement,
+            signals=signals,
+            applied=confirmed,
+            phases=phases,
         )
 
 

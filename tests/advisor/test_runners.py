@@ -192,6 +192,8 @@ def test_the_guided_demo_changes_knobs_on_the_running_trial(  # type: ignore[no-
     ]
     report = GuidedRun(trials, only=only).run()
     assert report.baseline.ok, report.baseline.reason
+    assert list(report.baseline.phases) == ["start", "warmup", "measure", "after"]
+    assert all(seconds >= 0 for seconds in report.baseline.phases.values()) and report.baseline.phases["measure"] > 0
     variants = {v.label: v for v in report.variants}
     assert [v.kind for v in report.variants] == ["live", "live", "live", "trial"], [
         (v.label, v.reason) for v in report.variants
@@ -204,6 +206,7 @@ def test_the_guided_demo_changes_knobs_on_the_running_trial(  # type: ignore[no-
     batch = variants["batch_size 8 -> 16"]
     assert batch.status == OK and batch.applied == {"batch_size": "script"}, batch.reason
     assert batch.pid == report.baseline.pid, "the trainer made a new DataLoader in-process"
+    assert list(batch.phases) == ["apply", "warmup", "measure", "after"] and batch.phases["measure"] > 0
     assert batch.signals is not None and batch.signals.batch_size == 16, "the hook saw the new loader's batches"
     assert batch.signals.num_workers == (2 if workers.kept else 0), "the new loader has the hook's worker count"
     logging_change = variants["log_every 1 -> 50"]
