@@ -156,6 +156,17 @@ def ladder(duration: float, warmup: float, out: Path | None, trials_only: bool =
         f"{fmt(report['meta'].get('wall_s'))} s); {len(variants)} variants after the baseline, {live} of them live "
         f"on the running trial, {fmt(report['meta'].get('trial_starts'))} trial starts; target: >=90% in < 180 s"
     )
+    sys.path.insert(0, str(REPO))
+    from gpumon.advisor.results import PHASES
+
+    rows = [report["baseline"], *variants]
+    spent = {name: sum((row.get("phases") or {}).get(name, 0.0) for row in rows) for name in PHASES}
+    between = (report["meta"].get("wall_s") or 0.0) - sum(spent.values())
+    print(
+        "where the guided run's time went: "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in spent.items())
+        + f", between variants (stopping a losing trial, planning) {between:.1f} s"
+    )
     if out:
         report["meta"]["command_wall_s"] = round(wall_s, 1)
         (out / "advisor-demo-ladder.json").write_text(json.dumps(report, indent=1))

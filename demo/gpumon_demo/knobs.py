@@ -13,6 +13,15 @@ KNOBS_ACK_ENV = "GPUMON_KNOBS_ACK"
 applies, so gpumon's trial runs can tell a knob the script used from one nobody applied."""
 
 
+KNOBS_LIVE_ENV = "GPUMON_KNOBS_LIVE"
+KNOBS_LIVE_ACK_ENV = "GPUMON_KNOBS_LIVE_ACK"
+"""File paths a gpumon trial run gives: requests to change knobs while the trainer runs, and its replies (see
+live_knobs.ScriptKnobRequests)."""
+CHANGEABLE_WHILE_RUNNING = ("batch_size", "amp_bf16", "channels_last", "log_every")
+"""The knobs the trainer can change in-process at a step boundary (a new DataLoader, the autocast flag, the model's
+memory format, the loss logging); the DataLoader's other knobs and cuDNN autotuning gpumon's hook changes itself."""
+
+
 class KnobError(ValueError):
     """A bad knob value or a malformed GPUMON_KNOBS; the message is one line meant for the user."""
 

@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader
 
 from .augment import augment_batch
 from .data import NUM_CLASSES, SyntheticImages
-from .knobs import default_knobs, validate_knobs
-from .live_knobs import LiveLoaderSettings
+from .knobs import CHANGEABLE_WHILE_RUNNING, KnobError, default_knobs, validate_knobs
+from .live_knobs import LiveLoaderSettings, ScriptKnobRequests
 
 LOG_PREFIX = "gpumon-demo: "
 EXIT_CODE_FOR_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
@@ -207,6 +207,30 @@ def make_loader(dataset: SyntheticImages, knobs: dict[str, Any], seed: int, note
     return DataLoader(dataset, **options)
 
 
+def _loader_settings(loader: DataLoader) -> dict[str, Any]:
+    """The loader's settings as they are now (gpumon's hook may have changed them since it was made)."""
+    return {
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "prefetch_factor": loader.prefetch_factor if loader.num_workers > 0 else None,
+        "persistent_workers": loader.persistent_workers,
+    }
+
+
+def _changeable_values(knobs: dict[str, Any]) -> dict[str, Any]:
+    return {name: knobs[name] for name in CHANGEABLE_WHILE_RUNNING}
+
+
+def _convert_memory_format(model: torch.nn.Module, optimizer: torch.optim.Optimizer, channels_last: bool) -> None:
+    """The model's 4-d weights, gradients and optimizer state in channels_last (or back to NCHW), as if built so."""
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    model.to(memory_format=memory_format)
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim() == 4:
+                state[key] = value.contiguous(memory_format=memory_format)
+
+
 def _shutdown_workers(iterator: Iterator[Any] | None) -> None:
     """Stops and joins the iterator's worker processes now rather than at garbage collection."""
     shutdown = getattr(iterator, "_shutdown_workers", None)
@@ -271,6 +295,9 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
         last_progress = (started, 0, 0)
         loss: torch.Tensor | None = None
         live_settings = LiveLoaderSettings()
+        requests = ScriptKnobRequests.from_environ(os.environ, CHANGEABLE_WHILE_RUNNING)
+        if requests is not None:
+            requests.answer(_changeable_values(knobs))
         iterator = iter(loader)
         while True:
             if stopper.signal_name is not None:
@@ -290,6 +317,30 @@ def run(config: TrainConfig, log: Callable[[str], None] = _stderr) -> dict[str, 
                 _log_progress(log, now, last_progress, steps, samples, last_loss)
                 last_progress = (now, steps, samples)
 
+            request = requests.poll() if requests is not None else None
+            if requests is not None and request is not None:
+                # A gpumon trial run asks for other values of the trainer's own knobs: apply them between steps.
+                try:
+                    changes = {n: v for n, v in requests.check(request[1]).items() if knobs[n] != v}
+                    if changes.get("batch_size", 0) > config.dataset_size:
+                        raise KnobError(f"batch_size {changes['batch_size']} > dataset size {config.dataset_size}")
+                except KnobError as error:
+                    requests.answer(_changeable_values(knobs), str(error))
+                else:
+                    knobs.update(changes)
+                    if "batch_size" in changes:
+                        knobs.update(_loader_settings(loader))
+                        loader = make_loader(dataset, knobs, config.seed, notes)
+                        previous, iterator = iterator, iter(loader)
+                        _shutdown_workers(previous)
+                        non_blocking = loader.pin_memory and device.type == "cuda"
+                    if "channels_last" in changes:
+                        memory_format = torch.channels_last if knobs["channels_last"] else torch.preserve_format
+                        _convert_memory_format(model, optimizer, knobs["channels_last"])
+                    if changes and device.type == "cuda":
+                        _synchronize(device)
+                        torch.cuda.reset_peak_memory_stats(device)  # the peak of the new settings, not the old
+                    requests.answer(_changeable_values(knobs))
             if live_settings.pending(loader):
                 # gpumon changed a DataLoader setting live: start the next pass over the data now so it applies.
                 previous, iterator = iterator, iter(loader)

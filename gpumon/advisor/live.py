@@ -5,6 +5,10 @@ autotuning) are changed; the others need a trial run. DataLoader knobs take effe
 iter(DataLoader) (its next epoch): a change that has not taken effect within `apply_timeout_s` is rolled back.
 Every change is undone when it loses, fails, or the run is cancelled, so the job ends as it started unless a
 change won.
+
+On a trial run whose script answers GPUMON_KNOBS_LIVE (script_knobs.py), the knobs it says it can change while it
+runs (the demo: batch size, bf16 autocast, channels_last, log_every) are asked of the script instead; the hook's
+live knobs still go through the hook.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gpumon import protocol
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.measure import (
@@ -27,6 +32,7 @@ from gpumon.advisor.measure import (
     sleep_checked,
 )
 from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK, VariantIdentity, VariantResult
+from gpumon.advisor.script_knobs import ScriptKnobs, ScriptRefused
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.client import JobClient, JobRequestError
 from gpumon.jobs.jobstate import HookedView
@@ -48,6 +54,18 @@ def current_value(view: HookedView, name: str) -> Any:
     if name == "cudnn_benchmark":
         return view.precision.get("cudnn_benchmark")
     return None
+
+
+def by_hook(name: str) -> bool:
+    """Whether the hook itself changes knob `name` on a running job."""
+    spec = protocol.KNOBS.get(name)
+    return spec is not None and spec["live"]
+
+
+def changeable(experiment: Experiment, script: ScriptKnobs | None) -> bool:
+    """Whether every knob of `experiment` can be changed on the running job: by its hook, or by the trial's script."""
+    by_script = script.live() if script is not None else frozenset()
+    return all(by_hook(name) or name in by_script for name in experiment.knobs)
 
 
 def in_effect(view: HookedView, knobs: Mapping[str, Any]) -> bool:
@@ -78,8 +96,11 @@ class LiveRunner:
         progress: Progress | None = None,
         sync_diagnosis: bool = True,
         plan: MeasurementPlan | None = None,
+        script: ScriptKnobs | None = None,
     ) -> None:
         self.client = client
+        self.script = script
+        """The trial's script knobs (None on a job gpumon attached to: the hook's live knobs only)."""
         self.log = log
         self.plan = plan or MeasurementPlan(warmup_s, window_s, repeats, min_repeats, sync_diagnosis)
         """How each variant is measured (`plan` given: the trial runner's own, for live changes on its trial)."""
@@ -93,6 +114,8 @@ class LiveRunner:
         rollback restores."""
         self.changed: set[str] = set()
         """Knobs currently changed and not (yet) kept."""
+        self.restoring: dict[str, Any] = {}
+        """Values a rollback asked for: the next variant is measured only once they are in effect too."""
 
     def _say(self, message: str, fraction: float) -> None:
         if self.progress is not None:
@@ -105,9 +128,32 @@ class LiveRunner:
         return f"the job ended ({self.client.state.end_reason})" if self.client.ended else None
 
     def supports(self, experiment: Experiment) -> str | None:
-        if experiment.live:
+        if changeable(experiment, self.script):
             return None
         return "needs a trial run: it changes numerics or needs a restart (gpumon experiment -- CMD)"
+
+    def _split(self, knobs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the knobs the hook changes, the ones the trial's script changes)."""
+        hook = {name: value for name, value in knobs.items() if self.script is None or by_hook(name)}
+        return hook, {name: value for name, value in knobs.items() if name not in hook}
+
+    def _current(self, view: HookedView, name: str) -> Any:
+        if self.script is not None and not by_hook(name):
+            return self.script.values().get(name)
+        return current_value(view, name)
+
+    def _set(self, knobs: Mapping[str, Any]) -> None:
+        hook, script = self._split(knobs)
+        if hook:
+            self.client.set_knobs(hook)
+        if script and self.script is not None:
+            self.script.request(script)
+
+    def _in_effect(self, knobs: Mapping[str, Any]) -> bool:
+        hook, script = self._split(knobs)
+        if hook and not in_effect(self.client.view(), hook):
+            return False
+        return self.script is None or self.script.in_effect(script)
 
     def _measure(
         self,
@@ -117,13 +163,16 @@ class LiveRunner:
         *,
         diagnose_syncs: bool = False,
         flags: tuple[str, ...] = (),
+        phases: Mapping[str, float] | None = None,
     ) -> VariantResult:
         result = VariantIdentity(
             label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags, pid=self.client.pid
         )
         self._say(f"{label}: warming up", 0.2)
         plan = self.plan
+        began = time.monotonic()
         sleep_checked(plan.warmup_s, self.cancel, self._alive)
+        warmed_at = time.monotonic()
         start = time.time()
         windows = plan.windows(
             self.steps,
@@ -135,6 +184,7 @@ class LiveRunner:
             share=0.6,
         )
         end = time.time()
+        measured_at = time.monotonic()
         view = self.client.view()
         diagnosis = None
         if diagnose_syncs and view.cuda.get("initialized"):
@@ -150,6 +200,12 @@ class LiveRunner:
             peak_memory=memory.get("max_allocated") if memory else None,
         )
         measurement = with_efficiency(measurement, self.log.between(start, end), signals, view)
+        timing = {
+            **(phases or {}),
+            "warmup": warmed_at - began,
+            "measure": measured_at - warmed_at,
+            "after": time.monotonic() - measured_at,
+        }
         if not measurement.steps:
             return VariantResult(
                 **result,
@@ -157,8 +213,9 @@ class LiveRunner:
                 measurement=measurement,
                 signals=signals,
                 reason=f"no step during the {measurement.seconds:.0f} s measured (the job stalled)",
+                phases=timing,
             )
-        return VariantResult(**result, status=OK, measurement=measurement, signals=signals)
+        return VariantResult(**result, status=OK, measurement=measurement, signals=signals, phases=timing)
 
     def baseline(self) -> VariantResult:
         try:
@@ -198,14 +255,17 @@ class LiveRunner:
         )
         view = self.client.view()
         for name in change:
-            self.original.setdefault(name, current_value(view, name))
+            self.original.setdefault(name, self._current(view, name))
         try:
             self._say(f"{label}: setting it on pid {self.client.pid}", 0.05)
-            self.client.set_knobs(change)
+            asked_at = time.monotonic()
+            self._set(change)
             self.changed.update(change)
+            wanted = {**{k: v for k, v in self.restoring.items() if v is not None and k not in change}, **change}
             deadline = time.monotonic() + self.apply_timeout_s
-            while not in_effect(self.client.view(), change):
+            while not self._in_effect(wanted):
                 if time.monotonic() > deadline:
+                    self.restoring = {}
                     self.discard(experiment)
                     return VariantResult(
                         **base,
@@ -217,19 +277,27 @@ class LiveRunner:
                     )
                 self._say(f"{label}: waiting for it to take effect (next epoch)", 0.1)
                 sleep_checked(0.25, self.cancel, self._alive)
-            measured = self._measure(label, change, {**kept, **change}, flags=tuple(experiment.flags))
+            self.restoring = {}
+            measured = self._measure(
+                label,
+                change,
+                {**kept, **change},
+                flags=tuple(experiment.flags),
+                phases={"apply": time.monotonic() - asked_at},
+            )
             return VariantResult(
                 **base,
                 status=measured.status,
                 reason=measured.reason,
                 measurement=measured.measurement,
                 signals=measured.signals,
-                applied={name: "hook" for name in change},
+                applied={name: "hook" if name in self._split(change)[0] else "script" for name in change},
+                phases=measured.phases,
             )
         except Cancelled:
             self.discard(experiment)
             return VariantResult(**base, status=CANCELLED, reason="cancelled (rolled back)")
-        except JobRequestError as error:
+        except (JobRequestError, ScriptRefused, OSError) as error:
             self.discard(experiment)
             return VariantResult(**base, status=FAILED, reason=f"the job refused it: {error}")
         except RuntimeError as error:
@@ -246,9 +314,10 @@ class LiveRunner:
         self.changed.difference_update(experiment.knobs)
         if not restore or self.client.ended:
             return
+        self.restoring.update(restore)
         try:
-            self.client.set_knobs(restore)
-        except JobRequestError:
+            self._set(restore)
+        except (JobRequestError, OSError):
             pass  # the job went away; nothing left to restore
 
     def finish(self, kept: Mapping[str, Any]) -> None:

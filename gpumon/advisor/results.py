@@ -25,6 +25,16 @@ STATUSES = (OK, FAILED, OOM, TIMEOUT, NOT_APPLIED, SKIPPED, CANCELLED)
 KIND_LIVE = "live"
 KIND_TRIAL = "trial"
 
+PHASES = {
+    "start": "a trial run: from stopping the previous trial to the new one's first step (process start, imports, "
+    "CUDA and DataLoader workers starting)",
+    "apply": "a live change: from asking for it to seeing it in effect (and any rollback before it)",
+    "warmup": "after the first step or the change, left out of the figures",
+    "measure": "the measured windows",
+    "after": "the sync count, the signals, a profiler capture",
+}
+"""VariantResult.phases: the names and what each covers."""
+
 
 class _VariantIdentityRequired(TypedDict):
     label: str
@@ -59,6 +69,8 @@ class VariantResult:
     flags: tuple[str, ...] = ()
     kept: bool = False
     pid: int | None = None
+    phases: Mapping[str, float] = field(default_factory=dict)
+    """Wall seconds of its phases, in order (PHASES): where a guided run's time goes."""
 
     @property
     def ok(self) -> bool:
@@ -82,6 +94,7 @@ class VariantResult:
             "pid": self.pid,
             "measurement": self.measurement.to_dict() if self.measurement is not None else None,
             "speedup": None if gain is None else round(gain, 3),
+            "phases": {name: round(seconds, 2) for name, seconds in self.phases.items()},
         }
 
 

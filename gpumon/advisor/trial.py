@@ -8,8 +8,10 @@ Otherwise the variant is recorded as not applied: it needs a code change.
 
 With `live_on_trial`, a trial that measured well is left running: a math-neutral knob (Experiment.live) is then
 tried on it through its hook (a LiveRunner on its client) instead of a restart, and rolled back there if it loses;
-one that does not take effect within `live_apply_timeout_s` gets a trial run after all. Any other knob stops the
-running trial and starts a fresh one with the knobs kept so far plus the change.
+so is a knob the trial's script says it can change while it runs (GPUMON_KNOBS_LIVE, script_knobs.py: the demo
+trainer builds a new DataLoader for another batch size, turns autocast or channels_last on or off). One that does
+not take effect within `live_apply_timeout_s` gets a trial run after all. Any other knob stops the running trial and
+starts a fresh one with the knobs kept so far plus the change.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from gpumon.advisor.auto_capture import AUTO_CAPTURE_STEPS, Notice, capture_reas
 from gpumon.advisor.capture import Capture
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.efficiency import with_efficiency
-from gpumon.advisor.live import LiveRunner
+from gpumon.advisor.live import LiveRunner, changeable
 from gpumon.advisor.measure import (
     Cancelled,
     MeasurementPlan,
@@ -51,6 +53,7 @@ from gpumon.advisor.results import (
     VariantIdentity,
     VariantResult,
 )
+from gpumon.advisor.script_knobs import ScriptKnobs
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.jobstate import HookedView
 from gpumon.jobs.launch import LaunchedJob, LaunchError
@@ -88,6 +91,8 @@ class RunningTrial:
     steps: StepLog
     out_path: Path
     ack_path: Path
+    script: ScriptKnobs
+    """The knobs its script changes while it runs, if it answers GPUMON_KNOBS_LIVE."""
     listening: set[int] = field(default_factory=set)
 
     def attach_listener(self, _what: str = "") -> None:
@@ -259,7 +264,8 @@ class TrialRunner:
         knobs = {**kept, **experiment.knobs}
         self.last_live = False
         running = self.running
-        if self.live_on_trial and experiment.live and running is not None and running.knobs == dict(kept):
+        on_running = running is not None and running.knobs == dict(kept)
+        if self.live_on_trial and running is not None and on_running and changeable(experiment, running.script):
             result = self._live_variant(running, experiment, kept)
             if result.status != NOT_APPLIED:
                 self.last_live = True
@@ -300,8 +306,13 @@ class TrialRunner:
                 apply_timeout_s=self.live_apply_timeout_s,
                 cancel=self.cancel,
                 progress=self.progress,
+                script=running.script,
             )
         result = self.live.run(experiment, kept)
+        if result.status == FAILED and running.launch.poll() is not None:
+            # The change ended the trial (e.g. a batch size that does not fit): say why, as for a trial run.
+            status, reason = failure_reason(running.launch.wait(), log_tail(running.out_path))
+            result = replace(result, status=status, reason=f"{reason} (after the change)")
         self._say(outcome_line(result), 0.95)
         return result
 
@@ -323,6 +334,7 @@ class TrialRunner:
         flags: tuple[str, ...] = (),
         diagnose_syncs: bool = False,
     ) -> VariantResult:
+        entered = time.monotonic()
         if self.running is not None:
             self._stop(self.running)
         result = VariantIdentity(label=label, change=change, knobs=knobs, kind=KIND_TRIAL, flags=flags)
@@ -332,6 +344,7 @@ class TrialRunner:
         stem = f"trial-{self.runs:02d}"
         out_path = self.log_dir / f"{stem}.log"
         ack_path = self.log_dir / f"{stem}.ack.json"
+        script = ScriptKnobs(self.log_dir / f"{stem}.live.json", self.log_dir / f"{stem}.live-ack.json")
         self.logs.append(out_path)
         try:
             launch = LaunchedJob(
@@ -340,7 +353,7 @@ class TrialRunner:
                 base_env=self.base_env,
                 cwd=self.cwd,
                 log=out_path,
-                extra_env={KNOBS_ACK_ENV: str(ack_path)},
+                extra_env={KNOBS_ACK_ENV: str(ack_path), **script.env()},
             )
         except LaunchError as error:
             return VariantResult(**result, status=FAILED, reason=str(error))
@@ -349,7 +362,7 @@ class TrialRunner:
             launch.start()
         except LaunchError as error:
             return VariantResult(**result, status=FAILED, reason=str(error))
-        trial = RunningTrial(label, dict(knobs), launch, launch.follow(), StepLog(), out_path, ack_path)
+        trial = RunningTrial(label, dict(knobs), launch, launch.follow(), StepLog(), out_path, ack_path, script)
         left_running = False
         try:  # from here on, whatever happens (Ctrl+C included), the trial's process group is stopped
             trial.job.start(trial.attach_listener)
@@ -357,7 +370,7 @@ class TrialRunner:
                 self.track([launch.pid])
             if self.on_job is not None:
                 self.on_job(trial.job, label)
-            variant = self._measure(trial, result, diagnose_syncs)
+            variant = self._measure(trial, result, diagnose_syncs, entered)
             self._say(outcome_line(variant), 0.95)
             left_running = self.live_on_trial and variant.status == OK
             return variant
@@ -380,7 +393,9 @@ class TrialRunner:
             if self.on_job is not None:
                 self.on_job(None, trial.label)
 
-    def _measure(self, trial: RunningTrial, result: VariantIdentity, diagnose_syncs: bool) -> VariantResult:
+    def _measure(
+        self, trial: RunningTrial, result: VariantIdentity, diagnose_syncs: bool, entered: float
+    ) -> VariantResult:
         launch, job, steps, attach_listener = trial.launch, trial.job, trial.steps, trial.attach_listener
         out_path, ack_path = trial.out_path, trial.ack_path
         label = result["label"]
@@ -411,12 +426,14 @@ class TrialRunner:
                 except RuntimeError:
                     return ended_early("before its first step")
             first = steps.steps
+            first_step_at = time.monotonic()
             self._say(f"{label}: warming up", 0.15)
             sleep_checked(self.plan.warmup_s, self.cancel, alive)
             deadline = time.monotonic() + max(30.0, self.startup_timeout_s)
             while steps.steps - first < WARMUP_STEPS and time.monotonic() < deadline:
                 sleep_checked(0.2, self.cancel, alive)
             measure_start = time.time()
+            warmed_at = time.monotonic()
             windows = self.plan.windows(
                 steps,
                 cancel=self.cancel,
@@ -427,6 +444,7 @@ class TrialRunner:
                 share=0.6,
             )
             measure_end = time.time()
+            measured_at = time.monotonic()
             client = job.primary
             view = client.view() if client is not None else None
             diagnosis = None
@@ -476,8 +494,20 @@ class TrialRunner:
             status, reason = OOM, f"{memory.get('ooms')} CUDA out-of-memory error(s) during the trial"
         if view is not None:
             result = VariantIdentity(**{**result, "pid": view.pid})
+        phases = {
+            "start": first_step_at - entered,
+            "warmup": warmed_at - first_step_at,
+            "measure": measured_at - warmed_at,
+            "after": time.monotonic() - measured_at,
+        }
         return VariantResult(
-            **result, status=status, reason=reason, measurement=measurement, signals=signals, applied=confirmed
+            **result,
+            status=status,
+            reason=reason,
+            measurement=measurement,
+            signals=signals,
+            applied=confirmed,
+            phases=phases,
         )
 
 

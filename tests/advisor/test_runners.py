@@ -146,13 +146,14 @@ def test_a_live_change_is_measured_and_rolled_back(sock_dir: str, sampled) -> No
         job.wait()
 
 
-def test_the_guided_demo_tries_math_neutral_knobs_on_the_running_trial(  # type: ignore[no-untyped-def]
-    sock_dir: str, sampled, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """live_on_trial: DataLoader knobs go through the hook of the trial already running (the demo starts its next
-    pass over the data at once), so 3 variants and the baseline take 2 process starts, not 4."""
+DEMO = [
+    sys.executable, "-m", "gpumon_demo", "--duration", "300", "--device", "cpu", "--progress-interval", "0",
+    "--dataset-size", "20000", "--batch-size", "8",
+]  # fmt: skip
+
+
+def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     from gpumon.advisor import trial as trial_module
-    from gpumon.advisor.guided import GuidedRun
 
     starts: list[list[str]] = []
     original_start = trial_module.LaunchedJob.start
@@ -162,23 +163,39 @@ def test_the_guided_demo_tries_math_neutral_knobs_on_the_running_trial(  # type:
         return original_start(self)
 
     monkeypatch.setattr(trial_module.LaunchedJob, "start", counted_start)
-    demo = [
-        sys.executable, "-m", "gpumon_demo", "--duration", "300", "--device", "cpu", "--progress-interval", "0",
-        "--dataset-size", "20000", "--batch-size", "8",
-    ]  # fmt: skip
-    trials = runner(
-        demo, sampled, window_s=1.0, repeats=3, min_repeats=2, live_on_trial=True, live_warmup_s=0.5,
+    return starts
+
+
+def live_trials(sampled) -> TrialRunner:  # type: ignore[no-untyped-def]
+    return runner(
+        DEMO, sampled, window_s=1.0, repeats=3, min_repeats=2, live_on_trial=True, live_warmup_s=0.5,
         live_apply_timeout_s=20.0,
     )  # fmt: skip
+
+
+def test_the_guided_demo_changes_knobs_on_the_running_trial(  # type: ignore[no-untyped-def]
+    sock_dir: str, sampled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """live_on_trial: DataLoader knobs go through the hook of the trial already running (the demo starts its next
+    pass over the data at once), the trainer's own knobs through its GPUMON_KNOBS_LIVE requests (a new DataLoader
+    for another batch size), so 4 variants and the baseline take 2 process starts, not 5; a knob the trainer reads
+    only at start (augment_in_workers) still gets a fresh run."""
+    from gpumon.advisor.guided import GuidedRun
+
+    starts = count_starts(monkeypatch)
+    trials = live_trials(sampled)
     only = [
         Experiment({"num_workers": 2}, previous={"num_workers": 0}),
-        Experiment({"prefetch_factor": 4}, previous={"prefetch_factor": None}),
+        Experiment({"batch_size": 16}, previous={"batch_size": 8}),
         Experiment({"log_every": 50}, previous={"log_every": 1}),
+        Experiment({"augment_in_workers": False}, previous={"augment_in_workers": True}),
     ]
     report = GuidedRun(trials, only=only).run()
     assert report.baseline.ok, report.baseline.reason
+    assert list(report.baseline.phases) == ["start", "warmup", "measure", "after"]
+    assert all(seconds >= 0 for seconds in report.baseline.phases.values()) and report.baseline.phases["measure"] > 0
     variants = {v.label: v for v in report.variants}
-    assert [v.kind for v in report.variants] == ["live", "live", "trial"], [
+    assert [v.kind for v in report.variants] == ["live", "live", "live", "trial"], [
         (v.label, v.reason) for v in report.variants
     ]
     workers = variants["num_workers 0 -> 2"]
@@ -186,6 +203,41 @@ def test_the_guided_demo_tries_math_neutral_knobs_on_the_running_trial(  # type:
     assert workers.pid == report.baseline.pid, "measured on the baseline's own process"
     assert workers.signals is not None and workers.signals.num_workers == 2, "in effect before it was measured"
     assert workers.measurement is not None and 2 <= len(workers.measurement.rates) <= 3
-    assert variants["log_every 1 -> 50"].pid != report.baseline.pid, "a knob the script reads needs a fresh run"
+    batch = variants["batch_size 8 -> 16"]
+    assert batch.status == OK and batch.applied == {"batch_size": "script"}, batch.reason
+    assert batch.pid == report.baseline.pid, "the trainer made a new DataLoader in-process"
+    assert list(batch.phases) == ["apply", "warmup", "measure", "after"] and batch.phases["measure"] > 0
+    assert batch.signals is not None and batch.signals.batch_size == 16, "the hook saw the new loader's batches"
+    assert batch.signals.num_workers == (2 if workers.kept else 0), "the new loader has the hook's worker count"
+    logging_change = variants["log_every 1 -> 50"]
+    assert logging_change.status == OK and logging_change.applied == {"log_every": "script"}, logging_change.reason
+    assert logging_change.pid == report.baseline.pid
+    in_workers = variants["augment_in_workers on -> off"]
+    assert in_workers.pid != report.baseline.pid, "read only at start: a fresh run"
     assert len(starts) == trials.runs == 2 == report.meta["trial_starts"]
-    assert group_gone(report.baseline.pid) and group_gone(variants["log_every 1 -> 50"].pid), "finish stops them"
+    assert group_gone(report.baseline.pid) and group_gone(in_workers.pid), "all stopped"
+
+
+def test_a_losing_or_refused_script_change_is_rolled_back_before_the_next_is_measured(  # type: ignore[no-untyped-def]
+    sock_dir: str, sampled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing can win (min_gain 100x): the batch size the trainer refuses and the one that loses are both undone
+    on the running trial, and the next variant is measured at the batch size the trial started with."""
+    from gpumon.advisor.guided import GuidedRun
+
+    starts = count_starts(monkeypatch)
+    trials = live_trials(sampled)
+    only = [
+        Experiment({"batch_size": 30000}, previous={"batch_size": 8}),
+        Experiment({"batch_size": 16}, previous={"batch_size": 8}),
+        Experiment({"log_every": 50}, previous={"log_every": 1}),
+    ]
+    report = GuidedRun(trials, only=only, min_gain=100.0).run()
+    assert report.baseline.ok, report.baseline.reason
+    refused, bigger, logging_change = report.variants
+    assert refused.status == FAILED and "dataset size 20000" in refused.reason, refused.reason
+    assert bigger.status == OK and not bigger.kept and bigger.signals is not None, bigger.reason
+    assert bigger.signals.batch_size == 16
+    assert logging_change.status == OK and logging_change.signals is not None, logging_change.reason
+    assert logging_change.signals.batch_size == 8, "the losing batch size was rolled back before this was measured"
+    assert {v.pid for v in report.variants} == {report.baseline.pid} and len(starts) == 1

@@ -19,8 +19,9 @@ psutil = pytest.importorskip("psutil")
 from gpumon_demo.augment import augment_batch  # noqa: E402
 from gpumon_demo.cli import main  # noqa: E402
 from gpumon_demo.data import NUM_CLASSES, SyntheticImages  # noqa: E402
-from gpumon_demo.knobs import KNOBS_ENV  # noqa: E402
-from gpumon_demo.trainer import DemoError, TrainConfig, run  # noqa: E402
+from gpumon_demo.knobs import KNOBS_ENV, KNOBS_LIVE_ACK_ENV, KNOBS_LIVE_ENV  # noqa: E402
+from gpumon_demo.trainer import DemoError, TrainConfig, _convert_memory_format, run  # noqa: E402
+from tests.waiting import wait_until  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL_RUN = {"device": "cpu", "profile": "small", "dataset_size": 512, "progress_interval": 0.0, "duration": None}
@@ -31,10 +32,10 @@ def run_small(steps: int, knobs: dict[str, Any], warmup_steps: int = 1) -> dict[
 
 
 def start_demo(*args: str, knobs: str = "{}", **popen: Any) -> subprocess.Popen[str]:
+    popen.setdefault("env", os.environ | {KNOBS_ENV: knobs})
     return subprocess.Popen(
         [sys.executable, "-m", "gpumon_demo", "--device", "cpu", "--progress-interval", "0", "--json", *args],
-        cwd=REPO_ROOT / "demo", env=os.environ | {KNOBS_ENV: knobs}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, **popen,
+        cwd=REPO_ROOT / "demo", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
     )  # fmt: skip
 
 
@@ -194,3 +195,66 @@ def test_a_signal_stops_the_run_and_leaves_no_worker_behind(
     assert "Traceback" not in stderr
     alive = [worker.pid for worker in workers if worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+
+
+def read_reply(path: Path) -> dict[str, Any]:
+    try:
+        reply: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return reply
+
+
+def test_a_trial_run_changes_the_trainers_own_knobs_while_it_runs(tmp_path: Path) -> None:
+    """GPUMON_KNOBS_LIVE: a new batch size (a new DataLoader with the same workers, the old ones shut down),
+    autocast, channels_last and log_every applied between steps and answered; a request it cannot honour is refused
+    with its reason, and nothing of it applied."""
+    request, reply = tmp_path / "live.json", tmp_path / "live-ack.json"
+    channel = {KNOBS_LIVE_ENV: str(request), KNOBS_LIVE_ACK_ENV: str(reply)}
+    process = start_demo(
+        "--steps", "1000000", "--warmup-steps", "1", "--dataset-size", "5000", "--batch-size", "8",
+        start_new_session=True, env=os.environ | {KNOBS_ENV: '{"num_workers": 2}'} | channel,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: read_reply(reply).get("seq") == 0, 60, "the trainer's announcement")
+        announced = read_reply(reply)
+        assert set(announced["live"]) == {"batch_size", "amp_bf16", "channels_last", "log_every"}
+        assert announced["knobs"] == {"batch_size": 8, "amp_bf16": False, "channels_last": False, "log_every": 1}
+        old_workers = wait_for_workers(process, 2)
+        wanted = {"batch_size": 16, "amp_bf16": True, "channels_last": True, "log_every": 5}
+        request.write_text(json.dumps({"seq": 1, "knobs": wanted}))
+        wait_until(lambda: read_reply(reply).get("seq") == 1, 60, "the trainer's answer")
+        assert read_reply(reply)["knobs"] == wanted and "error" not in read_reply(reply)
+        wait_until(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in old_workers), 30,
+                   "the old DataLoader's workers shut down")  # fmt: skip
+        wait_for_workers(process, 2)
+        request.write_text(json.dumps({"seq": 2, "knobs": {"batch_size": 10**6, "log_every": 1}}))
+        wait_until(lambda: read_reply(reply).get("seq") == 2, 60, "the trainer's refusal")
+        assert "dataset size 5000" in read_reply(reply)["error"]
+        assert read_reply(reply)["knobs"] == wanted, "nothing of a refused request is applied"
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 143, stderr
+    summary = json.loads(stdout)
+    assert summary["dataloader"]["batch_size"] == 16 and summary["dataloader"]["num_workers"] == 2
+    assert summary["knobs"] | wanted == summary["knobs"], "the summary reports the knobs in effect at the end"
+    assert "Traceback" not in stderr
+
+
+def test_channels_last_converts_weights_gradients_and_optimizer_state_both_ways() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 8, 8)).sum().backward()
+    optimizer.step()
+    conv = model[0].weight
+    _convert_memory_format(model, optimizer, channels_last=True)
+    assert conv is model[0].weight, "the optimizer still holds the model's parameters"
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert conv.grad is not None and conv.grad.is_contiguous(memory_format=torch.channels_last)
+    assert optimizer.state[conv]["momentum_buffer"].is_contiguous(memory_format=torch.channels_last)
+    _convert_memory_format(model, optimizer, channels_last=False)
+    assert conv.is_contiguous() and optimizer.state[conv]["momentum_buffer"].is_contiguous()
