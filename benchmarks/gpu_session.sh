@@ -98,9 +98,9 @@ case "$part" in
     fi ;;
   proof24)   # issue 24's last two proofs on one GPU (about 5 min): the stack sampler's cost (its CPU a sample, and
              # steps/s with and without it, paired in one process), then the demo's guided ladder
-    CUDA_VISIBLE_DEVICES=0 timeout 110 python3 benchmarks/hook_overhead.py --sampler-cost --loops tensor --rounds 100 \
+    CUDA_VISIBLE_DEVICES=0 timeout 90 python3 benchmarks/hook_overhead.py --sampler-cost --loops tensor --rounds 80 \
       --steps 100 --warmup 40 --json "$out/sampler_cost.json" 2>&1 | tail -3 | tee "$out/sampler_cost.log"
-    CUDA_VISIBLE_DEVICES=0 timeout 230 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 \
+    CUDA_VISIBLE_DEVICES=0 timeout 200 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 \
       --ladder-warmup 5 --out "$out" 2>&1 | tail -60 > "$out/ladder.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
