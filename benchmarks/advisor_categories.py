@@ -47,10 +47,18 @@ def gpu_names() -> list[str]:
     return [gpu.name for gpu in sample_once(window=0.2).gpus]
 
 
-def advisor(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def advisor(*args: str, timeout: float, stream_stderr: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m gpumon ARGS`; with stream_stderr its progress goes to this stderr as it comes (a run cut short by a
+    time limit still shows how far it got) and the result's stderr is empty."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     return subprocess.run(
-        [sys.executable, "-m", "gpumon", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "gpumon", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=None if stream_stderr else subprocess.PIPE,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -132,9 +140,9 @@ def ladder(duration: float, warmup: float, out: Path | None, trials_only: bool =
         str(markdown),
         *(["--trials-only"] if trials_only else []),
         timeout=3600,
+        stream_stderr=True,
     )
     wall_s = time.monotonic() - started
-    sys.stderr.write(result.stderr[-4000:])
     if result.returncode != 0:
         print(f"demo --guided failed: exit {result.returncode}")
         return 1

@@ -318,6 +318,12 @@ def sampler_cost(args: argparse.Namespace) -> dict[str, Any]:
                 samples += result["samples"]
                 sampled_s += elapsed
             rates[variant].append(args.steps / elapsed)
+        print(  # as it goes: a run cut by a time limit still leaves its rounds
+            f"  round {index + 1}/{args.rounds}: off {rates['off'][-1]:.1f}  sampler {rates['hook'][-1]:.1f} steps/s; "
+            f"{samples} samples, {cost_ms:.2f} ms of sampler CPU so far",
+            file=sys.stderr,
+            flush=True,
+        )
     if runtime.errors:
         raise RuntimeError(f"hook errors during the sampler benchmark: {runtime.last_error}")
     return {
