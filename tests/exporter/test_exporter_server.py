@@ -59,18 +59,23 @@ def server_factory(registry: CollectorRegistry) -> Iterator[object]:
         server.close()
 
 
+def wait_for_replay_end(url: str, last_timestamp: float) -> None:
+    """Until the exporter at `url` serves its recording's last snapshot."""
+
+    def replay_done() -> bool:
+        stamp = samples(scrape(url)).get("gpumon_snapshot_timestamp_seconds")
+        return stamp is not None and only(stamp)[1] == last_timestamp
+
+    wait_until(replay_done, 30, "the replay's last snapshot exported")
+
+
 def test_replayed_exporter_serves_the_recording_and_stops_on_sigterm() -> None:
     last = read_recording(RECORDINGS / "h100-demo-slow.jsonl")[-1]
     with running_exporter(
         "--replay", str(RECORDINGS / "h100-demo-slow.jsonl"), "--speed", "32", "--host-label", "sim-1"
     ) as exporter:
         assert exporter.url.startswith("http://127.0.0.1:")
-
-        def replay_done() -> bool:
-            stamp = samples(scrape(exporter.url)).get("gpumon_snapshot_timestamp_seconds")
-            return stamp is not None and only(stamp)[1] == last.timestamp
-
-        wait_until(replay_done, 20, "the replay's last snapshot exported")
+        wait_for_replay_end(exporter.url, last.timestamp)
         found = samples(scrape(exporter.url))
         labels, value = only(found["gpumon_gpu_utilization_ratio"])
         assert labels["host"] == "sim-1"
@@ -256,12 +261,7 @@ def test_one_gpu_of_two_exported(flags: tuple[str, ...], env: dict[str, str]) ->
     assert {gpu.index for gpu in last.gpus} == {0, 1}
     assert [process.gpu_indices for process in last.processes] == [(0,)]
     with running_exporter("--replay", str(recording), "--speed", "64", *flags, env=env) as exporter:
-
-        def replay_done() -> bool:
-            stamp = samples(scrape(exporter.url)).get("gpumon_snapshot_timestamp_seconds")
-            return stamp is not None and only(stamp)[1] == last.timestamp
-
-        wait_until(replay_done, 30, "the replay's last snapshot exported")
+        wait_for_replay_end(exporter.url, last.timestamp)
         found = samples(scrape(exporter.url))
     labels, _ = only(found["gpumon_gpu_utilization_ratio"])
     assert labels["gpu"] == "1"

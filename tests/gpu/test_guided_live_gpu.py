@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,19 +20,30 @@ from gpumon.advisor.session import sampling
 from gpumon.advisor.trial import TrialRunner
 
 REPO = Path(__file__).resolve().parents[2]
+DEMO = [sys.executable, "-m", "gpumon_demo", "--duration", "600", "--device", "cuda", "--progress-interval", "0"]
 
 
-def test_dataloader_knobs_go_live_on_the_running_cuda_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def demo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment of a demo trial: this checkout's gpumon, no knobs left from the caller, sockets in tmp_path."""
     monkeypatch.setenv(protocol.SOCKET_DIR_ENV, str(tmp_path / "sockets"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.pop(protocol.KNOBS_ENV, None)
+    return env
+
+
+def demo_trial_runner(env: dict[str, str], log: Any, track: Any, live_on_trial: bool = True) -> TrialRunner:
+    """A runner of demo trials (live knobs unless told), the guided run's windows (3 s, 2 to 5 of them after 5 s)."""
+    return TrialRunner(
+        DEMO, log=log, track=track, cwd=str(REPO), base_env=env, warmup_s=5.0, window_s=3.0,
+        repeats=5, min_repeats=2, live_on_trial=live_on_trial, sync_diagnosis=False,
+    )  # fmt: skip
+
+
+def test_dataloader_knobs_go_live_on_the_running_cuda_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = demo_env(tmp_path, monkeypatch)
     workers = min(8, max(2, (os.cpu_count() or 4) - 2))
-    demo = [sys.executable, "-m", "gpumon_demo", "--duration", "600", "--device", "cuda", "--progress-interval", "0"]
     with sampling() as (sampler, log):
-        runner = TrialRunner(
-            demo, log=log, track=sampler.track_pids, cwd=str(REPO), base_env=env, warmup_s=5.0, window_s=3.0,
-            repeats=5, min_repeats=2, live_on_trial=True, sync_diagnosis=False,
-        )  # fmt: skip
+        runner = demo_trial_runner(env, log, sampler.track_pids)
         only = [
             Experiment({"num_workers": workers}, previous={"num_workers": 0}),
             Experiment({"pin_memory": True}, previous={"pin_memory": False}),
@@ -60,16 +72,10 @@ def test_the_demos_own_knobs_go_live_on_the_running_cuda_trial_and_measure_what_
     process start; each change's peak memory is its own (bf16 lower, batch 256 higher); and the kept settings
     measured live and in a fresh trial agree: neither beats the other by the guided run's own rule (3% and the
     noise of both)."""
-    monkeypatch.setenv(protocol.SOCKET_DIR_ENV, str(tmp_path / "sockets"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    env.pop(protocol.KNOBS_ENV, None)
+    env = demo_env(tmp_path, monkeypatch)
     workers = min(14, max(2, (os.cpu_count() or 4) - 2))
-    demo = [sys.executable, "-m", "gpumon_demo", "--duration", "600", "--device", "cuda", "--progress-interval", "0"]
     with sampling() as (sampler, log):
-        runner = TrialRunner(
-            demo, log=log, track=sampler.track_pids, cwd=str(REPO), base_env=env, warmup_s=5.0, window_s=3.0,
-            repeats=5, min_repeats=2, live_on_trial=True, sync_diagnosis=False,
-        )  # fmt: skip
+        runner = demo_trial_runner(env, log, sampler.track_pids)
         only = [
             Experiment({"num_workers": workers}, previous={"num_workers": 0}),
             Experiment({"amp_bf16": True}, previous={"amp_bf16": False}),
@@ -90,10 +96,7 @@ def test_the_demos_own_knobs_go_live_on_the_running_cuda_trial_and_measure_what_
         assert batch_row.signals is not None and batch_row.signals.batch_size == 256
         assert report.best is batch_row, f"batch 256 won, as in every H200 ladder: {rows}"
         live = batch_row.measurement
-        fresh_runner = TrialRunner(
-            demo, log=log, track=sampler.track_pids, cwd=str(REPO), base_env=env, warmup_s=5.0, window_s=3.0,
-            repeats=5, min_repeats=2, sync_diagnosis=False,
-        )  # fmt: skip
+        fresh_runner = demo_trial_runner(env, log, sampler.track_pids, live_on_trial=False)
         try:
             fresh = fresh_runner.run(Experiment(dict(report.kept)), {})
         finally:
