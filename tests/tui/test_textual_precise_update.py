@@ -44,7 +44,10 @@ class Terminal:
 
 
 def _look(cell: pyte.screens.Char) -> tuple[object, ...]:
-    """What a cell shows: its character, colours and attributes."""
+    """What a cell shows: its character, colours and attributes; of a blank, only what a blank shows (its background,
+    reverse, a line through or under it: gpumon.tui.pane's blank-cell rule)."""
+    if cell.data == " " and not (cell.reverse or cell.underscore or cell.strikethrough):
+        return (" ", cell.bg)
     return (cell.data, cell.fg, cell.bg, cell.bold, cell.italics, cell.underscore, cell.strikethrough, cell.reverse)
 
 
