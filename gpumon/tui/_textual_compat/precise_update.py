@@ -5,7 +5,9 @@ What it replaces, and why: in a partial update Textual's compositor knows which 
 widgets' refresh regions), but `ChopsUpdate.render_segments` crops a widget's piece of the line ("chop") only at the
 right: it moves the cursor to the chop's left edge and sends everything from there. A graph row that changed only in
 its newest cell went out whole, label and axis included. `PreciseChopsUpdate` crops the left end as well, so the
-terminal gets the changed cells alone; each cell shows what it showed before.
+terminal gets the changed cells alone; each cell shows what it showed before. It renders the cells it crops straight
+from the strip's segments, as `Strip.render` does, without making a cropped Strip (Strip.crop's copies and caches
+cost more than the rendering).
 
 A chop whose text holds a character not one cell wide (a wide East Asian character, a combining mark) keeps Textual's
 left edge: a crop there could cut a wide character in two.
@@ -18,6 +20,7 @@ emulator, that every frame of the dashboard leaves the screen as Textual's own f
 from __future__ import annotations
 
 from rich.cells import cell_len
+from rich.color import ColorSystem
 from rich.console import Console
 from textual._compositor import ChopsUpdate, Compositor
 from textual.screen import Screen
@@ -41,18 +44,36 @@ class PreciseChopsUpdate(ChopsUpdate):
                     append(f"\x1b[{y + 1};{x + 1}H")
                     append(strip.render(console))
                     continue
-                start = x1 - x if x1 > x and _one_cell_each(strip) else 0
+                start, stop = max(x1 - x, 0), min(end, x2) - x
+                cells = _cells(strip, start, stop, console)
+                if cells is None:  # Textual's own crop, from the chop's left edge
+                    start, cells = 0, strip.crop(0, stop).render(console)
                 append(f"\x1b[{y + 1};{x + start + 1}H")
-                append(strip.crop(start, min(end, x2) - x).render(console))
+                append(cells)
             if y != last_y:
                 append("\n")
         return "".join(sequences)
 
 
-def _one_cell_each(strip: Strip) -> bool:
-    """Whether every character of the strip takes one cell (so a crop at any cell cuts between characters)."""
-    text = strip.text
-    return len(text) == strip.cell_length and cell_len(text) == len(text)
+def _cells(strip: Strip, start: int, stop: int, console: Console) -> str | None:
+    """Cells `start` to `stop` of a strip rendered as `Strip.render` renders them (without making the cropped Strip);
+    None where a character up to `stop` is not one cell wide (a crop could cut it in two)."""
+    color_system = console._color_system or ColorSystem.TRUECOLOR
+    render_style = Strip.render_style
+    pieces: list[str] = []
+    position = 0
+    for text, style, _ in strip:
+        length = len(text)
+        if cell_len(text) != length:
+            return None
+        if position + length > start:
+            piece = text[max(start - position, 0) : stop - position]
+            if piece:
+                pieces.append(piece if style is None else render_style(style, piece, color_system))
+        position += length
+        if position >= stop:
+            break
+    return "".join(pieces)
 
 
 class PreciseCompositor(Compositor):
