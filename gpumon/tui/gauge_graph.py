@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from weakref import WeakKeyDictionary
 
 from rich.text import Span, Text
 
@@ -181,33 +180,16 @@ def _allotted(available: int, primary: tuple[bool, ...], caps: tuple[int, int]) 
 
 def time_axis_line(view: GraphView, width: int, events_key: str | None = None) -> Text:
     """The time axis under graphs laid out as gauge_graph_lines draws them in a line `width` cells wide, with the
-    events of the history's `events_key` series marked (processes starting and ending, throttling, XID errors).
-
-    The same Text is handed back while the window, the sample spacing and the scroll are as they were (the events of
-    a window's samples never change once recorded): with whole cells the axis moves every other sample."""
+    events of the history's `events_key` series marked (processes starting and ending, throttling, XID errors)."""
     graph_width = max(1, width - GRAPH_OFFSET)
     window = view.window(graph_width)
-    per_sample = seconds_per_sample(view.history, skip=view.skip)
-    axes = _AXES.setdefault(view.history, {})
-    key = (window, per_sample, view.skip, events_key)
-    kept = axes.get(key)
-    if kept is not None:
-        return kept
     spc = window.samples_per_cell
     events: Sequence[float | None] = (
         view.history.between(events_key, window.first_cell * spc, window.end) if events_key is not None else ()
     )
+    per_sample = seconds_per_sample(view.history, skip=view.skip)
     seconds_per_cell = per_sample * spc if per_sample is not None else None
     skipped = view.skip * per_sample if per_sample is not None else 0.0
     axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, spc))
     prefix = Text(" " * LABEL_COLUMN + "   " + pick("└", "+"), style="bright_black", no_wrap=True, end="")
-    if len(axes) >= _AXES_MAX:
-        axes.clear()
-    line = axes[key] = Text.assemble(prefix, axis, no_wrap=True, end="")
-    return line
-
-
-_AXES: WeakKeyDictionary[History, dict[tuple[object, ...], Text]] = WeakKeyDictionary()
-"""Per history, (window, seconds per sample, samples scrolled back, events series) -> the axis line drawn for them."""
-_AXES_MAX = 16
-forget_on_change(_AXES.clear)
+    return Text.assemble(prefix, axis, no_wrap=True, end="")

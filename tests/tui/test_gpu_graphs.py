@@ -334,18 +334,3 @@ async def test_a_narrow_terminal_keeps_the_one_line_cpu_history() -> None:
         text = widget_text(app.query_one(CpuPane))
         assert not any("└" in line for line in text.splitlines()), "stacked under the GPU pane: no room for graphs"
         assert text.splitlines()[1].startswith("CPU "), "the total CPU line with its sparkline"
-
-
-def test_the_time_axis_is_kept_while_its_window_stands_and_marks_a_new_event_once_it_moves() -> None:
-    from gpumon.tui.gauge_graph import GraphView, time_axis_line
-
-    history = History()
-    for index in range(20):
-        history.add(snapshot(1_795_000_000.0 + index))
-    view = GraphView(history, whole_cells=True)
-    axis = time_axis_line(view, 100, "gpu0.events")
-    history.add(snapshot(1_795_000_020.0, processes=(process(10, gpu_indices=(0,)),)))
-    assert time_axis_line(GraphView(history, whole_cells=True), 100, "gpu0.events") is axis  # half a cell: stands
-    history.add(snapshot(1_795_000_021.0, processes=(process(10, gpu_indices=(0,)),)))
-    moved = time_axis_line(GraphView(history, whole_cells=True), 100, "gpu0.events")
-    assert moved is not axis and "▴" in moved.plain and "▴" not in axis.plain
