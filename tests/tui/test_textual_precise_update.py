@@ -1,6 +1,6 @@
 """The dashboard's frames send only the changed cells (gpumon.tui._textual_compat.precise_update), and a terminal
-emulator (pyte) shows every frame of a 2-GPU recording exactly as it shows Textual's own frames: each cell's
-character, colours and attributes."""
+emulator (pyte) shows every frame of a 2-GPU recording exactly as it shows Textual's own frames, and as the whole
+screen redrawn at that moment: each cell's character, colours and attributes."""
 
 from __future__ import annotations
 
@@ -51,12 +51,12 @@ def _look(cell: pyte.screens.Char) -> tuple[object, ...]:
     return (cell.data, cell.fg, cell.bg, cell.bold, cell.italics, cell.underscore, cell.strikethrough, cell.reverse)
 
 
-async def frames_of(snapshots: list[Snapshot], interval: float) -> list[tuple[str, str]]:
+async def frames_of(snapshots: list[Snapshot], interval: float) -> list[tuple[str, str, str]]:
     """Each frame the dashboard rendered while showing `snapshots` one by one: (as Textual renders it, as gpumon's
-    screen does). A full frame (after a layout) is the same in both."""
+    screen does, the whole screen redrawn at that moment). A full frame (after a layout) is the same in all three."""
     source = FakeSource(interval=interval)
     app = GpumonApp(source, clock=frozen_clock(snapshots))
-    frames: list[tuple[str, str]] = []
+    frames: list[tuple[str, str, str]] = []
     async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
         compositor = app.screen._compositor
         assert isinstance(compositor, PreciseCompositor)
@@ -66,11 +66,12 @@ async def frames_of(snapshots: list[Snapshot], interval: float) -> list[tuple[st
             update = render_update(*args, **kwargs)  # type: ignore[arg-type]
             if update is not None:
                 console = app.console
+                whole = compositor.render_full_update().render_segments(console)
                 if isinstance(update, PreciseChopsUpdate):
-                    frames.append((ChopsUpdate.render_segments(update, console), update.render_segments(console)))
+                    textuals = ChopsUpdate.render_segments(update, console)
+                    frames.append((textuals, update.render_segments(console), whole))
                 else:
-                    whole = update.render_segments(console)  # type: ignore[attr-defined]
-                    frames.append((whole, whole))
+                    frames.append((whole, whole, whole))
             return update
 
         compositor.render_update = captured  # type: ignore[method-assign]
@@ -86,14 +87,15 @@ async def test_every_frame_shows_what_textuals_frame_shows_with_fewer_bytes(two_
     frames = await frames_of(two_gpu_recording, interval)
     partial = [frame for frame in frames if frame[0] != frame[1]]
     assert len(partial) > len(two_gpu_recording) // 2, "most frames must be cut for the test to mean anything"
-    textuals, gpumons = Terminal(), Terminal()
-    for index, (textual_frame, gpumon_frame) in enumerate(frames):
+    textuals, gpumons, redrawn = Terminal(), Terminal(), Terminal()
+    for index, (textual_frame, gpumon_frame, whole) in enumerate(frames):
         textuals.feed(textual_frame)
         gpumons.feed(gpumon_frame)
-        assert gpumons.cells() == textuals.cells(), f"frame {index}"
+        redrawn.feed(whole)
+        assert gpumons.cells() == textuals.cells() == redrawn.cells(), f"frame {index}"
         assert len(gpumon_frame) <= len(textual_frame), f"frame {index}"
-    sent = sum(len(gpumon.encode()) for _, gpumon in frames)
-    assert sent < 0.9 * sum(len(textual.encode()) for textual, _ in frames)
+    sent = sum(len(gpumon.encode()) for _, gpumon, _ in frames)
+    assert sent < 0.9 * sum(len(textual.encode()) for textual, _, _ in frames)
 
 
 def test_a_line_with_wide_characters_is_sent_from_its_widgets_left_edge() -> None:

@@ -14,7 +14,8 @@ left edge: a crop there could cut a wide character in two.
 
 It subclasses the private `ChopsUpdate` and `Compositor` and sets the private `Screen._compositor`, so it is used only
 with the Textual versions it was written against. tests/tui/test_textual_precise_update.py checks, on a terminal
-emulator, that every frame of the dashboard leaves the screen as Textual's own frames do.
+emulator, that every frame of the dashboard leaves the screen as Textual's own frames do, and as the whole
+screen redrawn then.
 """
 
 from __future__ import annotations
