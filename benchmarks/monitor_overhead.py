@@ -18,7 +18,8 @@ recording made with `gpumon record` one snapshot per interval, repeated as long 
     python benchmarks/monitor_overhead.py --replay assets/recordings/h100-training.jsonl --rounds 3 --window 10
 
 `--base DIR` adds gpumon from another checkout (`git worktree add DIR REV`, or `git archive REV | tar -x -C DIR`) as
-the tool `gpumon-base`, alternated with the others: a change's effect measured in the same run as its anchor.
+the tool `gpumon-base`, alternated with the others: a change's effect measured in the same run as its anchor. With
+`--replay` it replays the same recording.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ class Measurement:
 
 
 def tool_command(tool: str, interval: float, replay: tuple[Path, float] | None = None) -> list[str]:
-    """The command line of a tool at an interval; for REPLAY, `replay` is (recording, its snapshot spacing in s)."""
-    if tool == REPLAY:
+    """The command line of a tool at an interval; for REPLAY (and BASE with a replay), `replay` is (recording, its
+    snapshot spacing in s)."""
+    if tool == REPLAY or (tool == BASE and replay is not None):
         if replay is None:
             raise ValueError("the replay tool needs a recording")
         recording, spacing = replay
@@ -282,7 +284,8 @@ def parse_arguments() -> argparse.Namespace:
         "--base",
         type=Path,
         metavar="DIR",
-        help=f"also measure gpumon from the checkout in DIR, as {BASE}, alternated with the other tools",
+        help=f"also measure gpumon from the checkout in DIR, as {BASE}, alternated with the other tools (replaying"
+        " the same recording with --replay)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     return parser.parse_args()
@@ -302,8 +305,6 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         return "--warmup must be 0 or more and --window more than 0 seconds"
     if args.base is not None and not (args.base / "gpumon" / "__main__.py").is_file():
         return f"--base {args.base}: no gpumon checkout there (gpumon/__main__.py is missing)"
-    if args.base is not None and args.replay is not None:
-        return "--base measures the live dashboard: leave out --replay"
     if args.columns < 20 or args.rows < 10:
         return f"--columns {args.columns} --rows {args.rows}: the terminal must be at least 20x10"
     return None

@@ -9,7 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.monitor_overhead import BASE, BenchmarkError, measure_command, run_in_pty, stop_group, tool_command
+from benchmarks.monitor_overhead import (
+    BASE,
+    REPLAY,
+    BenchmarkError,
+    measure_command,
+    run_in_pty,
+    stop_group,
+    tool_command,
+)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "monitor_overhead.py"
 
@@ -96,3 +104,11 @@ def test_a_base_without_a_gpumon_checkout_is_refused_in_one_line(tmp_path: Path)
     assert refused.stderr.strip().splitlines() == [
         f"monitor_overhead: --base {tmp_path}: no gpumon checkout there (gpumon/__main__.py is missing)"
     ]
+
+
+def test_with_a_replay_the_base_tool_replays_the_same_recording(tmp_path: Path) -> None:
+    """`--base DIR --replay FILE`: the base checkout replays the recording at the same speed as this one."""
+    recording = (tmp_path / "looped.jsonl", 1.0)
+    base = tool_command(BASE, 0.25, recording)
+    assert base == tool_command(REPLAY, 0.25, recording)
+    assert base[-4:] == ["replay", str(tmp_path / "looped.jsonl"), "--speed", "4"]

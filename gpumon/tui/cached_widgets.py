@@ -1,6 +1,7 @@
 """The screen, containers and footer of the dashboard, drawn from their cached lines when none changed
 (gpumon.tui._textual_compat: cached_lines); the same widgets as Textual's otherwise. The screen also repaints from
-a timer that sleeps between frames (gpumon.tui._textual_compat: update_timer)."""
+a timer that sleeps between frames (gpumon.tui._textual_compat: update_timer) and sends only the cells that changed
+(send_changed_cells_only)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from gpumon.tui._textual_compat import cached_lines, update_timer
+from gpumon.tui._textual_compat import cached_lines, send_changed_cells_only, update_timer
 
 
 class CachedLines(Widget):
@@ -25,9 +26,13 @@ class CachedLines(Widget):
 
 
 class CachedScreen(Screen[object], CachedLines):
-    """The app's default screen."""
+    """The app's default screen; its frames send only the cells that changed."""
 
     _frame_timer: Timer | None = None
+
+    def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name, id, classes)
+        send_changed_cells_only(self)
 
     @property
     def _update_timer(self) -> Timer:

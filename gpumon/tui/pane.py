@@ -3,9 +3,13 @@ they get."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from itertools import repeat
+from operator import ne, or_
 
 from rich.cells import cell_len
+from rich.errors import StyleSyntaxError
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
@@ -59,7 +63,7 @@ class LinesWidget(Widget):
                 for y, _, _ in changed:
                     kept[y] = None
                 self._strips = (width, strips[1], strips[2], kept)
-            regions = [region for y, old, new in changed if (region := _changed_region(y, old, new, width))]
+            regions = [region for y, old, new in changed for region in _changed_regions(y, old, new, width)]
             if regions:
                 self.refresh(*regions)
         self._line_count = line_count
@@ -142,10 +146,11 @@ class Pane(LinesWidget):
             self.border_title = escape(printable(title))
 
 
-def _changed_region(y: int, old: Text, new: Text, width: int) -> Region | None:
-    """The cells of line `y` that look different between two drawings of it: only these are sent to the terminal (a
-    graph moving on by half a braille cell changes one cell a row; a colour change over blank cells changes none).
-    None when no cell looks different; the whole line where base styles or widths differ."""
+def _changed_regions(y: int, old: Text, new: Text, width: int) -> list[Region]:
+    """The cells of line `y` that look different between two drawings of it, as runs: only these are sent to the
+    terminal (a graph moving on by half a braille cell changes one cell a row; a colour change over blank cells
+    changes none). Two runs closer than a cursor move's bytes are sent as one. The whole line where base styles or
+    widths differ."""
     before, after = old.plain, new.plain
     if (
         old.style != new.style
@@ -153,28 +158,55 @@ def _changed_region(y: int, old: Text, new: Text, width: int) -> Region | None:
         or cell_len(before) != len(before)
         or cell_len(after) != len(after)
     ):
-        return Region(0, y, width, 1)
-    start, end = len(after), 0
+        return [Region(0, y, width, 1)]
+    changed = bytearray(len(after))
     if before != after:
         start = _common_prefix(before, after)
         end = len(after) - _common_prefix(before[start:][::-1], after[start:][::-1])
+        changed[start:end] = bytes(map(ne, before[start:end], after[start:end]))
     if old.spans != new.spans:
         old_spans, new_spans = set(old.spans), set(new.spans)
         for span in old_spans ^ new_spans:
-            if not _shows_nothing(span, after if span in new_spans else before):
-                start, end = min(start, span.start), max(end, min(span.end, len(after)))
-    return Region(start, y, end - start, 1) if start < end else None
+            text = after if span in new_spans else before
+            first, last = span.start, min(span.end, len(after))
+            if _shows_nothing_on_blanks(span):
+                changed[first:last] = bytes(map(or_, changed[first:last], map(ne, text[first:last], repeat(" "))))
+            elif first < last:
+                changed[first:last] = b"\x01" * (last - first)
+    regions: list[Region] = []
+    run_start = run_end = -1
+    for run in _CHANGED_RUN.finditer(changed):
+        if run_end >= 0 and len(after[run_end : run.start()].encode()) > _CURSOR_MOVE_BYTES:
+            regions.append(Region(run_start, y, run_end - run_start, 1))
+            run_start = -1
+        if run_start < 0:
+            run_start = run.start()
+        run_end = run.end()
+    if run_end >= 0:
+        regions.append(Region(run_start, y, run_end - run_start, 1))
+    return regions
 
 
-def _shows_nothing(span: Span, text: str) -> bool:
-    """Whether a span's style is invisible on its cells: blank ones, with nothing a blank shows (a background,
-    reverse, a line through or under it, a link)."""
-    style = span.style
-    return (
-        isinstance(style, Style)
-        and not text[span.start : span.end].strip(" ")
-        and style.bgcolor is None
-        and not (style.reverse or style.underline or style.underline2 or style.strike or style.overline or style.link)
+_CHANGED_RUN = re.compile(b"[^\x00]+")
+_CURSOR_MOVE_BYTES = 8
+"""About what moving the cursor past unchanged cells costs (ESC [ row ; column H)."""
+
+
+def _shows_nothing_on_blanks(span: Span) -> bool:
+    """Whether a span's style is invisible on blank cells: nothing a blank shows (a background, reverse, a line
+    through or under it, a link)."""
+    try:
+        style = span.style if isinstance(span.style, Style) else Style.parse(span.style)
+    except StyleSyntaxError:
+        return False
+    return not (
+        style.bgcolor is not None
+        or style.reverse
+        or style.underline
+        or style.underline2
+        or style.strike
+        or style.overline
+        or style.link
     )
 
 

@@ -8,16 +8,23 @@ from gpumon.tui.pane import LinesWidget
 
 
 def title_line(title: str, sub_title: str, width: int) -> Text:
-    """Title left, subtitle right-aligned, all bold; the subtitle is cut first when the width is short."""
+    """Title left, subtitle right-aligned, all bold, a blank cell either side; the subtitle is cut first when the
+    width is short."""
+    inner = width - 2 * PADDING
     text = Text(title, no_wrap=True, overflow="ellipsis", end="")
-    room = width - text.cell_len - 2
+    text.truncate(max(0, inner), overflow="ellipsis")
+    room = inner - text.cell_len - 2
     if room > 3:
         right = Text(sub_title, no_wrap=True, overflow="ellipsis", end="")
         right.truncate(room, overflow="ellipsis")
-        text.append(" " * (width - text.cell_len - right.cell_len))
+        text.append(" " * (inner - text.cell_len - right.cell_len))
         text.append_text(right)
     text.stylize("bold")  # a span, not the base style, which the Line API does not draw
-    return text
+    return Text.assemble(" " * PADDING, text, " " * PADDING, no_wrap=True, end="")
+
+
+PADDING = 1
+"""Blank cells either side, drawn in the line (CSS padding would take the bar off the panes' fast path)."""
 
 
 class TitleBar(LinesWidget):
@@ -32,7 +39,6 @@ class TitleBar(LinesWidget):
         height: 1;
         background: $panel;
         color: $foreground;
-        padding: 0 1;
     }
     """
 

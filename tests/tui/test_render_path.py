@@ -80,21 +80,27 @@ def test_allotted_rows_are_kept_per_layout_but_each_caller_gets_its_own_list() -
     assert allot_rows(3, four) is None
 
 
-def test_a_changed_line_sends_only_the_cells_between_its_first_and_last_change() -> None:
+def test_a_changed_line_sends_only_its_changed_cells_in_runs() -> None:
     from rich.text import Text
     from textual.geometry import Region
 
-    from gpumon.tui.pane import _changed_region
+    from gpumon.tui.pane import _changed_regions
 
-    def region(old: str, new: str) -> Region:
-        return _changed_region(3, Text(old), Text(new), 20)
+    def regions(old: str, new: str) -> list[Region]:
+        return _changed_regions(3, Text(old), Text(new), 20)
 
-    assert region("abcdefgh", "abXdeYgh") == Region(2, 3, 4, 1)
-    assert region("⠁⠂⠄⡀⢀", "⠂⠄⡀⢀⠠") == Region(0, 3, 5, 1)  # a graph row moved on: every cell
-    assert region("abcdefgh", "abcdefgX") == Region(7, 3, 1, 1)
-    assert region("abab", "abaa") == Region(3, 3, 1, 1)
-    assert region("aaaa", "aaab") == Region(3, 3, 1, 1)
-    assert region("abc", "abcd") == Region(0, 3, 20, 1)  # widths differ: the whole line
+    assert regions("abcdefgh", "abXdeYgh") == [Region(2, 3, 4, 1)]  # two runs a few bytes apart: one
+    assert regions("⠁⠂⠄⡀⢀", "⠂⠄⡀⢀⠠") == [Region(0, 3, 5, 1)]  # a graph row moved on: every cell
+    assert regions("abcdefgh", "abcdefgX") == [Region(7, 3, 1, 1)]
+    assert regions("abab", "abaa") == [Region(3, 3, 1, 1)]
+    assert regions("aaaa", "aaab") == [Region(3, 3, 1, 1)]
+    assert regions("abc", "abcd") == [Region(0, 3, 20, 1)]  # widths differ: the whole line
+    assert regions("abc", "abc") == []
+    # unchanged cells worth more bytes than a cursor move (3 braille cells, 9 bytes) split the runs
+    assert regions("⣿⣀⣀⣀⣿⣀", "⣀⣀⣀⣀⣀⣀") == [Region(0, 3, 1, 1), Region(4, 3, 1, 1)]
+    assert regions("⣿⣀⣀⣿⣀", "⣀⣀⣀⣀⣀") == [Region(0, 3, 4, 1)]  # 6 bytes between: one run
+    assert regions("x" + "a" * 8 + "x", "y" + "a" * 8 + "y") == [Region(0, 3, 10, 1)]
+    assert regions("x" + "a" * 9 + "x", "y" + "a" * 9 + "y") == [Region(0, 3, 1, 1), Region(10, 3, 1, 1)]
 
 
 def test_a_colour_change_over_blank_cells_sends_nothing_and_one_over_marks_sends_those() -> None:
@@ -102,7 +108,7 @@ def test_a_colour_change_over_blank_cells_sends_nothing_and_one_over_marks_sends
     from rich.text import Span, Text
     from textual.geometry import Region
 
-    from gpumon.tui.pane import _changed_region
+    from gpumon.tui.pane import _changed_regions
 
     green, yellow, on_red = Style(color="green"), Style(color="yellow"), Style(bgcolor="red")
     row = "label │      ⣿⣿  "
@@ -112,15 +118,16 @@ def test_a_colour_change_over_blank_cells_sends_nothing_and_one_over_marks_sends
         return Text(row, spans=list(spans))
 
     # the plot's colour follows the value: over its blank cells that shows nothing
-    assert _changed_region(2, line(Span(7, graph, green)), line(Span(7, graph, yellow)), 20) is None
+    assert _changed_regions(2, line(Span(7, graph, green)), line(Span(7, graph, yellow)), 20) == []
+    assert _changed_regions(2, line(Span(7, graph, "green")), line(Span(7, graph, "yellow")), 20) == []
     # over its marks it shows: only their cells go
-    changed = _changed_region(2, line(Span(7, len(row), green)), line(Span(7, len(row), yellow)), 20)
-    assert changed == Region(7, 2, len(row) - 7, 1)
-    assert _changed_region(2, line(Span(graph, graph + 2, green)), line(Span(graph, graph + 2, yellow)), 20) == Region(
-        graph, 2, 2, 1
-    )
+    changed = _changed_regions(2, line(Span(7, len(row), green)), line(Span(7, len(row), yellow)), 20)
+    assert changed == [Region(graph, 2, 2, 1)]
+    assert _changed_regions(2, line(Span(graph, graph + 2, green)), line(Span(graph, graph + 2, yellow)), 20) == [
+        Region(graph, 2, 2, 1)
+    ]
     # a background shows on blanks too
-    assert _changed_region(2, line(), line(Span(0, 3, on_red)), 20) == Region(0, 2, 3, 1)
-    # a text change and a visible span change: one region covering both
+    assert _changed_regions(2, line(), line(Span(0, 3, on_red)), 20) == [Region(0, 2, 3, 1)]
+    # a text change and a visible span change far apart: two runs
     moved = Text(row.replace("⣿⣿", "⣿⡀"), spans=[Span(0, 3, on_red)])
-    assert _changed_region(2, line(), moved, 20) == Region(0, 2, graph + 2, 1)
+    assert _changed_regions(2, line(), moved, 20) == [Region(0, 2, 3, 1), Region(graph + 1, 2, 1, 1)]

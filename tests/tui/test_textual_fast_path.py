@@ -31,6 +31,7 @@ from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.pane import LinesWidget
 from gpumon.tui.process_table import ProcessTable
+from gpumon.tui.title_bar import TitleBar
 
 pytestmark = pytest.mark.skipif(
     not _textual_compat.ACTIVE, reason="the private workarounds are off with a Textual outside _textual_compat.CHECKED"
@@ -54,7 +55,7 @@ async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, si
     """LinesWidget.render_lines skips Textual's per-line styling for plain boxes; the lines must not change."""
     async with _replaying(recording, size) as app:
         plain = [pane for pane in app.query(LinesWidget) if pane.plain_box()]
-        assert {GpuPane, CpuPane, DiskPane} <= {type(pane) for pane in plain}
+        assert {GpuPane, CpuPane, DiskPane, TitleBar} <= {type(pane) for pane in plain}
         for pane in app.query(LinesWidget):
             whole = Region(0, 0, pane.region.width, pane.region.height)
             drawn = [list(strip) for strip in pane.render_lines(whole)]

@@ -7,6 +7,7 @@ draw with what Textual draws, on the installed version):
     data_table   the process table's cells drawn and replaced without DataTable's per-row bookkeeping
     quiet_input  an input thread that sleeps until input (the app's driver)
     quiet_timer  a screen update timer that sleeps between frames (the default screen)
+    precise_update  a frame sends only the changed cells of a line, not the line from its widget's left edge
 scripts/check_textual_range.sh runs tests/tui on the lowest and highest Textual that pyproject.toml allows.
 """
 
@@ -26,11 +27,19 @@ ACTIVE = textual.__version__ in CHECKED
 if TYPE_CHECKING or ACTIVE:
     from gpumon.tui._textual_compat.data_table import FastCellTable as CellTable
     from gpumon.tui._textual_compat.fast_path import cached_lines, drawn_text, plain_box, render_plain_box
+    from gpumon.tui._textual_compat.precise_update import send_changed_cells_only
     from gpumon.tui._textual_compat.quiet_input import driver_class
     from gpumon.tui._textual_compat.quiet_timer import update_timer
 else:
     from gpumon.tui._textual_compat.public import PlainCellTable as CellTable
-    from gpumon.tui._textual_compat.public import cached_lines, drawn_text, driver_class, plain_box, update_timer
+    from gpumon.tui._textual_compat.public import (
+        cached_lines,
+        drawn_text,
+        driver_class,
+        plain_box,
+        send_changed_cells_only,
+        update_timer,
+    )
 
     def render_plain_box(*_args: object) -> None:
         raise AssertionError("plain_box() is False here: panes draw through Textual")
@@ -47,6 +56,7 @@ __all__ = [
     "driver_class",
     "plain_box",
     "render_plain_box",
+    "send_changed_cells_only",
     "style_finish",
     "update_timer",
 ]

@@ -41,6 +41,10 @@ def update_timer(owner: MessagePump, interval: float, callback: Callable[[], Non
     return owner.set_interval(interval, callback, name=name, pause=True)
 
 
+def send_changed_cells_only(screen: object) -> None:
+    """Nothing: Textual sends a changed line from its widget's left edge."""
+
+
 def plain_box(widget: Widget) -> bool:
     """Never: the panes draw through Textual's own render_lines."""
     return False
