@@ -93,6 +93,16 @@ class PtyProgram:
         )
         os.close(slave)
         self.output = b""
+        import pyte
+
+        self.screen = pyte.Screen(columns, lines)
+        """What a terminal shows: a frame sends only the cells that changed, so a phrase on screen need not be one
+        run of bytes in the output."""
+        self._stream = pyte.ByteStream(self.screen)
+
+    def shows(self, marker: bytes) -> bool:
+        """Whether `marker` is on the screen now, or was ever written in one piece (e.g. a line before the TUI)."""
+        return marker in self.output or marker.decode() in "\n".join(self.screen.display)
 
     def read_until(self, marker: bytes, timeout: float = 30.0) -> bool:
         """Read the screen output until `marker` shows up (True) or the time is up / the program ended (False)."""
@@ -111,7 +121,8 @@ class PtyProgram:
             if not chunk:
                 return False
             self.output += chunk
-            if marker in self.output[max(0, start - len(marker)) :]:
+            self._stream.feed(chunk)
+            if marker in self.output[max(0, start - len(marker)) :] or self.shows(marker):
                 return True
         return False
 

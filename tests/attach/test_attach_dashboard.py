@@ -82,7 +82,7 @@ def test_attach_shows_a_hooked_job(terminal: Any, shared_hooked_job: Any) -> Non
     job = shared_hooked_job
     screen = terminal("attach", str(job.pid), sock_dir=job.sock_dir)
     assert screen.read_until(b"steps/s"), screen.output[-2000:]
-    assert f"Job {job.pid}".encode() in screen.output
+    assert screen.shows(f"Job {job.pid}".encode())
     screen.press(b"q")
     assert screen.wait() == 0
     assert job.proc.poll() is None  # attaching and leaving does not disturb the job
@@ -95,7 +95,7 @@ def test_attach_without_the_hook_shows_the_py_spy_estimate(terminal: Any, shared
     if screen.read_until(b"permission denied", timeout=3):
         pytest.skip("py-spy cannot attach here")
     assert screen.read_until(b"waiting on DataLoader", timeout=20), screen.output[-2000:]
-    assert b"estimate (py-spy, no hook)" in screen.output
+    assert screen.shows(b"estimate (py-spy, no hook)")
     screen.press(b"q")
     assert screen.wait() == 0
     assert job.proc.poll() is None
