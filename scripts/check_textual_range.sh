@@ -12,7 +12,7 @@ for version in "$lowest" "$highest"; do
   if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q "textual==$version" nvidia-ml-py psutil prometheus-client "pytest>=8" pytest-asyncio \
-      hypothesis syrupy==4.8.0 packaging
+      hypothesis syrupy==4.8.0 packaging pyte
     "$venv/bin/pip" install -q --no-deps pytest-textual-snapshot==1.1.0 jinja2 markupsafe
   fi
   echo "== Textual $version"
