@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from exporter_helpers import running_exporter, samples, scrape
+from exporter_helpers import running_exporter, samples, scrape, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pod_resources_helpers import Container, Pod, encode_list_response, kubelet_serving, length_delimited, varint
@@ -234,10 +234,8 @@ def test_watcher_thread_refreshes_until_stopped() -> None:
         watcher = PodResourcesWatcher(kubelet.socket, interval=0.05)
         watcher.start()
         try:
-            deadline = time.monotonic() + 30
-            while watcher.refreshes < 3 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert watcher.refreshes >= 3 and watcher.state == OK
+            wait_until(lambda: watcher.refreshes >= 3, 30, "three refreshes", interval=0.02)
+            assert watcher.state == OK
         finally:
             watcher.stop()
         assert watcher._thread is not None and not watcher._thread.is_alive()
@@ -246,14 +244,13 @@ def test_watcher_thread_refreshes_until_stopped() -> None:
 def test_exporter_command_reports_the_kubelet_state() -> None:
     with kubelet_serving(encode_list_response(NODE_PODS)) as kubelet:
         with running_exporter("--no-jobs", "--pod-resources-socket", kubelet.socket) as exporter:
-            deadline = time.monotonic() + 30
-            info: dict[str, str] = {}
-            while time.monotonic() < deadline:
+
+            def kubelet_read() -> bool:
                 ((info, _),) = samples(scrape(exporter.url))["gpumon_exporter_info"]
-                if info["pod_resources"] == OK:
-                    break
-                time.sleep(0.1)
-            assert info["pod_resources"] == OK and kubelet.calls >= 1
+                return info["pod_resources"] == OK
+
+            wait_until(kubelet_read, 30, "the exporter's pod_resources state ok")
+            assert kubelet.calls >= 1
         with running_exporter("--no-jobs", "--pod-resources-socket", "") as exporter:
             ((info, _),) = samples(scrape(exporter.url))["gpumon_exporter_info"]
             assert info["pod_resources"] == "off"

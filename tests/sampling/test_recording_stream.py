@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from gpumon.sampling.recording import (
     read_recording,
 )
 from gpumon.sampling.replay import Replayer
+from tests.waiting import wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 RECORDING = REPOSITORY / "assets" / "recordings" / "h100x2-tests.jsonl"
@@ -138,11 +138,12 @@ def test_a_killed_compressed_record_leaves_every_flushed_sample(tmp_path: Path) 
     path = tmp_path / "run.jsonl.gz"
     child = gpumon_record(path, "--compress")
     try:
-        deadline = time.monotonic() + 60
-        while readable_snapshots(path) < 5:
+
+        def five_samples_written() -> bool:
             assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "the recorder wrote fewer than 5 samples in 60 s"
-            time.sleep(0.1)
+            return readable_snapshots(path) >= 5
+
+        wait_until(five_samples_written, 60, "the recorder's first 5 samples")
     finally:
         child.send_signal(signal.SIGKILL)
         child.communicate(timeout=30)
