@@ -750,15 +750,14 @@ def rule_comm(signals: Signals) -> Candidate | None:
     if share < COMM_EXPOSED_SHARE:
         return None
     captured_ms = signals.capture_step_ms
-    stretched = captured_ms is not None and step_ms != captured_ms
+    stretched = (
+        f" (each {units.milliseconds(captured_ms)} under the profiler)" if captured_ms not in (None, step_ms) else ""
+    )
     evidence = _join(
         f"NCCL exposed {units.milliseconds(exposed)} of each {units.milliseconds(step_ms)} step ({pct(share)})",
         f"{pct(signals.comm_overlap_share)} of the NCCL time ({units.milliseconds(signals.comm_ms_per_step)} "
         "a step) overlaps compute",
-        f"profiler capture of {signals.capture_steps} steps"
-        + (f" (each {units.milliseconds(captured_ms)} under the profiler)" if stretched and captured_ms else "")
-        if signals.capture_steps
-        else None,
+        f"profiler capture of {signals.capture_steps} steps{stretched}" if signals.capture_steps else None,
     )
     numbers = {
         "comm_exposed_share": _round(share),
