@@ -96,11 +96,15 @@ case "$part" in
         "tests/exporter/test_multinode_torchrun.py::test_two_node_torchrun_is_one_job_in_the_fleet_and_in_gpumon_jobs[nccl]" \
         2>&1 | tee "$out/multinode.log"
     fi ;;
-  proof24)   # issue 24's last two proofs on one GPU (about 7 min; each prints as it goes): the stack sampler's cost (its CPU a sample, and
-             # steps/s with and without it, paired in one process), then the demo's guided ladder
-    CUDA_VISIBLE_DEVICES=0 timeout 150 python3 benchmarks/hook_overhead.py --sampler-cost --loops tensor --rounds 80 \
-      --steps 100 --warmup 40 --json "$out/sampler_cost.json" 2>&1 | grep -v Warning | tee "$out/sampler_cost.log"
-    CUDA_VISIBLE_DEVICES=0 timeout 300 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 \
-      --ladder-warmup 5 --out "$out" 2>&1 | tee "$out/ladder.log" | tail -60 ;;
+  proof24)   # issue 24's last two proofs on one GPU (each prints as it goes): the stack sampler's cost (its CPU a sample, and
+             # steps/s with and without it, paired in one process), then the demo's guided ladder,
+             # then the live knobs against a fresh trial on CUDA (about 8.5 min)
+    CUDA_VISIBLE_DEVICES=0 timeout 110 python3 benchmarks/hook_overhead.py --sampler-cost --loops tensor --rounds 80 \
+      --steps 100 --warmup 40 --json "$out/sampler_cost.json" 2>&1 | grep --line-buffered -v Warning \
+      | tee "$out/sampler_cost.log"
+    CUDA_VISIBLE_DEVICES=0 timeout 250 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 \
+      --ladder-warmup 5 --out "$out" 2>&1 | tee "$out/ladder.log" | tail -60
+    CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -v -s -p no:cacheprovider tests/gpu/test_guided_live_gpu.py \
+      2>&1 | tee "$out/guided_live.log" | tail -30 ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
