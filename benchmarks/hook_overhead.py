@@ -279,10 +279,11 @@ def micro(args: argparse.Namespace) -> dict[str, float]:
 
 
 def sampler_cost(args: argparse.Namespace) -> dict[str, Any]:
-    """The stack sampler's cost on the launch-bound loop (`--loops`' first), in one process: `--rounds` pairs of
-    `--steps`-step windows with the sampler's thread running at its default rate and without it, in alternating
-    order; and the CPU its thread used per sample, which bounds what it can take from the training thread (it holds
-    the GIL at most that long)."""
+    """The stack sampler's cost on the launch-bound loop (`--loops`' first), in one process: `--rounds` rounds of
+    `--steps`-step windows without the sampler's thread, with it at its default rate, and (on CUDA) with it but not
+    asking the training stream whether it has work (`stream.query()`, a CUDA call beside the job's launches), in an
+    order that rotates; and the CPU its thread used per sample, which bounds what it can take from the training
+    thread (it holds the GIL at most that long)."""
     import torch
 
     from gpumon.hook.runtime import HookRuntime
@@ -299,13 +300,18 @@ def sampler_cost(args: argparse.Namespace) -> dict[str, Any]:
 
     for _ in range(3):  # as a job's optimizer steps do: the training thread and, on CUDA, its device are noted
         runtime.optimizer_step_hook(Optimizer(), (), {})
-    rates: dict[str, list[float]] = {"off": [], "hook": []}
+    variants = ["off", "hook", *(["no_query"] if args.device == "cuda" else [])]
+    stacks: dict[Any, Any] = {}  # as in a job, where one sampler runs all along: its classified stacks carry over
+    rates: dict[str, list[float]] = {variant: [] for variant in variants}
     cost_ms = sampled_s = 0.0
     samples = 0
     for index in range(args.rounds):
-        for variant in ("off", "hook") if index % 2 == 0 else ("hook", "off"):
-            sampler = StackSampler(runtime, torch) if variant == "hook" else None
+        for variant in variants[index % len(variants) :] + variants[: index % len(variants)]:
+            sampler = StackSampler(runtime, torch) if variant != "off" else None
             if sampler is not None:
+                sampler._stacks = stacks
+                if variant == "no_query":
+                    sampler.gpu_state = "not read (the benchmark's no_query variant)"
                 sampler.start()
             started = time.perf_counter()
             run(args.steps)
@@ -313,14 +319,16 @@ def sampler_cost(args: argparse.Namespace) -> dict[str, Any]:
             if sampler is not None:
                 sampler.stop()
                 sampler.join(1.0)
-                result = sampler.result()
-                cost_ms += result["cost_ms"]
-                samples += result["samples"]
-                sampled_s += elapsed
+                if variant == "hook":
+                    result = sampler.result()
+                    cost_ms += result["cost_ms"]
+                    samples += result["samples"]
+                    sampled_s += elapsed
             rates[variant].append(args.steps / elapsed)
         print(  # as it goes: a run cut by a time limit still leaves its rounds
-            f"  round {index + 1}/{args.rounds}: off {rates['off'][-1]:.1f}  sampler {rates['hook'][-1]:.1f} steps/s; "
-            f"{samples} samples, {cost_ms:.2f} ms of sampler CPU so far",
+            f"  round {index + 1}/{args.rounds}: "
+            + "  ".join(f"{variant} {rates[variant][-1]:.1f}" for variant in variants)
+            + f" steps/s; {samples} samples, {cost_ms:.2f} ms of sampler CPU so far",
             file=sys.stderr,
             flush=True,
         )
@@ -333,6 +341,7 @@ def sampler_cost(args: argparse.Namespace) -> dict[str, Any]:
         "sampler_cpu_us_per_sample": round(cost_ms * 1e3 / samples, 2) if samples else None,
         "sampler_cpu_share_of_the_time": cost_ms / 1e3 / sampled_s if sampled_s else None,
         "paired": summarize(rates)["hook"],
+        **({"paired_without_the_gpu_query": summarize(rates)["no_query"]} if "no_query" in rates else {}),
         "steps_per_s": rates,
     }
 
@@ -573,6 +582,12 @@ def main() -> None:
             + "[{:+.2f}%, {:+.2f}%]".format(*paired["overhead_ci95_pct"])
             + f" over {args.rounds} rounds x {args.steps} steps"
         )
+        if "paired_without_the_gpu_query" in report:
+            without = report["paired_without_the_gpu_query"]
+            print(
+                f"  without its stream query: paired steps/s {without['overhead_pct']:+.2f}% "
+                + "[{:+.2f}%, {:+.2f}%]".format(*without["overhead_ci95_pct"])
+            )
         if args.json and args.json != "-":
             Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         return

@@ -28,6 +28,9 @@ MAX_DEPTH = 64
 """Frames read from the innermost out (a deeper stack keeps its innermost 64)."""
 MAX_LINES = 512
 """Distinct lines counted; further ones go under one catch-all line."""
+MAX_STACKS = 512
+"""Distinct stacks whose classification is kept (a training loop repeats a few; the cache starts over when full): a
+repeated stack costs the walk and a lookup, not the classifier's passes over its frames."""
 SAMPLED_LINES_SENT = 16
 IDLE, BUSY, UNKNOWN = range(3)
 OTHER_LINES = ("(other lines)", 0, "", activity.OTHER)
@@ -47,6 +50,7 @@ class StackSampler:
         self.samples = 0
         self._counts: dict[str, list[int]] = {name: [0, 0, 0] for name in activity.ACTIVITIES}
         self._lines: dict[tuple[str, int, str, str], list[int]] = {}
+        self._stacks: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[str, tuple[str, int, str, str], Any]] = {}
         self._lock = threading.Lock()
         """Guards the counts against the server thread reading them."""
         self._query_lock = threading.Lock()
@@ -109,17 +113,21 @@ class StackSampler:
         if not thread:
             return
         frame = sys._current_frames().get(thread)
-        frames: list[activity.Frame] = []
-        while frame is not None and len(frames) < MAX_DEPTH:
-            code = frame.f_code
-            frames.append(activity.Frame(code.co_filename, getattr(code, "co_qualname", code.co_name), frame.f_lineno))
+        codes: list[Any] = []
+        lines: list[int] = []
+        while frame is not None and len(codes) < MAX_DEPTH:
+            codes.append(frame.f_code)
+            lines.append(frame.f_lineno)
             frame = frame.f_back
         del frame
-        kind, _how = activity.classify(frames, activity.linecache_line)
+        stack = (tuple(map(id, codes)), tuple(lines))
+        known = self._stacks.get(stack)
+        if known is None:
+            known = self._stacks[stack] = self._classify(codes, lines)
+            if len(self._stacks) > MAX_STACKS:
+                self._stacks.clear()
+        kind, key, _codes = known
         state = self._gpu_state()
-        own = activity.user_frame(frames) if kind in (activity.SYNC, activity.H2D, activity.CPU) else None
-        where = own or (frames[0] if frames else None)
-        key = (where.file, where.line, where.function, kind) if where is not None else OTHER_LINES
         with self._lock:
             self.samples += 1
             self._counts[kind][state] += 1
@@ -129,6 +137,20 @@ class StackSampler:
                     key = OTHER_LINES
                 counts = self._lines.setdefault(key, [0, 0, 0])
             counts[state] += 1
+
+    @staticmethod
+    def _classify(codes: list[Any], lines: list[int]) -> tuple[str, tuple[str, int, str, str], tuple[Any, ...]]:
+        """(activity, the line counted, the stack's code objects: kept so that their ids, the cache's key, are not
+        reused while the entry lives) of one stack, read as py-spy's estimate reads its stacks."""
+        frames = [
+            activity.Frame(code.co_filename, getattr(code, "co_qualname", code.co_name), line)
+            for code, line in zip(codes, lines, strict=True)
+        ]
+        kind, _how = activity.classify(frames, activity.linecache_line)
+        own = activity.user_frame(frames) if kind in (activity.SYNC, activity.H2D, activity.CPU) else None
+        where = own or (frames[0] if frames else None)
+        key = (where.file, where.line, where.function, kind) if where is not None else OTHER_LINES
+        return kind, key, tuple(codes)
 
     def _gpu_state(self) -> int:
         """IDLE when the training stream has nothing queued, BUSY when it has, UNKNOWN where that cannot be read."""

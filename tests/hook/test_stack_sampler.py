@@ -95,6 +95,40 @@ def test_the_job_s_own_cpu_work_is_counted_at_its_line(busy_thread: Any) -> None
     assert stream.queries == 20 and not runtime.errors
 
 
+def parked(depth: int) -> Callable[[threading.Event], None]:
+    """Work that waits for the test's end `depth` calls deep: one stack, the same at every sample."""
+
+    def descend(stop: threading.Event, left: int) -> None:
+        if left:
+            descend(stop, left - 1)
+        else:
+            stop.wait()
+
+    return lambda stop: descend(stop, depth)
+
+
+def test_a_repeated_stack_is_classified_once_and_the_classifications_kept_stay_bounded(
+    busy_thread: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    classified: list[int] = []
+    original = activity.classify
+    monkeypatch.setattr(activity, "classify", lambda frames, *rest: classified.append(1) or original(frames, *rest))
+    runtime = fake_runtime(busy_thread(parked(3)))
+    sampler = StackSampler(runtime, fake_torch(FakeStream()), hz=50)
+    for _ in range(10):
+        sampler.sample_once()
+    assert len(classified) == 1, "the same stack ten times: classified once"
+    top = sampler.result()["lines"][0]
+    assert top["function"] == "parked.<locals>.descend" and top["counts"] == [10, 0, 0]
+
+    monkeypatch.setattr("gpumon.hook.stack_sampler.MAX_STACKS", 2)
+    for depth in (4, 5, 6, 7):
+        runtime.training_thread = busy_thread(parked(depth))
+        sampler.sample_once()
+        assert len(sampler._stacks) <= 2
+    assert len(classified) == 5 and sampler.result()["samples"] == 14 and not runtime.errors
+
+
 def test_busy_and_idle_follow_the_stream(busy_thread: Any) -> None:
     stream = FakeStream()
     sampler = StackSampler(fake_runtime(busy_thread(preprocess_on_the_cpu)), fake_torch(stream), hz=50)
