@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from gpumon.sampling.nvml import GpuCollector
 from gpumon.sampling.sampler import Sampler
 
 LOAD = """
@@ -85,6 +86,9 @@ def call_costs(reps: int) -> None:
         sampler.stop()
         return
     nvml, device = gpu._nvml, devices[0]
+    graphics = GpuCollector(graphics_activity=True)  # as `exporter --dcgm-names` and `record` read GPM
+    graphics.collect_fast()
+    graphics_device = graphics._devices[0]
     handle = device.handle
     calls = {
         "UtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
@@ -99,6 +103,10 @@ def call_costs(reps: int) -> None:
         "gpm reading (SampleGet + MetricsGet)": lambda: (
             setattr(device, "gpm_previous_time", -1e9),
             gpu._gpm_reading(device),
+        ),
+        "gpm reading + graphics_activity": lambda: (
+            setattr(graphics_device, "gpm_previous_time", -1e9),
+            graphics._gpm_reading(graphics_device),
         ),
         "Temperature": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
         "CurrentClocksEventReasons": lambda: gpu._slow_fields(device),

@@ -183,9 +183,10 @@ def _wait(stop: threading.Event) -> None:
 
 def _source(args: argparse.Namespace) -> SnapshotSource:
     if args.replay is None:
+        from gpumon.sampling.nvml import GpuCollector
         from gpumon.sampling.sampler import Sampler
 
-        return Sampler(interval=args.interval)
+        return Sampler(interval=args.interval, gpu=GpuCollector(graphics_activity=args.dcgm_names))
     from gpumon.sampling.recording import RecordingError, iter_recording
     from gpumon.sampling.replay import Replayer
 

@@ -79,6 +79,7 @@ def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:
     """Write samples to `stream` until the duration passes, Ctrl+C or SIGTERM; (samples written, seconds).
 
     An OSError writing a sample stops the recording and is raised here, on the main thread."""
+    from gpumon.sampling.nvml import GpuCollector
     from gpumon.sampling.recording import RecordingWriter
     from gpumon.sampling.sampler import Sampler
 
@@ -100,7 +101,7 @@ def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:
         count += 1
 
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    sampler = Sampler(interval=args.interval)
+    sampler = Sampler(interval=args.interval, gpu=GpuCollector(graphics_activity=True))  # every field, for replays
     sampler.start(write)
     started = time.monotonic()
     try:

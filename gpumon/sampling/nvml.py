@@ -50,6 +50,8 @@ _GPM_METRICS = (
     ("pcie_rx", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", float(MIB)),
     ("pcie_tx", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", float(MIB)),
 )
+GRAPHICS_ACTIVITY = "graphics_activity"
+"""Read only where asked (dcgm-exporter's GR_ENGINE_ACTIVE): nothing on the dashboard shows it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +146,12 @@ class GpuCollector:
         retry_interval: float = RETRY_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
         health_interval: float = HEALTH_INTERVAL,
+        graphics_activity: bool = False,
     ) -> None:
         self._nvml = nvml
+        self._gpm_wanted = tuple(
+            metric for metric in _GPM_METRICS if graphics_activity or metric[0] != GRAPHICS_ACTIVITY
+        )
         self._retry_interval = retry_interval
         self._health_interval = health_interval
         self.energy_interval = health_interval
@@ -383,7 +389,7 @@ class GpuCollector:
             request.version = nvml.NVML_GPM_METRICS_GET_VERSION
             wanted = [
                 (name, getattr(nvml, constant), factor)
-                for name, constant, factor in _GPM_METRICS
+                for name, constant, factor in self._gpm_wanted
                 if hasattr(nvml, constant)
             ]
             request.numMetrics = len(wanted)

@@ -10,8 +10,12 @@ from gpumon.sampling.nvml import GPM_MIN_WINDOW, GpuCollector, GpuProcess
 from gpumon.sampling.nvml_api import decode_clock_events
 
 
-def make_collector(nvml: FakeNvml, clock: FakeClock | None = None, retry_interval: float = 10.0) -> GpuCollector:
-    return GpuCollector(nvml=nvml, retry_interval=retry_interval, clock=clock or FakeClock())
+def make_collector(
+    nvml: FakeNvml, clock: FakeClock | None = None, retry_interval: float = 10.0, graphics_activity: bool = False
+) -> GpuCollector:
+    return GpuCollector(
+        nvml=nvml, retry_interval=retry_interval, clock=clock or FakeClock(), graphics_activity=graphics_activity
+    )
 
 
 def test_fast_fields_map_with_unit_conversions() -> None:
@@ -134,10 +138,12 @@ def test_decode_clock_events_names_each_bit() -> None:
     assert decode_clock_events(0x10000) == ("0x10000",)
 
 
-def test_gpm_reading_needs_two_samples_100ms_apart() -> None:
+@pytest.mark.parametrize("graphics_activity", [False, True])
+def test_gpm_reading_needs_two_samples_100ms_apart(graphics_activity: bool) -> None:
+    """GPM's graphics engine activity only where asked (dcgm-exporter's GR_ENGINE_ACTIVE): the dashboard shows none."""
     clock = FakeClock()
     nvml = FakeNvml([FakeDevice(gpm=True)])
-    collector = make_collector(nvml, clock)
+    collector = make_collector(nvml, clock, graphics_activity=graphics_activity)
 
     (first,) = collector.collect_fast()
     assert first.sm_activity is None, "one GPM sample makes no reading"
@@ -153,7 +159,7 @@ def test_gpm_reading_needs_two_samples_100ms_apart() -> None:
     assert second.sm_occupancy == 33.0
     assert second.tensor_activity == 55.25
     assert second.dram_bandwidth == 12.0
-    assert second.graphics_activity == 80.5
+    assert second.graphics_activity == (80.5 if graphics_activity else None)
     assert second.pcie_rx == 100.0 * 1024 * 1024 and second.pcie_tx == 50.0 * 1024 * 1024  # MiB/s -> B/s
     assert second.has_gpm
 
