@@ -2,12 +2,12 @@
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
-#                                                 | open1 | x2 | x2open | screen | proof24
+#                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -106,5 +106,23 @@ case "$part" in
       --ladder-warmup 5 --out "$out" 2>&1 | tee "$out/ladder.log" | tail -60
     CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -v -s -p no:cacheprovider tests/gpu/test_guided_live_gpu.py \
       2>&1 | tee "$out/guided_live.log" | tail -30 ;;
+  final24)   # issue 24's proofs after the sampler's stack cache and the guided run's settled-verdict stop (about 8.5 min): the
+             # sampler's cost (off, on, on without its stream query), the demo's guided ladder, the live knobs against a
+             # fresh trial on CUDA
+    CUDA_VISIBLE_DEVICES=0 timeout 100 python3 benchmarks/hook_overhead.py --sampler-cost --loops tensor --rounds 50 \
+      --steps 100 --warmup 40 --json "$out/sampler_cost.json" 2>&1 | grep --line-buffered -v Warning \
+      | tee "$out/sampler_cost.log" | tail -4
+    CUDA_VISIBLE_DEVICES=0 timeout 220 python3 benchmarks/advisor_categories.py --ladder --ladder-duration 15 \
+      --ladder-warmup 5 --out "$out" 2>&1 | tee "$out/ladder.log" | tail -45
+    CUDA_VISIBLE_DEVICES=0 timeout 180 python3 -m pytest -v -s -p no:cacheprovider \
+      "tests/gpu/test_guided_live_gpu.py::test_the_demos_own_knobs_go_live_on_the_running_cuda_trial_and_measure_what_a_fresh_run_does" \
+      2>&1 | tee "$out/guided_live.log" | tail -25 ;;
+  final26)   # issue 26's cost with everything on, on 2 GPUs (about 6.5 min): NVML's share first (each call's CPU, GPM with and
+             # without graphics_activity, the first sample), then gpumon beside nvitop at 1 s and 0.25 s, then start-up
+    timeout 40 python3 benchmarks/sampler_tick_cost.py --fast 20 --slow 5 --calls 30 2>&1 | tee "$out/sampler_tick_cost.log"
+    timeout 300 python3 benchmarks/monitor_overhead.py --rounds 3 --window 12 --json "$out/monitor_overhead.json" 2>&1 \
+      | tee "$out/monitor_overhead.log" | tail -30
+    timeout 60 python3 benchmarks/startup_cpu.py --live --rounds 5 --nvitop nvitop 2>&1 | tee "$out/startup_cpu.log" \
+      | tail -8 ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac

@@ -42,7 +42,12 @@ def tick_costs(fast: int, slow: int, pause: float, profile: int = 0) -> None:
     """The mean CPU of a fast and a slow tick; with `profile`, then each tier's `profile` top functions (cProfile,
     own time, over the same number of ticks again)."""
     sampler = Sampler()
+    started = time.process_time()
     sampler.sample_once(window=0.1)  # opens NVML, primes every counter
+    print(
+        f"first sample (NVML opened, every GPU's handle and static fields, every counter primed): "
+        f"{time.process_time() - started:.3f} s CPU"
+    )
 
     def fast_ticks() -> None:
         for _ in range(fast):
