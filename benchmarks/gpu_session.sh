@@ -117,12 +117,14 @@ case "$part" in
     CUDA_VISIBLE_DEVICES=0 timeout 180 python3 -m pytest -v -s -p no:cacheprovider \
       "tests/gpu/test_guided_live_gpu.py::test_the_demos_own_knobs_go_live_on_the_running_cuda_trial_and_measure_what_a_fresh_run_does" \
       2>&1 | tee "$out/guided_live.log" | tail -25 ;;
-  final26)   # issue 26's cost with everything on, on 2 GPUs (about 6.5 min): NVML's share first (each call's CPU, GPM with and
-             # without graphics_activity, the first sample), then gpumon beside nvitop at 1 s and 0.25 s, then start-up
+  final26)   # issue 26's cost with everything on, on 2 GPUs (about 8 min): NVML's share first (each call's CPU, GPM with and
+             # without graphics_activity, the first sample), then gpumon beside nvitop at 1 s and 0.25 s; then, on GPU 0,
+             # issue 24's two-cause loader scenario against its `cached` ablation (the whole data wait)
     timeout 40 python3 benchmarks/sampler_tick_cost.py --fast 20 --slow 5 --calls 30 2>&1 | tee "$out/sampler_tick_cost.log"
     timeout 300 python3 benchmarks/monitor_overhead.py --rounds 3 --window 12 --json "$out/monitor_overhead.json" 2>&1 \
       | tee "$out/monitor_overhead.log" | tail -30
-    timeout 60 python3 benchmarks/startup_cpu.py --live --rounds 5 --nvitop nvitop 2>&1 | tee "$out/startup_cpu.log" \
-      | tail -8 ;;
+    CUDA_VISIBLE_DEVICES=0 timeout 170 python3 benchmarks/scenario_truth.py --only two_cause_loader_sync --rounds 2 \
+      --truth-duration 6 --duration 10 --attach-after 10 --out "$out/scenario-truth-two-cause.json" 2>&1 \
+      | tee "$out/scenario_truth_two_cause.log" | tail -20 ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
