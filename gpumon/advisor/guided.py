@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from gpumon.advisor.catalogue import Experiment, code_change, experiments_for, needs_code_change, observed_value
 from gpumon.advisor.categories import INPUT_BOUND, IO_BOUND
-from gpumon.advisor.measure import MIN_GAIN, beats
+from gpumon.advisor.measure import MIN_GAIN, Reference, beats
 from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals
@@ -46,7 +46,9 @@ class Runner(Protocol):
 
     def baseline(self) -> VariantResult: ...
 
-    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult: ...
+    def run(self, experiment: Experiment, kept: Mapping[str, Any], against: Reference | None = None) -> VariantResult:
+        """Measure `experiment` on top of the `kept` knobs; `against` the best so far, it may stop measuring once
+        the verdict is settled (measure.settled)."""
 
     def keep(self, experiment: Experiment) -> None: ...
 
@@ -148,8 +150,8 @@ class GuidedRun:
                     tried.add(experiment.ident)
                     self.ruled_out.pop(experiment.key, None)
                     self._tell("start", experiment)
-                    result = self.runner.run(experiment, kept)
                     assert best.measurement is not None
+                    result = self.runner.run(experiment, kept, Reference(best.measurement, self.min_gain))
                     wins = (
                         result.ok
                         and result.measurement is not None

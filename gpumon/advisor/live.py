@@ -26,6 +26,7 @@ from gpumon.advisor.measure import (
     Cancelled,
     MeasurementPlan,
     Progress,
+    Reference,
     SnapshotLog,
     StepLog,
     measurement_from,
@@ -164,6 +165,7 @@ class LiveRunner:
         diagnose_syncs: bool = False,
         flags: tuple[str, ...] = (),
         phases: Mapping[str, float] | None = None,
+        against: Reference | None = None,
     ) -> VariantResult:
         result = VariantIdentity(
             label=label, change=change, knobs=knobs, kind=KIND_LIVE, flags=flags, pid=self.client.pid
@@ -182,6 +184,7 @@ class LiveRunner:
             label=label,
             done_before=0.3,
             share=0.6,
+            against=against,
         )
         end = time.time()
         measured_at = time.monotonic()
@@ -242,7 +245,7 @@ class LiveRunner:
                 label="baseline", change={}, knobs={}, kind=KIND_LIVE, status=FAILED, reason=str(error)
             )
 
-    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+    def run(self, experiment: Experiment, kept: Mapping[str, Any], against: Reference | None = None) -> VariantResult:
         change = dict(experiment.knobs)
         label = experiment.label
         base = VariantIdentity(
@@ -284,6 +287,7 @@ class LiveRunner:
                 {**kept, **change},
                 flags=tuple(experiment.flags),
                 phases={"apply": time.monotonic() - asked_at},
+                against=against,
             )
             return VariantResult(
                 **base,

@@ -254,8 +254,43 @@ def beats(candidate: Measurement, best: Measurement, min_gain: float = MIN_GAIN)
     """True when `candidate` is faster than `best` beyond the noise of both and by at least `min_gain`."""
     if candidate.unit != best.unit or best.rate <= 0:
         return candidate.rate > 0 and best.rate <= 0
-    margin = max(min_gain * best.rate, candidate.spread + best.spread)
-    return candidate.rate - best.rate > margin
+    return candidate.rate - best.rate > _winning_margin(candidate, best, min_gain)
+
+
+def _winning_margin(candidate: Measurement, best: Measurement, min_gain: float) -> float:
+    """How far above `best` a candidate's rate must be to win: `min_gain` of it, and more than both spreads."""
+    return max(min_gain * best.rate, candidate.spread + best.spread)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """What a candidate is measured against in a guided run: the best measurement so far, and the least gain a win
+    needs (`beats`)."""
+
+    best: Measurement
+    min_gain: float = MIN_GAIN
+
+
+def settled(candidate: Measurement, reference: Reference) -> bool | None:
+    """Whether the verdict of `beats(candidate, reference.best)` is settled, so more windows would not change it
+    (at 95% confidence): True a settled win, False a settled no-win, None while it is open.
+
+    The mechanism: the candidate's true mean rate lies, at 95%, within the confidence interval of its windows so far
+    (Student's t, `relative_half_width`). A win is settled when even the interval's lower bound beats the best by
+    the margin `beats` uses (min_gain of the best's rate, and more than the candidate's spread so far plus the
+    best's); a no-win when even its upper bound does not reach the best's rate plus min_gain, the least any win
+    needs. The mean lies within its interval, so `beats` on the windows so far gives the same verdict. Open under
+    2 windows, for a stalled candidate (no rate), and where the units differ (a window without a batch size)."""
+    best = reference.best
+    half_width = candidate.half_width
+    if half_width is None or candidate.unit != best.unit or best.rate <= 0:
+        return None
+    lowest, highest = candidate.rate * (1 - half_width), candidate.rate * (1 + half_width)
+    if lowest - best.rate > _winning_margin(candidate, best, reference.min_gain):
+        return True
+    if highest <= best.rate * (1 + reference.min_gain):
+        return False
+    return None
 
 
 def speedup(measurement: Measurement | None, baseline: Measurement | None) -> float | None:
@@ -305,10 +340,12 @@ def measure_windows(
     clock: Callable[[], float] = time.time,
     done_before: float = 0.0,
     share: float = 1.0,
+    against: Reference | None = None,
 ) -> list[WindowRate]:
     """Measure consecutive windows of `window_s` seconds of the job's steps (wall-clock unix time): `repeats` of
     them, or, with `min_repeats`, as few as that once the rates' 95% confidence interval is within +-`target`
-    of their mean (adaptive: a steady job stops early, a noisy one runs to `repeats`)."""
+    of their mean (adaptive: a steady job stops early, a noisy one runs to `repeats`), or, measured `against` the
+    best so far, once the verdict is settled (`settled`). Progress says why it stopped early."""
     least = repeats if min_repeats is None else max(2, min(min_repeats, repeats))
     windows: list[WindowRate] = []
     start = clock()
@@ -328,17 +365,40 @@ def measure_windows(
         windows.append(window_rate(log, start, end))
         start = end
         if len(windows) >= least and index + 1 < repeats:
-            half_width = relative_half_width(window_rates(windows))
-            if half_width is not None and half_width <= target:
+            reason = early_stop(windows, target, against)
+            if reason is not None:
+                if progress is not None:
+                    progress(f"{label}: {reason}", done_before + share)
                 break
     return windows
 
 
+def early_stop(windows: Sequence[WindowRate], target: float, against: Reference | None) -> str | None:
+    """Why measuring can stop after `windows` (None: measure on): the verdict against the best so far is settled,
+    or the mean rate is known within +-`target`."""
+    candidate = Measurement(rates=tuple(window_rates(windows)), unit=window_unit(windows))
+    if against is not None and (verdict := settled(candidate, against)) is not None:
+        outcome = (
+            "a win beyond the noise"
+            if verdict
+            else f"no win (even its 95% interval stays under the best +{against.min_gain:.0%})"
+        )
+        return f"settled after {len(windows)} windows: {outcome}"
+    half_width = candidate.half_width
+    if half_width is not None and half_width <= target:
+        return f"steady after {len(windows)} windows: the rate within ±{half_width:.1%}"
+    return None
+
+
+def window_unit(windows: Sequence[WindowRate]) -> str:
+    """samples/s where every window knows its samples, steps/s where one does not."""
+    return "samples/s" if windows and all(w.samples is not None for w in windows) else "steps/s"
+
+
 def window_rates(windows: Sequence[WindowRate]) -> list[float]:
-    """samples/s of each window, or steps/s of each where a window's samples are unknown."""
-    per_window = [w.samples_per_s for w in windows]
-    if per_window and all(rate is not None for rate in per_window):
-        return [float(rate) for rate in per_window if rate is not None]
+    """Each window's rate in `window_unit(windows)`: samples/s, or steps/s where a window's samples are unknown."""
+    if window_unit(windows) == "samples/s":
+        return [float(rate) for w in windows if (rate := w.samples_per_s) is not None]
     return [w.steps_per_s for w in windows]
 
 
@@ -350,11 +410,9 @@ def measurement_from(
     tensor_activity: float | None,
     peak_memory: int | None,
 ) -> Measurement:
-    per_window = [w.samples_per_s for w in windows]
-    unit = "samples/s" if per_window and all(rate is not None for rate in per_window) else "steps/s"
     return Measurement(
         rates=tuple(window_rates(windows)),
-        unit=unit,
+        unit=window_unit(windows),
         gpu_util=gpu_util,
         sm_activity=sm_activity,
         tensor_activity=tensor_activity,
@@ -368,8 +426,8 @@ def measurement_from(
 @dataclass(frozen=True, slots=True)
 class MeasurementPlan:
     """How a variant is measured, one plan for trial and live runs alike: `warmup_s` seconds, then `repeats` windows
-    of `window_s` (as few as `min_repeats` once the rate's interval is tight), then, with `count_syncs`, the hook's
-    sync count over DIAGNOSIS_STEPS steps."""
+    of `window_s` (as few as `min_repeats` once the rate's interval is tight or, measured against the best so far,
+    once the verdict is settled), then, with `count_syncs`, the hook's sync count over DIAGNOSIS_STEPS steps."""
 
     warmup_s: float
     window_s: float = 4.0
@@ -387,6 +445,7 @@ class MeasurementPlan:
         label: str,
         done_before: float,
         share: float,
+        against: Reference | None = None,
     ) -> list[WindowRate]:
         return measure_windows(
             log,
@@ -399,6 +458,7 @@ class MeasurementPlan:
             label=label,
             done_before=done_before,
             share=share,
+            against=against,
         )
 
     def sync_count(self, diagnose: Callable[..., protocol.Diagnosis]) -> protocol.Diagnosis | None:

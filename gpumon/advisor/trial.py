@@ -37,6 +37,7 @@ from gpumon.advisor.measure import (
     Cancelled,
     MeasurementPlan,
     Progress,
+    Reference,
     SnapshotLog,
     StepLog,
     measurement_from,
@@ -260,18 +261,20 @@ class TrialRunner:
     def baseline(self) -> VariantResult:
         return self._trial("baseline", {}, {}, diagnose_syncs=self.plan.count_syncs)
 
-    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+    def run(self, experiment: Experiment, kept: Mapping[str, Any], against: Reference | None = None) -> VariantResult:
         knobs = {**kept, **experiment.knobs}
         self.last_live = False
         running = self.running
         on_running = running is not None and running.knobs == dict(kept)
         if self.live_on_trial and running is not None and on_running and changeable(experiment, running.script):
-            result = self._live_variant(running, experiment, kept)
+            result = self._live_variant(running, experiment, kept, against)
             if result.status != NOT_APPLIED:
                 self.last_live = True
                 return result
             self._say(f"{experiment.label}: not in effect on the running trial; a trial run instead", 0.0)
-        return self._trial(experiment.label, dict(experiment.knobs), knobs, flags=tuple(experiment.flags))
+        return self._trial(
+            experiment.label, dict(experiment.knobs), knobs, flags=tuple(experiment.flags), against=against
+        )
 
     def keep(self, experiment: Experiment) -> None:
         if self.last_live and self.live is not None and self.running is not None:
@@ -292,7 +295,9 @@ class TrialRunner:
         if self.running is not None:
             self._stop(self.running)
 
-    def _live_variant(self, running: RunningTrial, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+    def _live_variant(
+        self, running: RunningTrial, experiment: Experiment, kept: Mapping[str, Any], against: Reference | None
+    ) -> VariantResult:
         client = running.job.primary
         if client is None or client.ended:
             return VariantResult(
@@ -308,7 +313,7 @@ class TrialRunner:
                 progress=self.progress,
                 script=running.script,
             )
-        result = self.live.run(experiment, kept)
+        result = self.live.run(experiment, kept, against)
         if result.status == FAILED and running.launch.poll() is not None:
             # The change ended the trial (e.g. a batch size that does not fit): say why, as for a trial run.
             status, reason = failure_reason(running.launch.wait(), log_tail(running.out_path))
@@ -333,6 +338,7 @@ class TrialRunner:
         *,
         flags: tuple[str, ...] = (),
         diagnose_syncs: bool = False,
+        against: Reference | None = None,
     ) -> VariantResult:
         entered = time.monotonic()
         if self.running is not None:
@@ -370,7 +376,7 @@ class TrialRunner:
                 self.track([launch.pid])
             if self.on_job is not None:
                 self.on_job(trial.job, label)
-            variant = self._measure(trial, result, diagnose_syncs, entered)
+            variant = self._measure(trial, result, diagnose_syncs, entered, against)
             self._say(outcome_line(variant), 0.95)
             left_running = self.live_on_trial and variant.status == OK
             return variant
@@ -394,7 +400,12 @@ class TrialRunner:
                 self.on_job(None, trial.label)
 
     def _measure(
-        self, trial: RunningTrial, result: VariantIdentity, diagnose_syncs: bool, entered: float
+        self,
+        trial: RunningTrial,
+        result: VariantIdentity,
+        diagnose_syncs: bool,
+        entered: float,
+        against: Reference | None,
     ) -> VariantResult:
         launch, job, steps, attach_listener = trial.launch, trial.job, trial.steps, trial.attach_listener
         out_path, ack_path = trial.out_path, trial.ack_path
@@ -442,6 +453,7 @@ class TrialRunner:
                 label=label,
                 done_before=0.3,
                 share=0.6,
+                against=against,
             )
             measure_end = time.time()
             measured_at = time.monotonic()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.advisor.catalogue import Experiment
-from gpumon.advisor.measure import Measurement
+from gpumon.advisor.measure import Measurement, Reference
 from gpumon.advisor.results import FAILED, OK, VariantResult
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.jobs.jobstate import replay_messages
@@ -78,6 +78,8 @@ class FakeRunner:
         self.signals = signals
         self.unsupported = unsupported
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.references: list[Reference | None] = []
+        """What each variant was measured against (`run`'s `against`)."""
 
     def supports(self, experiment: Experiment) -> str | None:
         return "needs a trial run" if set(experiment.knobs) & self.unsupported else None
@@ -93,9 +95,10 @@ class FakeRunner:
             signals=self.signals,
         )
 
-    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+    def run(self, experiment: Experiment, kept: Mapping[str, Any], against: Reference | None = None) -> VariantResult:
         knobs = {**kept, **experiment.knobs}
         self.calls.append(("run", knobs))
+        self.references.append(against)
         outcome = self.outcomes.get(frozenset(knobs.items()))
         base = dict(label=experiment.label, change=dict(experiment.knobs), knobs=knobs, kind=self.kind)
         if isinstance(outcome, Measurement):

@@ -17,7 +17,7 @@ from gpumon.advisor.catalogue import BATCH_MEMORY_SHARE, Experiment, experiments
 from gpumon.advisor.categories import INPUT_BOUND, LAUNCH_BOUND
 from gpumon.advisor.guided import GuidedRun, default_planner
 from gpumon.advisor.live import LiveRunner
-from gpumon.advisor.measure import SnapshotLog
+from gpumon.advisor.measure import Reference, SnapshotLog
 from gpumon.advisor.results import OK, VariantResult
 from gpumon.advisor.rules import diagnose
 from gpumon.advisor.signals import SOURCE_HOOK, GpuSignals, Signals
@@ -91,7 +91,7 @@ class CurveRunner:
     def baseline(self) -> VariantResult:
         return self._result("baseline", {}, {})
 
-    def run(self, experiment: Experiment, kept: Mapping[str, Any]) -> VariantResult:
+    def run(self, experiment: Experiment, kept: Mapping[str, Any], against: Reference | None = None) -> VariantResult:
         self.runs.append({**kept, **experiment.knobs})
         self.changes.append(dict(experiment.knobs))
         return self._result(experiment.label, experiment.knobs, kept)

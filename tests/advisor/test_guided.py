@@ -122,9 +122,9 @@ def test_cancel_stops_between_variants_and_still_finishes() -> None:
     cancel = threading.Event()
 
     class Cancelling(FakeRunner):
-        def run(self, experiment, kept):  # type: ignore[no-untyped-def]
+        def run(self, experiment, kept, against=None):  # type: ignore[no-untyped-def]
             cancel.set()
-            result = super().run(experiment, kept)
+            result = super().run(experiment, kept, against)
             from dataclasses import replace
 
             return replace(result, status=CANCELLED, reason="cancelled", measurement=None)
@@ -179,3 +179,15 @@ def test_loader_knobs_are_ruled_out_when_the_step_hardly_waits_for_data(demo_sig
     assert rules_out(healthy, hardly, PREFETCH) == "ruled out: the step waits for data only 1% of the time"
     assert rules_out(healthy, hardly, PIN) is None, "pinning speeds the copy, not the wait"
     assert rules_out(healthy, hardly, AMP) is None
+
+
+def test_each_variant_is_measured_against_the_best_so_far() -> None:
+    """The runner is told the best measurement (and the gain a win needs), so it can stop once the verdict is
+    settled: the baseline first, the winner after a win."""
+    baseline, workers = measurement(100, 102, 98), measurement(300, 305, 295)
+    runner = FakeRunner(
+        baseline,
+        {key(num_workers=8): workers, key(num_workers=8, pin_memory=True): measurement(304, 309, 300)},
+    )
+    GuidedRun(runner, only=[NUM_WORKERS, PIN], min_gain=0.05).run()
+    assert [(r.best, r.min_gain) if r else None for r in runner.references] == [(baseline, 0.05), (workers, 0.05)]

@@ -17,7 +17,7 @@ from advisor_support import REPO
 from gpumon import protocol
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.live import LiveRunner, current_value, in_effect
-from gpumon.advisor.measure import SnapshotLog
+from gpumon.advisor.measure import Measurement, Reference, SnapshotLog
 from gpumon.advisor.results import FAILED, OK, OOM, TIMEOUT
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.client import JobClient
@@ -144,6 +144,29 @@ def test_a_live_change_is_measured_and_rolled_back(sock_dir: str, sampled) -> No
         client.stop()
         job.kill()
         job.wait()
+
+
+def test_a_variant_measured_against_a_best_it_cannot_reach_stops_once_that_is_settled(sock_dir: str, sampled) -> None:  # type: ignore[no-untyped-def]
+    """The best so far reaches the measured windows by both paths, a trial run and a live change on the running
+    trial: against a best a million times faster, each stops after 2 of its 5 windows, and says why."""
+    said: list[str] = []
+    trials = runner(
+        PLAIN, sampled, window_s=0.5, repeats=5, min_repeats=2, live_on_trial=True, live_warmup_s=0.3,
+        live_apply_timeout_s=30.0, sync_diagnosis=False, progress=lambda message, _fraction: said.append(message),
+    )  # fmt: skip
+    unreachable = Reference(Measurement(rates=(1e9, 1e9)))
+    one, two = Experiment({"num_workers": 1}, previous={"num_workers": 0}), Experiment({"num_workers": 2})
+    try:
+        by_trial = trials.run(one, {}, unreachable)
+        trials.keep(one)
+        live = trials.run(two, {"num_workers": 1}, unreachable)
+    finally:
+        trials.finish({"num_workers": 1})
+    assert [by_trial.kind, live.kind] == ["trial", "live"], (by_trial.reason, live.reason)
+    for variant in (by_trial, live):
+        assert variant.measurement is not None and len(variant.measurement.rates) == 2, variant.reason
+        stop = f"{variant.label}: settled after 2 windows: no win (even its 95% interval stays under the best +3%)"
+        assert stop in said, said
 
 
 DEMO = [
