@@ -8,6 +8,7 @@ up to the NVML failure (said in the output, never taken for a first frame).
 
     python benchmarks/startup_cpu.py --rounds 10 --nvitop /tmp/nvitop-venv/bin/nvitop
     python benchmarks/startup_cpu.py --live --rounds 10 --nvitop nvitop     # on a GPU machine
+    python benchmarks/startup_cpu.py --live --rounds 3 --py-spy /tmp/start.raw   # and where the CPU goes
 """
 
 from __future__ import annotations
@@ -65,15 +66,17 @@ def run_in_pty(argv: list[str], env: dict[str, str], columns: int, rows: int, qu
     return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, bytes(output)
 
 
-def gpumon_round(python: str, recording: Path | None, columns: int, rows: int) -> tuple[float, float]:
+def gpumon_round(
+    python: str, recording: Path | None, columns: int, rows: int, wrapper: tuple[str, ...] = ()
+) -> tuple[float, float]:
     """(CPU seconds to the first frame, CPU seconds to exit) of one gpumon start: the replay of `recording`, or the
-    live dashboard (NVML, the job scan) where it is None."""
+    live dashboard (NVML, the job scan) where it is None; `wrapper` runs before the interpreter (a profiler)."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "first-frame"
         path = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))  # keep a wheel dir
         env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=path, **{FIRST_FRAME_ENV: str(report)})
         env["XDG_CONFIG_HOME"] = scratch  # no user config file
-        argv = [python, "-m", "gpumon", *(["replay", str(recording)] if recording is not None else [])]
+        argv = [*wrapper, python, "-m", "gpumon", *(["replay", str(recording)] if recording is not None else [])]
         code, total, output = run_in_pty(argv, env, columns, rows, None)
         if code != 0 or not report.exists():
             raise SystemExit(f"gpumon exited {code} without a first-frame report: {output[-400:]!r}")
@@ -94,6 +97,13 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs gpumon")
     parser.add_argument("--nvitop", help="an nvitop executable to measure in alternate rounds")
     parser.add_argument("--size", default="80x24", help="COLUMNSxROWS of the pseudo-terminal")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="RAW",
+        help="then one more start under py-spy (1000 Hz, every thread, idle frames left out) into this raw file, and "
+        "its functions most often on the stack up to the first frame (where the start-up's CPU goes)",
+    )
     args = parser.parse_args()
     columns, rows = (int(part) for part in args.size.split("x"))
 
@@ -125,6 +135,14 @@ def main() -> None:
     print(f"  CPU to exit:            {summary(gpumon_totals)}")
     if nvitop_totals:
         print(f"nvitop ({nvitop_note}): {summary(nvitop_totals)}")
+    if args.py_spy is not None:
+        spy = ("py-spy", "record", "--rate", "1000", "--format", "raw", "--threads", "--output", str(args.py_spy), "--")
+        first_frame, _ = gpumon_round(args.python, None if args.live else args.recording, columns, rows, spy)
+        print(f"under py-spy: first frame at {first_frame:.3f} s of CPU (py-spy's reads slow it)", flush=True)
+        sys.path.insert(0, str(REPOSITORY / "benchmarks"))
+        from dashboard_threads import print_top_frames
+
+        print_top_frames(args.py_spy, count=40)
 
 
 if __name__ == "__main__":
