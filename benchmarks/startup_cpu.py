@@ -4,7 +4,8 @@ gpumon: `python -m gpumon replay RECORDING` in a pseudo-terminal with GPUMON_FIR
 its own CPU time (user + system, from getrusage) once the first snapshot is painted and exits; the total to exit
 (os.wait4's rusage) is kept too. nvitop (optional, --nvitop PATH): the same pseudo-terminal, CPU to exit from
 wait4; on a machine with NVML that is its start, first frame and `q`, on one without it is its import and start-up
-up to the NVML failure (said in the output, never taken for a first frame).
+up to the NVML failure (said in the output, never taken for a first frame). One untimed start of each comes first,
+and PYTHONDONTWRITEBYTECODE is dropped for both: as installed by pip, their modules start from cached bytecode.
 
     python benchmarks/startup_cpu.py --rounds 10 --nvitop /tmp/nvitop-venv/bin/nvitop
     python benchmarks/startup_cpu.py --live --rounds 10 --nvitop nvitop     # on a GPU machine
@@ -66,6 +67,14 @@ def run_in_pty(argv: list[str], env: dict[str, str], columns: int, rows: int, qu
     return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, bytes(output)
 
 
+def tool_environment() -> dict[str, str]:
+    """The environment both tools start in: as installed, their modules' bytecode is cached (pip compiles it; the
+    untimed first round writes it for a working tree), so PYTHONDONTWRITEBYTECODE is dropped."""
+    env = dict(os.environ, TERM="xterm-256color")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def gpumon_round(
     python: str, recording: Path | None, columns: int, rows: int, wrapper: tuple[str, ...] = ()
 ) -> tuple[float, float]:
@@ -74,7 +83,7 @@ def gpumon_round(
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "first-frame"
         path = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))  # keep a wheel dir
-        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=path, **{FIRST_FRAME_ENV: str(report)})
+        env = dict(tool_environment(), PYTHONPATH=path, **{FIRST_FRAME_ENV: str(report)})
         env["XDG_CONFIG_HOME"] = scratch  # no user config file
         argv = [*wrapper, python, "-m", "gpumon", *(["replay", str(recording)] if recording is not None else [])]
         code, total, output = run_in_pty(argv, env, columns, rows, None)
@@ -84,7 +93,7 @@ def gpumon_round(
 
 
 def nvitop_round(nvitop: str, columns: int, rows: int) -> tuple[float, int, bytes]:
-    env = dict(os.environ, TERM="xterm-256color")
+    env = tool_environment()
     code, total, output = run_in_pty([nvitop], env, columns, rows, quit_after_s=1.0)
     return total, code, output
 
@@ -111,6 +120,9 @@ def main() -> None:
     gpumon_totals: list[float] = []
     nvitop_totals: list[float] = []
     nvitop_note = ""
+    gpumon_round(args.python, None if args.live else args.recording, columns, rows)  # untimed: bytecode cached
+    if args.nvitop:
+        nvitop_round(args.nvitop, columns, rows)
     for round_number in range(args.rounds):
         first_frame, total = gpumon_round(args.python, None if args.live else args.recording, columns, rows)
         first_frames.append(first_frame)
