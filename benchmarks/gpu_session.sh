@@ -2,12 +2,13 @@
 # The GPU proofs of issues 2-4 in a few device calls (each part stays well under the 10-minute limit).
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
-#                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26 | start
+#                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
+#                                                 | start | sweep
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|start [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|start|sweep [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -129,5 +130,10 @@ case "$part" in
   start)     # issue 26 item 6: start-up beside nvitop, then where it goes (one more start under py-spy; about 1.5 min)
     timeout 120 python3 benchmarks/startup_cpu.py --live --rounds 4 --nvitop nvitop --py-spy "$out/start.raw" 2>&1 \
       | tee "$out/startup_cpu.log" | tail -100 ;;
+  sweep)     # issue 24 item 8 on GPU 0: the guided run's num_workers climb on loader_bound, then a manual sweep of
+             # num_workers (0, 1, 2, 4, 8, 12, 16, every 8, the cores less two, the cores), each a trial run with the
+             # guided run's measurement; ARGS are added, e.g. --workers 2 8 16 30 (5-8 min on 32 cores)
+    CUDA_VISIBLE_DEVICES=0 timeout 550 python3 benchmarks/guided_vs_sweep.py --device cuda "$@" --out "$out" 2>&1 \
+      | grep --line-buffered -v Warning | tee "$out/guided_vs_sweep.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@ from typing import Any
 from gpumon.advisor.auto_capture import Notice, capture_reason, with_capture
 from gpumon.advisor.capture import Capture, CaptureError, capture
 from gpumon.advisor.catalogue import Experiment
-from gpumon.advisor.guided import GuidedRun, Listener
+from gpumon.advisor.guided import GuidedRun, Listener, Planner
 from gpumon.advisor.live import LiveRunner
 from gpumon.advisor.measure import DIAGNOSIS_STEPS, Progress, SnapshotLog, sleep_checked
 from gpumon.advisor.results import GuidedReport
@@ -225,10 +225,12 @@ def experiment_command(
     on_job: Any = None,
     min_repeats: int | None = None,
     live_on_trial: bool = False,
+    planner: Planner | None = None,
 ) -> GuidedReport:
     """The guided run over trial runs of `command` (or the `only` experiments, in order). min_repeats: measure
     adaptively, from that many windows up to `repeats`; live_on_trial: math-neutral knobs tried on the running
-    trial through its hook instead of a restart (TrialRunner)."""
+    trial through its hook instead of a restart (TrialRunner); planner: what to try next (default: the catalogue's
+    plan for the finding; benchmarks/guided_vs_sweep.py narrows it to one knob, its climb kept)."""
     cancel = cancel if cancel is not None else threading.Event()
     with sampling() as (sampler, log):
         runner = TrialRunner(
@@ -249,6 +251,7 @@ def experiment_command(
         )
         guided = GuidedRun(
             runner,
+            planner=planner,
             cancel=cancel,
             listener=listener,
             only=only,
