@@ -79,6 +79,8 @@ for epoch in range(2):
 
 runtime = gpumon.hook.lifecycle.runtime()
 result = {"steps": steps, "hook_steps": runtime.seq, "hook_errors": runtime.errors}
+if runtime.errors:  # in the test's failure message (it shows stderr)
+    print(f"hook's last error: {runtime.last_error!r}", file=sys.stderr)
 if compiled:
     from torch._dynamo.utils import counters
 
