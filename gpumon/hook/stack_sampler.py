@@ -117,7 +117,7 @@ class StackSampler:
         lines: list[int] = []
         while frame is not None and len(codes) < MAX_DEPTH:
             codes.append(frame.f_code)
-            lines.append(frame.f_lineno)
+            lines.append(frame.f_lineno or 0)  # None where the instruction has no line (generated code)
             frame = frame.f_back
         del frame
         stack = (tuple(map(id, codes)), tuple(lines))

@@ -49,7 +49,7 @@ def first_user_frame(frame: FrameType | None, max_depth: int = MAX_DEPTH) -> tup
     while frame is not None and depth < max_depth:
         code = frame.f_code
         if not is_library_file(code.co_filename):
-            return code.co_filename, frame.f_lineno
+            return code.co_filename, frame.f_lineno or 0  # None where the instruction has no line
         frame = frame.f_back
         depth += 1
     return None

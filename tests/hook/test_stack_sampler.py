@@ -129,6 +129,28 @@ def test_a_repeated_stack_is_classified_once_and_the_classifications_kept_stay_b
     assert len(classified) == 5 and sampler.result()["samples"] == 14 and not runtime.errors
 
 
+def spin_without_line_numbers(stop: threading.Event) -> None:
+    while not stop.is_set():
+        pass
+
+
+spin_without_line_numbers.__code__ = spin_without_line_numbers.__code__.replace(co_linetable=b"")
+
+
+def test_a_frame_without_a_line_number_is_counted_not_an_error(busy_thread: Any) -> None:
+    """Generated code (torch.compile's, exec'd code) can run instructions that have no line: their frame's f_lineno
+    is None, counted as line 0."""
+    runtime = fake_runtime(busy_thread(spin_without_line_numbers))
+    sampler = StackSampler(runtime, fake_torch(FakeStream()), hz=50)
+    for _ in range(50):
+        sampler.sample_once()
+    result = sampler.result()
+    assert not runtime.errors, runtime.errors
+    assert result["samples"] == 50
+    lines = {(line["function"], line["line"]) for line in result["lines"]}
+    assert ("spin_without_line_numbers", 0) in lines, lines
+
+
 def test_busy_and_idle_follow_the_stream(busy_thread: Any) -> None:
     stream = FakeStream()
     sampler = StackSampler(fake_runtime(busy_thread(preprocess_on_the_cpu)), fake_torch(stream), hz=50)
