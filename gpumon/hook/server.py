@@ -473,17 +473,9 @@ class HookServer:
                 self._handle_request(client, line)
 
     def _refuse(self, client: Client, code: str, message: str) -> None:
-        """Answer with an error and hang up (what is queued gets one chance to go out). What the client sent and we
-        have not read is read and dropped first, a bounded amount: a Unix socket closed with unread input resets the
-        connection, and the peer may then never see the answer."""
+        """Answer with an error and hang up (what is queued gets one chance to go out)."""
         self._send(client, protocol.error_message(code, message))
         self._flush(client)
-        for _ in range(_MAX_RECV_PER_WAKE):
-            try:
-                if not client.sock.recv(_RECV_CHUNK):
-                    break
-            except OSError:  # nothing more pending (BlockingIOError), or the peer is gone
-                break
         self._drop(client)
 
     def _handle_request(self, client: Client, line: bytes) -> None:

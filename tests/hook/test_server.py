@@ -176,8 +176,7 @@ def test_bad_input_gets_an_error_and_the_connection_survives(server: HookServer)
     "size", [protocol.MAX_LINE + 1, protocol.MAX_LINE + 10, 2 * protocol.MAX_LINE, 3 * protocol.MAX_LINE]
 )
 def test_an_overlong_line_is_refused_and_closed(server: HookServer, size: int) -> None:
-    """The answer arrives however much more than the limit was sent (the server reads what is pending before it
-    hangs up)."""
+    """The answer arrives however much more than the limit was sent."""
     for _ in range(5):
         sock = raw_connect(server.path)
         try:
