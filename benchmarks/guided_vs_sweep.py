@@ -49,7 +49,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.scenario_truth import commit, device_names
+from benchmarks.scenario_truth import EXIT_NOT_HERE, commit, device_names
+from benchmarks.scenarios.scenario_common import cpu_count
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.guided import Planner, default_planner, describe_machine
 from gpumon.advisor.measure import Measurement, speedup
@@ -67,14 +68,6 @@ TARGET_RATIO = 0.90
 TARGET_WALL_S = 180.0
 JOB_DURATION_S = 86400
 """The scenario's own --duration: longer than any trial, which the runner stops."""
-EXIT_NOT_HERE = 3
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 2
 
 
 def default_ladder(cpus: int) -> list[int]:
@@ -342,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device == "cuda" and not gpus:
         print("guided_vs_sweep: --device cuda: no GPU here (nvidia-smi lists none)", file=sys.stderr)
         return EXIT_NOT_HERE
-    cpus = cores()
+    cpus = cpu_count()  # as the scenario's own `workers` fix counts them
     ladder = sorted(set(args.workers)) if args.workers is not None else default_ladder(cpus)
     command = [sys.executable, str(JOB), "--device", args.device, "--warmup", "0", "--duration", str(JOB_DURATION_S)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
