@@ -281,6 +281,7 @@ class LiveRunner:
                 self._say(f"{label}: waiting for it to take effect (next epoch)", 0.1)
                 sleep_checked(0.25, self.cancel, self._alive)
             self.restoring = {}
+            by_the_hook = self._split(change)[0]
             measured = self._measure(
                 label,
                 change,
@@ -295,7 +296,7 @@ class LiveRunner:
                 reason=measured.reason,
                 measurement=measured.measurement,
                 signals=measured.signals,
-                applied={name: "hook" if name in self._split(change)[0] else "script" for name in change},
+                applied={name: "hook" if name in by_the_hook else "script" for name in change},
                 phases=measured.phases,
             )
         except Cancelled:
