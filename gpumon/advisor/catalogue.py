@@ -191,6 +191,29 @@ def worker_target(signals: Signals, cores: int | None, *, climbing: bool = False
     return target if target > current else None
 
 
+def halfway_back(experiment: Experiment, kept: Mapping[str, Any]) -> Experiment | None:
+    """After a climb step that lost ground (ran slower than the value kept, beyond the noise): the value halfway
+    between the two, or None (not a climb step, or no value lies between).
+
+    The mechanism: a doubling that runs slower than the count it came from has oversubscribed the resource (workers
+    fighting the main process for cores, a batch spilling out of cache), so the best count lies between the two. A
+    step that merely did not win is a plateau: the knob stopped being the limit, and the climb ends there."""
+    if len(experiment.knobs) != 1:
+        return None
+    ((name, value),) = experiment.knobs.items()
+    start = kept.get(name)
+    if name not in CLIMBING_KNOBS or not isinstance(start, int) or not isinstance(value, int):
+        return None
+    middle = (start + value) // 2
+    if not start < middle < value:
+        return None
+    return Experiment(
+        knobs={name: middle},
+        previous={name: start},
+        reason=f"{name} {value} ran slower than {start}: the best lies between",
+    )
+
+
 def batch_target(signals: Signals, *, climbing: bool = False) -> int | None:
     """The batch size to try: a first jump to 256 (2x to 8x); climbing (the current one won its step), twice the
     current while twice its peak memory fits the GPU (where both are known)."""

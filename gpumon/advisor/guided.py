@@ -2,7 +2,8 @@
 the noise, re-diagnose from the winner, and stop when a whole list of candidates brings no win.
 
 An experiment is one knob at one value: after a win the plan may propose the same knob at its next value (a climb:
-num_workers 2 -> 4 -> 8 -> 14), which is tried unless that value was tried before; a step that does not win ends it.
+num_workers 2 -> 4 -> 8 -> 14), which is tried unless that value was tried before; a step that does not win ends it,
+and one that ran slower than the value kept (an overshoot) is followed by the value halfway back (`halfway_back`).
 
 Experiments the current finding rules out are skipped (said why in the report) while it holds: faster math while
 the GPU waits for its input, or loader knobs when the step hardly waits for data."""
@@ -19,7 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from gpumon.advisor.catalogue import Experiment, code_change, experiments_for, needs_code_change, observed_value
+from gpumon.advisor.catalogue import (
+    Experiment,
+    code_change,
+    experiments_for,
+    halfway_back,
+    needs_code_change,
+    observed_value,
+)
 from gpumon.advisor.categories import INPUT_BOUND, IO_BOUND
 from gpumon.advisor.measure import MIN_GAIN, Reference, beats
 from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
@@ -144,7 +152,9 @@ class GuidedRun:
                     stopped = stopped or "no experiment left to try"
                     break
                 won = False
-                for experiment in candidates:
+                queue = list(candidates)
+                while queue:
+                    experiment = queue.pop(0)
                     if self.cancel.is_set() or len(variants) >= self.max_variants:
                         break
                     tried.add(experiment.ident)
@@ -172,6 +182,9 @@ class GuidedRun:
                         won = True
                         break  # re-plan from the winner's diagnosis
                     self.runner.discard(experiment)
+                    retreat = halfway_back(experiment, kept) if self._lost_ground(result, best) else None
+                    if retreat is not None and retreat.ident not in tried:
+                        queue.insert(0, retreat)
                 if self.cancel.is_set() or (variants and variants[-1].status == CANCELLED):
                     stopped = "cancelled"
                     break
@@ -183,6 +196,12 @@ class GuidedRun:
         finally:
             self.runner.finish(kept)
         return self._report(baseline, variants, kept, finding, final, advice, skipped, stopped)
+
+    def _lost_ground(self, result: VariantResult, best: VariantResult) -> bool:
+        """The variant ran slower than the best so far, beyond the noise (not merely no faster)."""
+        if not result.ok or result.measurement is None or best.measurement is None:
+            return False
+        return beats(best.measurement, result.measurement, self.min_gain)
 
     def _candidates(
         self, finding: Finding | None, best: VariantResult, kept: Mapping[str, Any], tried: set[str], skipped: list[str]

@@ -1,5 +1,6 @@
 """The guided run climbs a knob that wins (num_workers 2 -> 4 -> 8 -> 14 on 16 cores; batch size doubling) while the
-finding holds and the resource is not used up, and stops at the first step that does not win. Issue 24: a job with
+finding holds and the resource is not used up, stops at the first step that does not win, and goes halfway back after
+a step that ran slower (an overshoot). Issue 24: a job with
 heavy augmentation and 2 workers on a 16-core host stopped after 4 workers (1.84x) with 12 cores idle.
 
 The runner is a fake whose speed and signals follow a synthetic curve of the knob's value; nothing here is measured."""
@@ -13,7 +14,7 @@ from typing import Any, cast
 import pytest
 from advisor_support import measurement
 
-from gpumon.advisor.catalogue import BATCH_MEMORY_SHARE, Experiment, experiments_for, worker_target
+from gpumon.advisor.catalogue import BATCH_MEMORY_SHARE, Experiment, experiments_for, halfway_back, worker_target
 from gpumon.advisor.categories import INPUT_BOUND, LAUNCH_BOUND
 from gpumon.advisor.guided import GuidedRun, default_planner
 from gpumon.advisor.live import LiveRunner
@@ -149,6 +150,39 @@ def test_a_climb_stops_at_the_first_step_that_does_not_win() -> None:
     assert [variant.kept for variant in report.variants] == [True, False]
     assert report.kept == {"num_workers": 4}
     assert report.stopped == "nothing else won beyond the noise"
+
+
+def test_a_climb_step_that_runs_slower_is_followed_by_the_count_halfway_back() -> None:
+    """Workers oversubscribe the cores past 10: 14 runs slower than 8, so 11 (halfway) is tried, wins, and is kept."""
+    runner = worker_runner(rate=lambda workers: 50.0 * workers if workers <= 10 else 500.0 - 60.0 * (workers - 10))
+    report = GuidedRun(runner, planner=default_planner(CORES)).run()
+    assert worker_steps(runner) == [4, 8, 14, 11]
+    assert [variant.kept for variant in report.variants] == [True, True, False, True]
+    assert report.variants[-1].label == "num_workers 8 -> 11"
+    assert report.kept == {"num_workers": 11}
+    assert report.stopped == "no experiment left to try", "14 was tried: the climb from 11 has nowhere new to go"
+
+
+def test_a_halfway_count_that_also_runs_slower_is_halved_again() -> None:
+    """The best count is 9: 14 and then 11 run slower than 8, and 9, halfway between 8 and 11, wins."""
+    runner = worker_runner(
+        rate=lambda workers: 50.0 * workers if workers <= 9 else max(10.0, 450 - 80.0 * (workers - 9))
+    )
+    report = GuidedRun(runner, planner=default_planner(CORES)).run()
+    assert worker_steps(runner) == [4, 8, 14, 11, 9]
+    assert report.kept == {"num_workers": 9}
+
+
+def test_only_a_climbing_knob_with_a_count_between_goes_halfway_back() -> None:
+    assert halfway_back(Experiment({"num_workers": 30}), {"num_workers": 16}) == Experiment(
+        {"num_workers": 23}, {"num_workers": 16}, "num_workers 30 ran slower than 16: the best lies between"
+    )
+    assert halfway_back(Experiment({"num_workers": 5}), {"num_workers": 4}) is None, "nothing lies between"
+    assert halfway_back(Experiment({"num_workers": 16}), {}) is None, "a first jump is not a climb step"
+    assert halfway_back(Experiment({"prefetch_factor": 8}), {"prefetch_factor": 2}) is None
+    assert halfway_back(Experiment({"batch_size": 512}), {"batch_size": 256}) == Experiment(
+        {"batch_size": 384}, {"batch_size": 256}, "batch_size 512 ran slower than 256: the best lies between"
+    )
 
 
 def test_a_climb_goes_no_further_than_the_idle_cores() -> None:
