@@ -141,9 +141,32 @@ def test_a_tiny_run_on_the_cpu_measures_both_halves_and_its_summary_follows_from
     best = max(sweep.values(), key=lambda row: row["speedup"])
     assert summary["best_sweep_workers"] == best["workers"] and summary["best_sweep_speedup"] == best["speedup"]
     assert summary["guided_speedup"] == guided["speedup"] and summary["guided_workers"] == guided["final_workers"]
-    assert summary["ratio"] == pytest.approx(guided["speedup"] / best["speedup"], abs=0.002)
+    assert summary["speedup_ratio"] == pytest.approx(guided["speedup"] / best["speedup"], abs=0.002)
     at_guided = sweep[guided["final_workers"]]["speedup"]
     assert summary["landing_ratio"] == pytest.approx(at_guided / best["speedup"], abs=0.002)
+    assert summary["rate_ratio"] == pytest.approx(guided["final_rate"] / best["measurement"]["rate"], abs=0.002)
+    assert summary["baseline_ratio"] == pytest.approx(
+        guided["baseline"]["rate"] / sweep[2]["measurement"]["rate"], abs=0.002
+    )
+    assert summary["meets_target"] == (
+        min(summary["landing_ratio"], summary["rate_ratio"]) >= 0.9 and guided["wall_s"] < 180
+    )
     table = (out / "guided_vs_sweep.md").read_text()
-    assert "| 0 | ok |" in table and "| 2 | ok |" in table and "ratio" in table
+    assert "| 0 | ok |" in table and "| 2 | ok |" in table and "landing ratio" in table
+
+    stored = dict(data, summary={}, guided={key: value for key, value in guided.items() if key != "final_rate"})
+    (tmp_path / "stored.json").write_text(json.dumps(stored))
+    again = subprocess.run(
+        [sys.executable, str(BENCHMARK), "--rescore", str(tmp_path / "stored.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    rescored = json.loads((tmp_path / "stored.json").read_text())["summary"]
+    assert (
+        rescored["landing_ratio"] == summary["landing_ratio"]
+        and rescored["baseline_ratio"] == summary["baseline_ratio"]
+    )
+    assert rescored["rate_ratio"] == pytest.approx(summary["rate_ratio"], abs=0.01), "from the baseline and speed-up"
     assert "num_workers   2: baseline: measured" in run.stdout, "lines print as they come"
