@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpumon import protocol
 from gpumon.cli.base import (
     CliError,
     Subparsers,
@@ -73,6 +72,7 @@ def register(subparsers: Subparsers) -> None:
 
 def parse_tries(items: Sequence[str]) -> list[Experiment]:
     """--try KNOB=VALUE items as experiments (VALUE as JSON: 8, true, null; else a string)."""
+    from gpumon import protocol
     from gpumon.advisor.catalogue import KNOBS, Experiment
 
     experiments = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 import tomllib
 from packaging.requirements import Requirement
 
@@ -44,3 +45,22 @@ def test_the_private_modules_are_not_imported_outside_the_package() -> None:
         for name in private:
             assert f"from {name}" not in text and f"import {name}" not in text, (path, name)
         assert "._cell_render_cache" not in text and "._row_locations" not in text, path
+
+
+def test_textuals_version_is_read_from_its_dist_info_as_importlib_metadata_reads_it() -> None:
+    assert _textual_compat.textual_version() == version("textual")
+
+
+def test_without_one_dist_info_beside_it_textuals_version_comes_from_importlib_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import textual
+
+    package = tmp_path / "textual"
+    package.mkdir()
+    monkeypatch.setattr(textual, "__file__", str(package / "__init__.py"))
+    assert _textual_compat.textual_version() == version("textual"), "no dist-info there (an editable install)"
+    (tmp_path / "textual-1.0.0.dist-info").mkdir()
+    assert _textual_compat.textual_version() == "1.0.0"
+    (tmp_path / "textual-2.0.0.dist-info").mkdir()
+    assert _textual_compat.textual_version() == version("textual"), "two: neither is trusted"
