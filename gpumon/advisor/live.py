@@ -201,6 +201,7 @@ class LiveRunner:
             sm_activity=signals.sm_activity,
             tensor_activity=signals.tensor_activity,
             peak_memory=memory.get("max_allocated") if memory else None,
+            stopped=plan.why_stopped(windows, against),
         )
         measurement = with_efficiency(measurement, self.log.between(start, end), signals, view)
         timing = {

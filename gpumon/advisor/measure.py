@@ -178,6 +178,8 @@ class Measurement:
     steps: int = 0
     seconds: float = 0.0
     windows: tuple[WindowRate, ...] = field(default=(), repr=False)
+    stopped: str = ""
+    """Why its windows stopped before the plan's most (a settled verdict, a steady rate); empty when they ran to it."""
 
     @property
     def rate(self) -> float:
@@ -216,6 +218,7 @@ class Measurement:
             "joules_per_sample": None if self.joules_per_sample is None else round(self.joules_per_sample, 6),
             "steps": self.steps,
             "seconds": round(self.seconds, 2),
+            "stopped": self.stopped,
         }
 
     @classmethod
@@ -231,6 +234,7 @@ class Measurement:
             joules_per_sample=data.get("joules_per_sample"),
             steps=int(data.get("steps") or 0),
             seconds=float(data.get("seconds") or 0.0),
+            stopped=str(data.get("stopped") or ""),
         )
 
 
@@ -409,6 +413,7 @@ def measurement_from(
     sm_activity: float | None,
     tensor_activity: float | None,
     peak_memory: int | None,
+    stopped: str = "",
 ) -> Measurement:
     return Measurement(
         rates=tuple(window_rates(windows)),
@@ -420,6 +425,7 @@ def measurement_from(
         steps=sum(w.steps for w in windows),
         seconds=sum(w.seconds for w in windows),
         windows=tuple(windows),
+        stopped=stopped,
     )
 
 
@@ -460,6 +466,13 @@ class MeasurementPlan:
             share=share,
             against=against,
         )
+
+    def why_stopped(self, windows: Sequence[WindowRate], against: Reference | None = None) -> str:
+        """Why `windows` (measured by `windows()`) stopped before `repeats`: early_stop's reason; empty when they
+        ran to it."""
+        if len(windows) >= self.repeats:
+            return ""
+        return early_stop(windows, TARGET_HALF_WIDTH, against) or ""
 
     def sync_count(self, diagnose: Callable[..., protocol.Diagnosis]) -> protocol.Diagnosis | None:
         """The hook's sync count (`diagnose` is the client's), None when it could not be had: optional evidence."""

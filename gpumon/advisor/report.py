@@ -83,6 +83,8 @@ def result_text(result: VariantResult, is_baseline: bool = False) -> str:
             text += f" ({'; '.join(result.flags)})"
         if result.kind == "live" and not is_baseline and not result.kept:
             text += ", rolled back"
+        if result.measurement is not None and result.measurement.stopped:
+            text += f"{'; ' if text else ''}{result.measurement.stopped}"
         return text
     names = {
         FAILED: "failed",

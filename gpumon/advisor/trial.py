@@ -495,6 +495,7 @@ class TrialRunner:
             sm_activity=signals.sm_activity,
             tensor_activity=signals.tensor_activity,
             peak_memory=memory.get("max_allocated") if memory else None,
+            stopped=self.plan.why_stopped(windows, against),
         )
         measurement = with_efficiency(measurement, snapshots, signals, view)
         status, reason = OK, ""

@@ -18,6 +18,7 @@ from gpumon import protocol
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.live import LiveRunner, current_value, in_effect
 from gpumon.advisor.measure import Measurement, Reference, SnapshotLog
+from gpumon.advisor.report import result_text
 from gpumon.advisor.results import FAILED, OK, OOM, TIMEOUT
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.client import JobClient
@@ -165,8 +166,11 @@ def test_a_variant_measured_against_a_best_it_cannot_reach_stops_once_that_is_se
     assert [by_trial.kind, live.kind] == ["trial", "live"], (by_trial.reason, live.reason)
     for variant in (by_trial, live):
         assert variant.measurement is not None and len(variant.measurement.rates) == 2, variant.reason
-        stop = f"{variant.label}: settled after 2 windows: no win (even its 95% interval stays under the best +3%)"
-        assert stop in said, said
+        stop = "settled after 2 windows: no win (even its 95% interval stays under the best +3%)"
+        assert f"{variant.label}: {stop}" in said, said
+        assert variant.measurement.stopped == stop, "the reason stays with the result, for the report and JSON"
+        assert variant.to_dict()["measurement"]["stopped"] == stop
+        assert stop in result_text(variant)
 
 
 DEMO = [
