@@ -3,12 +3,12 @@
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
-#                                                 | start | sweep
+#                                                 | screen26 | start | sweep
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|start|sweep [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -127,6 +127,12 @@ case "$part" in
     CUDA_VISIBLE_DEVICES=0 timeout 170 python3 benchmarks/scenario_truth.py --only two_cause_loader_sync --rounds 2 \
       --truth-duration 6 --duration 10 --attach-after 10 --out "$out/scenario-truth-two-cause.json" 2>&1 \
       | tee "$out/scenario_truth_two_cause.log" | tail -20 ;;
+  screen26)  # issue 26 items 7 and 6 after the key bar and the frame cuts, on 2 GPUs (about 6 min): gpumon beside nvitop
+             # at 1 s and 0.25 s with everything on, then the start-up beside nvitop with its py-spy start
+    timeout 300 python3 benchmarks/monitor_overhead.py --rounds 3 --window 12 --json "$out/monitor_overhead.json" 2>&1 \
+      | tee "$out/monitor_overhead.log" | tail -30
+    timeout 120 python3 benchmarks/startup_cpu.py --live --rounds 4 --nvitop nvitop --py-spy "$out/start.raw" 2>&1 \
+      | tee "$out/startup_cpu.log" | head -12 ;;
   start)     # issue 26 item 6: start-up beside nvitop, then where it goes (one more start under py-spy; about 1.5 min)
     timeout 120 python3 benchmarks/startup_cpu.py --live --rounds 4 --nvitop nvitop --py-spy "$out/start.raw" 2>&1 \
       | tee "$out/startup_cpu.log" | tail -100 ;;
