@@ -25,7 +25,7 @@ from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui._textual_compat import driver_class
-from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
+from gpumon.tui.cached_widgets import CachedContainer, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.filter_input import FilterInput
@@ -34,6 +34,7 @@ from gpumon.tui.glyphs import use_ascii
 from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.graph import WHOLE_CELLS_UP_TO_S, GraphStyle
 from gpumon.tui.heap import freeze_after_first_frame
+from gpumon.tui.key_bar import KeyBar
 from gpumon.tui.machine_line import MachineLine
 from gpumon.tui.process_actions import ProcessControl
 from gpumon.tui.process_table import ProcessTable
@@ -275,7 +276,7 @@ class GpumonApp(App[None]):
             yield self._job_pane
         yield FilterInput(self._process_table, id="filter")
         yield self._process_table
-        yield CachedFooter()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         freeze_after_first_frame(self)

@@ -1,4 +1,4 @@
-"""The screen, containers and footer of the dashboard, drawn from their cached lines when none changed
+"""The screen and containers of the dashboard, drawn from their cached lines when none changed
 (gpumon.tui._textual_compat: cached_lines); the same widgets as Textual's otherwise. The screen also repaints from
 a timer that sleeps between frames (gpumon.tui._textual_compat: update_timer) and sends only the cells that changed
 (send_changed_cells_only)."""
@@ -11,7 +11,6 @@ from textual.screen import UPDATE_PERIOD, Screen
 from textual.strip import Strip
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from gpumon.tui._textual_compat import cached_lines, send_changed_cells_only, update_timer
 
@@ -46,8 +45,4 @@ class CachedContainer(Container, CachedLines):
 
 
 class CachedVertical(Vertical, CachedLines):
-    pass
-
-
-class CachedFooter(Footer, CachedLines):
     pass

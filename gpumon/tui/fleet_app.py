@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, OptionList, Static
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
@@ -32,6 +32,7 @@ from gpumon.tui._textual_compat import driver_class
 from gpumon.tui.fleet_table import header, layout, line
 from gpumon.tui.format import plural
 from gpumon.tui.heap import freeze_after_first_frame
+from gpumon.tui.key_bar import KeyBar
 from gpumon.tui.terminal_output import compacting_driver
 
 NO_DATA = "no GPU rows yet"
@@ -102,7 +103,7 @@ class FleetApp(App[None]):
         yield OptionList(id="gpus")
         with VerticalScroll(id="jobs-pane"):
             yield Static("", id="jobs")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         freeze_after_first_frame(self)

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import Footer
 from tui_support import FakeSource, gpu, process, snapshot, widget_text
 
 from gpumon.jobs.discovery import JobGroup, JobInfo
@@ -19,6 +18,7 @@ from gpumon.tui.gpu_pane import GpuPane
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.job_pane import JobPane
 from gpumon.tui.job_picker import JobPicker
+from gpumon.tui.key_bar import KeyBar
 from gpumon.tui.process_table import JOB_STYLES, PidCell, ProcessTable
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "job-cpu-run.jsonl"
@@ -98,7 +98,7 @@ async def test_without_a_job_there_is_no_job_pane_and_no_new_footer_key() -> Non
         assert not app.query(JobPane)
         footer_keys = [binding.key for (_, binding, enabled, _) in app.active_bindings.values() if binding.show]
         assert "j" not in footer_keys
-        assert app.query_one(Footer)
+        assert "j" not in {drawn.key.key for drawn in app.query_one(KeyBar).drawn}
 
 
 async def test_the_job_pane_follows_the_job_and_keeps_its_history_when_it_ends() -> None:

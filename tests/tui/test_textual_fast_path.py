@@ -25,10 +25,11 @@ if not _textual_compat.ACTIVE:
     pytest.skip("the private workarounds are off with this Textual", allow_module_level=True)
 from gpumon.tui._textual_compat import fast_path as _textual_fast_path
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.cached_widgets import CachedContainer, CachedFooter, CachedScreen, CachedVertical
+from gpumon.tui.cached_widgets import CachedContainer, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
 from gpumon.tui.gpu_pane import GpuPane
+from gpumon.tui.key_bar import KeyBar
 from gpumon.tui.pane import LinesWidget
 from gpumon.tui.process_table import ProcessTable
 from gpumon.tui.title_bar import TitleBar
@@ -64,12 +65,12 @@ async def test_panes_draw_exactly_what_textuals_styles_cache_draws(recording, si
             assert drawn == expected, type(pane).__name__
 
 
-async def test_screen_containers_and_footer_draw_their_cached_lines_as_textual_does(recording) -> None:
+async def test_screen_containers_and_key_bar_draw_their_cached_lines_as_textual_does(recording) -> None:
     """Widgets whose lines are all cached and valid skip render_widget's preamble; what they draw must not change,
     and the cached path must be the one taken once a frame has been drawn."""
     async with _replaying(recording, (160, 50)) as app:
-        widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(CachedFooter)]
-        assert [type(widget) for widget in widgets] == [CachedScreen, CachedContainer, CachedVertical, CachedFooter]
+        widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(KeyBar)]
+        assert [type(widget) for widget in widgets] == [CachedScreen, CachedContainer, CachedVertical, KeyBar]
         for widget in widgets:
             whole = Region(0, 0, widget.region.width, widget.region.height)
             cached = _textual_fast_path.cached_lines(widget, whole)
@@ -169,7 +170,7 @@ async def test_cached_lines_follow_a_theme_or_style_change(recording) -> None:
     """cached_lines keeps its filtered lines while StylesCache's lines are the same objects: a new theme, or a new
     style of the widget's own, must still come out as Textual draws it."""
     async with _replaying(recording, (160, 50)) as app:
-        widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(CachedFooter)]
+        widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(KeyBar)]
         for theme in ("textual-light", "nord", "textual-dark"):
             for widget in widgets:  # kept, for the whole widget, under the theme before
                 assert _textual_fast_path.cached_lines(widget, widget.region.reset_offset) is not None
