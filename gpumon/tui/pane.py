@@ -19,7 +19,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpumon.printable import printable
-from gpumon.tui._textual_compat import SegmentBuilder, StyleFinish, plain_box, render_plain_box
+from gpumon.tui._textual_compat import SegmentBuilder, StyleFinish, lean_strip, plain_box, render_plain_box
 from gpumon.tui.printable_text import printable_text
 
 LineBuilder = Callable[[int], list[Text]]
@@ -105,7 +105,7 @@ class LinesWidget(Widget):
         if strip is None:
             line = lines[y]
             if line.cell_len <= width:
-                strip = Strip(self._segments.segments(self.app.console, line, width, base, finish), width)
+                strip = lean_strip(self._segments.segments(self.app.console, line, width, base, finish), width)
             else:
                 strip = Strip(line.render(self.app.console, end=""), line.cell_len)
                 strip = strip.adjust_cell_length(width).apply_style(base)

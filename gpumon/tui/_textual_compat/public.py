@@ -17,6 +17,7 @@ from textual.color import Color
 from textual.driver import Driver
 from textual.filter import ANSIToTruecolor, LineFilter
 from textual.message_pump import MessagePump
+from textual.strip import Strip
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import DataTable
@@ -43,6 +44,11 @@ def update_timer(owner: MessagePump, interval: float, callback: Callable[[], Non
 
 def send_changed_cells_only(screen: object) -> None:
     """Nothing: Textual sends a changed line from its widget's left edge."""
+
+
+def lean_strip(segments: list[Segment], cell_length: int | None = None) -> Strip:
+    """Textual's own Strip."""
+    return Strip(segments, cell_length)
 
 
 def plain_box(widget: Widget) -> bool:
