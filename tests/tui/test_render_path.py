@@ -160,3 +160,22 @@ def test_time_axis_lines_kept_between_redraws_are_the_ones_drawn_afresh(style: G
             assert (kept.plain, kept.spans, kept.style) == (fresh.plain, fresh.spans, fresh.style), (step, skip)
             shown.add(kept.plain)
     assert len(shown) > 30
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("abcdefgh", "abXdeYgh"),
+        ("⠁⠂⠄⡀⢀", "⠂⠄⡀⢀⠠"),
+        ("名前abc", "名后abd"),
+        ("e\u0301x😀y", "e\u0300x😁y"),  # a combining mark and characters beyond the BMP
+        ("a\ud800b", "a\udc00b"),  # lone surrogates, which only printable() would have escaped
+        ("\U0010ffff\x00", "\U0010fffe\x00"),
+        ("", ""),
+    ],
+)
+def test_differing_marks_exactly_the_characters_that_differ(first: str, second: str) -> None:
+    from gpumon.tui.pane import _differing
+
+    marks = _differing(first, second).to_bytes(len(first), "little")
+    assert list(marks) == [int(a != b) for a, b in zip(first, second, strict=True)]
