@@ -190,6 +190,21 @@ def time_axis_line(view: GraphView, width: int, events_key: str | None = None) -
     per_sample = seconds_per_sample(view.history, skip=view.skip)
     seconds_per_cell = per_sample * spc if per_sample is not None else None
     skipped = view.skip * per_sample if per_sample is not None else 0.0
-    axis = time_axis(graph_width, seconds_per_cell, skipped, event_marks(events, spc))
-    prefix = Text(" " * LABEL_COLUMN + "   " + pick("└", "+"), style="bright_black", no_wrap=True, end="")
-    return Text.assemble(prefix, axis, no_wrap=True, end="")
+    marks = event_marks(events, spc)
+    key = (width, graph_width, seconds_per_cell, skipped, tuple(marks))
+    line = _AXIS_LINES.get(key)
+    if line is None:
+        if len(_AXIS_LINES) >= _AXIS_LINES_MAX:
+            _AXIS_LINES.clear()
+        axis = time_axis(graph_width, seconds_per_cell, skipped, marks)
+        prefix = Text(" " * LABEL_COLUMN + "   " + pick("└", "+"), style="bright_black", no_wrap=True, end="")
+        line = _AXIS_LINES[key] = Text.assemble(prefix, axis, no_wrap=True, end="")
+    return line
+
+
+_AXIS_LINES: dict[tuple[int, int, float | None, float, tuple[tuple[str, str] | None, ...]], Text] = {}
+"""Time axis lines drawn, by what they show: an axis that reads as before (its window has not moved a cell, or moved
+without a mark or label changing) is handed back as the same Text, as _ROW_TEXTS does. Never changed after it is
+made."""
+_AXIS_LINES_MAX = 64
+forget_on_change(_AXIS_LINES.clear)

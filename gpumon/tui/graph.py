@@ -220,9 +220,21 @@ def window_for(
 
 def seconds_per_sample(history: History, count: int = 64, skip: int = 0) -> float | None:
     """The usual spacing of recent samples (the median gap), or None before there are two."""
+    added = history.added
+    last = _SPACING[0]
+    if last is not None and last[0] is history and last[1] == (added, count, skip):
+        return last[2]
     stamps = [stamp for stamp in history.timestamps(count, skip) if stamp is not None]
     gaps = sorted(later - earlier for earlier, later in pairwise(stamps) if later > earlier)
-    return gaps[len(gaps) // 2] if gaps else None
+    spacing = gaps[len(gaps) // 2] if gaps else None
+    if history.added == added:  # not a sample added meanwhile (a source's thread), or `added` would not say it
+        _SPACING[0] = (history, (added, count, skip), spacing)
+    return spacing
+
+
+_SPACING: list[tuple[History, tuple[int, int, int], float | None] | None] = [None]
+"""The last seconds_per_sample: (the history, its `added` then and the count and skip asked, the spacing); the axes
+and the title of one redraw ask for it several times."""
 
 
 def age(seconds: float) -> str:
@@ -251,15 +263,13 @@ ASCII_MARKS = {"▾": "v", "▴": "^"}
 
 def event_marks(events: Sequence[float | None], spc: int) -> list[tuple[str, str] | None]:
     """Per cell of `spc` samples, the mark of the events of its samples (None where none happened)."""
-    if not any(events):
-        return [None] * -(-len(events) // spc)
-    marks: list[tuple[str, str] | None] = []
-    for offset in range(0, len(events), spc):
-        bits = 0
-        for value in events[offset : offset + spc]:
-            if value is not None and value == value:
-                bits |= int(value)
-        marks.append(next(((mark, mark_style) for bit, mark, mark_style in EVENT_MARKS if bits & bit), None))
+    marks: list[tuple[str, str] | None] = [None] * -(-len(events) // spc)
+    bits: dict[int, int] = {}
+    for index, value in enumerate(events):
+        if value and value == value:  # a sample with events (not None, 0 or NaN): few in a window
+            bits[index // spc] = bits.get(index // spc, 0) | int(value)
+    for cell, cell_bits in bits.items():
+        marks[cell] = next(((mark, mark_style) for bit, mark, mark_style in EVENT_MARKS if cell_bits & bit), None)
     return marks
 
 

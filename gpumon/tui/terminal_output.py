@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from textual.driver import Driver
 
@@ -24,9 +24,11 @@ _CACHE_MAX = 4096
 """Styles and transitions remembered (a dashboard uses a few dozen): a frame's hundreds of runs cost a lookup each."""
 
 
-@dataclass(frozen=True, slots=True)
-class Style:
-    """The SGR state: attribute codes on (1-9), and the foreground and background as their codes (None: default)."""
+class Style(NamedTuple):
+    """The SGR state: attribute codes on (1-9), and the foreground and background as their codes (None: default).
+
+    A NamedTuple, whose hash and equality are the tuple's, in C: a frozen dataclass's, in Python, were about 40% of
+    compact_sgr's time."""
 
     flags: frozenset[int] = frozenset()
     fg: str | None = None

@@ -7,12 +7,13 @@ from rich.console import Console
 from rich.style import Style
 from rich.text import Span, Text
 from textual.strip import Strip
-from tui_support import gpu
+from tui_support import gpu, process, snapshot
 
-from gpumon.sampling.history import THROTTLED
+from gpumon.sampling.history import THROTTLED, History
 from gpumon.tui._textual_compat import SegmentBuilder, drawn_text
+from gpumon.tui.gauge_graph import _AXIS_LINES, GraphView, time_axis_line
 from gpumon.tui.gpu_pane import allot_rows, gauges
-from gpumon.tui.graph import GraphStyle, event_marks
+from gpumon.tui.graph import _SPACING, GraphStyle, event_marks
 
 
 @pytest.mark.parametrize("style", list(GraphStyle))
@@ -131,3 +132,50 @@ def test_a_colour_change_over_blank_cells_sends_nothing_and_one_over_marks_sends
     # a text change and a visible span change far apart: two runs
     moved = Text(row.replace("⣿⣿", "⣿⡀"), spans=[Span(0, 3, on_red)])
     assert _changed_regions(2, line(), moved, 20) == [Region(0, 2, 3, 1), Region(graph + 1, 2, 1, 1)]
+
+
+@pytest.mark.parametrize("style", list(GraphStyle))
+def test_time_axis_lines_kept_between_redraws_are_the_ones_drawn_afresh(style: GraphStyle) -> None:
+    """The axis kept by what it shows (gauge_graph._AXIS_LINES) and the spacing kept per sample added are what a
+    redraw from nothing draws, at every step of a history whose marks and spacing change."""
+    history = History()
+    timestamp = 1000.0
+    shown = set()
+    for step in range(120):
+        timestamp += 1.0 if step < 60 else 0.5
+        reasons = ("SW Power Cap",) if step % 7 == 0 else ()
+        running = (process(pid=100 + step // 5, gpu_indices=(0,)),) if step % 3 else ()
+        history.add(snapshot(timestamp=timestamp, gpus=(gpu(0, throttle_reasons=reasons),), processes=running))
+        for skip in (0, 3):
+            view = GraphView(history, style, skip, {}, whole_cells=True)
+            kept = time_axis_line(view, 60, "gpu0.events")
+            assert time_axis_line(view, 60, "gpu0.events") is kept
+            axes, spacing = dict(_AXIS_LINES), _SPACING[0]
+            _AXIS_LINES.clear()
+            _SPACING[0] = None
+            fresh = time_axis_line(view, 60, "gpu0.events")
+            _AXIS_LINES.clear()
+            _AXIS_LINES.update(axes)
+            _SPACING[0] = spacing
+            assert (kept.plain, kept.spans, kept.style) == (fresh.plain, fresh.spans, fresh.style), (step, skip)
+            shown.add(kept.plain)
+    assert len(shown) > 30
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("abcdefgh", "abXdeYgh"),
+        ("⠁⠂⠄⡀⢀", "⠂⠄⡀⢀⠠"),
+        ("名前abc", "名后abd"),
+        ("e\u0301x😀y", "e\u0300x😁y"),  # a combining mark and characters beyond the BMP
+        ("a\ud800b", "a\udc00b"),  # lone surrogates, which only printable() would have escaped
+        ("\U0010ffff\x00", "\U0010fffe\x00"),
+        ("", ""),
+    ],
+)
+def test_differing_marks_exactly_the_characters_that_differ(first: str, second: str) -> None:
+    from gpumon.tui.pane import _differing
+
+    marks = _differing(first, second).to_bytes(len(first), "little")
+    assert list(marks) == [int(a != b) for a, b in zip(first, second, strict=True)]

@@ -11,7 +11,9 @@ import pytest
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
+from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import Widget
 from tui_support import FakeSource, frozen_clock
 
 from gpumon.sampling.snapshot import Snapshot
@@ -21,7 +23,7 @@ from gpumon.tui.app import GpumonApp
 if not _textual_compat.ACTIVE:
     pytest.skip("the private workarounds are off on this Textual version", allow_module_level=True)
 
-from textual._compositor import ChopsUpdate
+from textual._compositor import ChopsUpdate, Compositor
 
 from gpumon.tui._textual_compat.precise_update import PreciseChopsUpdate, PreciseCompositor
 
@@ -113,3 +115,59 @@ def test_a_line_with_wide_characters_is_sent_from_its_widgets_left_edge() -> Non
         textual.feed(ChopsUpdate([{0: strip}], [(0, 6, 8)], [[10]]).render_segments(console))
         gpumon.feed(sent)
         assert gpumon.cells() == textual.cells()
+
+
+@pytest.mark.parametrize("interval", [1.0, 0.25])
+async def test_each_piece_sent_is_the_piece_textuals_partial_update_draws(two_gpu_recording, interval) -> None:
+    """PreciseCompositor asks only the front widgets for the lines it sends; every piece of a line it sends is the
+    Strip Textual's own partial update puts there, and it asks the widgets for fewer lines in all."""
+    source = FakeSource(interval=interval)
+    app = GpumonApp(source, clock=frozen_clock(two_gpu_recording))
+    pieces = 0
+    asked: dict[str, list[int]] = {"gpumon": [], "textual": []}
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        compositor = app.screen._compositor
+        assert isinstance(compositor, PreciseCompositor)
+        precise_update = compositor.render_partial_update
+        asking = ["gpumon"]
+
+        def counted(widget: Widget) -> None:
+            render_lines = widget.render_lines
+
+            def render_lines_counted(crop: Region) -> list[Strip]:
+                asked[asking[0]].append(crop.height)
+                return render_lines(crop)
+
+            widget.render_lines = render_lines_counted  # type: ignore[method-assign]
+
+        def compared() -> ChopsUpdate | None:
+            nonlocal pieces
+            dirty = set(compositor._dirty_regions)
+            asking[0] = "gpumon"
+            ours = precise_update()
+            compositor._dirty_regions.update(dirty)
+            asking[0] = "textual"
+            textuals = Compositor.render_partial_update(compositor)
+            if ours is None:
+                assert textuals is None
+                return None
+            assert textuals is not None
+            assert ours.spans == textuals.spans
+            for line, x1, x2 in ours.spans:
+                for end, (x, strip) in zip(ours.chop_ends[line], ours.chops[line].items(), strict=False):
+                    if x < x2 and end > x1:
+                        expected = textuals.chops[line][x]
+                        assert strip is not None and expected is not None, (line, x)
+                        assert list(strip) == list(expected), (line, x)
+                        pieces += 1
+            return ours
+
+        for widget in app.screen.walk_children(with_self=True):
+            counted(widget)
+        compositor.render_partial_update = compared  # type: ignore[method-assign]
+        for snapshot in two_gpu_recording:
+            source.push(snapshot)
+            await pilot.pause()
+        await pilot.pause(0.05)
+    assert pieces > 10 * len(two_gpu_recording)
+    assert 0 < sum(asked["gpumon"]) < 0.7 * sum(asked["textual"])

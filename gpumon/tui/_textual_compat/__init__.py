@@ -7,7 +7,9 @@ draw with what Textual draws, on the installed version):
     data_table   the process table's cells drawn and replaced without DataTable's per-row bookkeeping
     quiet_input  an input thread that sleeps until input (the app's driver)
     quiet_timer  a screen update timer that sleeps between frames (the default screen)
-    precise_update  a frame sends only the changed cells of a line, not the line from its widget's left edge
+    precise_update  a frame sends only the changed cells of a line, not the line from its widget's left edge, and
+                    asks the widgets only for the lines it sends
+    lean_strip   the panes' Strips make their caches when first used (fewer objects for the garbage collector)
 scripts/check_textual_range.sh runs tests/tui on the lowest and highest Textual that pyproject.toml allows.
 """
 
@@ -45,6 +47,7 @@ ACTIVE = textual_version() in CHECKED
 if TYPE_CHECKING or ACTIVE:
     from gpumon.tui._textual_compat.data_table import FastCellTable as CellTable
     from gpumon.tui._textual_compat.fast_path import cached_lines, drawn_text, plain_box, render_plain_box
+    from gpumon.tui._textual_compat.lean_strip import lean_strip
     from gpumon.tui._textual_compat.precise_update import send_changed_cells_only
     from gpumon.tui._textual_compat.quiet_input import driver_class
     from gpumon.tui._textual_compat.quiet_timer import update_timer
@@ -54,6 +57,7 @@ else:
         cached_lines,
         drawn_text,
         driver_class,
+        lean_strip,
         plain_box,
         send_changed_cells_only,
         update_timer,
@@ -72,6 +76,7 @@ __all__ = [
     "cached_lines",
     "drawn_text",
     "driver_class",
+    "lean_strip",
     "plain_box",
     "render_plain_box",
     "send_changed_cells_only",

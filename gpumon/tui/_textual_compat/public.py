@@ -17,6 +17,7 @@ from textual.color import Color
 from textual.driver import Driver
 from textual.filter import ANSIToTruecolor, LineFilter
 from textual.message_pump import MessagePump
+from textual.strip import Strip
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import DataTable
@@ -43,6 +44,11 @@ def update_timer(owner: MessagePump, interval: float, callback: Callable[[], Non
 
 def send_changed_cells_only(screen: object) -> None:
     """Nothing: Textual sends a changed line from its widget's left edge."""
+
+
+def lean_strip(segments: list[Segment], cell_length: int | None = None) -> Strip:
+    """Textual's own Strip."""
+    return Strip(segments, cell_length)
 
 
 def plain_box(widget: Widget) -> bool:
@@ -79,8 +85,18 @@ def style_finish(filters: Sequence[LineFilter], background: Color) -> StyleFinis
     """The filters as a StyleFinish where they are exactly Textual's default one; None otherwise (NO_COLOR,
     TEXTUAL_FILTERS=dim, native ANSI colours), where lines are built unfiltered and filtered as Textual does."""
     if len(filters) == 1 and type(filters[0]) is ANSIToTruecolor:
-        return StyleFinish(filters[0], background.rich_color)
+        last = _LAST_FINISH[0]
+        if last is not None and last[0] is filters[0] and last[1] == background:
+            return last[2]
+        finish = StyleFinish(filters[0], background.rich_color)
+        _LAST_FINISH[0] = (filters[0], background, finish)
+        return finish
     return None
+
+
+_LAST_FINISH: list[tuple[LineFilter, Color, StyleFinish] | None] = [None]
+"""The last StyleFinish made, handed back while the filter and background are the same: the same object, which the
+panes' caches then compare by identity, frame after frame."""
 
 
 class SegmentBuilder:
@@ -92,15 +108,19 @@ class SegmentBuilder:
     """
 
     def __init__(self) -> None:
-        self._combined_styles: dict[tuple[Style, StyleFinish | None, tuple[StyleType, ...]], Style | None] = {}
+        self._combined_styles: dict[tuple[Style, StyleFinish | None], dict[tuple[StyleType, ...], Style | None]] = {}
+        """Per base style and finish, the style of the segments under each combination of span styles."""
+        self._last: tuple[Style, StyleFinish | None, dict[tuple[StyleType, ...], Style | None]] | None = None
 
     def segments(
         self, console: Console, line: Text, width: int, base: Style, finish: StyleFinish | None = None
     ) -> list[Segment]:
         plain = line.plain
         spans = line.spans
-        styles = self._combined_styles
-        plain_style = self._style(console, (base, finish, ()))
+        styles = self._styles(base, finish)
+        plain_style = styles.get((), _UNSET)
+        if plain_style is _UNSET:
+            plain_style = self._style(console, base, finish, ())
         segments = [Segment(plain, plain_style)] if not spans else self._disjoint(console, line, base, finish)
         if segments is None:
             values: list[StyleType] = [line.style, *(span.style for span in spans)]
@@ -119,52 +139,69 @@ class SegmentBuilder:
                 else:
                     stack.append(index)
                 if next_offset > offset:
-                    key = (base, finish, tuple(values[active] for active in sorted(stack)))
+                    key = tuple(values[active] for active in sorted(stack))
                     style = styles.get(key, _UNSET)
                     if style is _UNSET:
-                        style = self._style(console, key)
+                        style = self._style(console, base, finish, key)
                     segments.append(Segment(plain[offset:next_offset], style))
         cells = line.cell_len
         if cells < width:
             segments.append(Segment(" " * (width - cells), plain_style))
         return segments
 
-    def _style(self, console: Console, key: tuple[Style, StyleFinish | None, tuple[StyleType, ...]]) -> Style | None:
-        """The style of the segments under `key`'s (base, finish, span styles), cached; no span styles: the base."""
-        style = self._combined_styles.get(key, _UNSET)
+    def _styles(self, base: Style, finish: StyleFinish | None) -> dict[tuple[StyleType, ...], Style | None]:
+        """The combined styles kept for a base style and finish (those of the last call, found by identity)."""
+        last = self._last
+        if last is not None and last[0] is base and last[1] is finish:
+            return last[2]
+        styles = self._combined_styles.setdefault((base, finish), {})
+        self._last = (base, finish, styles)
+        return styles
+
+    def _style(
+        self, console: Console, base: Style, finish: StyleFinish | None, values: tuple[StyleType, ...]
+    ) -> Style | None:
+        """The style of the segments under the span styles `values` over `base`, `finish`ed, cached; no span styles:
+        the base."""
+        styles = self._styles(base, finish)
+        style = styles.get(values, _UNSET)
         if style is _UNSET:
-            base, finish, values = key
             combined = _combine(console, values) if values else None
             style = (base + combined) if base else combined
             if finish is not None:
                 style = finish(style)
-            self._combined_styles[key] = style
+            styles[values] = style
         return style
 
     def _disjoint(self, console: Console, line: Text, base: Style, finish: StyleFinish | None) -> list[Segment] | None:
         """`segments` for spans in order that neither overlap nor are empty (a graph row, most lines), without the
         edge sort; None for any other spans."""
         plain = line.plain
-        styles = self._combined_styles
-        pieces: list[tuple[int, int, tuple[StyleType, ...]]] = []
+        line_style = line.style
+        styles = self._styles(base, finish)
+        segments: list[Segment] = []
+        append = segments.append
         position = 0
         for span in line.spans:
             start, end = span.start, span.end
             if not position <= start < end <= len(plain):
                 return None
             if start > position:
-                pieces.append((position, start, (line.style,)))
-            pieces.append((start, end, (line.style, span.style)))
+                style = styles.get((line_style,), _UNSET)
+                if style is _UNSET:
+                    style = self._style(console, base, finish, (line_style,))
+                append(Segment(plain[position:start], style))
+            values = (line_style, span.style)
+            style = styles.get(values, _UNSET)
+            if style is _UNSET:
+                style = self._style(console, base, finish, values)
+            append(Segment(plain[start:end], style))
             position = end
         if position < len(plain):
-            pieces.append((position, len(plain), (line.style,)))
-        segments: list[Segment] = []
-        for begin, stop, values in pieces:
-            key = (base, finish, values)
-            style = styles.get(key, _UNSET)
+            style = styles.get((line_style,), _UNSET)
             if style is _UNSET:
-                style = self._style(console, key)
-            segments.append(Segment(plain[begin:stop], style))
+                style = self._style(console, base, finish, (line_style,))
+            append(Segment(plain[position:], style))
         return segments
 
 
