@@ -5,7 +5,8 @@ bookkeeping, and changed cells replaced without emptying every cache.
 It overrides DataTable's `_render_cell` and `_render_line` and reads its `_row_locations`, `_column_locations`,
 `_cell_render_cache`, `_row_render_cache`, `_row_renderable_cache`, `_line_cache`, `_data`, `_update_count`,
 `_pseudo_class_state`, `_show_hover_cursor`, `_header_row_key`, `_labelled_row_exists`, `_row_label_column_width`,
-`_get_offsets`, `_get_row_style`, `_get_row_renderables` and `_get_styles_to_render_cell`, and imports
+`_get_offsets`, `_get_row_style`, `_get_row_renderables` and `_get_styles_to_render_cell`, makes the cell cache's key
+as `_render_cell` does and a column's width as `Column.get_render_width` does, and imports
 `textual._segment_tools`, `textual._types` and `textual.widgets._data_table`. tests/tui/test_textual_fast_path.py
 checks it draws what DataTable draws.
 """
