@@ -43,6 +43,9 @@ class LinesWidget(Widget):
         lines."""
         self._line_count = -1
         self._segments = SegmentBuilder()
+        self._fitted: tuple[int, dict[int, Text]] = (-1, {})
+        """(width, the lines of the last build by id): lines made printable and cut to that width already (graph
+        rows and axes come back from their caches as the same Text, frame after frame)."""
 
     def show_lines(self, build: LineBuilder) -> None:
         """Redraw from a new builder: a layout pass if the line count changed, else only the lines that changed."""
@@ -55,6 +58,8 @@ class LinesWidget(Widget):
         line_count = len(self.lines(width)) if width > 0 else -1
         if line_count != self._line_count or line_count < 0 or previous is None:
             self.refresh(layout=line_count != self._line_count or line_count < 0)
+            if strips is not None and previous is not None and strips[0] == width:
+                self._strips = (width, strips[1], strips[2], _kept_strips(previous, strips[3], self.lines(width)))
         else:
             pairs = zip(previous, self.lines(width), strict=False)
             changed = [(y, old, new) for y, (old, new) in enumerate(pairs) if not _same(old, new)]
@@ -73,9 +78,14 @@ class LinesWidget(Widget):
         if self._build is None:
             return []
         if self._lines is None or self._lines[0] != width:
-            lines = [printable_text(line) for line in self._build(width)]
-            for line in lines:
-                line.truncate(width, overflow="ellipsis")
+            fitted = self._fitted[1] if self._fitted[0] == width else {}
+            lines: list[Text] = []
+            for line in self._build(width):
+                if fitted.get(id(line)) is not line:
+                    line = printable_text(line)
+                    line.truncate(width, overflow="ellipsis")
+                lines.append(line)
+            self._fitted = (width, {id(line): line for line in lines})
             self._lines = (width, lines)
         return self._lines[1]
 
@@ -144,6 +154,17 @@ class Pane(LinesWidget):
         if title != self._title_shown:
             self._title_shown = title
             self.border_title = escape(printable(title))
+
+
+def _kept_strips(previous: list[Text], strips: list[Strip | None], lines: list[Text]) -> list[Strip | None]:
+    """Per line of `lines`, the Strip drawn for the same Text among the `previous` lines, where there is one (a pane
+    one line taller or shorter keeps most of its lines: its graph rows and axes come from caches)."""
+    drawn = {id(line): (line, strip) for line, strip in zip(previous, strips, strict=False) if strip is not None}
+    kept: list[Strip | None] = []
+    for line in lines:
+        same = drawn.get(id(line))
+        kept.append(same[1] if same is not None and same[0] is line else None)
+    return kept
 
 
 def _changed_regions(y: int, old: Text, new: Text, width: int) -> list[Region]:

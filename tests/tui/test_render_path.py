@@ -179,3 +179,19 @@ def test_differing_marks_exactly_the_characters_that_differ(first: str, second: 
 
     marks = _differing(first, second).to_bytes(len(first), "little")
     assert list(marks) == [int(a != b) for a, b in zip(first, second, strict=True)]
+
+
+def test_lines_built_again_as_the_same_text_are_still_printable_and_cut_to_the_width() -> None:
+    """LinesWidget.lines skips the printable pass and the cut for a Text it has fitted before (kept graph rows come back
+    as the same Text); a Text that had to be escaped, or a width that changed, is fitted again."""
+    from gpumon.tui.pane import LinesWidget
+
+    escaped, long, plain = Text("a\x1bb"), Text("x" * 30), Text("fits")
+    pane = LinesWidget()
+    for width in (20, 20, 10, 10):
+        pane._build = lambda _width: [escaped, long, plain]
+        pane._lines = None
+        lines = pane.lines(width)
+        assert [line.plain for line in lines] == ["a\\x1bb", "x" * (width - 1) + "…", "fits"]
+        assert lines[2] is plain
+        assert escaped.plain == "a\x1bb"

@@ -5,7 +5,8 @@ bookkeeping, and changed cells replaced without emptying every cache.
 It overrides DataTable's `_render_cell` and `_render_line` and reads its `_row_locations`, `_column_locations`,
 `_cell_render_cache`, `_row_render_cache`, `_row_renderable_cache`, `_line_cache`, `_data`, `_update_count`,
 `_pseudo_class_state`, `_show_hover_cursor`, `_header_row_key`, `_labelled_row_exists`, `_row_label_column_width`,
-`_get_offsets`, `_get_row_style`, `_get_row_renderables` and `_get_styles_to_render_cell`, and imports
+`_get_offsets`, `_get_row_style`, `_get_row_renderables` and `_get_styles_to_render_cell`, makes the cell cache's key
+as `_render_cell` does and a column's width as `Column.get_render_width` does, and imports
 `textual._segment_tools`, `textual._types` and `textual.widgets._data_table`. tests/tui/test_textual_fast_path.py
 checks it draws what DataTable draws.
 """
@@ -118,9 +119,23 @@ class FastCellTable(PlainCellTable):
         row_style = self._get_row_style(row_index, base_style)
         segments: list[Segment] = []
         table_width = self._row_label_column_width
-        for column_index, column in enumerate(self.ordered_columns):
-            width = column.get_render_width(self)
-            segments += self._render_cell(row_index, column_index, row_style, width, cursor, hover)[0]
+        # The cell cache's key as _render_cell makes it, its per-line parts read once (they are reactives).
+        cached = self._cell_render_cache.get
+        same_for_the_line = (row_style, cursor, hover, self._show_hover_cursor, self._update_count)
+        pseudo_classes = self._pseudo_class_state
+        padding = 2 * self.cell_padding
+        columns = self.columns
+        column_key_at = self._column_locations.get_key
+        for column_index in range(len(columns)):
+            column_key = column_key_at(column_index)
+            if column_key is None:
+                return None
+            column = columns[column_key]
+            width = padding + (column.content_width if column.auto_width else column.width)
+            lines = cached((row_key, column_key, *same_for_the_line, pseudo_classes))
+            if lines is None:
+                lines = self._render_cell(row_index, column_index, row_style, width, cursor, hover)
+            segments += lines[0]
             table_width += width
         extend_style, _ = self._get_styles_to_render_cell(
             False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor, False, False

@@ -27,6 +27,7 @@ Textual's own partial update draws.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import pairwise
 
 from rich.cells import cell_len
@@ -136,7 +137,11 @@ class PreciseCompositor(Compositor):
                 line_cuts = [cut for cut in cuts[line] if x <= cut <= end]
                 starts = wanted[line]
                 chops_line = chops[line]
-                for start, piece in zip(line_cuts, strip.divide([cut - x for cut in line_cuts[1:]]), strict=False):
+                if len(line_cuts) == 2 and strip.cell_length == width:
+                    pieces: Sequence[Strip] = (strip,)  # what divide gives for one cut at the end, without its cache
+                else:
+                    pieces = strip.divide([cut - x for cut in line_cuts[1:]])
+                for start, piece in zip(line_cuts, pieces, strict=False):
                     if start in starts:
                         chops_line[start] = piece
                         starts.discard(start)
