@@ -3,12 +3,12 @@
 # Run on the GPU machine from the project root, with .whl carried (see benchmarks/README.md, How to rerun):
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
-#                                                 | screen26 | start | sweep
+#                                                 | screen26 | start | sweep | where26
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -141,5 +141,17 @@ case "$part" in
              # guided run's measurement; ARGS are added, e.g. --workers 2 8 16 30 (5-8 min on 32 cores)
     CUDA_VISIBLE_DEVICES=0 timeout 550 python3 benchmarks/guided_vs_sweep.py --device cuda "$@" --out "$out" 2>&1 \
       | grep --line-buffered -v Warning | tee "$out/guided_vs_sweep.log" ;;
+  where26)   # issue 26 item 7: where the live dashboard's CPU goes on 2 GPUs, per thread and under py-spy, at 1 s and
+             # 0.25 s, then the same recording replayed and the in-process frame work, to set this box against the VM
+             # (about 3.5 min)
+    rec=assets/recordings/h200x2-dcgm-fields.jsonl.gz
+    timeout 70 python3 benchmarks/dashboard_threads.py --interval 1 --window 30 --py-spy "$out/live1s.raw" \
+      --json "$out/threads_live1s.json" 2>&1 | tee "$out/threads_live1s.log" | head -40
+    timeout 60 python3 benchmarks/dashboard_threads.py --interval 0.25 --window 20 --py-spy "$out/live025s.raw" \
+      --json "$out/threads_live025s.json" 2>&1 | tee "$out/threads_live025s.log" | head -30
+    timeout 70 python3 benchmarks/dashboard_threads.py --replay "$rec" --window 30 --py-spy "$out/replay1s.raw" \
+      --json "$out/threads_replay1s.json" 2>&1 | tee "$out/threads_replay1s.log" | head -30
+    timeout 90 python3 benchmarks/tui_render_cost.py "$rec" --gpus 2 --size 160x50 --ticks 200 --warmup 100 2>&1 \
+      | tee "$out/tui_render_cost.log" | tail -15 ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
