@@ -3,13 +3,8 @@ they get."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from itertools import repeat
-from operator import ne, or_
 
-from rich.cells import cell_len
-from rich.errors import StyleSyntaxError
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -20,6 +15,7 @@ from textual.widget import Widget
 
 from gpumon.printable import printable
 from gpumon.tui._textual_compat import SegmentBuilder, StyleFinish, lean_strip, plain_box, render_plain_box
+from gpumon.tui.changed_cells import changed_regions
 from gpumon.tui.printable_text import printable_text
 
 LineBuilder = Callable[[int], list[Text]]
@@ -68,7 +64,7 @@ class LinesWidget(Widget):
                 for y, _, _ in changed:
                     kept[y] = None
                 self._strips = (width, strips[1], strips[2], kept)
-            regions = [region for y, old, new in changed for region in _changed_regions(y, old, new, width)]
+            regions = [region for y, old, new in changed for region in changed_regions(y, old, new, width)]
             if regions:
                 self.refresh(*regions)
         self._line_count = line_count
@@ -165,100 +161,6 @@ def _kept_strips(previous: list[Text], strips: list[Strip | None], lines: list[T
         same = drawn.get(id(line))
         kept.append(same[1] if same is not None and same[0] is line else None)
     return kept
-
-
-def _changed_regions(y: int, old: Text, new: Text, width: int) -> list[Region]:
-    """The cells of line `y` that look different between two drawings of it, as runs: only these are sent to the
-    terminal (a graph moving on by half a braille cell changes one cell a row; a colour change over blank cells
-    changes none). Two runs closer than a cursor move's bytes are sent as one. The whole line where base styles or
-    widths differ."""
-    before, after = old.plain, new.plain
-    if (
-        old.style != new.style
-        or len(before) != len(after)
-        or cell_len(before) != len(before)
-        or cell_len(after) != len(after)
-    ):
-        return [Region(0, y, width, 1)]
-    spans_differ = old.spans != new.spans
-    if before == after and not spans_differ:
-        return []
-    changed = bytearray(_differing(before, after).to_bytes(len(after), "little") if before != after else len(after))
-    if spans_differ:
-        old_spans, new_spans = set(old.spans), set(new.spans)
-        for span in old_spans ^ new_spans:
-            text = after if span in new_spans else before
-            first, last = span.start, min(span.end, len(after))
-            if _shows_nothing_on_blanks(span.style):
-                changed[first:last] = bytes(map(or_, changed[first:last], map(ne, text[first:last], repeat(" "))))
-            elif first < last:
-                changed[first:last] = b"\x01" * (last - first)
-    regions: list[Region] = []
-    run_start = run_end = -1
-    for run in _CHANGED_RUN.finditer(changed):
-        if run_end >= 0 and len(after[run_end : run.start()].encode()) > _CURSOR_MOVE_BYTES:
-            regions.append(Region(run_start, y, run_end - run_start, 1))
-            run_start = -1
-        if run_start < 0:
-            run_start = run.start()
-        run_end = run.end()
-    if run_end >= 0:
-        regions.append(Region(run_start, y, run_end - run_start, 1))
-    return regions
-
-
-_CHANGED_RUN = re.compile(b"[^\x00]+")
-_CURSOR_MOVE_BYTES = 8
-"""About what moving the cursor past unchanged cells costs (ESC [ row ; column H)."""
-
-
-def _shows_nothing_on_blanks(style: str | Style) -> bool:
-    """Whether a span's style is invisible on blank cells: nothing a blank shows (a background, reverse, a line
-    through or under it, a link). Kept per style (a pane's spans use a few dozen)."""
-    invisible = _INVISIBLE_ON_BLANKS.get(style)
-    if invisible is None:
-        try:
-            parsed = style if isinstance(style, Style) else Style.parse(style)
-        except StyleSyntaxError:
-            invisible = False
-        else:
-            invisible = not (
-                parsed.bgcolor is not None
-                or parsed.reverse
-                or parsed.underline
-                or parsed.underline2
-                or parsed.strike
-                or parsed.overline
-                or parsed.link
-            )
-        if len(_INVISIBLE_ON_BLANKS) >= _INVISIBLE_ON_BLANKS_MAX:
-            _INVISIBLE_ON_BLANKS.clear()
-        _INVISIBLE_ON_BLANKS[style] = invisible
-    return invisible
-
-
-_INVISIBLE_ON_BLANKS: dict[str | Style, bool] = {}
-_INVISIBLE_ON_BLANKS_MAX = 1024
-
-
-def _differing(first: str, second: str) -> int:
-    """Per character of two strings of one length, a byte that is 1 where they differ and 0 where not, as a
-    little-endian int (the first character's byte lowest): their UTF-32 codes XORed and each code's three low bytes
-    ORed into one, in C (a comparison per character in Python costs about twice as much on a graph row)."""
-    codes = int.from_bytes(first.encode("utf-32-le", "surrogatepass"), "little") ^ int.from_bytes(
-        second.encode("utf-32-le", "surrogatepass"), "little"
-    )
-    marks = codes.to_bytes(4 * len(first), "little").translate(_NONZERO)
-    # A code point's fourth UTF-32 byte is always 0 (none is above 0x10FFFF).
-    return (
-        int.from_bytes(marks[0::4], "little")
-        | int.from_bytes(marks[1::4], "little")
-        | int.from_bytes(marks[2::4], "little")
-    )
-
-
-_NONZERO = bytes([0]) + bytes([1]) * 255
-"""A bytes.translate table: 0 stays 0, any other byte becomes 1."""
 
 
 def _same(old: Text, new: Text) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from rich.style import Style
 from rich.text import Span, Text
+from textual.geometry import Region
 from textual.strip import Strip
 from tui_support import gpu, process, snapshot
 
@@ -85,10 +88,10 @@ def test_a_changed_line_sends_only_its_changed_cells_in_runs() -> None:
     from rich.text import Text
     from textual.geometry import Region
 
-    from gpumon.tui.pane import _changed_regions
+    from gpumon.tui.changed_cells import changed_regions
 
     def regions(old: str, new: str) -> list[Region]:
-        return _changed_regions(3, Text(old), Text(new), 20)
+        return changed_regions(3, Text(old), Text(new), 20)
 
     assert regions("abcdefgh", "abXdeYgh") == [Region(2, 3, 4, 1)]  # two runs a few bytes apart: one
     assert regions("⠁⠂⠄⡀⢀", "⠂⠄⡀⢀⠠") == [Region(0, 3, 5, 1)]  # a graph row moved on: every cell
@@ -109,7 +112,7 @@ def test_a_colour_change_over_blank_cells_sends_nothing_and_one_over_marks_sends
     from rich.text import Span, Text
     from textual.geometry import Region
 
-    from gpumon.tui.pane import _changed_regions
+    from gpumon.tui.changed_cells import changed_regions
 
     green, yellow, on_red = Style(color="green"), Style(color="yellow"), Style(bgcolor="red")
     row = "label │      ⣿⣿  "
@@ -119,19 +122,19 @@ def test_a_colour_change_over_blank_cells_sends_nothing_and_one_over_marks_sends
         return Text(row, spans=list(spans))
 
     # the plot's colour follows the value: over its blank cells that shows nothing
-    assert _changed_regions(2, line(Span(7, graph, green)), line(Span(7, graph, yellow)), 20) == []
-    assert _changed_regions(2, line(Span(7, graph, "green")), line(Span(7, graph, "yellow")), 20) == []
+    assert changed_regions(2, line(Span(7, graph, green)), line(Span(7, graph, yellow)), 20) == []
+    assert changed_regions(2, line(Span(7, graph, "green")), line(Span(7, graph, "yellow")), 20) == []
     # over its marks it shows: only their cells go
-    changed = _changed_regions(2, line(Span(7, len(row), green)), line(Span(7, len(row), yellow)), 20)
+    changed = changed_regions(2, line(Span(7, len(row), green)), line(Span(7, len(row), yellow)), 20)
     assert changed == [Region(graph, 2, 2, 1)]
-    assert _changed_regions(2, line(Span(graph, graph + 2, green)), line(Span(graph, graph + 2, yellow)), 20) == [
+    assert changed_regions(2, line(Span(graph, graph + 2, green)), line(Span(graph, graph + 2, yellow)), 20) == [
         Region(graph, 2, 2, 1)
     ]
     # a background shows on blanks too
-    assert _changed_regions(2, line(), line(Span(0, 3, on_red)), 20) == [Region(0, 2, 3, 1)]
+    assert changed_regions(2, line(), line(Span(0, 3, on_red)), 20) == [Region(0, 2, 3, 1)]
     # a text change and a visible span change far apart: two runs
     moved = Text(row.replace("⣿⣿", "⣿⡀"), spans=[Span(0, 3, on_red)])
-    assert _changed_regions(2, line(), moved, 20) == [Region(0, 2, 3, 1), Region(graph + 1, 2, 1, 1)]
+    assert changed_regions(2, line(), moved, 20) == [Region(0, 2, 3, 1), Region(graph + 1, 2, 1, 1)]
 
 
 @pytest.mark.parametrize("style", list(GraphStyle))
@@ -175,9 +178,9 @@ def test_time_axis_lines_kept_between_redraws_are_the_ones_drawn_afresh(style: G
     ],
 )
 def test_differing_marks_exactly_the_characters_that_differ(first: str, second: str) -> None:
-    from gpumon.tui.pane import _differing
+    from gpumon.tui.changed_cells import differing
 
-    marks = _differing(first, second).to_bytes(len(first), "little")
+    marks = differing(first, second).to_bytes(len(first), "little")
     assert list(marks) == [int(a != b) for a, b in zip(first, second, strict=True)]
 
 
@@ -195,3 +198,61 @@ def test_lines_built_again_as_the_same_text_are_still_printable_and_cut_to_the_w
         assert [line.plain for line in lines] == ["a\\x1bb", "x" * (width - 1) + "…", "fits"]
         assert lines[2] is plain
         assert escaped.plain == "a\x1bb"
+
+
+_CELL_CHARACTERS = st.sampled_from([*" " * 12, "a", "b", "⠀", "⣿", "⡀", "│", "\U0010ffff", "\ud800", "😀"])
+_SPAN_STYLES = st.sampled_from(["green", "yellow", "on red", "bold", "underline"])
+
+
+def _spans(draw: st.DrawFn, length: int) -> list[Span]:
+    spans = []
+    for _ in range(draw(st.integers(0, 4))):
+        start = draw(st.integers(0, length))
+        spans.append(Span(start, draw(st.integers(start, length + 2)), draw(_SPAN_STYLES)))
+    return spans
+
+
+@st.composite
+def _two_drawings(draw: st.DrawFn) -> tuple[Text, Text]:
+    """A line and a later drawing of it: a few cells changed, its spans moved, added or dropped."""
+    length = draw(st.integers(1, 40))
+    before = draw(st.lists(_CELL_CHARACTERS, min_size=length, max_size=length))
+    after = list(before)
+    for cell in draw(st.lists(st.integers(0, length - 1), max_size=length // 3)):
+        after[cell] = draw(_CELL_CHARACTERS)
+    old_spans = _spans(draw, length)
+    new_spans = draw(st.sampled_from([old_spans, old_spans[1:], _spans(draw, length)]))
+    return Text("".join(before), spans=old_spans), Text("".join(after), spans=new_spans)
+
+
+@settings(max_examples=300)
+@given(_two_drawings())
+def test_changed_regions_are_the_runs_of_cells_that_look_different(lines: tuple[Text, Text]) -> None:
+    """Cell by cell: a cell changed where its character differs, or where a span only one drawing has covers it with
+    a style a blank shows (a background, an underline) or over a mark; the regions are the runs of those cells,
+    joined where the cells between take no more bytes than a cursor move."""
+    from rich.cells import cell_len
+
+    from gpumon.tui.changed_cells import changed_regions
+
+    old, new = lines
+    before, after = old.plain, new.plain
+    regions = changed_regions(0, old, new, 60)
+    if cell_len(before) != len(before) or cell_len(after) != len(after):
+        assert regions == [Region(0, 0, 60, 1)]
+        return
+    expected = [a != b for a, b in zip(before, after, strict=True)]
+    for span in set(old.spans) ^ set(new.spans):
+        text = after if span in new.spans else before
+        shows_on_blanks = span.style in ("on red", "underline")
+        for cell in range(span.start, min(span.end, len(after))):
+            expected[cell] = expected[cell] or shows_on_blanks or text[cell] != " "
+    runs: list[list[int]] = []  # [first, end) of each run of changed cells, joined across gaps of 8 bytes or less
+    for cell, changed in enumerate(expected):
+        if not changed:
+            continue
+        if runs and (cell == runs[-1][1] or len(after[runs[-1][1] : cell].encode("utf-8", "surrogatepass")) <= 8):
+            runs[-1][1] = cell + 1
+        else:
+            runs.append([cell, cell + 1])
+    assert regions == [Region(first, 0, end - first, 1) for first, end in runs]
