@@ -3,11 +3,14 @@ sparkline), every core in a compact grid, load, iowait, memory and swap."""
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Span, Text
 
 from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import CpuSample
+from gpumon.tui._textual_compat import drawn_text
 from gpumon.tui.bar import bar, bar_spans, gauge_line, level_style
 from gpumon.tui.format import plural
 from gpumon.tui.gauge_graph import (
@@ -19,6 +22,7 @@ from gpumon.tui.gauge_graph import (
     gauge_graph_lines,
     time_axis_line,
 )
+from gpumon.tui.glyphs import ascii_only, forget_on_change
 from gpumon.tui.graph import MAX_ROWS, GraphStyle
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string
@@ -38,24 +42,50 @@ def total_line(cpu: CpuSample, history: History, width: int) -> Text:
 
 
 def labelled_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
-    """Cores as ' 7 ██▌·' cells, as many per line as fit."""
+    """Cores as ' 7 ██▌·' cells, as many per line as fit; a line whose cores read as before (the same bar cells and
+    colours: most cores of a training host sit idle from one sample to the next) is handed back as the same Text."""
     digits, per_line = _labelled_layout(len(per_core), width)
+    steps = CORE_BAR_WIDTH if ascii_only() else CORE_BAR_WIDTH * 8  # ASCII bars fill whole cells
     lines = []
     for start in range(0, len(per_core), per_line):
-        parts: list[str] = []
-        spans: list[Span] = []
-        offset = 0
-        for index in range(start, min(start + per_line, len(per_core))):
-            percent = per_core[index]
-            label = f"{index:>{digits}} "
-            spans.append(Span(offset, offset + len(label), "bright_black"))
-            offset += len(label)
-            cells, cell_spans = bar_spans(percent, CORE_BAR_WIDTH, level_style(percent), offset)
-            spans.extend(cell_spans)
-            offset += len(cells) + 1
-            parts += (label, cells, " ")
-        lines.append(Text("".join(parts), no_wrap=True, end="", spans=spans))
+        shown = per_core[start : start + per_line]
+        key = (start, digits, tuple(_core_cell(percent, steps) for percent in shown))
+        line = _CORE_LINES.get(key)
+        if line is None:
+            if len(_CORE_LINES) >= _CORE_LINES_MAX:
+                _CORE_LINES.clear()
+            line = _CORE_LINES[key] = _labelled_core_line(start, digits, shown)
+        lines.append(line)
     return lines
+
+
+def _core_cell(percent: float | None, steps: int) -> tuple[int, str]:
+    """What a core's cell shows: its bar's length in `steps` steps (as bar_string rounds it; -1: no figure) and its
+    colour."""
+    if percent is None or math.isnan(percent):
+        return -1, level_style(percent)
+    return round(min(100.0, max(0.0, percent)) / 100.0 * steps), level_style(percent)
+
+
+def _labelled_core_line(start: int, digits: int, per_core: tuple[float, ...]) -> Text:
+    parts: list[str] = []
+    spans: list[Span] = []
+    offset = 0
+    for index, percent in enumerate(per_core, start):
+        label = f"{index:>{digits}} "
+        spans.append(Span(offset, offset + len(label), "bright_black"))
+        offset += len(label)
+        cells, cell_spans = bar_spans(percent, CORE_BAR_WIDTH, level_style(percent), offset)
+        spans.extend(cell_spans)
+        offset += len(cells) + 1
+        parts += (label, cells, " ")
+    return drawn_text("".join(parts), spans)
+
+
+_CORE_LINES: dict[tuple[int, int, tuple[tuple[int, str], ...]], Text] = {}
+"""Core grid lines drawn, by what they show (as gauge_graph._ROW_TEXTS). Never changed after it is made."""
+_CORE_LINES_MAX = 512
+forget_on_change(_CORE_LINES.clear)
 
 
 def _labelled_layout(cores: int, width: int) -> tuple[int, int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 from rich.style import Style
@@ -256,3 +256,39 @@ def test_changed_regions_are_the_runs_of_cells_that_look_different(lines: tuple[
         else:
             runs.append([cell, cell + 1])
     assert regions == [Region(first, 0, end - first, 1) for first, end in runs]
+
+
+_CORE_PERCENTS = st.one_of(
+    st.floats(0, 100), st.floats(-5, 105), st.none(), st.just(float("nan")), st.sampled_from([12.4, 12.6, 59.9, 60.1])
+)
+
+
+@settings(max_examples=150)
+@example(samples=[[12.4, 0.0, 0.0], [12.6, 0.0, 0.0]], plain=True)  # one eighth-cell step, two whole-cell ASCII bars
+@example(samples=[[None, 0.0, 0.0], [0.0, 0.0, 0.0]], plain=False)  # no figure is a blank bar, 0% a dotted one
+@given(st.lists(st.lists(_CORE_PERCENTS, min_size=3, max_size=40), min_size=2, max_size=4), st.booleans())
+def test_core_grid_lines_kept_between_samples_are_the_ones_drawn_afresh(
+    samples: list[list[float | None]], plain: bool
+) -> None:
+    """The core grid's lines kept by what they show (cpu_pane._CORE_LINES) are what a build from nothing draws, in
+    Unicode and in ASCII (whose bars round to whole cells), sample after sample (a line kept from an earlier sample
+    stands for a later one only where it reads the same); a sample read again is handed back as the same Texts."""
+    from gpumon.tui import cpu_pane
+    from gpumon.tui.glyphs import use_ascii
+
+    use_ascii(plain)
+    try:
+        width = 60
+        for sample in samples:
+            per_core = tuple(sample)  # type: ignore[arg-type]  # None: a core without a figure, as recorded
+            kept = cpu_pane.labelled_core_lines(per_core, width)
+            assert cpu_pane.labelled_core_lines(per_core, width) == kept
+            assert all(a is b for a, b in zip(cpu_pane.labelled_core_lines(per_core, width), kept, strict=True))
+            saved = dict(cpu_pane._CORE_LINES)
+            cpu_pane._CORE_LINES.clear()
+            fresh = cpu_pane.labelled_core_lines(per_core, width)
+            cpu_pane._CORE_LINES.clear()
+            cpu_pane._CORE_LINES.update(saved)
+            assert [(line.plain, line.spans) for line in kept] == [(line.plain, line.spans) for line in fresh]
+    finally:
+        use_ascii(False)

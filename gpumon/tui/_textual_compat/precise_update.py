@@ -76,7 +76,7 @@ def _cells(strip: Strip, start: int, stop: int, console: Console) -> str | None:
     position = 0
     for text, style, _ in strip:
         length = len(text)
-        if cell_len(text) != length:
+        if not (text.isascii() and text.isprintable()) and cell_len(text) != length:
             return None
         if position + length > start:
             piece = text[max(start - position, 0) : stop - position]
