@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import pstats
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -181,6 +182,9 @@ def main() -> int:
     args = parse_arguments()
     if not args.window > 0 or not args.warmup >= 0 or not args.interval > 0:
         print("dashboard_threads: --window and --interval must be above 0, --warmup 0 or more", file=sys.stderr)
+        return 2
+    if args.py_spy is not None and shutil.which("py-spy") is None:
+        print("dashboard_threads: --py-spy needs py-spy on PATH (pip install py-spy)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="gpumon-threads-") as scratch:
         if args.replay is not None:
