@@ -4,11 +4,12 @@
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
+#                                                 | screen26c
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -153,5 +154,13 @@ case "$part" in
       --json "$out/threads_replay1s.json" 2>&1 | tee "$out/threads_replay1s.log" | head -30
     timeout 90 python3 benchmarks/tui_render_cost.py "$rec" --gpus 2 --size 160x50 --ticks 200 --warmup 100 2>&1 \
       | tee "$out/tui_render_cost.log" | tail -15 ;;
+  screen26c) # issue 26 item 7 after the cuts that where26 pointed to: gpumon beside nvitop and beside gpumon at the
+             # session's start (--base, a checkout carried in base26/, e.g. `git archive REV | tar -x -C base26`), at 1 s
+             # and 0.25 s, then where the dashboard's CPU goes at 1 s (about 8 min)
+    base=(); [ -f base26/gpumon/__main__.py ] && base=(--base base26)
+    timeout 480 python3 benchmarks/monitor_overhead.py --rounds 3 --window 12 "${base[@]}" \
+      --json "$out/monitor_overhead.json" 2>&1 | tee "$out/monitor_overhead.log" | tail -30
+    timeout 60 python3 benchmarks/dashboard_threads.py --interval 1 --window 30 --json "$out/threads_live1s.json" 2>&1 \
+      | tee "$out/threads_live1s.log" | head -20 ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
