@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from functools import reduce
+from itertools import chain, repeat
+from operator import add, mul, sub, truediv
 from typing import Any, NamedTuple
 
 import psutil
@@ -17,6 +20,28 @@ _DISKSTATS = "/proc/diskstats"
 _STAT = "/proc/stat"
 _SECTOR_BYTES = 512
 """/proc/diskstats counts sectors of 512 bytes whatever the device's own sector size."""
+_READ_SIZE = 1 << 16
+
+
+def read_proc(path: str) -> bytes | None:
+    """A whole file from os.open and os.read until end of file, or None where it cannot be read.
+
+    open()'s buffered file object (an fstat, a buffer, the object) added about 3 us a file on the 2-core VM, a
+    quarter of the read of /proc/stat there.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(descriptor, _READ_SIZE):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    return b"".join(chunks)
 
 
 class DiskCounters(NamedTuple):
@@ -28,17 +53,33 @@ class DiskCounters(NamedTuple):
     write_bytes: int
 
 
-def read_diskstats(path: str = _DISKSTATS) -> dict[str, DiskCounters] | None:
-    """Every block device's counters from one read of /proc/diskstats, or None where it cannot be read.
+# One /proc/diskstats line as block/genhd.c writes it, after a newline: major and minor right-aligned, the name,
+# then reads, reads merged, sectors read, ms reading, writes, writes merged, sectors written (and more, not read).
+_DISKSTATS_LINE = re.compile(rb"\n *\d+ +\d+ ([!-~]+) (\d+ \d+ \d+ \d+ \d+ \d+ \d+)(?!\S)")
 
-    psutil.disk_io_counters reads the same file but also stats /sys/block for every device on every call, which
-    at a 0.25 s interval was a sixth of the sampler's fast tier.
-    """
-    try:
-        with open(path, "rb") as diskstats:
-            text = diskstats.read()
-    except OSError:
+
+def diskstats_rows(text: bytes) -> dict[bytes, bytes] | None:
+    """Each device's name and its first seven counters, as the kernel's bytes, from one regex pass over the file;
+    None where a line is not in the kernel's layout (`parse_diskstats` reads such a file)."""
+    if not text.endswith(b"\n") or b"\r" in text:
         return None
+    rows = _DISKSTATS_LINE.findall(b"\n" + text)
+    if len(rows) != text.count(b"\n"):
+        return None
+    return dict(rows)
+
+
+def row_counters(fields: bytes) -> DiskCounters:
+    """A device's counters from its row in `diskstats_rows`."""
+    reads, _, sectors_read, _, writes, _, sectors_written = fields.split()
+    return DiskCounters(
+        int(reads), int(sectors_read) * _SECTOR_BYTES, int(writes), int(sectors_written) * _SECTOR_BYTES
+    )
+
+
+def parse_diskstats(text: bytes) -> dict[str, DiskCounters]:
+    """Every block device's counters in /proc/diskstats' text, each line split and converted in turn; a line with
+    fewer than ten fields or a counter that is not a number is left out."""
     counters: dict[str, DiskCounters] = {}
     for line in text.splitlines():
         fields = line.split()
@@ -53,6 +94,37 @@ def read_diskstats(path: str = _DISKSTATS) -> dict[str, DiskCounters] | None:
     return counters
 
 
+def read_diskstats(path: str = _DISKSTATS) -> dict[str, DiskCounters] | None:
+    """Every block device's counters from one read of /proc/diskstats, or None where it cannot be read.
+
+    psutil.disk_io_counters reads the same file but also stats /sys/block for every device on every call, which
+    at a 0.25 s interval was a sixth of the sampler's fast tier.
+    """
+    text = read_proc(path)
+    return None if text is None else parse_diskstats(text)
+
+
+class DiskRows(Mapping[str, DiskCounters]):
+    """Every device of one /proc/diskstats read (`diskstats_rows`), each turned into DiskCounters only when looked
+    up: of some 60 devices (loops, partitions) the dashboard shows a few."""
+
+    def __init__(self, rows: dict[bytes, bytes]) -> None:
+        self.rows = rows
+        self._counters: dict[str, DiskCounters] = {}
+
+    def __getitem__(self, name: str) -> DiskCounters:
+        counters = self._counters.get(name)
+        if counters is None:
+            counters = self._counters[name] = row_counters(self.rows[name.encode()])
+        return counters
+
+    def __iter__(self) -> Iterator[str]:
+        return (name.decode() for name in self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 # Partition names when /sys/class/block cannot tell: sda1 -> sda, nvme0n1p2 -> nvme0n1, mmcblk0p1 -> mmcblk0.
 _PARTITION_PATTERN = re.compile(r"^((?:nvme\d+n\d+|mmcblk\d+)p|(?:[shv]d[a-z]+|xvd[a-z]+))(\d+)$")
 
@@ -62,10 +134,11 @@ class HostCollector:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._previous_cpu: list[CoreTicks] | None = None
-        self._previous_disks: dict[str, Any] | None = None
+        self._previous_cpu: CpuTicks | None = None
+        self._percents = _RoundedPercents()
+        self._previous_disks: Mapping[str, Any] | None = None
         self._previous_disk_time = 0.0
-        self._disk_names_seen: frozenset[str] = frozenset()
+        self._disk_names_seen: Set[Any] = frozenset()
         self._disks_kept: tuple[str, ...] = ()
 
     def collect(self) -> tuple[CpuSample, tuple[DiskSample, ...]]:
@@ -75,27 +148,17 @@ class HostCollector:
 
     def _cpu(self) -> CpuSample:
         # Deltas of our own counters, not psutil.cpu_times_percent: that keeps one global "last" per process.
-        ticks = read_cpu_ticks()
+        text = read_proc(_STAT)
+        ticks = None if text is None else parse_cpu_ticks(text)
         has_iowait = True
         if ticks is None:
             ticks, has_iowait = _psutil_cpu_ticks()
         previous, self._previous_cpu = self._previous_cpu, ticks
         per_core: tuple[float, ...]
-        if previous is None or len(previous) != len(ticks):
-            per_core, total, iowait = tuple(0.0 for _ in ticks), 0.0, (0.0 if has_iowait else None)
+        if previous is None or len(previous.total) != len(ticks.total):
+            per_core, total, iowait = (0.0,) * len(ticks.total), 0.0, (0.0 if has_iowait else None)
         else:
-            busy_sum = iowait_sum = elapsed_sum = 0.0
-            cores = []
-            for (total_before, idle_before, iowait_before), (total_after, idle_after, iowait_after) in zip(
-                previous, ticks, strict=True
-            ):
-                elapsed = max(0.0, total_after - total_before)
-                busy = min(max(0.0, elapsed - (idle_after - idle_before)), elapsed)
-                cores.append(round(100.0 * busy / elapsed, 1) if elapsed > 0 else 0.0)
-                busy_sum += busy
-                iowait_sum += max(0.0, iowait_after - iowait_before)
-                elapsed_sum += elapsed
-            per_core = tuple(cores)
+            per_core, busy_sum, iowait_sum, elapsed_sum = self._busy_since(previous, ticks)
             total = round(100.0 * busy_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0
             iowait = (round(100.0 * iowait_sum / elapsed_sum, 1) if elapsed_sum > 0 else 0.0) if has_iowait else None
         memory_total, memory_available, swap_total, swap_used = memory_and_swap()
@@ -115,28 +178,42 @@ class HostCollector:
             swap_total=swap_total,
         )
 
+    def _busy_since(self, before: CpuTicks, after: CpuTicks) -> tuple[tuple[float, ...], float, float, float]:
+        """(each core's percent busy, and the busy, iowait and elapsed time summed over the cores) between two reads.
+
+        Counter by counter with map() in C, the sums left-to-right additions from 0.0 as a loop over the cores makes
+        them. Where a core's time did not move or its idle time stepped back (the kernel's iowait can), the clamps
+        of `_busy_by_core` decide.
+        """
+        elapsed = list(map(sub, after.total, before.total))
+        idle = list(map(sub, after.idle, before.idle))
+        busy = list(map(sub, elapsed, idle))
+        if min(elapsed, default=1) <= 0 or min(idle, default=0) < 0 or min(busy, default=0) < 0:
+            return _busy_by_core(before, after)
+        iowait = list(map(sub, after.iowait, before.iowait))
+        if min(iowait, default=0) < 0:
+            iowait = list(map(max, repeat(0.0), iowait))
+        per_core = tuple(map(self._percents.__getitem__, map(truediv, map(mul, repeat(100.0), busy), elapsed)))
+        return per_core, reduce(add, busy, 0.0), reduce(add, iowait, 0.0), reduce(add, elapsed, 0.0)
+
     # ---- disks ---------------------------------------------------------------------------------
 
     def _disks(self) -> tuple[DiskSample, ...]:
-        counters: dict[str, Any] | None = read_diskstats()
-        if counters is None:
-            try:
-                counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
-            except (OSError, NotImplementedError, RuntimeError):
-                counters = {}
+        counters = _read_disk_counters()
         now = self._clock()
         previous, self._previous_disks = self._previous_disks, counters
         elapsed = now - self._previous_disk_time
         self._previous_disk_time = now
-        names = frozenset(counters)
+        # The kernel's names as they are, compared as a set (a view of a dict's keys does): no decoding per call.
+        names = counters.rows.keys() if isinstance(counters, DiskRows) else counters.keys()
         if names != self._disk_names_seen:
             self._disk_names_seen = names
-            self._disks_kept = tuple(sorted(_whole_disks(names)))
+            self._disks_kept = tuple(sorted(_whole_disks(frozenset(counters))))
         samples = []
         for name in self._disks_kept:
             after = counters[name]
             before = previous.get(name) if previous is not None else None
-            if before is None or elapsed <= 0:
+            if before is None or elapsed <= 0 or before == after:  # equal counters: every rate is 0.0
                 samples.append(DiskSample(name=name))
                 continue
             samples.append(
@@ -151,21 +228,86 @@ class HostCollector:
         return tuple(samples)
 
 
+def _read_disk_counters() -> Mapping[str, Any]:
+    """Every block device's counters: `diskstats_counters` of /proc/diskstats, or psutil's where it cannot be read."""
+    text = read_proc(_DISKSTATS)
+    if text is None:
+        try:
+            return psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
+        except (OSError, NotImplementedError, RuntimeError):
+            return {}
+    return diskstats_counters(text)
+
+
+def diskstats_counters(text: bytes) -> Mapping[str, DiskCounters]:
+    """Every block device's counters in /proc/diskstats' text: DiskRows where it is in the kernel's layout, else
+    `parse_diskstats`'s."""
+    rows = diskstats_rows(text)
+    return DiskRows(rows) if rows is not None else parse_diskstats(text)
+
+
+class _RoundedPercents(dict[float, float]):
+    """round(percent, 1), remembered: busy and elapsed are whole ticks, so a core's percent takes a few hundred
+    values at a steady interval, and round() to one decimal costs about as much as eight look-ups here."""
+
+    _LIMIT = 4096
+
+    def __missing__(self, percent: float) -> float:
+        if len(self) >= self._LIMIT:
+            self.clear()
+        rounded = self[percent] = round(percent, 1)
+        return rounded
+
+
+class CpuTicks(NamedTuple):
+    """Every core's cumulative CPU time, one sequence per counter, in any one unit."""
+
+    total: Sequence[float]
+    idle: Sequence[float]
+    """Including iowait."""
+    iowait: Sequence[float]
+
+
 CoreTicks = tuple[float, float, float]
 """One core's cumulative (total, idle including iowait, iowait) CPU time, in any one unit."""
 
+# A per-core line of /proc/stat after a newline, as fs/proc/stat.c writes it: "cpuN", then user, nice, system, idle,
+# iowait, irq, softirq, steal (guest time is already counted in user and nice). A "cpu" line of any other form
+# matches with its groups empty.
+_CORE_LINE = re.compile(rb"\ncpu(?:\d+ (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)(?!\S))?")
+_CORE_COUNTERS = 8
 
-def read_cpu_ticks(path: str = _STAT) -> list[CoreTicks] | None:
-    """Every core's counters from one read of /proc/stat (clock ticks), or None where it cannot be read.
 
-    psutil.cpu_times(percpu=True) reads the same lines but builds a named tuple of floats per core, whose
-    attribute reads were half of the sampler's fast tier on a 16-core host.
-    """
-    try:
-        with open(path, "rb") as stat:
-            text = stat.read()
-    except OSError:
+def parse_cpu_ticks(text: bytes) -> CpuTicks | None:
+    """Every core's ticks in /proc/stat's text (`cpu_ticks_by_regex`, else `cpu_ticks_by_line`), or None where a
+    core's line has fewer than five counters or one that is not a number."""
+    ticks = cpu_ticks_by_regex(text)
+    if ticks is not None:
+        return ticks
+    cores = cpu_ticks_by_line(text)
+    return None if cores is None else CpuTicks(*(list(column) for column in zip(*cores, strict=True)))
+
+
+def cpu_ticks_by_regex(text: bytes) -> CpuTicks | None:
+    """Every core's ticks from one regex pass over the file and one int() per counter, summed per core by map() in
+    C; None where the file is not in the kernel's layout (a core's line first, other line ends, fewer counters or
+    some not numbers), which `cpu_ticks_by_line` then reads."""
+    if b"\r" in text or (text.startswith(b"cpu") and text[3:4].isdigit()):
         return None
+    try:
+        counters = list(map(int, chain.from_iterable(_CORE_LINE.findall(text))))
+    except ValueError:  # an empty group: a "cpu" line of another form
+        return None
+    if not counters:
+        return None
+    idle, iowait = counters[3::_CORE_COUNTERS], counters[4::_CORE_COUNTERS]
+    per_core = zip(*[iter(counters)] * _CORE_COUNTERS, strict=True)
+    return CpuTicks(list(map(sum, per_core)), list(map(add, idle, iowait)), iowait)
+
+
+def cpu_ticks_by_line(text: bytes) -> list[CoreTicks] | None:
+    """Every core's ticks, each line split and converted in turn; None where a core's line has fewer than five
+    counters or one that is not a number, or there is no core's line."""
     cores: list[CoreTicks] = []
     for line in text.splitlines():
         if not (line.startswith(b"cpu") and line[3:4].isdigit()):
@@ -181,15 +323,46 @@ def read_cpu_ticks(path: str = _STAT) -> list[CoreTicks] | None:
     return cores or None
 
 
-def _psutil_cpu_ticks() -> tuple[list[CoreTicks], bool]:
-    """read_cpu_ticks from psutil where /proc/stat cannot be read, and whether iowait is counted at all."""
+def read_cpu_ticks(path: str = _STAT) -> list[CoreTicks] | None:
+    """Every core's counters from one read of /proc/stat (clock ticks), or None where it cannot be read.
+
+    psutil.cpu_times(percpu=True) reads the same lines but builds a named tuple of floats per core, whose
+    attribute reads were half of the sampler's fast tier on a 16-core host.
+    """
+    text = read_proc(path)
+    ticks = None if text is None else parse_cpu_ticks(text)
+    if ticks is None:
+        return None
+    return [(float(total), float(idle), float(iowait)) for total, idle, iowait in zip(*ticks, strict=True)]
+
+
+def _busy_by_core(before: CpuTicks, after: CpuTicks) -> tuple[tuple[float, ...], float, float, float]:
+    """HostCollector._busy_since core by core, each counter's step clamped to what can be: elapsed time not below
+    0, busy time between 0 and the elapsed time, iowait not below 0."""
+    busy_sum = iowait_sum = elapsed_sum = 0.0
+    cores = []
+    for total_before, idle_before, iowait_before, total_after, idle_after, iowait_after in zip(
+        *before, *after, strict=True
+    ):
+        elapsed = max(0.0, total_after - total_before)
+        busy = min(max(0.0, elapsed - (idle_after - idle_before)), elapsed)
+        cores.append(round(100.0 * busy / elapsed, 1) if elapsed > 0 else 0.0)
+        busy_sum += busy
+        iowait_sum += max(0.0, iowait_after - iowait_before)
+        elapsed_sum += elapsed
+    return tuple(cores), busy_sum, iowait_sum, elapsed_sum
+
+
+def _psutil_cpu_ticks() -> tuple[CpuTicks, bool]:
+    """parse_cpu_ticks from psutil where /proc/stat cannot be read, and whether iowait is counted at all."""
     times = psutil.cpu_times(percpu=True)
-    ticks: list[CoreTicks] = []
+    total, idle, iowait = [], [], []
     for core in times:
-        iowait = float(getattr(core, "iowait", 0.0))
-        total = float(sum(core)) - getattr(core, "guest", 0.0) - getattr(core, "guest_nice", 0.0)
-        ticks.append((total, float(core.idle) + iowait, iowait))
-    return ticks, bool(times) and hasattr(times[0], "iowait")
+        core_iowait = float(getattr(core, "iowait", 0.0))
+        total.append(float(sum(core)) - getattr(core, "guest", 0.0) - getattr(core, "guest_nice", 0.0))
+        idle.append(float(core.idle) + core_iowait)
+        iowait.append(core_iowait)
+    return CpuTicks(total, idle, iowait), bool(times) and hasattr(times[0], "iowait")
 
 
 def is_skipped_device(name: str) -> bool:
@@ -228,6 +401,9 @@ def _whole_disks(names: frozenset[str]) -> list[str]:
 
 _MEMINFO = "/proc/meminfo"
 _MEMINFO_KEYS = {b"MemTotal:", b"MemFree:", b"MemAvailable:", b"SwapTotal:", b"SwapFree:"}
+# A /proc/meminfo line gpumon reads, after a newline: "MemTotal:       24684092 kB". Another form of one of these
+# lines matches with its number's group empty.
+_MEMINFO_LINE = re.compile(rb"\n(MemTotal:|MemFree:|MemAvailable:|SwapTotal:|SwapFree:)(?: +(\d+)(?!\S))?")
 
 
 def memory_and_swap() -> tuple[int, int, int, int]:
@@ -237,17 +413,8 @@ def memory_and_swap() -> tuple[int, int, int, int]:
     swap_memory also scans /proc/vmstat for swap-in/out counts gpumon does not show (together about
     four times the cost). psutil is used wherever /proc/meminfo lacks a field or cannot be read.
     """
-    fields: dict[bytes, int] = {}
-    try:
-        with open(_MEMINFO, "rb") as meminfo:
-            for line in meminfo:
-                key = line[: line.find(b":") + 1]
-                if key in _MEMINFO_KEYS:
-                    fields[key] = int(line.split()[1]) * 1024
-                    if len(fields) == len(_MEMINFO_KEYS):
-                        break
-    except (OSError, ValueError, IndexError):
-        fields = {}
+    text = read_proc(_MEMINFO)
+    fields = {} if text is None else meminfo_fields(text)
     total, available = fields.get(b"MemTotal:"), fields.get(b"MemAvailable:")
     if total is None or not available or b"MemFree:" not in fields:
         memory = psutil.virtual_memory()  # no MemAvailable (or 0): psutil estimates it as free(1) does
@@ -259,3 +426,36 @@ def memory_and_swap() -> tuple[int, int, int, int]:
         swap = psutil.swap_memory()
         swap_total, swap_free = int(swap.total), int(swap.free)
     return total, available, swap_total, swap_total - swap_free
+
+
+def meminfo_fields(text: bytes) -> dict[bytes, int]:
+    """The fields of _MEMINFO_KEYS in bytes (`meminfo_by_regex`, else `meminfo_by_line`)."""
+    fields = meminfo_by_regex(text)
+    return fields if fields is not None else meminfo_by_line(text)
+
+
+def meminfo_by_regex(text: bytes) -> dict[bytes, int] | None:
+    """The fields from one regex pass over the file; None where one of their lines is of another form or a field
+    is there twice, which `meminfo_by_line` then reads."""
+    lines = _MEMINFO_LINE.findall(b"\n" + text)
+    try:
+        fields = {key: int(kib) * 1024 for key, kib in lines}
+    except ValueError:  # an empty group: a line of another form
+        return None
+    return fields if len(fields) == len(lines) else None
+
+
+def meminfo_by_line(text: bytes) -> dict[bytes, int]:
+    """The fields, each line looked at in turn up to the last field needed; none at all where one of their lines
+    up to there has no number after the name."""
+    fields: dict[bytes, int] = {}
+    try:
+        for line in text.split(b"\n"):
+            key = line[: line.find(b":") + 1]
+            if key in _MEMINFO_KEYS:
+                fields[key] = int(line.split()[1]) * 1024
+                if len(fields) == len(_MEMINFO_KEYS):
+                    break
+    except (ValueError, IndexError):
+        return {}
+    return fields
