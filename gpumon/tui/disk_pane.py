@@ -8,6 +8,7 @@ from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import DiskSample, Snapshot
+from gpumon.tui._textual_compat import drawn_text
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string, window_maximum
 
@@ -42,7 +43,7 @@ def disk_line(disk: DiskSample, history: History, width: int, name_width: int) -
         parts += (rate_text, spark)
         offset += len(rate_text) + len(spark)
     parts.append(" " + units.count(disk.read_iops + disk.write_iops).rjust(IOPS_WIDTH) + " IOPS")
-    return Text("".join(parts), style="bold", no_wrap=True, end="", spans=spans)
+    return drawn_text("".join(parts), spans, "bold")  # a printable name and figures: nothing for Text to strip
 
 
 def disk_lines(snapshot: Snapshot, history: History, width: int) -> list[Text]:

@@ -95,7 +95,7 @@ def transfer_text(gpu: GpuSample) -> Text:
     """Memory used/total and PCIe rx/tx."""
     memory = f"mem {units.size(gpu.memory_used, compact=True).rjust(5)}/{units.size(gpu.memory_total, compact=True)}"
     rx, tx = (units.rate(rate, compact=True, binary=True).rjust(8) for rate in (gpu.pcie_rx, gpu.pcie_tx))
-    return Text(f"{memory}  PCIe ↓{rx} ↑{tx}", end="")
+    return drawn_text(f"{memory}  PCIe ↓{rx} ↑{tx}")
 
 
 THROTTLE_ROOM = 24
