@@ -120,13 +120,18 @@ class HookServer:
         if not self._choose_directory():
             return False
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Bound under a name no scan reads and renamed into place once listening: a scan that found the socket in
+        # the moment between bind and listen had its connection refused and removed it as stale.
+        binding = _binding_path(self.path)
         try:
-            if os.path.lexists(self.path):
-                os.unlink(self.path)  # our pid's name: a stale socket of a dead process with the same pid
-            listener.bind(self.path)
-            os.chmod(self.path, 0o600)
-            self._inode = os.lstat(self.path).st_ino
+            for name in (binding, self.path):
+                if os.path.lexists(name):
+                    os.unlink(name)  # our pid's names: left by a dead process with the same pid
+            listener.bind(binding)
+            os.chmod(binding, 0o600)
             listener.listen(16)
+            os.rename(binding, self.path)
+            self._inode = os.lstat(self.path).st_ino
             listener.setblocking(False)
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
@@ -139,6 +144,10 @@ class HookServer:
             listener.close()
             self._close_pipe()
             self._unlink()
+            try:
+                os.unlink(binding)
+            except OSError:
+                pass
             return False
         self._thread = threading.Thread(target=self._run, name="gpumon-hook-server", daemon=True)
         self._thread.start()
@@ -639,3 +648,10 @@ def _close_quietly(sock: socket.socket) -> None:
         sock.close()
     except OSError:
         pass
+
+
+def _binding_path(path: str) -> str:
+    """Where the socket is bound before it is renamed to `path`: the same directory and length (a socket path is
+    short), a name that is not a hook socket's ("PID.bind" beside "PID.sock")."""
+    stem, _ = os.path.splitext(path)
+    return f"{stem}.bind"

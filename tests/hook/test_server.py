@@ -86,6 +86,35 @@ def test_directory_and_socket_are_private(server: HookServer, sock_dir: str) -> 
     assert server.path == os.path.join(sock_dir, f"{os.getpid()}.sock")
 
 
+def test_the_socket_appears_only_once_it_listens(
+    sock_dir: str, runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan that finds a job's socket must be able to connect: one that found it between bind and listen had its
+    connection refused and removed a live job's socket as stale. Nothing is at the socket's name before listen(),
+    and a binding name left by a dead process with our pid is no obstacle."""
+    final_path = os.path.join(sock_dir, f"{os.getpid()}.sock")
+    there_at_listen: list[bool] = []
+
+    class Watched(socket.socket):
+        def listen(self, backlog: int = 0) -> None:
+            there_at_listen.append(os.path.lexists(final_path))
+            super().listen(backlog)
+
+    os.mkdir(sock_dir, 0o700)
+    open(os.path.join(sock_dir, f"{os.getpid()}.bind"), "w").close()
+    monkeypatch.setattr(server_module.socket, "socket", Watched)
+    server = HookServer(runtime, directory=sock_dir)
+    try:
+        assert server.start(), server.failure
+        assert server.path == final_path
+        assert there_at_listen == [False]
+        assert os.listdir(sock_dir) == [f"{os.getpid()}.sock"]
+        raw_connect(server.path).close()
+    finally:
+        server.stop()
+    assert os.listdir(sock_dir) == []
+
+
 def test_a_loose_directory_of_ours_is_tightened(sock_dir: str, runtime: HookRuntime) -> None:
     os.mkdir(sock_dir)
     os.chmod(sock_dir, 0o777)
