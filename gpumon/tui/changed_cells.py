@@ -100,14 +100,6 @@ _ALWAYS_JOINED = 2
 _CHANGED_RUN = re.compile(b"[^\x00]+(?:\x00{1,%d}[^\x00]+)*" % _ALWAYS_JOINED)
 
 
-def differing(first: str, second: str) -> int:
-    """Per character of two strings of one length, a byte that is 1 where they differ and 0 where not, as a
-    little-endian int (the first character's byte lowest)."""
-    lanes = _lanes(len(first))
-    marks = _nonzero(_codes(first) ^ _codes(second), lanes)
-    return int.from_bytes(marks.to_bytes(4 * len(first), "little")[0::4], "little")
-
-
 def _codes(text: str) -> int:
     return int.from_bytes(text.encode("utf-32-le", "surrogatepass"), "little")
 

@@ -177,11 +177,16 @@ def test_time_axis_lines_kept_between_redraws_are_the_ones_drawn_afresh(style: G
         ("", ""),
     ],
 )
-def test_differing_marks_exactly_the_characters_that_differ(first: str, second: str) -> None:
-    from gpumon.tui.changed_cells import differing
+def test_the_lanes_mark_exactly_the_characters_that_differ(first: str, second: str) -> None:
+    """changed_cells compares two strings as ints of 32-bit lanes (UTF-32 codes): a lane is marked 1 where the
+    characters differ, whatever the code point (beyond the BMP, lone surrogates, NUL)."""
+    from gpumon.tui import changed_cells
 
-    marks = differing(first, second).to_bytes(len(first), "little")
-    assert list(marks) == [int(a != b) for a, b in zip(first, second, strict=True)]
+    lanes = changed_cells._lanes(len(first))
+    marks = changed_cells._nonzero(changed_cells._codes(first) ^ changed_cells._codes(second), lanes)
+    assert list(marks.to_bytes(4 * len(first), "little")[0::4]) == [
+        int(a != b) for a, b in zip(first, second, strict=True)
+    ]
 
 
 def test_lines_built_again_as_the_same_text_are_still_printable_and_cut_to_the_width() -> None:
