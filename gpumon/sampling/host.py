@@ -94,14 +94,15 @@ def parse_diskstats(text: bytes) -> dict[str, DiskCounters]:
     return counters
 
 
-def read_diskstats(path: str = _DISKSTATS) -> dict[str, DiskCounters] | None:
-    """Every block device's counters from one read of /proc/diskstats, or None where it cannot be read.
+def read_diskstats(path: str = _DISKSTATS) -> Mapping[str, DiskCounters] | None:
+    """Every block device's counters from one read of /proc/diskstats (`diskstats_counters`), or None where it
+    cannot be read.
 
     psutil.disk_io_counters reads the same file but also stats /sys/block for every device on every call, which
     at a 0.25 s interval was a sixth of the sampler's fast tier.
     """
     text = read_proc(path)
-    return None if text is None else parse_diskstats(text)
+    return None if text is None else diskstats_counters(text)
 
 
 class DiskRows(Mapping[str, DiskCounters]):
@@ -148,8 +149,7 @@ class HostCollector:
 
     def _cpu(self) -> CpuSample:
         # Deltas of our own counters, not psutil.cpu_times_percent: that keeps one global "last" per process.
-        text = read_proc(_STAT)
-        ticks = None if text is None else parse_cpu_ticks(text)
+        ticks = read_cpu_ticks(_STAT)
         has_iowait = True
         if ticks is None:
             ticks, has_iowait = _psutil_cpu_ticks()
@@ -229,14 +229,14 @@ class HostCollector:
 
 
 def _read_disk_counters() -> Mapping[str, Any]:
-    """Every block device's counters: `diskstats_counters` of /proc/diskstats, or psutil's where it cannot be read."""
-    text = read_proc(_DISKSTATS)
-    if text is None:
-        try:
-            return psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
-        except (OSError, NotImplementedError, RuntimeError):
-            return {}
-    return diskstats_counters(text)
+    """Every block device's counters: `read_diskstats`, or psutil's where /proc/diskstats cannot be read."""
+    counters = read_diskstats(_DISKSTATS)
+    if counters is not None:
+        return counters
+    try:
+        return psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
+    except (OSError, NotImplementedError, RuntimeError):
+        return {}
 
 
 def diskstats_counters(text: bytes) -> Mapping[str, DiskCounters]:
@@ -323,17 +323,15 @@ def cpu_ticks_by_line(text: bytes) -> list[CoreTicks] | None:
     return cores or None
 
 
-def read_cpu_ticks(path: str = _STAT) -> list[CoreTicks] | None:
-    """Every core's counters from one read of /proc/stat (clock ticks), or None where it cannot be read.
+def read_cpu_ticks(path: str = _STAT) -> CpuTicks | None:
+    """Every core's counters from one read of /proc/stat (clock ticks, `parse_cpu_ticks`), or None where it cannot
+    be read or parsed.
 
     psutil.cpu_times(percpu=True) reads the same lines but builds a named tuple of floats per core, whose
     attribute reads were half of the sampler's fast tier on a 16-core host.
     """
     text = read_proc(path)
-    ticks = None if text is None else parse_cpu_ticks(text)
-    if ticks is None:
-        return None
-    return [(float(total), float(idle), float(iowait)) for total, idle, iowait in zip(*ticks, strict=True)]
+    return None if text is None else parse_cpu_ticks(text)
 
 
 def _busy_by_core(before: CpuTicks, after: CpuTicks) -> tuple[tuple[float, ...], float, float, float]:

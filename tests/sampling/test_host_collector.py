@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from gpumon.sampling.host import (
+    CpuTicks,
     DiskCounters,
     HostCollector,
     _whole_disks,
@@ -98,9 +99,9 @@ def test_cpu_ticks_match_psutils_on_this_machine(tmp_path: Path) -> None:
     if ours is None:
         pytest.skip("no /proc/stat here")
     theirs = psutil.cpu_times(percpu=True)
-    assert len(ours) == len(theirs)
+    assert len(ours.total) == len(theirs)
     ticks_per_second = os.sysconf("SC_CLK_TCK")
-    for (total, idle, iowait), core in zip(ours, theirs, strict=True):
+    for total, idle, iowait, core in zip(ours.total, ours.idle, ours.iowait, theirs, strict=True):
         their_total = sum(core) - getattr(core, "guest", 0.0) - getattr(core, "guest_nice", 0.0)
         assert abs(total / ticks_per_second - their_total) <= 0.5
         assert abs(idle / ticks_per_second - (core.idle + core.iowait)) <= 0.5
@@ -110,6 +111,6 @@ def test_cpu_ticks_match_psutils_on_this_machine(tmp_path: Path) -> None:
     fake.write_text(
         "cpu  100 0 50 1000 10 0 0 0 0 0\ncpu0 60 5 30 400 7 1 2 3 40 4\ncpu1 40 0 20 600 3 0 0 0 0 0\nintr 1 2 3\n"
     )
-    assert read_cpu_ticks(str(fake)) == [(508.0, 407.0, 7.0), (663.0, 603.0, 3.0)]
+    assert read_cpu_ticks(str(fake)) == CpuTicks([508.0, 663.0], [407.0, 603.0], [7.0, 3.0])
     fake.write_text("cpu0 60 x 30 400 7\n")
     assert read_cpu_ticks(str(fake)) is None
