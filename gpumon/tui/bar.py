@@ -19,17 +19,24 @@ ASCII_EMPTY = "."
 """In ASCII (glyphs.ascii_only), a bar fills whole cells."""
 
 
+def filled_steps(percent: float | None, width: int) -> int | None:
+    """How much of a bar `width` cells wide `percent` (0-100, clamped) fills: in eighths of a cell, or in whole cells
+    in ASCII (glyphs.ascii_only); None for no figure. Two percents with the same steps draw the same bar."""
+    if percent is None or math.isnan(percent):
+        return None
+    return round(min(100.0, max(0.0, percent)) / 100.0 * width * (1 if ascii_only() else 8))
+
+
 def bar_string(percent: float | None, width: int) -> str:
     """`width` cells filled in proportion to percent (0-100, clamped); blank when percent is None."""
     if width <= 0:
         return ""
-    if percent is None or math.isnan(percent):
+    steps = filled_steps(percent, width)
+    if steps is None:
         return " " * width
     if ascii_only():
-        full = round(min(100.0, max(0.0, percent)) / 100.0 * width)
-        return ASCII_FULL * full + ASCII_EMPTY * (width - full)
-    eighths = round(min(100.0, max(0.0, percent)) / 100.0 * width * 8)
-    full, remainder = divmod(eighths, 8)
+        return ASCII_FULL * steps + ASCII_EMPTY * (width - steps)
+    full, remainder = divmod(steps, 8)
     body = _FULL * full
     if remainder and full < width:
         body += _PARTIAL[remainder]

@@ -3,15 +3,13 @@ sparkline), every core in a compact grid, load, iowait, memory and swap."""
 
 from __future__ import annotations
 
-import math
-
 from rich.text import Span, Text
 
 from gpumon import units
 from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import CpuSample
 from gpumon.tui._textual_compat import drawn_text
-from gpumon.tui.bar import bar, bar_spans, gauge_line, level_style
+from gpumon.tui.bar import bar, bar_spans, filled_steps, gauge_line, level_style
 from gpumon.tui.format import plural
 from gpumon.tui.gauge_graph import (
     GRAPH_OFFSET,
@@ -22,7 +20,7 @@ from gpumon.tui.gauge_graph import (
     gauge_graph_lines,
     time_axis_line,
 )
-from gpumon.tui.glyphs import ascii_only, forget_on_change
+from gpumon.tui.glyphs import forget_on_change
 from gpumon.tui.graph import MAX_ROWS, GraphStyle
 from gpumon.tui.pane import Pane
 from gpumon.tui.sparkline import spark_string
@@ -45,11 +43,10 @@ def labelled_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
     """Cores as ' 7 ██▌·' cells, as many per line as fit; a line whose cores read as before (the same bar cells and
     colours: most cores of a training host sit idle from one sample to the next) is handed back as the same Text."""
     digits, per_line = _labelled_layout(len(per_core), width)
-    steps = CORE_BAR_WIDTH if ascii_only() else CORE_BAR_WIDTH * 8  # ASCII bars fill whole cells
     lines = []
     for start in range(0, len(per_core), per_line):
         shown = per_core[start : start + per_line]
-        key = (start, digits, tuple(_core_cell(percent, steps) for percent in shown))
+        key = (start, digits, tuple((filled_steps(percent, CORE_BAR_WIDTH), level_style(percent)) for percent in shown))
         line = _CORE_LINES.get(key)
         if line is None:
             if len(_CORE_LINES) >= _CORE_LINES_MAX:
@@ -57,14 +54,6 @@ def labelled_core_lines(per_core: tuple[float, ...], width: int) -> list[Text]:
             line = _CORE_LINES[key] = _labelled_core_line(start, digits, shown)
         lines.append(line)
     return lines
-
-
-def _core_cell(percent: float | None, steps: int) -> tuple[int, str]:
-    """What a core's cell shows: its bar's length in `steps` steps (as bar_string rounds it; -1: no figure) and its
-    colour."""
-    if percent is None or math.isnan(percent):
-        return -1, level_style(percent)
-    return round(min(100.0, max(0.0, percent)) / 100.0 * steps), level_style(percent)
 
 
 def _labelled_core_line(start: int, digits: int, per_core: tuple[float, ...]) -> Text:
@@ -82,7 +71,7 @@ def _labelled_core_line(start: int, digits: int, per_core: tuple[float, ...]) ->
     return drawn_text("".join(parts), spans)
 
 
-_CORE_LINES: dict[tuple[int, int, tuple[tuple[int, str], ...]], Text] = {}
+_CORE_LINES: dict[tuple[int, int, tuple[tuple[int | None, str], ...]], Text] = {}
 """Core grid lines drawn, by what they show (as gauge_graph._ROW_TEXTS). Never changed after it is made."""
 _CORE_LINES_MAX = 512
 forget_on_change(_CORE_LINES.clear)

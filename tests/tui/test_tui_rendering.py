@@ -98,6 +98,21 @@ def test_bar_fills_in_eighths() -> None:
     assert bar_string(None, 3) == "   "
 
 
+def test_an_ascii_bar_fills_whole_cells() -> None:
+    """In ASCII a bar rounds to whole cells, where the same percents in eighths draw alike (cpu_pane keys its core
+    grid lines by filled_steps, so the two must agree)."""
+    from gpumon.tui.bar import filled_steps
+    from gpumon.tui.glyphs import use_ascii
+
+    assert filled_steps(12.4, 4) == filled_steps(12.6, 4) == 4 and filled_steps(None, 4) is None
+    use_ascii(True)
+    try:
+        assert (bar_string(12.4, 4), bar_string(12.6, 4), bar_string(50.0, 4)) == ("....", "#...", "##..")
+        assert (filled_steps(12.4, 4), filled_steps(12.6, 4)) == (0, 1)
+    finally:
+        use_ascii(False)
+
+
 def test_formatting() -> None:
     """The dashboard's cells: compact binary sizes and rates (gpumon.units; its own edges in tests/test_units.py)."""
     assert units.size(512, compact=True) == "512B"
