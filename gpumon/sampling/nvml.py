@@ -49,6 +49,8 @@ _GPM_METRICS = (
     ("graphics_activity", "NVML_GPM_METRIC_GRAPHICS_UTIL", 1.0),
     ("pcie_rx", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", float(MIB)),
     ("pcie_tx", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", float(MIB)),
+    ("nvlink_rx", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", float(MIB)),
+    ("nvlink_tx", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", float(MIB)),
 )
 GRAPHICS_ACTIVITY = "graphics_activity"
 """Read only where asked (dcgm-exporter's GR_ENGINE_ACTIVE): nothing on the dashboard shows it."""
@@ -116,6 +118,10 @@ class _Device:
     """The latest GPU utilization the fast tier read (None where NVML has none, as under MIG)."""
     gpm_pcie: bool = False
     """GPM gives PCIe rx/tx here, so the blocking nvmlDeviceGetPcieThroughput is skipped."""
+    nvlink_present: bool = False
+    """The NVLink counters answered once: the GPU has NVLink (GPM's NVLink metrics are trusted only then)."""
+    gpm_nvlink: bool = False
+    """GPM gives NVLink rx/tx here, each fast tick, so the health read skips the NVLink counters."""
     process_timestamp: int = 0
     """Last timestamp seen from nvmlDeviceGetProcessUtilization."""
     clock_sm_max: int | None = None
@@ -530,6 +536,8 @@ class GpuCollector:
             tensor_activity=gpm.get("tensor_activity"),
             dram_bandwidth=gpm.get("dram_bandwidth"),
             graphics_activity=gpm.get("graphics_activity"),
+            nvlink_rx=gpm.get("nvlink_rx") if device.gpm_nvlink else None,
+            nvlink_tx=gpm.get("nvlink_tx") if device.gpm_nvlink else None,
         )
 
     def _gpm_reading(self, device: _Device) -> dict[str, float | None]:
@@ -564,6 +572,10 @@ class GpuCollector:
             metric = request.metrics[slot]
             values[name] = float(metric.value) * factor if metric.nvmlReturn == success else None
         device.gpm_pcie = values.get("pcie_rx") is not None and values.get("pcie_tx") is not None
+        gpm_nvlink = device.nvlink_present and None not in (values.get("nvlink_rx"), values.get("nvlink_tx"))
+        if gpm_nvlink != device.gpm_nvlink:
+            device.gpm_nvlink = gpm_nvlink
+            device.nvlink_previous = None  # the counters' next reading starts a new rate
         return values
 
     def _slow_fields(self, device: _Device) -> dict[str, Any]:
@@ -626,7 +638,7 @@ class GpuCollector:
             **self._pcie_link_fields(device),
             **self._ecc_fields(device),
             **self._remapped_fields(device),
-            **self._nvlink_rates(device),
+            **({} if device.gpm_nvlink else self._nvlink_rates(device)),
         }
         return fields
 
@@ -681,12 +693,14 @@ class GpuCollector:
         return fields
 
     def _nvlink_rates(self, device: _Device) -> dict[str, float | None]:
-        """NVLink data rx/tx in bytes/s, from the KiB counters of two readings one slow tick apart."""
+        """NVLink data rx/tx in bytes/s, from the KiB counters of two health reads (where GPM lacks NVLink: GPM gives
+        the rates every fast tick, at no NVML call of their own)."""
         absent: dict[str, float | None] = {"nvlink_rx": None, "nvlink_tx": None}
         totals = self._nvlink_totals(device)
         if totals is None:
             device.nvlink_previous = None
             return absent
+        device.nvlink_present = True
         now = self._clock()
         previous, device.nvlink_previous = device.nvlink_previous, (now, *totals)
         if previous is None or now <= previous[0] or totals[0] < previous[1] or totals[1] < previous[2]:

@@ -222,6 +222,66 @@ def test_a_gpu_without_nvlink_is_asked_twice_then_never() -> None:
     assert nvml.calls["nvmlDeviceGetFieldValues"] == 2, "the all-links scope, then the links one by one"
 
 
+def _gpm_nvlink_device() -> FakeDevice:
+    """A GPU with GPM whose NVLink metrics say 300 MiB/s in and 100 MiB/s out, and NVLink counters."""
+    device = FakeDevice(nvlink_kib={(RX, 0): 0, (TX, 0): 0})
+    device.gpm_values[real.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC] = 300.0
+    device.gpm_values[real.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC] = 100.0
+    return device
+
+
+def test_gpm_gives_nvlink_rates_each_fast_tick_and_the_health_read_stops_reading_the_counters() -> None:
+    nvml = FakeNvml([_gpm_nvlink_device()])
+    clock = FakeClock()
+    collector = make_collector(nvml, clock)
+    collector.collect_fast()
+    collector.collect_slow()  # the counters answer: this GPU has NVLink
+    clock.advance(1.0)
+    gpu = collector.collect_fast()[0]
+    counter_reads = nvml.calls["nvmlDeviceGetFieldValues"]
+    for _ in range(3):
+        clock.advance(1.0)
+        collector.collect_slow()
+
+    assert gpu.nvlink_rx == 300.0 * 1024 * 1024 and gpu.nvlink_tx == 100.0 * 1024 * 1024  # MiB/s -> B/s
+    assert nvml.calls["nvmlDeviceGetFieldValues"] == counter_reads, "GPM's rates replace the counters"
+
+
+def test_gpm_nvlink_is_not_trusted_on_a_gpu_whose_counters_say_it_has_no_nvlink() -> None:
+    device = _gpm_nvlink_device()
+    device.nvlink_kib.clear()
+    nvml = FakeNvml([device])
+    clock = FakeClock()
+    collector = make_collector(nvml, clock)
+    collector.collect_fast()
+    collector.collect_slow()
+    clock.advance(1.0)
+    gpu = collector.collect_fast()[0]
+
+    assert gpu.nvlink_rx is None and gpu.nvlink_tx is None
+
+
+def test_the_counters_take_over_again_when_gpm_stops_giving_nvlink() -> None:
+    device = _gpm_nvlink_device()
+    nvml = FakeNvml([device])
+    clock = FakeClock()
+    collector = make_collector(nvml, clock)
+    collector.collect_fast()
+    collector.collect_slow()
+    clock.advance(1.0)
+    collector.collect_fast()
+    del device.gpm_values[real.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC]
+    clock.advance(1.0)
+    gpu = collector.collect_fast()[0]
+    collector.collect_slow()
+    device.nvlink_kib[(RX, 0)] = 2048.0
+    clock.advance(2.0)
+    fields = collector.collect_slow().fields[0]
+
+    assert gpu.nvlink_rx is None
+    assert fields["nvlink_rx"] == pytest.approx(2048 * 1024 / 2.0), "a fresh pair of counter readings"
+
+
 def test_mig_instances_are_read_when_mig_mode_is_on() -> None:
     small = FakeMigDevice(uuid="MIG-a", gpu_instance_id=7)
     large = FakeMigDevice(
