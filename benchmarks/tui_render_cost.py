@@ -30,7 +30,7 @@ from textual.screen import Screen
 from gpumon.config import Settings
 from gpumon.sampling.history import History
 from gpumon.sampling.recording import read_recording
-from gpumon.sampling.snapshot import Snapshot
+from gpumon.sampling.snapshot import ProcessSample, Snapshot
 from gpumon.sampling.source import SnapshotCallback
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.terminal_output import compact_sgr
@@ -101,7 +101,50 @@ def count_terminal_bytes() -> None:
     App._display = display  # type: ignore[method-assign]  # a benchmark-only probe
 
 
-def looped(snapshots: list[Snapshot], count: int, gpus: int, spacing: float) -> list[Snapshot]:
+def training_job(tick: int, gpus: int, workers: int) -> tuple[ProcessSample, ...]:
+    """One training process per GPU with `workers` DataLoader workers each, their CPU%, RSS and I/O new every second
+    tick (as the sampler's slow tier, every 2 s, gives them to a live dashboard at 1 s)."""
+    step = tick // 2
+    jobs = []
+    for gpu in range(gpus):
+        pid = 1000 + 100 * gpu
+        children = tuple(
+            ProcessSample(
+                pid=pid + 1 + worker,
+                ppid=pid,
+                user="alice",
+                command=f"python -u train.py --config configs/resnet50.yaml (worker {worker})",
+                cpu_percent=60.0 + (step * 7 + worker * 13) % 40,
+                rss=(900 + (step * 3 + worker) % 50) * 1024 * 1024,
+                state="running",
+                read_bytes_per_s=float((step * 1_300_000 + worker * 200_000) % 90_000_000),
+                write_bytes_per_s=0.0,
+            )
+            for worker in range(workers)
+        )
+        jobs.append(
+            ProcessSample(
+                pid=pid,
+                ppid=1,
+                user="alice",
+                command="python -u train.py --config configs/resnet50.yaml",
+                gpu_indices=(gpu,),
+                gpu_memory=(40_000 + step % 7) * 1024 * 1024,
+                sm_percent=float(70 + step % 25),
+                cpu_percent=100.0 + step % 30,
+                rss=(6000 + step % 11) * 1024 * 1024,
+                state="running",
+                read_bytes_per_s=0.0,
+                write_bytes_per_s=float(step % 5) * 1_000_000,
+                children=children,
+            )
+        )
+    return tuple(jobs)
+
+
+def looped(
+    snapshots: list[Snapshot], count: int, gpus: int, spacing: float, job_workers: int | None = None
+) -> list[Snapshot]:
     first = snapshots[0].timestamp
     result = []
     for index in range(count):
@@ -111,7 +154,8 @@ def looped(snapshots: list[Snapshot], count: int, gpus: int, spacing: float) -> 
             if shown.gpus
             else ()
         )
-        result.append(dataclasses.replace(shown, timestamp=first + index * spacing, gpus=copies))
+        processes = shown.processes if job_workers is None else training_job(index, gpus, job_workers)
+        result.append(dataclasses.replace(shown, timestamp=first + index * spacing, gpus=copies, processes=processes))
     return result
 
 
@@ -148,16 +192,26 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=1, help="copy the recording's GPU to this many")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--no-host-graphs", action="store_true", help="the CPU and memory graphs off (on by default)")
+    parser.add_argument(
+        "--job-workers",
+        type=int,
+        metavar="N",
+        help="replace the recording's processes with a training process per GPU and N DataLoader workers each, whose "
+        "figures change every second snapshot (as a live dashboard's do; a recording's processes may not change)",
+    )
     args = parser.parse_args()
     columns, rows = (int(part) for part in args.size.split("x"))
-    snapshots = looped(read_recording(args.recording), args.warmup + args.ticks, args.gpus, args.interval)
+    snapshots = looped(
+        read_recording(args.recording), args.warmup + args.ticks, args.gpus, args.interval, args.job_workers
+    )
     count_terminal_bytes()
     time_frame_work()
     ms, frame_ms, bytes_per_s = asyncio.run(
         run(snapshots, (columns, rows), args.warmup, args.interval, not args.no_host_graphs)
     )
     print(
-        f"{args.size} {args.gpus} GPU(s), host graphs {'off' if args.no_host_graphs else 'on'}: "
+        f"{args.size} {args.gpus} GPU(s), host graphs {'off' if args.no_host_graphs else 'on'}"
+        f"{'' if args.job_workers is None else f', a job with {args.job_workers} workers a GPU'}: "
         f"{frame_ms:.2f} ms frame work per snapshot ({ms:.2f} ms CPU in all), "
         f"{bytes_per_s / 1024:.2f} KiB/s of frames, {sent[0] / args.ticks / args.interval / 1024:.2f} KiB/s to the "
         f"terminal after SGR compaction ({1000 * compacting[0] / args.ticks:.2f} ms a snapshot) at one snapshot per "

@@ -94,12 +94,16 @@ def _rich_cell_lines(cell: Text, width: int, padding: int, pre: Style, post: Sty
 
 
 @pytest.mark.parametrize("justify", ["left", "right", None])
-@pytest.mark.parametrize("content", ["", "42", "12.5%", "python train.py --epochs 90 --batch-size 256", "naïve ✓"])
+@pytest.mark.parametrize(
+    "content", ["", "42", "12.5%", "7 ", "   ", "python train.py --epochs 90 --batch-size 256", "naïve ✓", "日本語"]
+)
 @pytest.mark.parametrize("width", [3, 8, 20])
-def test_text_cells_draw_what_rich_draws(justify, content, width) -> None:
+@pytest.mark.parametrize("style", ["bold yellow", ""])
+@pytest.mark.parametrize("with_spans", [True, False], ids=["spans", "no spans"])
+def test_text_cells_draw_what_rich_draws(justify, content, width, style, with_spans) -> None:
     console = Console(width=200, color_system="truecolor")
-    cell = Text(content, style="bold yellow", justify=justify, no_wrap=True, overflow="ellipsis", end="")
-    if len(content) > 3:
+    cell = Text(content, style=style, justify=justify, no_wrap=True, overflow="ellipsis", end="")
+    if with_spans and len(content) > 3:
         cell.stylize("bright_black", 1, 3)
     pre = Style(color="white", bgcolor="grey11") + Style.from_meta({"row": 3, "column": 2})
     for post in (Style(), Style(reverse=True)):
@@ -164,6 +168,40 @@ async def test_process_table_body_lines_are_the_lines_datatable_draws(recording)
                     compared += y >= table.header_height
         assert table._body_line(table.header_height, 0, width, base) is not None, "the fast path drew the body"
         assert compared >= 3 * 2 * 2
+
+
+async def test_process_table_render_line_reads_the_style_once_and_draws_what_datatable_draws(recording) -> None:
+    """ProcessTable.render_line uses the style render_lines read once; each line, scrolled or not, must be
+    DataTable.render_line's."""
+    async with _replaying(recording, (160, 50)) as app:
+        table = app.query_one(ProcessTable)
+        for scroll_x in (0, 4):
+            table.scroll_to(x=scroll_x, animate=False)
+            for y in range(table.header_height + table.row_count + 1):
+                table._frame_style = table.rich_style
+                drawn = table.render_line(y)
+                table._frame_style = None
+                table._line_cache.clear()
+                table._row_render_cache.clear()
+                assert drawn == DataTable.render_line(table, y), (scroll_x, y)
+        whole = table.region.reset_offset
+        table.render_lines(whole)
+        assert table._frame_style is None, "the style is read again on the next render_lines call"
+
+
+async def test_process_table_refreshes_changed_rows_as_refresh_row_does(recording) -> None:
+    """replace_cells refreshes the changed rows in one call; it must mark the regions DataTable.refresh_row marks."""
+    async with _replaying(recording, (160, 50)) as app:
+        table = app.query_one(ProcessTable)
+        keys = {table._row_locations.get_key(index) for index in range(table.row_count)}
+        assert len(keys) >= 2
+        table._repaint_regions.clear()
+        table._refresh_rows(keys)
+        batched = set(table._repaint_regions)
+        table._repaint_regions.clear()
+        for key in keys:
+            table.refresh_row(table._row_locations.get(key))
+        assert batched == set(table._repaint_regions) and batched
 
 
 async def test_cached_lines_follow_a_theme_or_style_change(recording) -> None:

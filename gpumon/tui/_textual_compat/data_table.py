@@ -2,7 +2,9 @@
 one-line cells drawn without Rich's renderable pipeline, body rows assembled without DataTable's per-row
 bookkeeping, and changed cells replaced without emptying every cache.
 
-It overrides DataTable's `_render_cell` and `_render_line` and reads its `_row_locations`, `_column_locations`,
+It overrides DataTable's `render_lines`, `render_line` (the widget's style read once per call, not per line),
+`_render_cell` and `_render_line`, refreshes changed rows as `refresh_row` and `_refresh_region` would but in one
+`refresh` (where every row is one line tall), and reads its `_row_locations`, `_column_locations`,
 `_cell_render_cache`, `_row_render_cache`, `_row_renderable_cache`, `_line_cache`, `_data`, `_update_count`,
 `_pseudo_class_state`, `_show_hover_cursor`, `_header_row_key`, `_labelled_row_exists`, `_row_label_column_width`,
 `_get_offsets`, `_get_row_style`, `_get_row_renderables` and `_get_styles_to_render_cell`, makes the cell cache's key
@@ -21,6 +23,7 @@ from rich.style import Style
 from rich.text import Text
 from textual._segment_tools import line_crop
 from textual._types import SegmentLines
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets._data_table import CellCacheKey
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -70,7 +73,9 @@ class FastCellTable(PlainCellTable):
         if lines is not None:
             return lines
         row = self.rows.get(row_key)
-        cell = self._get_row_renderables(row_index).cells[column_index]
+        cell = self._data.get(row_key, {}).get(column_key)  # a Text is its own renderable, an empty one is not
+        if not isinstance(cell, Text) or not cell:  # (default_cell_formatter)
+            cell = self._get_row_renderables(row_index).cells[column_index]
         if row is not None and row.height == 1 and isinstance(cell, Text):
             component_style, post_style = self._get_styles_to_render_cell(
                 False,
@@ -89,6 +94,31 @@ class FastCellTable(PlainCellTable):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         self._cell_render_cache[cache_key] = lines
         return lines
+
+    _frame_style: Style | None = None
+    """The widget's rich_style while render_lines runs (DataTable.render_line reads it again for every line)."""
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._frame_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame_style = None
+
+    def render_line(self, y: int) -> Strip:
+        """DataTable.render_line, with the widget's style read once per render_lines call."""
+        base_style = self._frame_style
+        if base_style is None:
+            return super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        fixed_rows_height = sum(
+            self.get_row_height(self._row_locations.get_key(row_index)) for row_index in range(self.fixed_rows)
+        )
+        if self.show_header:
+            fixed_rows_height += self.get_row_height(self._header_row_key)
+        if y >= fixed_rows_height:
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, base_style)
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
         """DataTable's line; a body row (one line, the row cursor, no fixed or labelled parts) is assembled here from
@@ -171,7 +201,30 @@ class FastCellTable(PlainCellTable):
         self._row_render_cache.clear()
         self._row_renderable_cache.clear()
         self._line_cache.clear()
+        self._refresh_rows(row_keys)
+
+    def _refresh_rows(self, row_keys: set[RowKey]) -> None:
+        """DataTable.refresh_row for each row, in one refresh: where every row is one line tall, a row's region is
+        its index below the header (refresh_row sums the heights of the rows above it, and the column widths, for
+        each row)."""
+        rows = self.rows
+        if any(row.height != 1 for row in rows.values()):
+            for row_key in row_keys:
+                index = self._row_locations.get(row_key)
+                if index is not None:
+                    self.refresh_row(index)
+            return
+        columns_width = sum(column.get_render_width(self) for column in self.columns.values())
+        width = max(self.size.width, columns_width + self._row_label_column_width)
+        top = self.header_height if self.show_header else 0
+        window, offset = self.window_region, self.scroll_offset
+        regions = []
         for row_key in row_keys:
-            row = self._row_locations.get(row_key)
-            if row is not None:
-                self.refresh_row(row)
+            index = self._row_locations.get(row_key)
+            if index is None:
+                continue
+            region = Region(0, top + index, width, 1)
+            if window.overlaps(region):
+                regions.append(region.translate(-offset))
+        if regions:
+            self.refresh(*regions)

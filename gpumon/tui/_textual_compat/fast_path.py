@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.containers import Lines
 from rich.segment import Segment
@@ -166,6 +167,10 @@ def text_cell_lines(
         or (justify == "default" and cell.cell_len > inner)
     ):
         return None
+    if not cell.spans and plain:
+        lines = _plain_cell_lines(console, cell, plain, justify, inner, padding, pre_style, post_style)
+        if lines is not None:
+            return lines
     text = cell.copy()
     if justify != "default":
         Lines([text]).justify(console, inner, justify=justify, overflow=cell.overflow or "fold")
@@ -174,6 +179,39 @@ def text_cell_lines(
     edge = Segment(" " * padding, _NULL_STYLE)
     segments = [edge, *text.render(console, end="")] if padding else list(text.render(console, end=""))
     room = inner - text.cell_len
+    if room > 0:
+        segments.append(Segment(" " * room, _NULL_STYLE))
+    if padding:
+        segments.append(edge)
+    return [list(Segment.apply_style(segments, pre_style, post_style))]
+
+
+def _plain_cell_lines(
+    console: Console,
+    cell: Text,
+    plain: str,
+    justify: str,
+    inner: int,
+    padding: int,
+    pre_style: Style,
+    post_style: Style | None,
+) -> list[list[Segment]] | None:
+    """`text_cell_lines` for a cell without spans, as Rich's steps leave it without making their Texts: justified to
+    `inner` cells with spaces that take the cell's style (right: its trailing spaces dropped first), or followed by
+    unstyled room (no justification). None where the cell is too wide (Rich's steps cut it)."""
+    if justify == "right":
+        plain = plain.rstrip()
+    length = cell_len(plain)
+    if length > inner:
+        return None
+    room = inner - length
+    if justify == "right":
+        plain, room = " " * room + plain, 0
+    elif justify == "left":
+        plain, room = plain + " " * room, 0
+    style = console.get_style(cell.style) if cell.style and plain else None  # Text.join's span, as Text.render reads it
+    edge = Segment(" " * padding, _NULL_STYLE)
+    segments = [edge, Segment(plain, style)] if padding else [Segment(plain, style)]
     if room > 0:
         segments.append(Segment(" " * room, _NULL_STYLE))
     if padding:
