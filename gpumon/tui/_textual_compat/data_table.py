@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rich.console import RenderableType
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -73,9 +74,10 @@ class FastCellTable(PlainCellTable):
         if lines is not None:
             return lines
         row = self.rows.get(row_key)
-        cell = self._data.get(row_key, {}).get(column_key)  # a Text is its own renderable, an empty one is not
-        if not isinstance(cell, Text) or not cell:  # (default_cell_formatter)
-            cell = self._get_row_renderables(row_index).cells[column_index]
+        datum = self._data.get(row_key, {}).get(column_key)
+        cell: RenderableType = (  # a Text is its own renderable, an empty one is not (default_cell_formatter)
+            datum if isinstance(datum, Text) and datum else self._get_row_renderables(row_index).cells[column_index]
+        )
         if row is not None and row.height == 1 and isinstance(cell, Text):
             component_style, post_style = self._get_styles_to_render_cell(
                 False,
@@ -108,15 +110,10 @@ class FastCellTable(PlainCellTable):
     def render_line(self, y: int) -> Strip:
         """DataTable.render_line, with the widget's style read once per render_lines call."""
         base_style = self._frame_style
-        if base_style is None:
+        if base_style is None or self.fixed_rows:
             return super().render_line(y)
         scroll_x, scroll_y = self.scroll_offset
-        fixed_rows_height = sum(
-            self.get_row_height(self._row_locations.get_key(row_index)) for row_index in range(self.fixed_rows)
-        )
-        if self.show_header:
-            fixed_rows_height += self.get_row_height(self._header_row_key)
-        if y >= fixed_rows_height:
+        if y >= (self.get_row_height(self._header_row_key) if self.show_header else 0):
             y += scroll_y
         return self._render_line(y, scroll_x, scroll_x + self.size.width, base_style)
 
