@@ -4,7 +4,8 @@ Usage (on a machine with two NVLink-connected GPUs, from the project root):
 
     python benchmarks/nvlink_gpm_check.py --seconds 6
 
-A child process copies a 256 MiB tensor back and forth between cuda:0 and cuda:1 (peer-to-peer, over NVLink). Each
+A child process copies a 256 MiB tensor back and forth between cuda:0 and cuda:1 (peer-to-peer, over NVLink) and
+counts its round trips, which gives the bytes that truly crossed each way (the ground truth for both readings). Each
 second this prints, per GPU, the rx/tx rates `GpuCollector.collect_fast` gives (GPM's NVLINK_TOTAL_*_PER_SEC) and
 those from two readings of the NVLINK_THROUGHPUT_DATA counters one second apart (what the health read used to give
 every 10 s), then the CPU time of one counter read and of one GPM metrics computation with and without the two
@@ -22,13 +23,20 @@ import pynvml
 
 from gpumon.sampling.nvml import GpuCollector
 
-COPY_LOAD = """
-import torch
-a = torch.empty(64 * 1024 * 1024, device="cuda:0")
-b = torch.empty(64 * 1024 * 1024, device="cuda:1")
+COPY_BYTES = 256 * 1024 * 1024
+"""Bytes each copy moves: every round trip sends this much from each GPU to the other."""
+COPY_LOAD = f"""
+import sys, time, torch
+a = torch.empty({COPY_BYTES} // 4, device="cuda:0")
+b = torch.empty({COPY_BYTES} // 4, device="cuda:1")
+trips, said = 0, time.monotonic()
 while True:
     b.copy_(a); a.copy_(b)
     torch.cuda.synchronize(0); torch.cuda.synchronize(1)
+    trips += 1
+    if time.monotonic() - said >= 0.25:
+        said = time.monotonic()
+        print(said, trips, flush=True)
 """
 ALL_LINKS = 0xFFFFFFFF
 
@@ -78,7 +86,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=6)
     args = parser.parse_args()
-    load = subprocess.Popen([sys.executable, "-c", COPY_LOAD])
+    load = subprocess.Popen([sys.executable, "-c", COPY_LOAD], stdout=subprocess.PIPE, text=True)
     collector = GpuCollector()
     try:
         pynvml.nvmlInit()
@@ -91,7 +99,8 @@ def main() -> int:
         print("second  GPU  GPM rx GB/s  GPM tx GB/s  counters rx GB/s  counters tx GB/s")
         previous = [counters(handle) for handle in handles]
         collector.collect_fast()
-        previous_time = time.monotonic()
+        previous_time = window_start = time.monotonic()
+        gpm_sums, counter_sums = [0.0, 0.0], [0.0, 0.0]
         for second in range(1, args.seconds + 1):
             time.sleep(1.0)
             gpus = collector.collect_fast()
@@ -104,7 +113,24 @@ def main() -> int:
                 gpm_rx = f"{gpu.nvlink_rx / 1e9:11.1f}" if gpu.nvlink_rx is not None else "        N/A"
                 gpm_tx = f"{gpu.nvlink_tx / 1e9:11.1f}" if gpu.nvlink_tx is not None else "        N/A"
                 print(f"{second:6d}  {gpu.index:3d}  {gpm_rx}  {gpm_tx}  {rx:16.1f}  {tx:16.1f}")
+                if gpu.index == 0:
+                    gpm_sums[0] += (gpu.nvlink_rx or 0.0) / 1e9
+                    gpm_sums[1] += (gpu.nvlink_tx or 0.0) / 1e9
+                    counter_sums[0] += rx
+                    counter_sums[1] += tx
             previous, previous_time = current, now
+        window_end = previous_time
+        load.kill()
+        said = [tuple(float(part) for part in line.split()) for line in load.communicate()[0].splitlines() if line]
+        inside = [(when, trips) for when, trips in said if window_start <= when <= window_end]
+        if len(inside) >= 2:
+            (first_time, first_trips), (last_time, last_trips) = inside[0], inside[-1]
+            copied = (last_trips - first_trips) * COPY_BYTES / (last_time - first_time) / 1e9
+            print(
+                f"GPU 0 over the {args.seconds} s: the load's own count {copied:.1f} GB/s each way; "
+                f"GPM rx {gpm_sums[0] / args.seconds:.1f}, tx {gpm_sums[1] / args.seconds:.1f}; "
+                f"counters rx {counter_sums[0] / args.seconds:.1f}, tx {counter_sums[1] / args.seconds:.1f} GB/s"
+            )
         handle = handles[0]
         base = [
             pynvml.NVML_GPM_METRIC_SM_UTIL,
@@ -119,8 +145,9 @@ def main() -> int:
         print(f"CPU per nvmlGpmMetricsGet, 6 metrics: {gpm_cost(handle, base):.3f} ms")
         print(f"CPU per nvmlGpmMetricsGet, 6 + 2 NVLink metrics: {gpm_cost(handle, base + nvlink):.3f} ms")
     finally:
-        load.kill()
-        load.wait()
+        if load.poll() is None:
+            load.kill()
+            load.communicate()
         collector.close()
     return 0
 
