@@ -40,6 +40,11 @@ ALL_LINKS = 0xFFFFFFFF
 MIG_ENABLED = 1
 """NVML_DEVICE_MIG_ENABLE."""
 
+GPM_NVLINK_UNIT = 1000.0 * 1024
+"""Bytes per unit of GPM's NVLink rates. NVML documents MiB/s, but against the bytes a peer-copy load counted moving
+over NVLink (2x H200, driver 580) they read 2.3% high as MiB (192.8 GB/s for 188.5 moved, which NVLink's KiB
+counters give exactly) and right in units of 1,000 KiB: benchmarks/nvlink_gpm_check.py, benchmarks/README.md."""
+
 # GpuSample field <- NVML GPM metric constant name, and the factor from NVML's unit to ours.
 _GPM_METRICS = (
     ("sm_activity", "NVML_GPM_METRIC_SM_UTIL", 1.0),
@@ -49,8 +54,8 @@ _GPM_METRICS = (
     ("graphics_activity", "NVML_GPM_METRIC_GRAPHICS_UTIL", 1.0),
     ("pcie_rx", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", float(MIB)),
     ("pcie_tx", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", float(MIB)),
-    ("nvlink_rx", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", float(MIB)),
-    ("nvlink_tx", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", float(MIB)),
+    ("nvlink_rx", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", GPM_NVLINK_UNIT),
+    ("nvlink_tx", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", GPM_NVLINK_UNIT),
 )
 GRAPHICS_ACTIVITY = "graphics_activity"
 """Read only where asked (dcgm-exporter's GR_ENGINE_ACTIVE): nothing on the dashboard shows it."""

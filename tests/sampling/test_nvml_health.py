@@ -11,7 +11,7 @@ import pynvml as real
 import pytest
 from fake_nvml import GIB, FakeClock, FakeDevice, FakeMigDevice, FakeNvml
 
-from gpumon.sampling.nvml import HEALTH_INTERVAL, QUIET_ENERGY_INTERVAL, GpuCollector
+from gpumon.sampling.nvml import GPM_NVLINK_UNIT, HEALTH_INTERVAL, QUIET_ENERGY_INTERVAL, GpuCollector
 from gpumon.sampling.sampler import Sampler
 from gpumon.sampling.snapshot import XID_EVENTS_KEPT, GpuSample, MigSample, Snapshot
 
@@ -223,7 +223,7 @@ def test_a_gpu_without_nvlink_is_asked_twice_then_never() -> None:
 
 
 def _gpm_nvlink_device() -> FakeDevice:
-    """A GPU with GPM whose NVLink metrics say 300 MiB/s in and 100 MiB/s out, and NVLink counters."""
+    """A GPU with GPM whose NVLink metrics say 300 units in and 100 out, and NVLink counters."""
     device = FakeDevice(nvlink_kib={(RX, 0): 0, (TX, 0): 0})
     device.gpm_values[real.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC] = 300.0
     device.gpm_values[real.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC] = 100.0
@@ -243,7 +243,7 @@ def test_gpm_gives_nvlink_rates_each_fast_tick_and_the_health_read_stops_reading
         clock.advance(1.0)
         collector.collect_slow()
 
-    assert gpu.nvlink_rx == 300.0 * 1024 * 1024 and gpu.nvlink_tx == 100.0 * 1024 * 1024  # MiB/s -> B/s
+    assert gpu.nvlink_rx == 300.0 * GPM_NVLINK_UNIT and gpu.nvlink_tx == 100.0 * GPM_NVLINK_UNIT
     assert nvml.calls["nvmlDeviceGetFieldValues"] == counter_reads, "GPM's rates replace the counters"
 
 
