@@ -189,6 +189,27 @@ async def test_process_table_render_line_reads_the_style_once_and_draws_what_dat
         assert table._frame_style is None, "the style is read again on the next render_lines call"
 
 
+async def test_process_table_in_a_plain_box_draws_what_styles_cache_draws(recording) -> None:
+    """ProcessTable.render_lines draws a plain-box table without StylesCache; focused (a background tint) or not,
+    whole or cropped, its lines must be those Textual draws."""
+    async with _replaying(recording, (160, 50)) as app:
+        table = app.query_one(ProcessTable)
+        assert _textual_fast_path.plain_box(table)
+        for focused in (False, True):
+            if focused:
+                table.focus()
+            else:
+                app.set_focus(None)
+            await asyncio.sleep(0.1)
+            whole = table.region.reset_offset
+            for crop in (whole, Region(0, 1, whole.width, 2), Region(3, 0, 30, whole.height)):
+                drawn = [list(strip) for strip in table.render_lines(crop)]
+                table._styles_cache.clear()
+                table._line_cache.clear()
+                expected = [list(strip) for strip in DataTable.render_lines(table, crop)]
+                assert drawn == expected, (focused, crop)
+
+
 async def test_process_table_refreshes_changed_rows_as_refresh_row_does(recording) -> None:
     """replace_cells refreshes the changed rows in one call; it must mark the regions DataTable.refresh_row marks."""
     async with _replaying(recording, (160, 50)) as app:

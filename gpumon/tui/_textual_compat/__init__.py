@@ -4,7 +4,8 @@ imported and used; on any other only `public` (Textual's public API: slower, the
 The workarounds, each checked on every version in CHECKED (tests/tui/test_textual_fast_path.py compares what they
 draw with what Textual draws, on the installed version):
     fast_path    plain panes drawn without StylesCache; cached lines handed back as they are (pane, cached_widgets)
-    data_table   the process table's cells drawn and replaced without DataTable's per-row bookkeeping
+    data_table   the process table's cells drawn and replaced without DataTable's per-row bookkeeping, and a
+                 table in a plain box drawn as the panes are (fast_path)
     quiet_input  an input thread that sleeps until input (the app's driver)
     quiet_timer  a screen update timer that sleeps between frames (the default screen)
     precise_update  a frame sends only the changed cells of a line, not the line from its widget's left edge, and

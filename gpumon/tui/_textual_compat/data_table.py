@@ -29,8 +29,8 @@ from textual.strip import Strip
 from textual.widgets._data_table import CellCacheKey
 from textual.widgets.data_table import ColumnKey, RowKey
 
-from gpumon.tui._textual_compat.fast_path import text_cell_lines
-from gpumon.tui._textual_compat.public import PlainCellTable
+from gpumon.tui._textual_compat.fast_path import plain_box, render_plain_box, text_cell_lines
+from gpumon.tui._textual_compat.public import PlainCellTable, StyleFinish
 
 
 def _discard(cache: Any, doomed: Callable[[Any], bool]) -> None:
@@ -101,11 +101,22 @@ class FastCellTable(PlainCellTable):
     """The widget's rich_style while render_lines runs (DataTable.render_line reads it again for every line)."""
 
     def render_lines(self, crop: Region) -> list[Strip]:
+        """DataTable.render_lines; a table in a plain box (fast_path.plain_box: at most a top border, no scrollbar)
+        is drawn as the panes are, without StylesCache: its content lines from render_line, each style finished."""
         self._frame_style = self.rich_style
         try:
-            return super().render_lines(crop)
+            if not plain_box(self) or self.show_vertical_scrollbar or self.show_horizontal_scrollbar:
+                return super().render_lines(crop)
+            self._pseudo_class_state = self.get_pseudo_class_state()  # as DataTable.render_lines sets it
+            return render_plain_box(self, crop, self.content_region.height, self._finished_line)
         finally:
             self._frame_style = None
+
+    def _finished_line(self, y: int, finish: StyleFinish | None) -> Strip:
+        strip = self.render_line(y)
+        if finish is None:
+            return strip
+        return Strip([Segment(text, finish(style), control) for text, style, control in strip], strip.cell_length)
 
     def render_line(self, y: int) -> Strip:
         """DataTable.render_line, with the widget's style read once per render_lines call."""
