@@ -99,6 +99,8 @@ class FastCellTable(PlainCellTable):
 
     _frame_style: Style | None = None
     """The widget's rich_style while render_lines runs (DataTable.render_line reads it again for every line)."""
+    _frame_columns: list[tuple[ColumnKey, int]] | None = None
+    """The columns' keys and widths while render_lines runs, read at its first body line."""
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """DataTable.render_lines; a table in a plain box (fast_path.plain_box: at most a top border, no scrollbar)
@@ -110,7 +112,7 @@ class FastCellTable(PlainCellTable):
             self._pseudo_class_state = self.get_pseudo_class_state()  # as DataTable.render_lines sets it
             return render_plain_box(self, crop, self.content_region.height, self._finished_line)
         finally:
-            self._frame_style = None
+            self._frame_style = self._frame_columns = None
 
     def _finished_line(self, y: int, finish: StyleFinish | None) -> Strip:
         strip = self.render_line(y)
@@ -161,15 +163,14 @@ class FastCellTable(PlainCellTable):
         cached = self._cell_render_cache.get
         same_for_the_line = (row_style, cursor, hover, self._show_hover_cursor, self._update_count)
         pseudo_classes = self._pseudo_class_state
-        padding = 2 * self.cell_padding
-        columns = self.columns
-        column_key_at = self._column_locations.get_key
-        for column_index in range(len(columns)):
-            column_key = column_key_at(column_index)
-            if column_key is None:
+        columns = self._frame_columns if self._frame_style is not None else None
+        if columns is None:
+            columns = self._column_widths()
+            if columns is None:
                 return None
-            column = columns[column_key]
-            width = padding + (column.content_width if column.auto_width else column.width)
+            if self._frame_style is not None:
+                self._frame_columns = columns
+        for column_index, (column_key, width) in enumerate(columns):
             lines = cached((row_key, column_key, *same_for_the_line, pseudo_classes))
             if lines is None:
                 lines = self._render_cell(row_index, column_index, row_style, width, cursor, hover)
@@ -183,7 +184,23 @@ class FastCellTable(PlainCellTable):
         )
         widget_width = self.size.width
         segments.append(Segment(" " * max(0, widget_width - table_width), extend_style))
+        if x1 == 0 and x2 >= widget_width >= table_width:  # nothing to crop: every cell is drawn its width wide
+            return Strip(segments, widget_width).simplify()
         return Strip(line_crop(segments, x1, x2, widget_width)).adjust_cell_length(widget_width, base_style).simplify()
+
+    def _column_widths(self) -> list[tuple[ColumnKey, int]] | None:
+        """Each column's key and width in cells (Column.get_render_width), in order; None if one has no key."""
+        padding = 2 * self.cell_padding
+        columns = self.columns
+        column_key_at = self._column_locations.get_key
+        widths = []
+        for column_index in range(len(columns)):
+            column_key = column_key_at(column_index)
+            if column_key is None:
+                return None
+            column = columns[column_key]
+            widths.append((column_key, padding + (column.content_width if column.auto_width else column.width)))
+        return widths
 
     def replace_cells(self, changed: dict[int, dict[str, Text]]) -> None:
         """Put new values in existing cells and repaint only their rows.
