@@ -6,10 +6,11 @@ round measures every figure once, in a fresh interpreter that imports gpumon fro
 of the two trees alternate, so both see the same load on a shared machine; min and median over the rounds are
 printed per figure.
 
-The figures: `collect` on this machine's /proc; `collect` and its two halves (`_cpu`: /proc/stat, /proc/meminfo,
-the per-core deltas; `_disks`: /proc/diskstats and the kept disks' rates) with /proc/stat and /proc/diskstats read
-from fixture files instead; `memory_and_swap`; `read_cpu_ticks` and `read_diskstats` on this machine's files and on
-the first fixture of each. The fixtures (--stat, --diskstats: one file, or two reads of one host a moment apart;
+The figures: `collect` on this machine's /proc and /sys/block; `collect` and its two halves (`_cpu`: /proc/stat,
+/proc/meminfo, the per-core deltas; `_disks`: /proc/diskstats and the kept disks' rates) with /proc/stat and
+/proc/diskstats read from fixture files instead (and /sys/block not read); `memory_and_swap`; `read_cpu_ticks` and
+`read_diskstats` on this machine's files and on the first fixture of each; `read_block_stat` of each disk
+/sys/block lists, on this machine. The fixtures (--stat, --diskstats: one file, or two reads of one host a moment apart;
 by default tests/fixtures/host/: 128 cores, 60 block devices with loops, partitions, NVMe, md and dm) become
 `STEPS` files, the second read's counters moved on by the same step again and again, read in turn, so counters move
 between calls as on a live host (one step back in `STEPS`, where the cycle starts over). The measuring process
@@ -103,10 +104,18 @@ def one_round(tree: Path, stat_files: list[str], diskstats_files: list[str], cal
     figures["memory_and_swap (this machine)"] = per_call_us(host.memory_and_swap, calls)
     figures["read_cpu_ticks (this machine)"] = per_call_us(host.read_cpu_ticks, calls)
     figures["read_diskstats (this machine)"] = per_call_us(host.read_diskstats, calls)
+    listed = host.list_block_disks() if hasattr(host, "list_block_disks") else None
+    if listed is not None:
+        figures["read_block_stat of the listed disks (this machine)"] = per_call_us(
+            lambda: [host.read_block_stat(name) for name in listed], calls
+        )
     figures["read_cpu_ticks (fixture)"] = per_call_us(lambda: host.read_cpu_ticks(stat_files[0]), calls)
     figures["read_diskstats (fixture)"] = per_call_us(lambda: host.read_diskstats(diskstats_files[0]), calls)
     redirect({"/proc/stat": itertools.cycle(stat_files), "/proc/diskstats": itertools.cycle(diskstats_files)})
-    collector = host.HostCollector()
+    try:  # the fixtures' /proc/diskstats, not this machine's /sys/block
+        collector = host.HostCollector(sys_block=os.devnull + "/no-sys-block")  # type: ignore[call-arg]
+    except TypeError:  # a tree from before /sys/block was read
+        collector = host.HostCollector()
     collector.collect()
     figures["collect (fixtures)"] = per_call_us(collector.collect, calls)
     figures["  its _cpu (fixtures)"] = per_call_us(collector._cpu, calls)
@@ -154,9 +163,14 @@ def main() -> None:
     print(f"\nus of thread CPU a call, min / median of {args.rounds} rounds of {args.calls} calls")
     print(f"{'':34}" + "".join(f"{name:>22}" for name in names) + ("      change (median)" if len(names) == 2 else ""))
     for figure in figures[names[0]]:
-        cells = [(min(figures[name][figure]), statistics.median(figures[name][figure])) for name in names]
-        row = f"{figure:34}" + "".join(f"{low:>12.1f} / {middle:7.1f}" for low, middle in cells)
-        if len(names) == 2:
+        cells = [
+            (min(figures[name][figure]), statistics.median(figures[name][figure])) if figure in figures[name] else None
+            for name in names
+        ]
+        row = f"{figure:34}" + "".join(
+            f"{cell[0]:>12.1f} / {cell[1]:7.1f}" if cell is not None else f"{'-':>22}" for cell in cells
+        )
+        if len(names) == 2 and cells[0] is not None and cells[1] is not None:
             row += f"{(cells[0][1] / cells[1][1] - 1) * 100:>+20.0f}%"
         print(row)
 

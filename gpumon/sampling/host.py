@@ -127,13 +127,14 @@ class DiskRows(Mapping[str, DiskCounters]):
 
 
 # Partition names when /sys/class/block cannot tell: sda1 -> sda, nvme0n1p2 -> nvme0n1, mmcblk0p1 -> mmcblk0.
+_SYS_BLOCK = "/sys/block"
 _PARTITION_PATTERN = re.compile(r"^((?:nvme\d+n\d+|mmcblk\d+)p|(?:[shv]d[a-z]+|xvd[a-z]+))(\d+)$")
 
 
 class HostCollector:
     """CPU, memory and disk rates since the previous `collect()`; the first call primes the counters (rates 0)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, sys_block: str | None = None) -> None:
         self._clock = clock
         self._previous_cpu: CpuTicks | None = None
         self._percents = _RoundedPercents()
@@ -141,6 +142,10 @@ class HostCollector:
         self._previous_disk_time = 0.0
         self._disk_names_seen: Set[Any] = frozenset()
         self._disks_kept: tuple[str, ...] = ()
+        self._sys_block = sys_block if sys_block is not None else _SYS_BLOCK
+        self._block_disks: tuple[str, ...] | None = None
+        """The disks /sys/block listed last (None: list again, or read /proc/diskstats where it cannot be listed)."""
+        self._block_disks_listed_at = 0.0
 
     def collect(self) -> tuple[CpuSample, tuple[DiskSample, ...]]:
         return self._cpu(), self._disks()
@@ -199,7 +204,9 @@ class HostCollector:
     # ---- disks ---------------------------------------------------------------------------------
 
     def _disks(self) -> tuple[DiskSample, ...]:
-        counters = _read_disk_counters()
+        counters: Mapping[str, Any] | None = self._block_disk_counters()
+        if counters is None:
+            counters = _read_disk_counters()
         now = self._clock()
         previous, self._previous_disks = self._previous_disks, counters
         elapsed = now - self._previous_disk_time
@@ -226,6 +233,56 @@ class HostCollector:
                 )
             )
         return tuple(samples)
+
+    def _block_disk_counters(self) -> dict[str, DiskCounters] | None:
+        """The counters of the disks worth showing, each from its own /sys/block/NAME/stat; None where /sys/block
+        cannot be listed. The disks are listed again every DISK_LIST_INTERVAL, or at once when one cannot be read.
+
+        /proc/diskstats has every block device, and the kernel sums each one's per-CPU counters to write it: on a
+        host with many cores and devices (loops, partitions) that read was a fifth of the sampler's fast tier."""
+        now = self._clock()
+        if self._block_disks is None or now - self._block_disks_listed_at >= DISK_LIST_INTERVAL:
+            self._block_disks = list_block_disks(self._sys_block)
+            self._block_disks_listed_at = now
+            if self._block_disks is None:
+                return None
+        counters = {}
+        for name in self._block_disks:
+            disk = read_block_stat(name, self._sys_block)
+            if disk is None:
+                self._block_disks = None  # gone, or unreadable: listed again next time
+                continue
+            counters[name] = disk
+        return counters
+
+
+DISK_LIST_INTERVAL = 10.0
+"""Seconds between two listings of /sys/block (a disk plugged in shows within that)."""
+
+
+def list_block_disks(sys_block: str = _SYS_BLOCK) -> tuple[str, ...] | None:
+    """The block devices in /sys/block worth showing (not `is_skipped_device`), sorted; None where it cannot be
+    listed. /sys/block holds whole devices only: partitions are under their disk."""
+    try:
+        names = os.listdir(sys_block)
+    except OSError:
+        return None
+    return tuple(sorted(name for name in names if not is_skipped_device(name)))
+
+
+def read_block_stat(name: str, sys_block: str = _SYS_BLOCK) -> DiskCounters | None:
+    """One block device's counters from /sys/block/NAME/stat (the fields /proc/diskstats has after the name), or
+    None where it cannot be read or is not in that layout."""
+    text = read_proc(f"{sys_block}/{name}/stat")
+    fields = text.split() if text is not None else []
+    if len(fields) < 7:
+        return None
+    try:
+        return DiskCounters(
+            int(fields[0]), int(fields[2]) * _SECTOR_BYTES, int(fields[4]), int(fields[6]) * _SECTOR_BYTES
+        )
+    except ValueError:
+        return None
 
 
 def _read_disk_counters() -> Mapping[str, Any]:

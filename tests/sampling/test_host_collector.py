@@ -10,14 +10,18 @@ import psutil
 import pytest
 
 from gpumon.sampling.host import (
+    DISK_LIST_INTERVAL,
     CpuTicks,
     DiskCounters,
     HostCollector,
     _whole_disks,
+    list_block_disks,
     partition_parent,
+    read_block_stat,
     read_cpu_ticks,
     read_diskstats,
 )
+from gpumon.sampling.snapshot import DiskSample
 
 
 def test_cpu_per_core_matches_logical_cores_and_rates_are_sane() -> None:
@@ -89,6 +93,56 @@ def test_diskstats_counters_match_psutils_on_this_machine(tmp_path: Path) -> Non
         "   8       0 sda 10 2 40 5 20 3 80 6 0 7 8\n   8       1 sda1 x 2 40 5 20 3 80 6 0 7 8\n short line\n"
     )
     assert read_diskstats(str(fake)) == {"sda": DiskCounters(10, 40 * 512, 20, 80 * 512)}
+
+
+def test_block_stat_counters_match_diskstats_on_this_machine(tmp_path: Path) -> None:
+    """Each disk /sys/block lists reads as /proc/diskstats has it (a busy disk may move between the two reads, so
+    only by a little), and /proc/diskstats' whole disks are the ones listed; missing files give None."""
+    listed = list_block_disks()
+    everything = read_diskstats()
+    if listed is None or everything is None:
+        pytest.skip("no /sys/block or /proc/diskstats here")
+    assert set(listed) == set(_whole_disks(frozenset(everything)))
+    for name in listed:
+        mine, theirs = read_block_stat(name), everything[name]
+        assert mine is not None
+        assert 0 <= mine.read_count - theirs.read_count <= 1000
+        assert 0 <= mine.write_bytes - theirs.write_bytes <= 64 * 1024 * 1024
+    assert list_block_disks(str(tmp_path / "missing")) is None
+    assert read_block_stat("sda", str(tmp_path / "missing")) is None
+
+
+def _block_device(sys_block: Path, name: str, reads: int, sectors_read: int, writes: int, sectors_written: int) -> None:
+    (sys_block / name).mkdir(parents=True, exist_ok=True)
+    (sys_block / name / "stat").write_text(
+        f"{reads:8d} 0 {sectors_read:8d} 0 {writes:8d} 0 {sectors_written:8d} 0 0 0 0 0 0 0 0 0 0\n"
+    )
+
+
+def test_disks_are_read_from_sys_block_listed_every_few_seconds(tmp_path: Path) -> None:
+    """Each disk shown is read from its own stat file; loop devices are not; a disk that goes is dropped at once
+    and a new one is listed within DISK_LIST_INTERVAL."""
+    now = [0.0]
+    collector = HostCollector(clock=lambda: now[0], sys_block=str(tmp_path))
+    _block_device(tmp_path, "nvme0n1", 100, 800, 50, 1600)
+    _block_device(tmp_path, "loop3", 1, 1, 1, 1)
+    assert [disk.name for disk in collector.collect()[1]] == ["nvme0n1"]
+
+    _block_device(tmp_path, "nvme0n1", 110, 880, 55, 1760)
+    _block_device(tmp_path, "sdzz", 7, 7, 7, 7)
+    now[0] += 1.0
+    disks = collector.collect()[1]
+    assert disks == (
+        DiskSample(name="nvme0n1", read_bytes_per_s=80 * 512, write_bytes_per_s=160 * 512, read_iops=10, write_iops=5),
+    ), "sdzz waits for the next listing"
+
+    now[0] += DISK_LIST_INTERVAL
+    assert [disk.name for disk in collector.collect()[1]] == ["nvme0n1", "sdzz"]
+    (tmp_path / "nvme0n1" / "stat").unlink()
+    now[0] += 1.0
+    assert [disk.name for disk in collector.collect()[1]] == ["sdzz"]
+    now[0] += 1.0
+    assert [disk.name for disk in collector.collect()[1]] == ["sdzz"], "listed again"
 
 
 def test_cpu_ticks_match_psutils_on_this_machine(tmp_path: Path) -> None:

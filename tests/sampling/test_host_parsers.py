@@ -215,6 +215,7 @@ class Files:
         self.stat, self.diskstats = directory / "stat", directory / "diskstats"
         monkeypatch.setattr(host, "_STAT", str(self.stat))
         monkeypatch.setattr(host, "_DISKSTATS", str(self.diskstats))
+        monkeypatch.setattr(host, "_SYS_BLOCK", str(directory / "no-sys-block"))  # /proc/diskstats is read
 
     def write(self, stat: bytes, diskstats: bytes) -> None:
         self.stat.write_bytes(stat)
