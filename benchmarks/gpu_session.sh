@@ -4,12 +4,12 @@
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
-#                                                 | screen26c | diag26 | screen26d
+#                                                 | screen26c | diag26 | screen26d | screen26e
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -177,6 +177,15 @@ case "$part" in
              # the counters and the load's own count, then gpumon beside nvitop at 1 s and 0.25 s over 20-s windows,
              # then where gpumon's CPU goes at 1 s
     timeout 60 python3 benchmarks/nvlink_gpm_check.py --seconds 6 2>&1 | tee "$out/nvlink_gpm_check.log" | tail -4
+    timeout 420 python3 benchmarks/monitor_overhead.py --rounds 3 --window 20 --json "$out/monitor_overhead.json" 2>&1 \
+      | tee "$out/monitor_overhead.log" | tail -12
+    timeout 60 python3 benchmarks/dashboard_threads.py --interval 1 --window 30 --json "$out/threads_live1s.json" 2>&1 \
+      | tee "$out/threads_live1s.log" | head -20 ;;
+  screen26e) # issue 26 item 7 after the process-table and /sys/block cuts (on 2 GPUs, about 8 min): the host
+             # collector's cost against a checkout carried in base26/ (the tree before /sys/block was read), then
+             # gpumon beside nvitop at 1 s and 0.25 s over 20-s windows, then where gpumon's CPU goes at 1 s
+    [ -f base26/gpumon/__main__.py ] && timeout 90 python3 benchmarks/host_collect_cost.py --against base26 --rounds 5 \
+      --calls 500 2>&1 | tee "$out/host_collect_cost.log" | tail -14
     timeout 420 python3 benchmarks/monitor_overhead.py --rounds 3 --window 20 --json "$out/monitor_overhead.json" 2>&1 \
       | tee "$out/monitor_overhead.log" | tail -12
     timeout 60 python3 benchmarks/dashboard_threads.py --interval 1 --window 30 --json "$out/threads_live1s.json" 2>&1 \
