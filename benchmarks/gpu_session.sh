@@ -4,12 +4,12 @@
 #   bash benchmarks/gpu_session.sh PART [ARGS]   # PART: sampling | overhead | hook | hookcpu | advisor | ladder | open
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
-#                                                 | screen26c | diag26 | screen26d | screen26e
+#                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -190,5 +190,8 @@ case "$part" in
       | tee "$out/monitor_overhead.log" | tail -12
     timeout 60 python3 benchmarks/dashboard_threads.py --interval 1 --window 30 --json "$out/threads_live1s.json" 2>&1 \
       | tee "$out/threads_live1s.log" | head -20 ;;
+  confirm26) # issue 26 item 7 at 1 s once more, over 5 alternated rounds (about 6 min)
+    timeout 400 python3 benchmarks/monitor_overhead.py --intervals 1 --rounds 5 --window 20 \
+      --json "$out/monitor_overhead.json" 2>&1 | tee "$out/monitor_overhead.log" | tail -16 ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
