@@ -230,13 +230,19 @@ def _gpm_nvlink_device() -> FakeDevice:
     return device
 
 
-def test_gpm_gives_nvlink_rates_each_fast_tick_and_the_health_read_stops_reading_the_counters() -> None:
-    nvml = FakeNvml([_gpm_nvlink_device()])
-    clock = FakeClock()
+def _primed(device: FakeDevice) -> tuple[FakeNvml, FakeClock, GpuCollector]:
+    """A collector that took a GPM sample and read health once (its counters tell whether the GPU has NVLink),
+    one second before."""
+    nvml, clock = FakeNvml([device]), FakeClock()
     collector = make_collector(nvml, clock)
     collector.collect_fast()
-    collector.collect_slow()  # the counters answer: this GPU has NVLink
+    collector.collect_slow()
     clock.advance(1.0)
+    return nvml, clock, collector
+
+
+def test_gpm_gives_nvlink_rates_each_fast_tick_and_the_health_read_stops_reading_the_counters() -> None:
+    nvml, clock, collector = _primed(_gpm_nvlink_device())
     gpu = collector.collect_fast()[0]
     counter_reads = nvml.calls["nvmlDeviceGetFieldValues"]
     for _ in range(3):
@@ -250,12 +256,7 @@ def test_gpm_gives_nvlink_rates_each_fast_tick_and_the_health_read_stops_reading
 def test_gpm_nvlink_is_not_trusted_on_a_gpu_whose_counters_say_it_has_no_nvlink() -> None:
     device = _gpm_nvlink_device()
     device.nvlink_kib.clear()
-    nvml = FakeNvml([device])
-    clock = FakeClock()
-    collector = make_collector(nvml, clock)
-    collector.collect_fast()
-    collector.collect_slow()
-    clock.advance(1.0)
+    _, _, collector = _primed(device)
     gpu = collector.collect_fast()[0]
 
     assert gpu.nvlink_rx is None and gpu.nvlink_tx is None
@@ -263,12 +264,7 @@ def test_gpm_nvlink_is_not_trusted_on_a_gpu_whose_counters_say_it_has_no_nvlink(
 
 def test_the_counters_take_over_again_when_gpm_stops_giving_nvlink() -> None:
     device = _gpm_nvlink_device()
-    nvml = FakeNvml([device])
-    clock = FakeClock()
-    collector = make_collector(nvml, clock)
-    collector.collect_fast()
-    collector.collect_slow()
-    clock.advance(1.0)
+    _, clock, collector = _primed(device)
     collector.collect_fast()
     del device.gpm_values[real.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC]
     clock.advance(1.0)
