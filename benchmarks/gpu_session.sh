@@ -5,11 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
+#                                                 | pcie26
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -193,5 +194,7 @@ case "$part" in
   confirm26) # issue 26 item 7 at 1 s once more, over 5 alternated rounds (about 6 min)
     timeout 400 python3 benchmarks/monitor_overhead.py --intervals 1 --rounds 5 --window 20 \
       --json "$out/monitor_overhead.json" 2>&1 | tee "$out/monitor_overhead.log" | tail -16 ;;
+  pcie26)    # GPM's PCIe rates against the bytes a host<->GPU copy load counts (one GPU, about 30 s)
+    timeout 60 python3 benchmarks/pcie_gpm_check.py --seconds 6 2>&1 | tee "$out/pcie_gpm_check.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
