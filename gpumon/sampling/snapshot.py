@@ -77,9 +77,11 @@ class GpuSample:
     throttle_reasons: tuple[str, ...] | None = None
     """Active clock-event reasons, e.g. ("sw_power_cap",); empty when none (slow tier)."""
     pcie_rx: float | None = None
-    """Bytes/s host to device."""
+    """Bytes/s the PCIe link carried into the GPU: link traffic, protocol overhead included, so above the copies'
+    payload (on an H200, a pinned copy moving 27.7 GB/s each way read 29.6 in; benchmarks/pcie_gpm_check.py)."""
     pcie_tx: float | None = None
-    """Bytes/s device to host."""
+    """Bytes/s the PCIe link carried out of the GPU, the read requests of host-to-GPU copies included (31.9 for that
+    copy)."""
     sm_activity: float | None = None
     """GPM percent of time-averaged SMs busy (Hopper+)."""
     sm_occupancy: float | None = None
