@@ -15,29 +15,19 @@ NVLink metrics.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 
 import pynvml
+from copy_load import COPY_BYTES, CopyLoad
 
 from gpumon.sampling.nvml import GpuCollector
 
-COPY_BYTES = 256 * 1024 * 1024
-"""Bytes each copy moves: every round trip sends this much from each GPU to the other."""
-COPY_LOAD = f"""
-import sys, time, torch
+COPY_SETUP = f"""
 a = torch.empty({COPY_BYTES} // 4, device="cuda:0")
 b = torch.empty({COPY_BYTES} // 4, device="cuda:1")
-trips, said = 0, time.monotonic()
-while True:
-    b.copy_(a); a.copy_(b)
-    torch.cuda.synchronize(0); torch.cuda.synchronize(1)
-    trips += 1
-    if time.monotonic() - said >= 0.25:
-        said = time.monotonic()
-        print(said, trips, flush=True)
 """
+COPY_TRIP = "b.copy_(a); a.copy_(b); torch.cuda.synchronize(0); torch.cuda.synchronize(1)"
 ALL_LINKS = 0xFFFFFFFF
 
 
@@ -86,7 +76,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=6)
     args = parser.parse_args()
-    load = subprocess.Popen([sys.executable, "-c", COPY_LOAD], stdout=subprocess.PIPE, text=True)
+    load = CopyLoad(COPY_SETUP, COPY_TRIP)
     collector = GpuCollector()
     try:
         pynvml.nvmlInit()
@@ -119,13 +109,8 @@ def main() -> int:
                     counter_sums[0] += rx
                     counter_sums[1] += tx
             previous, previous_time = current, now
-        window_end = previous_time
-        load.kill()
-        said = [tuple(float(part) for part in line.split()) for line in load.communicate()[0].splitlines() if line]
-        inside = [(when, trips) for when, trips in said if window_start <= when <= window_end]
-        if len(inside) >= 2:
-            (first_time, first_trips), (last_time, last_trips) = inside[0], inside[-1]
-            copied = (last_trips - first_trips) * COPY_BYTES / (last_time - first_time) / 1e9
+        copied = load.rate(window_start, previous_time)
+        if copied is not None:
             print(
                 f"GPU 0 over the {args.seconds} s: the load's own count {copied:.1f} GB/s each way; "
                 f"GPM rx {gpm_sums[0] / args.seconds:.1f}, tx {gpm_sums[1] / args.seconds:.1f}; "
@@ -145,9 +130,7 @@ def main() -> int:
         print(f"CPU per nvmlGpmMetricsGet, 6 metrics: {gpm_cost(handle, base):.3f} ms")
         print(f"CPU per nvmlGpmMetricsGet, 6 + 2 NVLink metrics: {gpm_cost(handle, base + nvlink):.3f} ms")
     finally:
-        if load.poll() is None:
-            load.kill()
-            load.communicate()
+        load.stop()
         collector.close()
     return 0
 

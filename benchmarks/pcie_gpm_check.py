@@ -14,36 +14,26 @@ samples 20 ms only, so it is printed once per second for reference.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 
 import pynvml
+from copy_load import COPY_BYTES, CopyLoad
 
 from gpumon.sampling.nvml import GpuCollector
 
-COPY_BYTES = 256 * 1024 * 1024
-"""Bytes each copy moves: every round trip sends this much to the GPU and this much back."""
-COPY_LOAD = f"""
-import time, torch
+COPY_SETUP = f"""
 host = torch.empty({COPY_BYTES} // 4).pin_memory()
 device = torch.empty({COPY_BYTES} // 4, device="cuda:0")
-trips, said = 0, time.monotonic()
-while True:
-    device.copy_(host, non_blocking=True); host.copy_(device, non_blocking=True)
-    torch.cuda.synchronize(0)
-    trips += 1
-    if time.monotonic() - said >= 0.25:
-        said = time.monotonic()
-        print(said, trips, flush=True)
 """
+COPY_TRIP = "device.copy_(host, non_blocking=True); host.copy_(device, non_blocking=True); torch.cuda.synchronize(0)"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=6)
     args = parser.parse_args()
-    load = subprocess.Popen([sys.executable, "-c", COPY_LOAD], stdout=subprocess.PIPE, text=True)
+    load = CopyLoad(COPY_SETUP, COPY_TRIP)
     collector = GpuCollector()
     try:
         pynvml.nvmlInit()
@@ -63,21 +53,14 @@ def main() -> int:
             sums[0] += gpm_rx
             sums[1] += gpm_tx
             print(f"{second:6d}  {gpm_rx:11.2f}  {gpm_tx:11.2f}  {rx:22.2f}  {tx:7.2f}")
-        window_end = time.monotonic()
-        load.kill()
-        said = [tuple(float(part) for part in line.split()) for line in load.communicate()[0].splitlines() if line]
-        inside = [(when, trips) for when, trips in said if window_start <= when <= window_end]
-        if len(inside) >= 2:
-            (first_time, first_trips), (last_time, last_trips) = inside[0], inside[-1]
-            copied = (last_trips - first_trips) * COPY_BYTES / (last_time - first_time) / 1e9
+        copied = load.rate(window_start, time.monotonic())
+        if copied is not None:
             print(
                 f"GPU 0 over the {args.seconds} s: the load's own count {copied:.2f} GB/s each way; "
                 f"GPM (as MiB/s) rx {sums[0] / args.seconds:.2f}, tx {sums[1] / args.seconds:.2f} GB/s"
             )
     finally:
-        if load.poll() is None:
-            load.kill()
-            load.communicate()
+        load.stop()
         collector.close()
     return 0
 
