@@ -69,12 +69,16 @@ def diskstats_rows(text: bytes) -> dict[bytes, bytes] | None:
     return dict(rows)
 
 
+def counters_of(fields: Sequence[bytes]) -> DiskCounters:
+    """A device's counters from its first seven fields as the kernel writes them (reads, reads merged, sectors read,
+    ms reading, writes, writes merged, sectors written): /proc/diskstats after the name, /sys/block/NAME/stat.
+    ValueError where one is not a number."""
+    return DiskCounters(int(fields[0]), int(fields[2]) * _SECTOR_BYTES, int(fields[4]), int(fields[6]) * _SECTOR_BYTES)
+
+
 def row_counters(fields: bytes) -> DiskCounters:
     """A device's counters from its row in `diskstats_rows`."""
-    reads, _, sectors_read, _, writes, _, sectors_written = fields.split()
-    return DiskCounters(
-        int(reads), int(sectors_read) * _SECTOR_BYTES, int(writes), int(sectors_written) * _SECTOR_BYTES
-    )
+    return counters_of(fields.split())
 
 
 def parse_diskstats(text: bytes) -> dict[str, DiskCounters]:
@@ -86,9 +90,7 @@ def parse_diskstats(text: bytes) -> dict[str, DiskCounters]:
         if len(fields) < 10:
             continue
         try:
-            counters[fields[2].decode(errors="replace")] = DiskCounters(
-                int(fields[3]), int(fields[5]) * _SECTOR_BYTES, int(fields[7]), int(fields[9]) * _SECTOR_BYTES
-            )
+            counters[fields[2].decode(errors="replace")] = counters_of(fields[3:10])
         except ValueError:
             continue
     return counters
@@ -279,9 +281,7 @@ def read_block_stat(name: str, sys_block: str = _SYS_BLOCK) -> DiskCounters | No
     if len(fields) < 7:
         return None
     try:
-        return DiskCounters(
-            int(fields[0]), int(fields[2]) * _SECTOR_BYTES, int(fields[4]), int(fields[6]) * _SECTOR_BYTES
-        )
+        return counters_of(fields)
     except ValueError:
         return None
 
