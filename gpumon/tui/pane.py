@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
@@ -116,7 +115,7 @@ class LinesWidget(Widget):
                 strip = Strip(line.render(self.app.console, end=""), line.cell_len)
                 strip = strip.adjust_cell_length(width).apply_style(base)
                 if finish is not None:
-                    strip = Strip([Segment(text, finish(style), control) for text, style, control in strip], width)
+                    strip = finish.strip(strip)
             strips[y] = strip
         return strip
 

@@ -116,9 +116,7 @@ class FastCellTable(PlainCellTable):
 
     def _finished_line(self, y: int, finish: StyleFinish | None) -> Strip:
         strip = self.render_line(y)
-        if finish is None:
-            return strip
-        return Strip([Segment(text, finish(style), control) for text, style, control in strip], strip.cell_length)
+        return strip if finish is None else finish.strip(strip)
 
     def render_line(self, y: int) -> Strip:
         """DataTable.render_line, with the widget's style read once per render_lines call."""

@@ -80,6 +80,10 @@ class StyleFinish:
     def __call__(self, style: Style | None) -> Style | None:
         return None if style is None else self.truecolor.truecolor_style(style, self.background)
 
+    def strip(self, strip: Strip) -> Strip:
+        """`strip` with every segment's style finished (a line built without the finish)."""
+        return Strip([Segment(text, self(style), control) for text, style, control in strip], strip.cell_length)
+
 
 def style_finish(filters: Sequence[LineFilter], background: Color) -> StyleFinish | None:
     """The filters as a StyleFinish where they are exactly Textual's default one; None otherwise (NO_COLOR,
