@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from types import TracebackType
 
 COPY_BYTES = 256 * 1024 * 1024
 """Bytes each copy moves: every round trip sends this much each way."""
+START_UP = 8.0
+"""Seconds the child is given to start CUDA and make its tensors before anything is measured."""
 
 _LOOP = """
 import time, torch
@@ -23,16 +27,27 @@ while True:
 
 
 class CopyLoad:
-    """The child, started at once: `setup` makes the tensors (COPY_BYTES each), `trip` is one round trip, ended by
-    its synchronizations. Every 0.25 s it prints the monotonic time and its round trips so far."""
+    """The child, as a context: started and given START_UP seconds on entry, ended on exit. `setup` makes the
+    tensors (COPY_BYTES each), `trip` is one round trip, ended by its synchronizations. Every 0.25 s the child
+    prints the monotonic time and its round trips so far."""
 
     def __init__(self, setup: str, trip: str) -> None:
-        script = _LOOP.format(setup=setup, trip=trip)
-        self._process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        self._script = _LOOP.format(setup=setup, trip=trip)
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> CopyLoad:
+        self._process = subprocess.Popen([sys.executable, "-c", self._script], stdout=subprocess.PIPE, text=True)
+        time.sleep(START_UP)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
 
     def stop(self) -> list[tuple[float, float]]:
         """End the child (once; later calls return nothing) and return the (time, round trips) it printed."""
-        if self._process.poll() is not None:
+        if self._process is None or self._process.poll() is not None:
             return []
         self._process.kill()
         output = self._process.communicate()[0]

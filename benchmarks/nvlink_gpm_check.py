@@ -76,46 +76,45 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=6)
     args = parser.parse_args()
-    load = CopyLoad(COPY_SETUP, COPY_TRIP)
     collector = GpuCollector()
     try:
         pynvml.nvmlInit()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(min(2, pynvml.nvmlDeviceGetCount()))]
-        time.sleep(8.0)  # CUDA start-up in the child
-        for _ in range(3):  # the first health read finds the NVLink counters, then GPM's pair is trusted
+        with CopyLoad(COPY_SETUP, COPY_TRIP) as load:
+            for _ in range(3):  # the first health read finds the NVLink counters, then GPM's pair is trusted
+                collector.collect_fast()
+                collector.collect_slow()
+                time.sleep(0.5)
+            print("second  GPU  GPM rx GB/s  GPM tx GB/s  counters rx GB/s  counters tx GB/s")
+            previous = [counters(handle) for handle in handles]
             collector.collect_fast()
-            collector.collect_slow()
-            time.sleep(0.5)
-        print("second  GPU  GPM rx GB/s  GPM tx GB/s  counters rx GB/s  counters tx GB/s")
-        previous = [counters(handle) for handle in handles]
-        collector.collect_fast()
-        previous_time = window_start = time.monotonic()
-        gpm_sums, counter_sums = [0.0, 0.0], [0.0, 0.0]
-        for second in range(1, args.seconds + 1):
-            time.sleep(1.0)
-            gpus = collector.collect_fast()
-            now = time.monotonic()
-            current = [counters(handle) for handle in handles]
-            elapsed = now - previous_time
-            for gpu, before, after in zip(gpus, previous, current, strict=False):
-                rx = (after[0] - before[0]) * 1024 / elapsed / 1e9
-                tx = (after[1] - before[1]) * 1024 / elapsed / 1e9
-                gpm_rx = f"{gpu.nvlink_rx / 1e9:11.1f}" if gpu.nvlink_rx is not None else "        N/A"
-                gpm_tx = f"{gpu.nvlink_tx / 1e9:11.1f}" if gpu.nvlink_tx is not None else "        N/A"
-                print(f"{second:6d}  {gpu.index:3d}  {gpm_rx}  {gpm_tx}  {rx:16.1f}  {tx:16.1f}")
-                if gpu.index == 0:
-                    gpm_sums[0] += (gpu.nvlink_rx or 0.0) / 1e9
-                    gpm_sums[1] += (gpu.nvlink_tx or 0.0) / 1e9
-                    counter_sums[0] += rx
-                    counter_sums[1] += tx
-            previous, previous_time = current, now
-        copied = load.rate(window_start, previous_time)
-        if copied is not None:
-            print(
-                f"GPU 0 over the {args.seconds} s: the load's own count {copied:.1f} GB/s each way; "
-                f"GPM rx {gpm_sums[0] / args.seconds:.1f}, tx {gpm_sums[1] / args.seconds:.1f}; "
-                f"counters rx {counter_sums[0] / args.seconds:.1f}, tx {counter_sums[1] / args.seconds:.1f} GB/s"
-            )
+            previous_time = window_start = time.monotonic()
+            gpm_sums, counter_sums = [0.0, 0.0], [0.0, 0.0]
+            for second in range(1, args.seconds + 1):
+                time.sleep(1.0)
+                gpus = collector.collect_fast()
+                now = time.monotonic()
+                current = [counters(handle) for handle in handles]
+                elapsed = now - previous_time
+                for gpu, before, after in zip(gpus, previous, current, strict=False):
+                    rx = (after[0] - before[0]) * 1024 / elapsed / 1e9
+                    tx = (after[1] - before[1]) * 1024 / elapsed / 1e9
+                    gpm_rx = f"{gpu.nvlink_rx / 1e9:11.1f}" if gpu.nvlink_rx is not None else "        N/A"
+                    gpm_tx = f"{gpu.nvlink_tx / 1e9:11.1f}" if gpu.nvlink_tx is not None else "        N/A"
+                    print(f"{second:6d}  {gpu.index:3d}  {gpm_rx}  {gpm_tx}  {rx:16.1f}  {tx:16.1f}")
+                    if gpu.index == 0:
+                        gpm_sums[0] += (gpu.nvlink_rx or 0.0) / 1e9
+                        gpm_sums[1] += (gpu.nvlink_tx or 0.0) / 1e9
+                        counter_sums[0] += rx
+                        counter_sums[1] += tx
+                previous, previous_time = current, now
+            copied = load.rate(window_start, previous_time)
+            if copied is not None:
+                print(
+                    f"GPU 0 over the {args.seconds} s: the load's own count {copied:.1f} GB/s each way; "
+                    f"GPM rx {gpm_sums[0] / args.seconds:.1f}, tx {gpm_sums[1] / args.seconds:.1f}; "
+                    f"counters rx {counter_sums[0] / args.seconds:.1f}, tx {counter_sums[1] / args.seconds:.1f} GB/s"
+                )
         handle = handles[0]
         base = [
             pynvml.NVML_GPM_METRIC_SM_UTIL,
@@ -130,7 +129,6 @@ def main() -> int:
         print(f"CPU per nvmlGpmMetricsGet, 6 metrics: {gpm_cost(handle, base):.3f} ms")
         print(f"CPU per nvmlGpmMetricsGet, 6 + 2 NVLink metrics: {gpm_cost(handle, base + nvlink):.3f} ms")
     finally:
-        load.stop()
         collector.close()
     return 0
 

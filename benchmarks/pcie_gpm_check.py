@@ -33,34 +33,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=6)
     args = parser.parse_args()
-    load = CopyLoad(COPY_SETUP, COPY_TRIP)
     collector = GpuCollector()
     try:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        time.sleep(8.0)  # CUDA start-up in the child
-        collector.collect_fast()
-        window_start = time.monotonic()
-        sums = [0.0, 0.0]
-        print("second  GPM rx GB/s  GPM tx GB/s  PcieThroughput rx GB/s  tx GB/s (20 ms samples)")
-        for second in range(1, args.seconds + 1):
-            time.sleep(1.0)
-            gpu = collector.collect_fast()[0]
-            rx = pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES) * 1024 / 1e9
-            tx = pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES) * 1024 / 1e9
-            gpm_rx = (gpu.pcie_rx or 0.0) / 1e9
-            gpm_tx = (gpu.pcie_tx or 0.0) / 1e9
-            sums[0] += gpm_rx
-            sums[1] += gpm_tx
-            print(f"{second:6d}  {gpm_rx:11.2f}  {gpm_tx:11.2f}  {rx:22.2f}  {tx:7.2f}")
-        copied = load.rate(window_start, time.monotonic())
-        if copied is not None:
-            print(
-                f"GPU 0 over the {args.seconds} s: the load's own count {copied:.2f} GB/s each way; "
-                f"GPM (as MiB/s) rx {sums[0] / args.seconds:.2f}, tx {sums[1] / args.seconds:.2f} GB/s"
-            )
+        with CopyLoad(COPY_SETUP, COPY_TRIP) as load:
+            collector.collect_fast()
+            window_start = time.monotonic()
+            sums = [0.0, 0.0]
+            print("second  GPM rx GB/s  GPM tx GB/s  PcieThroughput rx GB/s  tx GB/s (20 ms samples)")
+            for second in range(1, args.seconds + 1):
+                time.sleep(1.0)
+                gpu = collector.collect_fast()[0]
+                rx = pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES) * 1024 / 1e9
+                tx = pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES) * 1024 / 1e9
+                gpm_rx = (gpu.pcie_rx or 0.0) / 1e9
+                gpm_tx = (gpu.pcie_tx or 0.0) / 1e9
+                sums[0] += gpm_rx
+                sums[1] += gpm_tx
+                print(f"{second:6d}  {gpm_rx:11.2f}  {gpm_tx:11.2f}  {rx:22.2f}  {tx:7.2f}")
+            copied = load.rate(window_start, time.monotonic())
+            if copied is not None:
+                print(
+                    f"GPU 0 over the {args.seconds} s: the load's own count {copied:.2f} GB/s each way; "
+                    f"GPM (as MiB/s) rx {sums[0] / args.seconds:.2f}, tx {sums[1] / args.seconds:.2f} GB/s"
+                )
     finally:
-        load.stop()
         collector.close()
     return 0
 
