@@ -1,11 +1,12 @@
-"""The /metrics HTTP(S) server: prometheus_client's WSGI app behind optional basic auth, one thread per request
-(bounded in number and in time; a newcomer evicts the oldest connection still waiting for its request), TLS
-handshakes on the request's thread so a silent client blocks nobody."""
+"""The /metrics HTTP(S) server: prometheus_client's WSGI app behind optional basic auth. Connections come in through
+the intake (gpumon/exporter/intake.py: non-blocking TLS handshakes, deadlines, caps per address and on request
+heads), so idle, silent or slow clients hold no thread and never starve a scrape."""
 
 from __future__ import annotations
 
 import base64
 import hmac
+import io
 import os
 import socket
 import ssl
@@ -13,18 +14,18 @@ import stat
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
 from typing import Any, cast
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
-MAX_CONNECTIONS = 16
-"""Connections open at once. A newcomer beyond it evicts the oldest one still waiting for its request; with every
-one being answered, it is closed at once (Prometheus scrapes one at a time)."""
-REQUEST_TIMEOUT = 10.0
-"""Seconds a connection may take to send its request (or finish its TLS handshake) before it is dropped."""
+from gpumon.exporter.intake import Intake
+from gpumon.regular_files import check_regular, read_regular
+
+BACKLOG = 128
+"""Connections the kernel queues before the intake accepts them (20 at once overflowed 5, costing seconds of SYN
+retries)."""
 TLS_MIN_VERSION = ssl.TLSVersion.TLSv1_2
 
 Environ = dict[str, Any]
@@ -59,12 +60,17 @@ def tls_context(files: TlsFiles) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = TLS_MIN_VERSION
     try:
+        for path in (files.certfile, files.keyfile, files.client_cafile):
+            if path is not None:
+                check_regular(path)  # ssl opens them by name, and would wait forever on a FIFO
         context.load_cert_chain(certfile=files.certfile, keyfile=files.keyfile)
         if files.client_cafile is not None:
             context.load_verify_locations(cafile=files.client_cafile)
             context.verify_mode = ssl.CERT_REQUIRED
     except (OSError, ssl.SSLError) as error:
-        raise ServerConfigError(f"cannot load the TLS certificate, key or client CA: {error}") from None
+        named = f" {error.filename}" if getattr(error, "filename", None) else ""
+        reason = error.strerror or error
+        raise ServerConfigError(f"cannot load the TLS certificate, key or client CA{named}: {reason}") from None
     return context
 
 
@@ -72,10 +78,11 @@ def read_basic_auth_file(path: str) -> tuple[str, str]:
     """(user, password) from a file holding one 'user:password' line, readable by its owner only."""
     try:
         info = os.stat(path)
-        with open(path, encoding="utf-8") as stream:
-            line = stream.readline(4096).rstrip("\r\n")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ServerConfigError(f"cannot read the basic auth file {path!r}: {error}") from None
+        line = read_regular(path, 4096).decode("utf-8").split("\n", 1)[0].rstrip("\r")
+    except OSError as error:
+        raise ServerConfigError(f"cannot read the basic auth file {path!r}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ServerConfigError(f"the basic auth file {path!r} is not UTF-8 text") from None
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ServerConfigError(f"the basic auth file {path!r} is readable by others: chmod 600 it")
     user, sep, password = line.partition(":")
@@ -101,105 +108,49 @@ def with_basic_auth(app: WsgiApp, user: str, password: str, realm: str = "gpumon
     return guarded
 
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = REQUEST_TIMEOUT
-    server: _Server
+class _Site:
+    """What wsgiref's request handler asks its server for: the application and the CGI variables of every request."""
+
+    def __init__(self, app: WsgiApp, host: str, port: int) -> None:
+        self.app = app
+        self.base_environ: Environ = {
+            "SERVER_NAME": host,
+            "GATEWAY_INTERFACE": "CGI/1.1",
+            "SERVER_PORT": str(port),
+            "REMOTE_HOST": "",
+            "CONTENT_LENGTH": "",
+            "SCRIPT_NAME": "",
+        }
+
+    def get_app(self) -> WsgiApp:
+        return self.app
+
+
+class _SocketWriter(io.BufferedIOBase):
+    """A write-only file over a socket, every write sent in full."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._sock.sendall(data)
+        return len(data)
+
+
+class _HeadHandler(WSGIRequestHandler):
+    """wsgiref's handler over a request whose head the intake has read already (no body: /metrics is a GET)."""
+
+    def setup(self) -> None:
+        sock, head = self.request
+        self.connection = sock
+        self.rfile = io.BytesIO(head)
+        self.wfile = _SocketWriter(sock)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged."""
-
-    def parse_request(self) -> bool:
-        parsed = super().parse_request()
-        if parsed:  # the request line and headers are in: no longer a connection to evict for a newcomer
-            self.server.request_read()
-        return parsed
-
-
-class _Connection:
-    """One accepted connection: the socket its thread reads (the TLS one once wrapped)."""
-
-    __slots__ = ("sock",)
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-
-    def evict(self) -> None:
-        try:  # the plain socket's shutdown (not SSLSocket's): wakes its thread's read at once, from here
-            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    """At most MAX_CONNECTIONS connections; when they are all taken, a newcomer evicts the oldest one still
-    waiting for its request (idle, silent, mid-handshake or trickling headers): only connections being answered
-    hold their place, so idle or slow clients never lock scrapes out."""
-
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 64
-    tls: ssl.SSLContext | None = None
-
-    def server_activate(self) -> None:
-        super().server_activate()
-        self._lock = threading.Lock()
-        self._open = 0
-        self._waiting: dict[int, _Connection] = {}  # id(request) -> connection, oldest first
-        self._local = threading.local()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            if self._open >= MAX_CONNECTIONS:
-                if not self._waiting or self._open >= 2 * MAX_CONNECTIONS:  # all being answered, or evictees
-                    self.shutdown_request(request)  # still leaving: the newcomer is closed at once
-                    return
-                oldest = next(iter(self._waiting))
-                self._waiting.pop(oldest).evict()
-            self._open += 1
-            self._waiting[id(request)] = _Connection(request)
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._forget(request)
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        self._local.key = id(request)
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._forget(request)
-
-    def _forget(self, request: Any) -> None:
-        with self._lock:
-            self._open -= 1
-            self._waiting.pop(id(request), None)
-
-    def request_read(self) -> None:
-        """The calling connection's request is read: it is being answered, and keeps its place."""
-        with self._lock:
-            self._waiting.pop(getattr(self._local, "key", -1), None)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(REQUEST_TIMEOUT)
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        try:
-            wrapped = self.tls.wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError):  # a failed or silent handshake costs only this connection
-            return
-        with self._lock:
-            connection = self._waiting.get(id(request))
-            if connection is not None:
-                connection.sock = wrapped
-        try:
-            super().finish_request(wrapped, client_address)
-        finally:
-            wrapped.close()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that goes away mid-answer is not worth a traceback."""
 
 
 class MetricsServer:
@@ -217,22 +168,26 @@ class MetricsServer:
         app: WsgiApp = make_wsgi_app(registry)
         if basic_auth is not None:
             app = with_basic_auth(app, *basic_auth)
-        server_class = cast("type[_Server]", type("_Server", (_Server,), {"address_family": _family(host, port)}))
+        context = tls_context(tls) if tls is not None else None
         try:
-            self._httpd: _Server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+            self._listener = socket.create_server((host, port), family=_family(host, port), backlog=BACKLOG)
         except OSError as error:
             raise ServerConfigError(f"cannot listen on {address}: {error.strerror or error}") from None
-        self._httpd.tls = tls_context(tls) if tls is not None else None
+        self._site = _Site(app, host, self.port)
+        self._intake = Intake(self._listener, context, self._answer)
         self.scheme = "https" if tls is not None else "http"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="gpumon-exporter-http", daemon=True)
+        self._thread = threading.Thread(target=self._intake.serve, name="gpumon-exporter-http", daemon=True)
+
+    def _answer(self, sock: socket.socket, head: bytes, address: Any) -> None:
+        _HeadHandler(cast(Any, (sock, head)), address, cast(Any, self._site))
 
     @property
     def host(self) -> str:
-        return str(self._httpd.server_address[0])
+        return str(self._listener.getsockname()[0])
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return int(self._listener.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -244,8 +199,9 @@ class MetricsServer:
 
     def close(self) -> None:
         if self._thread.is_alive():
-            self._httpd.shutdown()
-        self._httpd.server_close()
+            self._intake.stop()
+            self._thread.join(timeout=5)
+        self._listener.close()
 
 
 def _family(host: str, port: int) -> socket.AddressFamily:
