@@ -15,9 +15,10 @@ DESCRIPTION = (
     "and data wait, the straggler rank and the job's finding. Keys: / filter, s sort, Enter a host's processes."
 )
 FILTER_HELP = (
-    "show only rows matching TERM (repeatable, all must match): host=~REGEX, host=NAME, state=down|nvml failed|"
-    "off bus|alert|warn|ok (state!=ok: every problem), util<20, mem>=90, model=~.*H100.*, any target label "
-    "(rack=r7); =~ and !~ match the whole value, as in PromQL; a bare word matches part of the host name"
+    "show only rows matching TERM (repeatable, all must match): host=~REGEX, host=NAME, "
+    "state=down|nvml_failed|off_bus|alert|warn|no_gpus|ok (state!=ok: every problem; another state is refused), "
+    "util<20, mem>=90, model=~.*H100.*, any target label (rack=r7); =~ and !~ match the whole value, as in PromQL; "
+    "a bare word matches part of the host name"
 )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpumon.printable import printable
+from gpumon.regular_files import check_regular, read_regular
 
 MAX_SECRET_BYTES = 64 * 1024
 """A credentials file bigger than this is refused (a token is a few KiB at most)."""
@@ -38,8 +39,7 @@ class SecretFile:
         """The file's one line, stripped; AuthError when it cannot be read, is empty, or holds what no header may."""
         name = printable(self.path)
         try:
-            with open(self.path, "rb") as handle:
-                raw = handle.read(MAX_SECRET_BYTES + 1)
+            raw = read_regular(self.path, MAX_SECRET_BYTES + 1)
         except OSError as error:
             raise AuthError(f"cannot read {self.kind} {name}: {error.strerror or type(error).__name__}") from None
         if len(raw) > MAX_SECRET_BYTES:
@@ -143,6 +143,7 @@ def _tls(ca_file: str | None) -> ssl.SSLContext:
     if ca_file is None:
         return ssl.create_default_context()
     try:
+        check_regular(ca_file)  # ssl opens it by name, and would wait forever on a FIFO
         return ssl.create_default_context(cafile=ca_file)
     except FileNotFoundError:
         raise AuthError(f"cannot read CA file {printable(ca_file)}: No such file or directory") from None

@@ -21,6 +21,7 @@ SORT_KEYS = ("host", "state", "util", "mem")
 STATE_RANK = {"DOWN": 0, "NVML FAILED": 1, "OFF BUS": 2, "ALERT": 3, "WARN": 4, "NO GPUS": 5, "OK": 6}
 _TERM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|<=|>=|=|<|>)(.*)", re.DOTALL)
 _NUMERIC = frozenset({"util", "mem"})
+_STATES = tuple(state.casefold() for state in STATE_RANK)
 
 
 class FilterError(ValueError):
@@ -113,8 +114,17 @@ def _term(term: str) -> Term:
         matches = op == "=~"
         return lambda row: (pattern.fullmatch(row.field(name) or "") is not None) == matches
     equal = op == "="
-    folded = value.casefold()
+    folded = _state(term, value) if name == "state" else value.casefold()
     return lambda row: ((row.field(name) or "").casefold() == folded) == equal
+
+
+def _state(term: str, value: str) -> str:
+    """The state `value` names, folded ('nvml_failed', 'nvml-failed' -> 'nvml failed'); FilterError for no state."""
+    folded = " ".join(value.casefold().replace("_", " ").replace("-", " ").split())
+    if folded not in _STATES:
+        known = ", ".join(state.replace(" ", "_") for state in _STATES)
+        raise FilterError(f"bad filter term '{printable(term)}': no state '{printable(value)}' (one of {known})")
+    return folded
 
 
 def _numeric(term: str, name: str, op: str, value: str) -> Term:

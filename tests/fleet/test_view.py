@@ -48,6 +48,8 @@ def test_hosts_without_gpu_rows_are_one_row_each_and_hosts_sort_naturally() -> N
         ("state=down", ["node-3/-"]),
         ("state!=ok", ["node-2/1", "node-3/-", "node-4/-", "node-10/1"]),
         ("state=~down|nvml.*", ["node-3/-", "node-4/-"]),
+        ("state=nvml_failed", ["node-4/-"]),
+        ("state!=NVML-Failed state!=ok", ["node-2/1", "node-3/-", "node-10/1"]),
         ("util<20", ["node-2/1"]),
         ("util>=40 mem>80%", ["node-2/0"]),
         ("rack=r2", ["node-3/-", "node-10/0", "node-10/1"]),
@@ -76,6 +78,11 @@ def test_sorts() -> None:
         ("host=~(", "bad filter term 'host=~(': missing ), unterminated subpattern at position 0"),
         ("=x", "bad filter term '=x': expected NAME=VALUE, NAME=~REGEX, util<NUMBER"),
         ("util=~9", "bad filter term 'util=~9': util takes <, >, <=, >=, = or != and a number"),
+        (
+            "state=bogus",
+            "bad filter term 'state=bogus': no state 'bogus' "
+            "(one of down, nvml_failed, off_bus, alert, warn, no_gpus, ok)",
+        ),
     ],
 )
 def test_bad_terms_are_one_line(text: str, message: str) -> None:
