@@ -95,8 +95,16 @@ class RequestHandler:
 
 def subscribe(client: Client, msg: dict[str, Any], seq: int) -> dict[str, Any]:
     """Apply a `subscribe` request's options to `client` (clamped; a backlog moves its cursor back from `seq`, the
-    newest step) and say what is in effect."""
+    newest step) and say what is in effect. A backlog that would send the client more records again than its replay
+    budget has left is refused whole (`over_budget`), before anything changes."""
     now = time.monotonic()
+    if "backlog" in msg:
+        cursor = max(0, seq - min(protocol.BACKLOG_MAX, max(0, msg["backlog"])))
+        if not client.replays.take(now, max(0, client.cursor - cursor)):
+            wait = client.replays.wait_s(now, client.cursor - cursor)
+            raise RequestError(protocol.E_OVER_BUDGET, f"backlog replay budget spent: ask again in {wait:.1f} s")
+        client.cursor = cursor
+        client.next_steps = now
     if "steps" in msg:
         client.steps = msg["steps"]
     if "state" in msg:
@@ -105,10 +113,6 @@ def subscribe(client: Client, msg: dict[str, Any], seq: int) -> dict[str, Any]:
         client.steps_interval = min(5.0, max(0.05, float(msg["steps_interval"])))
     if "state_interval" in msg:
         client.state_interval = min(30.0, max(0.25, float(msg["state_interval"])))
-    if "backlog" in msg:
-        backlog = min(protocol.BACKLOG_MAX, max(0, msg["backlog"]))
-        client.cursor = max(0, seq - backlog)
-        client.next_steps = now
     client.next_steps = min(client.next_steps, now + client.steps_interval)
     client.next_state = min(client.next_state, now + client.state_interval)
     return {

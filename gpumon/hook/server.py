@@ -4,13 +4,16 @@ Never blocks the training thread (it only reads the runtime's bounded structures
 in `runtime.control`), never waits for a client (non-blocking sockets, a bounded outgoing buffer per
 client whose oldest messages are dropped), and no client can make it cost the job much: accepts and
 each client's input have a budget (token buckets; over it, the server stops listening or reading for a
-while and lets the kernel push back), a new client gets a greeting built at most every GREETING_TTL,
-and nothing a client sends can end the thread (a failing connection is dropped; a failing loop is
-restarted with backoff and counted in state.hook.server_restarts).
+while and lets the kernel push back), so do each client's share of the thread's CPU and the thread's CPU as
+a whole (measured with time.thread_time; over it, the client, or the whole server, waits), a new client gets a
+greeting built at most every GREETING_TTL, each step record is encoded once for every client, and nothing a
+client sends can end the thread (a failing connection is dropped; a failing loop is restarted with backoff and
+counted in state.hook.server_restarts).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import socket
@@ -23,10 +26,20 @@ from gpumon.hook import info
 from gpumon.hook.ratelimit import TokenBucket
 from gpumon.hook.request_handler import RequestError, RequestHandler
 from gpumon.hook.runtime import R_SEQ, HookRuntime
-from gpumon.hook.server_client import Client
+from gpumon.hook.server_client import CPU_RESUME, Client
 from gpumon.hook.socket_dir import choose_socket_dir, prepare_socket_dir
+from gpumon.hook.steps_lines import StepsLines
 
 MAX_CLIENTS = 8
+SERVER_CPU_SHARE = 0.02
+SERVER_CPU_BURST = 0.05
+"""The server thread's CPU, whatever the clients do: share of a core, and seconds at once. In debt, the whole server
+(accepts, reads, streams) waits until it has SERVER_CPU_RESUME again; the kernel holds what clients send."""
+SERVER_CPU_RESUME = 0.005
+MAX_ID_BYTES = 256
+"""Longest request `id`, as JSON. A longer one (or one with NaN or infinity) gets `error` `bad_message`, without it."""
+STATS_TTL = 0.2
+"""The step stats sent with `steps` are reused for this long (they cover the last 5 s)."""
 CLIENT_BUFFER = 1024 * 1024
 """Bytes queued for one client before its oldest messages are dropped."""
 STALL_TIMEOUT = 20.0
@@ -105,6 +118,10 @@ class HookServer:
         self._accept_resumed_at = 0.0
         self._accept_pause = ACCEPT_PAUSE_MIN
         self._greeting: tuple[float, list[bytes], int] | None = None
+        self._cpu = TokenBucket(SERVER_CPU_SHARE, SERVER_CPU_BURST, time.monotonic())
+        self._cpu_mark = 0.0
+        self._steps_lines = StepsLines(runtime)
+        self._stats: tuple[float, bytes] | None = None
         self._requests = RequestHandler(runtime, self._state, lambda: self.directory)
         self._too_many_clients = protocol.encode(
             protocol.error_message(protocol.E_TOO_MANY_CLIENTS, f"at most {max_clients} clients at a time")
@@ -264,6 +281,7 @@ class HookServer:
     # -- the thread -----------------------------------------------------------------------------
 
     def _run(self) -> None:
+        self._cpu_mark = time.thread_time()
         backoff = RESTART_BACKOFF_MIN
         while not self._stopping:
             began = time.monotonic()
@@ -303,7 +321,15 @@ class HookServer:
     def _serve_once(self) -> None:
         selector = self._selector
         assert selector is not None
+        self._charge(None)
+        now = time.monotonic()
+        if self._cpu.wait_s(now, 0.0) > 0:
+            self._stop_event.wait(self._cpu.wait_s(now, SERVER_CPU_RESUME))
+            return
+        self._tick()  # the subscribed streams first: a flood of requests cannot starve them
         for key, mask in selector.select(self._timeout(time.monotonic())):
+            if self._stopping or self._over_budget(None):
+                return
             if key.data == "listen":
                 self._accept()
             elif key.data == "wake":
@@ -314,6 +340,7 @@ class HookServer:
                     pass
             else:
                 client = key.data
+                self._charge(None)
                 try:
                     if mask & selectors.EVENT_READ and not client.closed:
                         self._read(client)
@@ -321,18 +348,36 @@ class HookServer:
                         self._flush(client)
                 except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
                     self._client_failed(client, exc)
-        if not self._stopping:
-            self._tick()
+                self._charge(client)
+
+    def _charge(self, client: Client | None) -> None:
+        """Charge the thread's CPU since the last charge to the server's budget, and to `client`'s when given."""
+        mark = time.thread_time()
+        spent, self._cpu_mark = mark - self._cpu_mark, mark
+        now = time.monotonic()
+        self._cpu.spend(now, spent)
+        if client is not None:
+            client.cpu.spend(now, spent)
+
+    def _over_budget(self, client: Client | None) -> bool:
+        """The server, or `client`, has spent its CPU budget (both counted up to the last charge)."""
+        now = time.monotonic()
+        return self._cpu.wait_s(now, 0.0) > 0 or (client is not None and client.cpu.wait_s(now, 0.0) > 0)
+
+    def _budget_resumes_at(self, client: Client, now: float) -> float:
+        """When `client` may be served again: both its budget and the server's have some CPU back."""
+        return now + max(client.cpu.wait_s(now, CPU_RESUME), self._cpu.wait_s(now, SERVER_CPU_RESUME))
 
     def _timeout(self, now: float) -> float | None:
         due = [self._accept_resume_at] if self._accept_resume_at is not None else []
         if not self._clients and not due:
             return None
         for client in self._clients.values():
+            ready = now + client.cpu.wait_s(now, 0.0)
             if client.steps:
-                due.append(client.next_steps)
+                due.append(max(ready, client.next_steps))
             if client.state:
-                due.append(client.next_state)
+                due.append(max(ready, client.next_state))
             if client.paused_until:
                 due.append(client.paused_until)
         if not due:
@@ -428,9 +473,11 @@ class HookServer:
         )
         lines = [protocol.encode(hello), protocol.encode(self._state())]
         records = self.runtime.snapshot_records()
-        stats = info.step_stats(self.runtime, records, self.runtime.clock())
-        messages, cursor = info.steps_messages(self.runtime, max(0, self.runtime.seq - DEFAULT_BACKLOG), records, stats)
-        lines += [protocol.encode(message) for message in messages]
+        stats_json = self._stats_json(records, now)
+        cursor, more = max(0, self.runtime.seq - DEFAULT_BACKLOG), True
+        while more:
+            line, cursor, more = self._steps_lines.next_line(cursor, records, stats_json)
+            lines.append(line)
         self._greeting = (now, lines, cursor)
         return lines, cursor
 
@@ -439,6 +486,9 @@ class HookServer:
     def _read(self, client: Client) -> None:
         for _ in range(_MAX_RECV_PER_WAKE):
             if client.paused_until:
+                return
+            if self._over_budget(client):
+                self._pause_input(client, self._budget_resumes_at(client, time.monotonic()))
                 return
             try:
                 chunk = client.sock.recv(_RECV_CHUNK)
@@ -473,6 +523,9 @@ class HookServer:
                 return
             if newline < 0:
                 return
+            if self._over_budget(client):
+                self._pause_input(client, self._budget_resumes_at(client, now))
+                return
             if not client.requests.take(now):
                 self._pause_input(client, now + client.requests.wait_s(now))
                 return
@@ -480,6 +533,7 @@ class HookServer:
             del buf[: newline + 1]
             if line.strip():
                 self._handle_request(client, line)
+                self._charge(client)
 
     def _refuse(self, client: Client, code: str, message: str) -> None:
         """Answer with an error and hang up (what is queued gets one chance to go out)."""
@@ -494,6 +548,11 @@ class HookServer:
             self._client_error(client, exc.code, str(exc), exc.request_id)
             return
         request_id = msg.get("id")
+        if request_id is not None:
+            problem = _id_problem(request_id)
+            if problem is not None:
+                self._client_error(client, protocol.E_BAD_MESSAGE, problem, None)
+                return
         try:
             reply = self._requests.answer(client, msg)
         except RequestError as exc:
@@ -501,7 +560,12 @@ class HookServer:
             return
         if request_id is not None:
             reply["id"] = request_id
-        self._send(client, reply)
+        try:
+            data = protocol.encode(reply)
+        except protocol.ProtocolError as exc:  # a value from the request that JSON cannot carry back
+            self._client_error(client, protocol.E_BAD_MESSAGE, str(exc), request_id)
+            return
+        self._send_bytes(client, data)
 
     def _client_error(self, client: Client, code: str, message: str, request_id: Any) -> None:
         client.errors += 1
@@ -529,53 +593,78 @@ class HookServer:
             message = outbox.popleft()
             for client in list(self._clients.values()):
                 self._send(client, message)
-        steps: tuple[list[list[Any]], protocol.StepStats] | None = None
-        state: protocol.State | None = None
+        records: list[list[Any]] | None = None
+        state: bytes | None = None
         for client in list(self._clients.values()):
             if client.closed:
                 continue
+            self._charge(None)
             try:
+                if client.out and now - client.last_progress > self.stall_timeout:
+                    self._drop(client)
+                    continue
+                if self._over_budget(client):
+                    continue  # its streams wait; _timeout wakes the loop when its budget is back
                 if client.paused_until and now >= client.paused_until:
                     client.paused_until = 0.0
                     self._handle_lines(client, now)
                     self._update_events(client)
-                if client.steps and now >= client.next_steps:
-                    client.next_steps = now + client.steps_interval
-                    if steps is None:
+                if client.steps and now >= client.next_steps and not self._over_budget(client):
+                    if records is None:
                         records = self.runtime.snapshot_records()
-                        steps = records, info.step_stats(self.runtime, records, self.runtime.clock())
-                    last_seq = steps[0][-1][R_SEQ] if steps[0] else 0
-                    if last_seq > client.cursor or now - client.last_steps_sent >= STEPS_HEARTBEAT:
-                        self._send_steps(client, *steps)
-                if client.state and now >= client.next_state:
+                    self._stream_steps(client, records, now)
+                if client.state and now >= client.next_state and not self._over_budget(client):
                     client.next_state = now + client.state_interval
                     if state is None:
-                        state = self._state()
-                    self._send(client, state)
-                if client.out and now - client.last_progress > self.stall_timeout:
-                    self._drop(client)
+                        state = self._encode(self._state())
+                    self._send_bytes(client, state)
             except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
                 self._client_failed(client, exc)
+            self._charge(client)
 
-    def _send_steps(self, client: Client, records: list[list[Any]], stats: protocol.StepStats) -> None:
-        messages, client.cursor = info.steps_messages(self.runtime, client.cursor, records, stats)
-        client.last_steps_sent = time.monotonic()
-        for message in messages:
-            self._send(client, message)
+    def _stream_steps(self, client: Client, records: list[list[Any]], now: float) -> None:
+        """A subscriber's `steps` when due: the records new to it (a line at a time while its budget lasts; the rest
+        at the next tick), or fresh stats at least every STEPS_HEARTBEAT."""
+        last_seq = records[-1][R_SEQ] if records else 0
+        if last_seq > client.cursor or now - client.last_steps_sent >= STEPS_HEARTBEAT:
+            client.last_steps_sent = now
+            if not self._send_steps(client, records, self._stats_json(records, now), budgeted=True):
+                return  # more to send: due again as soon as its budget allows
+        client.next_steps = now + client.steps_interval
+
+    def _send_steps(self, client: Client, records: list[list[Any]], stats_json: bytes, *, budgeted: bool) -> bool:
+        """Send `client` the `steps` lines after its cursor; budgeted, only while it has budget. True: all sent."""
+        while True:
+            line, client.cursor, more = self._steps_lines.next_line(client.cursor, records, stats_json)
+            self._send_bytes(client, line)
+            if not more:
+                return True
+            if budgeted:
+                self._charge(client)
+                if self._over_budget(client):
+                    return False
+
+    def _stats_json(self, records: list[list[Any]], now: float) -> bytes:
+        cached = self._stats
+        if cached is None or now - cached[0] >= STATS_TTL:
+            cached = self._stats = (now, self._steps_lines.stats_json(records))
+        return cached[1]
+
+    def _encode(self, message: Any) -> bytes:
+        """The message's line; empty (and the error counted) when it cannot be encoded."""
+        try:
+            return protocol.encode(message)
+        except protocol.ProtocolError as exc:
+            self.runtime.error(exc)
+            return b""
 
     def _send(self, client: Client, message: Any) -> None:
         """Queue a message for `client`, dropping its oldest queued ones beyond the buffer cap."""
-        if client.closed:
-            return
-        try:
-            data = protocol.encode(message)
-        except protocol.ProtocolError as exc:
-            self.runtime.error(exc)
-            return
-        self._send_bytes(client, data)
+        if not client.closed:
+            self._send_bytes(client, self._encode(message))
 
     def _send_bytes(self, client: Client, data: bytes) -> None:
-        if client.closed:
+        if client.closed or not data:
             return
         client.queue(data, self.client_buffer, time.monotonic())
         self._flush(client)
@@ -632,15 +721,26 @@ class HookServer:
             for client in list(self._clients.values()):
                 self._send(client, message)
         records = self.runtime.snapshot_records()
-        stats = info.step_stats(self.runtime, records, self.runtime.clock())
+        stats_json = self._steps_lines.stats_json(records)
         last_seq = records[-1][R_SEQ] if records else 0
         for client in list(self._clients.values()):
             if client.steps:
-                self._send_steps(client, records, stats)
+                self._send_steps(client, records, stats_json, budgeted=False)
             self._send(
                 client,
                 protocol.Bye(type=protocol.BYE, t=round(time.time(), 4), last_seq=last_seq, reason=self._stop_reason),
             )
+
+
+def _id_problem(request_id: Any) -> str | None:
+    """Why a request's `id` cannot be sent back in its reply, or None."""
+    try:
+        size = len(json.dumps(request_id, separators=(",", ":"), allow_nan=False, ensure_ascii=False))
+    except ValueError:
+        return "the id must be JSON: no NaN or Infinity"
+    if size > MAX_ID_BYTES:
+        return f"the id is {size} characters of JSON; at most {MAX_ID_BYTES}"
+    return None
 
 
 def _close_quietly(sock: socket.socket) -> None:

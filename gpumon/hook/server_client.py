@@ -1,4 +1,4 @@
-"""One client connection of the hook's server: its subscription, input budget and bounded output queue."""
+"""One client connection of the hook's server: its subscription, budgets and bounded output queue."""
 
 from __future__ import annotations
 
@@ -6,15 +6,24 @@ import socket
 from collections import deque
 
 from gpumon.hook.ratelimit import TokenBucket
+from gpumon.protocol import BACKLOG_MAX
 
 STEPS_INTERVAL = 0.2
 STATE_INTERVAL = 1.0
-INPUT_RATE = 64 * 1024
-INPUT_BURST = 256 * 1024
-"""Bytes a second one client may send, and at once. Beyond: its socket is not read for a while."""
+INPUT_RATE = 16 * 1024
+INPUT_BURST = 128 * 1024
+"""Bytes a second one client may send, and at once (two longest lines). Beyond: its socket is not read for a while."""
 REQUEST_RATE = 50.0
 REQUEST_BURST = 100.0
 """Requests (lines) a second one client may send, and at once."""
+REPLAY_BURST = BACKLOG_MAX
+REPLAY_RATE = BACKLOG_MAX / 10
+"""Step records one client may have sent again by `subscribe` backlogs, at once and a second."""
+CPU_SHARE = 0.01
+CPU_BURST = 0.05
+"""The server thread's CPU one client's requests and streams may use: share of a core, and seconds at once. In debt,
+its socket is not read and its streams wait until it has CPU_RESUME again."""
+CPU_RESUME = 0.002
 
 
 class Client:
@@ -22,6 +31,7 @@ class Client:
 
     __slots__ = (
         "closed",
+        "cpu",
         "cursor",
         "dropped_messages",
         "errors",
@@ -37,6 +47,7 @@ class Client:
         "out",
         "out_bytes",
         "paused_until",
+        "replays",
         "requests",
         "sock",
         "state",
@@ -71,6 +82,8 @@ class Client:
         """While nonzero, the socket is not read (input over budget) until this monotonic time."""
         self.input_bytes = TokenBucket(INPUT_RATE, INPUT_BURST, now)
         self.requests = TokenBucket(REQUEST_RATE, REQUEST_BURST, now)
+        self.replays = TokenBucket(REPLAY_RATE, REPLAY_BURST, now)
+        self.cpu = TokenBucket(CPU_SHARE, CPU_BURST, now)
 
     def queue(self, data: bytes, cap: int, now: float) -> None:
         """Queue `data`, dropping the oldest queued messages beyond `cap` bytes (never the one being sent, never the

@@ -58,6 +58,7 @@ E_TOO_MANY_CLIENTS = "too_many_clients"
 E_BAD_KNOB = "bad_knob"
 E_BUSY = "busy"
 E_TOO_MANY_ERRORS = "too_many_errors"
+E_OVER_BUDGET = "over_budget"
 
 # Where a step boundary came from (StepRecord.source).
 SOURCE_OPTIMIZER = "optimizer"
