@@ -29,6 +29,10 @@ IO_BOUND = "io_bound"
 THROTTLED = "throttled"
 COMM_BOUND = "comm_bound"
 STRAGGLER = "straggler"
+GC_BOUND = "gc_bound"
+ALLOCATOR_CHURN = "allocator_churn"
+CPU_OPTIMIZER = "cpu_optimizer"
+UNEXPLAINED_IDLE = "unexplained_idle"
 HEALTHY = "healthy"
 
 RECORDS = (
@@ -110,6 +114,38 @@ RECORDS = (
         "its node loads slower (fewer cores or workers, remote or slower storage, uneven shards: "
         "DistributedSampler with drop_last=True); GPU time means a slower or throttled GPU on that node "
         "(check its clocks and temperature); the others wait for it inside every all-reduce.",
+    ),
+    Category(
+        GC_BOUND,
+        "GC-bound: Python's garbage collector stops the training thread",
+        "Make the collector's passes rare and short: gc.freeze() once the model, data and optimizer are set up (the "
+        "objects made so far leave the collector's generations), fewer long-lived per-sample objects (keep running "
+        "sums or tensors instead of a dict per sample), gc.set_threshold() higher, or gc.disable() during the epoch "
+        "with gc.collect() between epochs.",
+        "gc.freeze()  # after building the model, optimizer and data; or keep per-sample records as running sums",
+    ),
+    Category(
+        ALLOCATOR_CHURN,
+        "Allocator churn: CUDA memory is freed and allocated again every step",
+        "Let PyTorch's caching allocator keep its memory: remove torch.cuda.empty_cache() from the loop (it frees "
+        "every cached block, so the next step pays cudaMalloc again after a full drain of the GPU); against "
+        "fragmentation use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True instead.",
+        "# torch.cuda.empty_cache()  # out of the training loop; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    ),
+    Category(
+        CPU_OPTIMIZER,
+        "CPU optimizer: the optimizer runs on the CPU while the GPU waits",
+        "Run the optimizer on the GPU: keep the parameters, their fp32 master copies and the optimizer's state on the "
+        "device (model.cuda() before building the optimizer), so no gradient is copied down and no weight copied up "
+        "each step; if memory is short, use a fused or 8-bit optimizer, or shard its state (ZeRO, FSDP).",
+        "model.cuda(); optimizer = torch.optim.AdamW(model.parameters(), fused=True)  # state on the GPU",
+    ),
+    Category(
+        UNEXPLAINED_IDLE,
+        "GPU idle: the step model cannot say who owns the idle time",
+        "The GPU idles, but neither the hook's samples nor its timers place that time: look at the lines listed; "
+        "`gpumon diagnose --native --pid PID` sees C/C++ frames (syncs, allocator, launches inside extensions), and "
+        "`gpumon diagnose --profile 10 --pid PID` captures the kernels and the gaps between them.",
     ),
     Category(
         HEALTHY,

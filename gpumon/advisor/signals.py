@@ -129,6 +129,28 @@ class Signals:
     """Bytes/s while copying host->device."""
     budget_syncs_per_step: float | None = None
     """Calls that waited on the GPU per budgeted step (.item(), .cpu(), synchronize...)."""
+    # -- host time the hook timed itself (shares of the wall time; `*_idle`: the part with the training stream idle)
+    gc_share: float | None = None
+    """Python's garbage collector: its passes' time over the window."""
+    gc_idle_share: float | None = None
+    gc_passes_per_s: float | None = None
+    gc_gen2_per_s: float | None = None
+    gc_ms_per_pass: float | None = None
+    empty_cache_share: float | None = None
+    """torch.cuda.empty_cache(): its calls' time over the window."""
+    empty_cache_idle_share: float | None = None
+    empty_cache_per_step: float | None = None
+    empty_cache_sites: tuple[str, ...] = ()
+    device_allocs_per_step: float | None = None
+    """The caching allocator's cudaMalloc calls per step (torch.cuda.memory_stats, budgeted steps)."""
+    d2h_share: float | None = None
+    """Device->host copies (.cpu(), .to("cpu")): the host's time in them, budgeted steps."""
+    d2h_idle_share: float | None = None
+    d2h_bytes_per_step: float | None = None
+    optimizer_share: float | None = None
+    """The host's time in optimizer.step(), budgeted steps."""
+    optimizer_on_cpu: bool | None = None
+    """The optimizer's parameters live on the CPU while the job computes on a GPU."""
     # -- the step model (hook: the stack sampler with the GPU's state; jobs.step_model): shares of the time
     step_shares: Mapping[str, float] = field(default_factory=dict)
     """Owner -> share of the step time (gpu_busy, data, h2d, sync_wait, sync_idle, comm, launch, cpu, other; they add
@@ -242,7 +264,14 @@ class Signals:
         values["gpus"] = tuple(
             GpuSignals(**{k: v for k, v in gpu.items() if k in _GPU_FIELDS}) for gpu in data.get("gpus") or ()
         )
-        for name in ("worker_cpu", "sync_sites", "idle_lines", "idle_line_shares", "idle_line_activities"):
+        for name in (
+            "worker_cpu",
+            "sync_sites",
+            "idle_lines",
+            "idle_line_shares",
+            "idle_line_activities",
+            "empty_cache_sites",
+        ):
             values[name] = tuple(data.get(name) or ())
         values["pyspy"] = dict(data.get("pyspy") or {})
         values["pyspy_sync_evidence"] = dict(data.get("pyspy_sync_evidence") or {})

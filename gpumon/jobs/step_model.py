@@ -11,6 +11,14 @@ Idle time is split by what the training thread was doing at the samples where th
 launched new work the GPU waits. Without syncs the host would run ahead, so a step would take max(host time not
 spent waiting in syncs, GPU busy time); what the job takes beyond that is the syncs' cost (`sync_idle`), and the
 rest of the idle time keeps its host-side owners, scaled to what is left.
+
+Some host time the hook measures directly instead of sampling (`MeasuredHostTime`): the garbage collector's passes
+(the sampler cannot run while a collection holds the GIL, so its samples land on whatever line ran next), the
+caching allocator's `empty_cache` and device->host copies. Where the hook saw the training stream idle during such
+time (a collection that began with nothing queued, the frees after `empty_cache` drained the stream, a blocking copy
+after its drain), that time is GPU idle whatever GPU-Util says: NVML counts a context busy through the allocator's
+frees. The rest of their time owns idle as syncs do (the drain after them) or, for the collector, as host work does.
+An optimizer whose parameters live on the CPU turns its samples from torch's launches into CPU math.
 """
 
 from __future__ import annotations
@@ -27,11 +35,15 @@ DATA = "data"
 H2D = "h2d"
 SYNC_WAIT = "sync_wait"
 SYNC_IDLE = "sync_idle"
+D2H = "d2h"
 COMM = "comm"
 LAUNCH = "launch"
 CPU = "cpu"
+GC = "gc"
+ALLOC = "alloc"
+CPU_OPTIMIZER = "cpu_optimizer"
 OTHER = "other"
-OWNERS = (GPU_BUSY, DATA, H2D, SYNC_WAIT, SYNC_IDLE, COMM, LAUNCH, CPU, OTHER)
+OWNERS = (GPU_BUSY, DATA, H2D, D2H, SYNC_WAIT, SYNC_IDLE, COMM, LAUNCH, CPU, GC, ALLOC, CPU_OPTIMIZER, OTHER)
 """The owners of a step's time, in the order of the bar; their shares add up to 1."""
 LABELS = {
     GPU_BUSY: "GPU busy",
@@ -39,9 +51,13 @@ LABELS = {
     H2D: "host->device copies",
     SYNC_WAIT: "GPU idle in a sync",
     SYNC_IDLE: "GPU idle after syncs",
+    D2H: "device->host copies",
     COMM: "communication",
     LAUNCH: "torch dispatch and launch",
     CPU: "the job's own CPU code",
+    GC: "Python's garbage collector",
+    ALLOC: "CUDA allocator (empty_cache)",
+    CPU_OPTIMIZER: "the optimizer on the CPU",
     OTHER: "other",
 }
 SHORT_LABELS = {
@@ -50,9 +66,13 @@ SHORT_LABELS = {
     H2D: "H2D",
     SYNC_WAIT: "sync",
     SYNC_IDLE: "post-sync",
+    D2H: "D2H",
     COMM: "comm",
     LAUNCH: "launch",
     CPU: "cpu",
+    GC: "gc",
+    ALLOC: "alloc",
+    CPU_OPTIMIZER: "cpu-opt",
     OTHER: "other",
 }
 OWNER_OF_ACTIVITY = {
@@ -67,7 +87,10 @@ OWNER_OF_ACTIVITY = {
     activity.OPTIMIZER: LAUNCH,
     activity.CPU: CPU,
     activity.OTHER: OTHER,
+    "alloc": ALLOC,
 }
+ALLOC_ACTIVITY = "alloc"
+"""The sampler's activity inside torch.cuda.empty_cache."""
 MIN_SAMPLES = 20
 """Fewer samples than this (one second at the default rate) make no step model."""
 BY_SAMPLER = "stream"
@@ -120,17 +143,40 @@ class StepModel:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class MeasuredHostTime:
+    """Host time the hook timed itself, as shares of the wall time; each `*_idle` the part of it during which the
+    training stream was seen idle (GPU idle for certain)."""
+
+    gc: float = 0.0
+    gc_idle: float = 0.0
+    alloc: float = 0.0
+    alloc_idle: float = 0.0
+    d2h: float = 0.0
+    d2h_idle: float = 0.0
+    optimizer_on_cpu: bool = False
+
+    @property
+    def known_idle(self) -> float:
+        return min(1.0, self.gc_idle + self.alloc_idle + self.d2h_idle)
+
+
+NO_MEASURED_TIME = MeasuredHostTime()
+
+
 def step_model(
     profile: HostProfile | None,
     nvml_busy: float | None = None,
     sync_wait: float | None = None,
     comm_wait: float | None = None,
+    measured: MeasuredHostTime = NO_MEASURED_TIME,
 ) -> StepModel | None:
-    """The step model of one window's sampler counts. `nvml_busy` (0-1, GPU-Util), where given, is GPU busy;
-    else the stream's state at the samples is; `sync_wait` (the budget's measured share of the step in syncs) is
-    preferred to the sampler's count of sync samples when given; `comm_wait` (the share of the timed steps the
-    training stream waited in collectives) is communication, taken out of GPU busy (the stream waiting on NCCL, and
-    NCCL's kernels, read as busy). None without enough samples, or without any GPU figure."""
+    """The step model of one window's sampler counts. `nvml_busy` (0-1, GPU-Util), where given, is GPU busy (at most
+    what the measured idle leaves); else the stream's state at the samples is; `sync_wait` (the budget's measured
+    share of the step in syncs) is preferred to the sampler's count of sync samples when given; `comm_wait` (the
+    share of the timed steps the training stream waited in collectives) is communication, taken out of GPU busy (the
+    stream waiting on NCCL, and NCCL's kernels, read as busy); `measured` is the host time the hook timed itself.
+    None without enough samples, or without any GPU figure."""
     if profile is None or profile.samples < MIN_SAMPLES:
         return None
     counts = profile.activities
@@ -150,32 +196,29 @@ def step_model(
         busy_from = BY_SAMPLER
     else:
         return None
+    busy = min(busy, 1.0 - measured.known_idle)
     if idle_known >= MIN_SAMPLES:
         # What the host did while the stream was seen idle, scaled to the idle time.
-        idle_parts = {name: (1.0 - busy) * n / idle_known for name, n in idle_by.items() if n}
+        weights: dict[str, float] = {name: float(n) for name, n in idle_by.items() if n}
         denominator, per_line = idle_known, "idle"
     else:
         # Inferred split: while the host waits in a sync the GPU works, so sync samples own no idle time here.
-        others: dict[str, int] = {name: c[0] + c[1] + c[2] for name, c in counts.items() if name != activity.SYNC}
-        weight = sum(others.values())
-        idle_parts = {name: (1.0 - busy) * n / weight for name, n in others.items() if n} if weight else {}
-        denominator, per_line = weight, "total"
+        weights = {name: float(c[0] + c[1] + c[2]) for name, c in counts.items() if name != activity.SYNC}
+        weights = {name: n for name, n in weights.items() if n}
+        denominator, per_line = int(sum(weights.values())), "total"
     idle = max(0.0, 1.0 - busy)
-    in_sync = idle_parts.pop(activity.SYNC, 0.0)
-    sync_idle = min(max(0.0, idle - in_sync), sync_cost(wait, busy))
-    rest = sum(idle_parts.values())
-    scale = (idle - in_sync - sync_idle) / rest if rest > 0 else 0.0
+    split = _split_idle(idle, weights, wait, busy, measured)
     shares = dict.fromkeys(OWNERS, 0.0)
     exposed = min(busy, max(0.0, comm_wait or 0.0))
     shares[GPU_BUSY] = busy - exposed
     shares[COMM] = exposed
-    shares[SYNC_WAIT] = in_sync
-    shares[SYNC_IDLE] = sync_idle
-    by_activity = {name: part * scale for name, part in idle_parts.items()}
-    for name, part in by_activity.items():
-        shares[OWNER_OF_ACTIVITY.get(name, OTHER)] += part
-    if rest <= 0:
-        shares[OTHER] += max(0.0, idle - in_sync - sync_idle)
+    for owner, part in split.owned.items():
+        shares[owner] += part
+    optimizer_owner = CPU_OPTIMIZER if measured.optimizer_on_cpu else LAUNCH
+    for name, part in split.by_activity.items():
+        owner = optimizer_owner if name == activity.OPTIMIZER else OWNER_OF_ACTIVITY.get(name, OTHER)
+        shares[owner] += part
+    scale = split.scale
     if per_line == "idle":
         lines = _idle_lines(profile.lines, lambda line: (1.0 - busy) * line.idle / denominator * scale)
     else:
@@ -189,8 +232,75 @@ def step_model(
         samples=profile.samples,
         sync_wait=wait,
         lines=lines,
-        by_activity={name: share for name, share in by_activity.items() if share > 0},
+        by_activity={name: share for name, share in split.by_activity.items() if share > 0},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class IdleSplit:
+    """The idle time given to owners outright (syncs, their drain, measured host time) and, per sampled activity,
+    what is left of the samples' share; `scale` is how much of a sampled share is left."""
+
+    owned: Mapping[str, float]
+    by_activity: Mapping[str, float]
+    scale: float
+
+
+def _split_idle(
+    idle: float, weights: Mapping[str, float], wait: float, busy: float, measured: MeasuredHostTime
+) -> IdleSplit:
+    """Give the idle time its owners, in order: the GPU idle seen while the host waited in a sync; the drain after
+    waits (syncs, and the waiting parts of empty_cache and of blocking device->host copies), shared by their waits;
+    the measured idle of copies, the allocator and the collector; the collector's other passes as host work; then
+    what is left by the sampled activities."""
+    total = sum(weights.values())
+    sampled = {name: idle * n / total for name, n in weights.items()} if total > 0 else {}
+    owned = dict.fromkeys((SYNC_WAIT, SYNC_IDLE, D2H, ALLOC, GC), 0.0)
+    left = idle
+    in_sync = min(left, sampled.pop(activity.SYNC, 0.0))
+    in_alloc = sampled.pop(ALLOC_ACTIVITY, 0.0)
+    # The sampler reads a blocking copy, and empty_cache, as a sync or as the allocator's frame: time measured
+    # outright replaces those samples.
+    d2h_idle = min(idle, measured.d2h_idle)
+    alloc_idle = min(idle, measured.alloc_idle)
+    in_sync = max(0.0, in_sync - d2h_idle)
+    in_alloc = max(0.0, in_alloc - alloc_idle)
+    owned[SYNC_WAIT] = in_sync
+    owned[ALLOC] = in_alloc
+    left -= in_sync + in_alloc
+    waits = {
+        SYNC_IDLE: max(0.0, wait),
+        D2H: max(0.0, measured.d2h - measured.d2h_idle),
+        ALLOC: max(0.0, measured.alloc - measured.alloc_idle),
+    }
+    waited = sum(waits.values())
+    drain = min(left, sync_cost(min(1.0, waited), busy)) if waited > 0 else 0.0
+    for owner, part in waits.items():
+        owned[owner] += drain * part / waited if waited > 0 else 0.0
+    left -= drain
+    direct = min(left, d2h_idle + alloc_idle + measured.gc_idle)
+    if direct > 0:
+        ratio = direct / (d2h_idle + alloc_idle + measured.gc_idle)
+        owned[D2H] += d2h_idle * ratio
+        owned[ALLOC] += alloc_idle * ratio
+        owned[GC] += measured.gc_idle * ratio
+        left -= direct
+    # The collector's other passes stop the host as its own code does: their time is idle where the host is what
+    # the GPU waits for, which the sampled host activities (their samples landed after each pass) say.
+    host_side = sum(part for name, part in sampled.items() if name not in activity.DATA_ACTIVITIES)
+    gc_rest = min(max(0.0, measured.gc - measured.gc_idle), host_side * left / max(sum(sampled.values()), 1e-12))
+    gc_rest = max(0.0, min(left, gc_rest))
+    owned[GC] += gc_rest
+    left -= gc_rest
+    rest = sum(sampled.values())
+    if rest > 0:
+        scale = left / rest
+        by_activity = {name: part * scale for name, part in sampled.items()}
+    else:
+        scale = 0.0
+        by_activity = {}
+        owned[OTHER] = owned.get(OTHER, 0.0) + max(0.0, left)
+    return IdleSplit(owned=owned, by_activity=by_activity, scale=scale)
 
 
 def recent_step_model(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from advisor_support import REPO, case_files, load_case
 
-from gpumon.advisor.categories import CATEGORIES, HEALTHY, INPUT_BOUND, IO_BOUND
+from gpumon.advisor.categories import CATEGORIES, HEALTHY, INPUT_BOUND, IO_BOUND, UNEXPLAINED_IDLE
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import SOURCE_HOOK, SOURCE_PYSPY, Signals, build_signals
 from gpumon.jobs.jobstate import replay_messages
@@ -75,15 +75,16 @@ def test_a_job_computing_on_the_cpu_is_not_given_a_problem() -> None:
 
 @pytest.mark.parametrize("name", ["h100-demo-slow.jsonl", "h100-training.jsonl"])
 def test_gpu_figures_alone_do_not_make_up_a_bottleneck(name: str) -> None:
-    """Real H100 recordings with GPU-Util 13-49% but no job data: nothing stands out, so healthy at low
-    confidence, and the evidence says so."""
+    """Real H100 recordings with GPU-Util 13-49% but no job data: the GPU idles and nothing says why, so the idle is
+    said as such (never healthy), at low confidence, with what would tell more."""
     snapshots = read_recording(REPO / "assets" / "recordings" / name)
     signals = build_signals(snapshots, None)
     assert signals.gpu_util is not None and signals.gpu_util < 60 and signals.has_gpm
     finding = diagnose(signals)
-    assert finding.category == HEALTHY
-    assert finding.confidence <= 0.3
-    assert "no bottleneck stands out" in finding.evidence
+    assert finding.category == UNEXPLAINED_IDLE
+    assert finding.confidence <= 0.5
+    assert "no single cause owns it" in finding.evidence and "--native" in finding.evidence
+    assert finding.severity == pytest.approx(1.0 - signals.gpu_util / 100.0, abs=1e-3)
 
 
 def test_no_data_at_all_is_healthy_with_no_confidence() -> None:

@@ -1,0 +1,27 @@
+"""cpu_optimizer: the optimizer's parameters (and its state) live on the CPU, so every step copies gradients down,
+updates on the CPU and copies weights up, while the GPU waits."""
+
+from __future__ import annotations
+
+from gpumon import units
+from gpumon.advisor.categories import CPU_OPTIMIZER
+from gpumon.advisor.rules.common import Candidate, join_parts, pct, rounded, step_model_confidence
+from gpumon.advisor.signals import Signals
+
+
+def cpu_optimizer_evidence(signals: Signals, share: float) -> Candidate:
+    """The share of the step the CPU-side optimizer costs, with its own time and the copies it needs."""
+    evidence = join_parts(
+        f"the optimizer's parameters live on the CPU: the GPU idles {pct(share)} of the time while it runs there "
+        "and its gradients are copied down",
+        f"optimizer.step() takes {pct(signals.optimizer_share)} of the step" if signals.optimizer_share else None,
+        f"{units.size(signals.d2h_bytes_per_step)} copied device->host a step" if signals.d2h_bytes_per_step else None,
+        f"{units.size(signals.h2d_bytes_per_step)} host->device" if signals.h2d_bytes_per_step else None,
+    )
+    numbers = {
+        "cpu_optimizer_idle": rounded(share),
+        "optimizer_share": rounded(signals.optimizer_share),
+        "d2h_bytes_per_step": rounded(signals.d2h_bytes_per_step, 0),
+        "h2d_bytes_per_step": rounded(signals.h2d_bytes_per_step, 0),
+    }
+    return Candidate(CPU_OPTIMIZER, share, step_model_confidence(signals), evidence, numbers)

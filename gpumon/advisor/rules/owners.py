@@ -1,0 +1,72 @@
+"""The one table from the step model's owners of time to the finding categories, and each category's share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpumon.advisor.categories import (
+    ALLOCATOR_CHURN,
+    COMM_BOUND,
+    CPU_BOUND,
+    CPU_OPTIMIZER,
+    GC_BOUND,
+    HOST_SYNC,
+    INPUT_BOUND,
+    LAUNCH_BOUND,
+    TRANSFER_BOUND,
+    UNEXPLAINED_IDLE,
+)
+from gpumon.advisor.signals import Signals
+from gpumon.jobs import step_model
+
+CATEGORY_OF_OWNER: Mapping[str, str] = {
+    step_model.DATA: INPUT_BOUND,
+    step_model.H2D: TRANSFER_BOUND,
+    step_model.D2H: TRANSFER_BOUND,
+    step_model.SYNC_WAIT: HOST_SYNC,
+    step_model.SYNC_IDLE: HOST_SYNC,
+    step_model.COMM: COMM_BOUND,
+    step_model.LAUNCH: LAUNCH_BOUND,
+    step_model.CPU: CPU_BOUND,
+    step_model.GC: GC_BOUND,
+    step_model.ALLOC: ALLOCATOR_CHURN,
+    step_model.CPU_OPTIMIZER: CPU_OPTIMIZER,
+    step_model.OTHER: UNEXPLAINED_IDLE,
+}
+"""Every owner of GPU idle time and the category that names it. One exception, said where it applies: with the
+optimizer on the CPU, device->host copies are its gradients going down (cpu_optimizer)."""
+
+
+def category_of(owner: str, signals: Signals) -> str:
+    """The category that names an owner's share of the step, for this job."""
+    if owner == step_model.D2H and signals.optimizer_on_cpu:
+        return CPU_OPTIMIZER
+    return CATEGORY_OF_OWNER[owner]
+
+
+def category_shares(signals: Signals, bar: float) -> dict[str, float]:
+    """Category -> the share of the step its owners hold (GPU busy left out). Where launches own at least `bar`, the
+    host sets the pace and the kernels it launches are tiny (SM activity a fraction of GPU-Util): the busy time those
+    kernels leave their SMs empty is launch overhead too, which fusing them or a CUDA graph gives back."""
+    shares: dict[str, float] = {}
+    for owner, share in signals.step_shares.items():
+        if owner == step_model.GPU_BUSY or owner not in CATEGORY_OF_OWNER or share <= 0:
+            continue
+        category = category_of(owner, signals)
+        shares[category] = shares.get(category, 0.0) + share
+    util, sm = signals.gpu_util, signals.sm_activity
+    if shares.get(LAUNCH_BOUND, 0.0) >= bar and util and sm is not None:
+        busy = signals.step_shares.get(step_model.GPU_BUSY, 0.0)
+        shares[LAUNCH_BOUND] += busy * max(0.0, 1.0 - sm / util)
+    return shares
+
+
+def lines_of(signals: Signals, activities: frozenset[str]) -> list[tuple[str, float]]:
+    """The job's lines where the GPU idled while the training thread did one of these activities, most first."""
+    return [
+        (where, share)
+        for where, share, kind in zip(
+            signals.idle_lines, signals.idle_line_shares, signals.idle_line_activities, strict=False
+        )
+        if kind in activities
+    ]

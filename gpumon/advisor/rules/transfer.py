@@ -1,0 +1,117 @@
+"""transfer_bound: copies between host and device hold the GPU back (pageable memory, big batches, outputs copied
+back)."""
+
+from __future__ import annotations
+
+from gpumon.advisor.categories import (
+    TRANSFER_BOUND,
+)
+from gpumon.advisor.rules.common import (
+    Candidate,
+    gib,
+    gpu_part,
+    join_parts,
+    pct,
+    pct100,
+    rate,
+    rounded,
+    source_factor,
+    step_model_confidence,
+)
+from gpumon.advisor.signals import Signals
+
+PCIE_TRANSFER = 3e9
+"""Bytes/s host<->device beyond which copies are a likely bottleneck of an under-used GPU (an H100 training job
+with 4 pinned workers moved 1.1 GB/s at 43% GPU-Util without being copy-bound)."""
+PCIE_TRANSFER_PAGEABLE = 1e9
+"""The same when the hook shows pageable copies (pin_memory off), which run at a fraction of the link's speed."""
+TRANSFER_UTIL = 70.0
+
+
+def _budget_transfer(signals: Signals) -> Candidate | None:
+    """transfer_bound from the hook's step budget: the host's time in host->device copies is their cost."""
+    share = signals.h2d_share or 0.0
+    pageable = signals.h2d_pageable
+    copied = signals.h2d_bytes_per_step or 0.0
+    where = None
+    if pageable is not None:
+        where = (
+            f"{pct(pageable)} from pageable memory (pin_memory off: synchronous copies)"
+            if pageable >= 0.5
+            else f"{pct(1.0 - pageable)} from pinned memory"
+        )
+    evidence = join_parts(
+        f"host->device copies take {pct(share)} of each step",
+        f"{gib(copied)} per step at {rate(signals.h2d_rate)}",
+        where,
+        gpu_part(signals),
+    )
+    numbers = {
+        "h2d_share": rounded(share),
+        "h2d_bytes_per_step": rounded(copied, 0),
+        "h2d_rate": rounded(signals.h2d_rate, 0),
+        "h2d_pageable": rounded(pageable),
+        "pin_memory": signals.pin_memory,
+        "gpu_util": rounded(signals.gpu_util),
+    }
+    confidence = 0.85 if pageable is not None and pageable >= 0.5 else 0.7
+    return Candidate(TRANSFER_BOUND, share, confidence, evidence, numbers)
+
+
+def rule_transfer(signals: Signals) -> Candidate | None:
+    """transfer_bound: from the step budget where the hook measured one, else from PCIe traffic of an idle GPU."""
+    if not signals.has_gpu:
+        return None
+    if signals.budget_steps and signals.h2d_share is not None:
+        return _budget_transfer(signals)
+    if signals.gpu_util is None:
+        return None
+    traffic = (signals.pcie_rx or 0.0) + (signals.pcie_tx or 0.0)
+    if signals.pcie_rx is None and signals.pcie_tx is None:
+        return None
+    threshold = PCIE_TRANSFER_PAGEABLE if signals.pin_memory is False else PCIE_TRANSFER
+    if traffic < threshold or signals.gpu_util >= TRANSFER_UTIL:
+        return None
+    # The idle time the data wait does not explain is what the copies can cost (both can share a step).
+    severity = min((1.0 - signals.gpu_util / 100.0) * 0.9, max(0.0, 1.0 - (signals.data_share or 0.0)))
+    direction = "host->device" if (signals.pcie_rx or 0.0) >= (signals.pcie_tx or 0.0) else "device->host"
+    pinned = None
+    if signals.pin_memory is False:
+        pinned = "pin_memory off (pageable copies)"
+    evidence = join_parts(
+        f"PCIe {direction} {rate(traffic)} while GPU-Util is {pct100(signals.gpu_util)}",
+        pinned,
+        f"SM activity {pct100(signals.sm_activity)}" if signals.sm_activity is not None else None,
+    )
+    numbers = {
+        "pcie_rx": rounded(signals.pcie_rx, 0),
+        "pcie_tx": rounded(signals.pcie_tx, 0),
+        "gpu_util": rounded(signals.gpu_util),
+        "pin_memory": signals.pin_memory,
+    }
+    confidence = (0.8 if signals.pin_memory is False else 0.65) * source_factor(signals)
+    return Candidate(TRANSFER_BOUND, severity, confidence, evidence, numbers)
+
+
+def transfer_evidence(signals: Signals, share: float) -> Candidate:
+    """transfer_bound from the step model: copies both ways, each with its share, bytes and memory kind."""
+    h2d = _budget_transfer(signals) if signals.budget_steps and signals.h2d_share else rule_transfer(signals)
+    d2h = None
+    if signals.d2h_share:
+        d2h = f"device->host copies (.cpu(), .to('cpu')) take {pct(signals.d2h_share)} of each step" + (
+            f", {gib(signals.d2h_bytes_per_step)} a step" if signals.d2h_bytes_per_step else ""
+        )
+    evidence = join_parts(
+        f"the GPU idles {pct(share)} of the time on copies between host and device",
+        h2d.evidence if h2d is not None and signals.h2d_share else None,
+        d2h,
+        None if h2d is not None and signals.h2d_share else gpu_part(signals),
+    )
+    numbers = dict(h2d.numbers) if h2d is not None else {}
+    numbers.update(
+        transfer_idle=rounded(share),
+        d2h_share=rounded(signals.d2h_share),
+        d2h_bytes_per_step=rounded(signals.d2h_bytes_per_step, 0),
+    )
+    confidence = h2d.confidence if h2d is not None else step_model_confidence(signals)
+    return Candidate(TRANSFER_BOUND, share, confidence, evidence, numbers)
