@@ -59,4 +59,6 @@ def run_jobs(args: argparse.Namespace) -> int:
             print(f"  cwd {printable(group.primary.cwd)}")
     for pid, reason in found.unreachable:
         print(f"pid {pid}: not answering ({printable(str(reason))})", file=sys.stderr)
+    for pid, reason in found.refused:
+        print(f"pid {pid}: ignored a socket that may not speak for it ({printable(reason)})", file=sys.stderr)
     return 0

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpumon import protocol
+from gpumon.jobs.peers import check_hello_claims, check_server, socket_claim
 from gpumon.printable import printable
 
 CAP_SYS_PTRACE = 19
@@ -34,7 +35,7 @@ def privileged() -> bool:
 
 
 def peer_readable(peer_uid: int) -> bool:
-    """Whether we may talk to a hook served by `peer_uid`: our own uid or root's; any uid when privileged."""
+    """Whether we may read a hook of `peer_uid`'s: our own uid or root's; any uid when privileged."""
     return protocol.peer_allowed(peer_uid) or privileged()
 
 
@@ -117,23 +118,28 @@ def _connect(sock: socket.socket, path: str, deadline: float) -> None:
 def open_hook(path: str, timeout: float) -> tuple[socket.socket, LineReader, protocol.Hello]:
     """Connect to the hook at `path`, check who serves it, read and check its hello, all within `timeout` seconds.
 
-    Raises OSError when it cannot be reached (TimeoutError when the connect or the hello took too long),
-    protocol.ProtocolError when the peer is not one we may read or speaks something else, EOFError when it
-    hung up before its hello.
+    The socket speaks only for the process its name gives, and only when its directory, the file, the server
+    (SO_PEERCRED) and that process all belong to one uid and the server is that process (gpumon.jobs.peers); the
+    hello's pid and uid must say the same. Raises OSError when it cannot be reached (FileNotFoundError: no socket;
+    ConnectionRefusedError: nobody serves it or its process is gone; TimeoutError when the connect or the hello took
+    too long), peers.UntrustedHook (a ProtocolError) when it may not speak for the process it names,
+    protocol.ProtocolError when it is not one we may read or speaks something else, EOFError when it hung up before
+    its hello.
     """
     deadline = time.monotonic() + timeout
+    claim = socket_claim(path)
+    if not peer_readable(claim.owner):
+        raise protocol.ProtocolError(f"{path} belongs to uid {claim.owner}, not to us or root")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         _connect(sock, path, deadline)
-        _pid, uid, _gid = protocol.peer_credentials(sock)
-        if not peer_readable(uid):
-            raise protocol.ProtocolError(f"{path} is served by uid {uid}, not by us or root")
+        server_pid = check_server(sock, path, claim)
         reader = LineReader(sock)
         hello = reader.read(max(0.0, deadline - time.monotonic()))
         if hello is None:
             raise TimeoutError(f"{path} sent no hello within {timeout:g} s")
-        return sock, reader, check_hello(hello, path)
+        return sock, reader, check_hello_claims(check_hello(hello, path), path, server_pid, claim)
     except BaseException:
         sock.close()
         raise

@@ -13,6 +13,8 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.jobs.connection import open_hook, privileged
+from gpumon.jobs.peers import UntrustedHook
+from gpumon.protocol.paths import socket_files
 
 HELLO_TIMEOUT = 0.5
 """Seconds a live socket gets to answer with its hello during a scan."""
@@ -56,6 +58,11 @@ class JobInfo:
     @property
     def cwd(self) -> str:
         return self.hello.get("cwd", "")
+
+    @property
+    def owner(self) -> int | None:
+        """The uid the job runs as: the socket's owner, checked when it was connected to (connection.open_hook)."""
+        return self.hello.get("uid")
 
     @property
     def ppid(self) -> int | None:
@@ -177,6 +184,9 @@ class Discovery:
     removed: tuple[str, ...] = ()
     unreachable: tuple[tuple[int, str], ...] = ()
     """(pid, why) of sockets whose process lives but gave no usable hello in time."""
+    refused: tuple[tuple[int, str], ...] = ()
+    """(pid, why) of sockets that may not speak for the pid they name (another user's, or another process serves
+    them): never read, and never in the way of that pid's own socket."""
 
     @property
     def groups(self) -> list[JobGroup]:
@@ -195,16 +205,18 @@ def _sort_key(job: JobInfo) -> tuple[int, int, int]:
 
 
 def group_jobs(jobs: Iterable[JobInfo]) -> list[JobGroup]:
-    """Put the ranks of each distributed job together; single-process jobs stay alone. Groups in pid order."""
-    by_key: dict[tuple[str, ...], list[JobInfo]] = {}
+    """Put the ranks of each distributed job together; single-process jobs stay alone. Groups in pid order.
+
+    Ranks of one job run as one user: processes of two users never share a group, whatever run id they claim."""
+    by_key: dict[tuple[int | None, tuple[str, ...]], list[JobInfo]] = {}
     singles: list[JobGroup] = []
     for job in jobs:
         key = job.group_key
         if key is None:
             singles.append(JobGroup(None, (job,)))
         else:
-            by_key.setdefault(key, []).append(job)
-    groups = singles + [JobGroup(key, tuple(sorted(members, key=_sort_key))) for key, members in by_key.items()]
+            by_key.setdefault((job.owner, key), []).append(job)
+    groups = singles + [JobGroup(key, tuple(sorted(members, key=_sort_key))) for (_, key), members in by_key.items()]
     return sorted(groups, key=lambda group: min(group.pids))
 
 
@@ -235,21 +247,21 @@ def _remove(path: str) -> bool:
 
 
 def _probe(pid: int, path: str, timeout: float) -> tuple[str, Any]:
-    """('job', JobInfo) | ('stale', path) | ('unreachable', reason) for one socket."""
+    """('job', JobInfo) | ('stale', path) | ('refused', reason) | ('unreachable', reason) for one socket."""
     if not protocol.pid_alive(pid):
         return ("stale", path)
     try:
         hello = read_hello(path, timeout)
     except (ConnectionRefusedError, FileNotFoundError):
         return ("stale", path)  # the pid was reused by a process that does not serve this socket
+    except UntrustedHook as error:
+        return ("refused", str(error))
     except TimeoutError:
         return ("unreachable", f"no hello from {path} within {timeout:g} s")
     except (protocol.ProtocolError, EOFError) as error:
         return ("unreachable", str(error))
     except OSError as error:
         return ("unreachable", f"{path}: {error.strerror or error}")
-    if hello.get("pid") != pid:
-        return ("unreachable", f"{path} is served by pid {hello.get('pid')}, not {pid}")
     return ("job", JobInfo.of(pid, path, hello))
 
 
@@ -306,23 +318,25 @@ def scan(
     `directories`. Sockets of dead pids are removed (when `clean`, and only our own); each live one is asked for
     its hello, in parallel, for at most `timeout` seconds. `pids`: only look at these.
 
-    Only directories owned by their uid with mode 0700 are read (protocol.list_sockets refuses the others); other
-    users' sockets (read by root) are never removed.
+    Only directories owned by their uid with mode 0700 are read (socket_files refuses the others); other users'
+    sockets (read by root) are never removed. A socket speaks only for the process it names, when that process,
+    the server behind the socket and the socket's directory and file belong to one uid (connection.open_hook): any
+    other is `refused`, and where a pid has sockets in several directories, the first that speaks for it counts.
     """
     wanted = None if pids is None else set(pids)
-    found: dict[int, str] = {}
+    sockets: list[tuple[int, str]] = []  # every socket found, a pid's in the order its directories are preferred
     ours: set[str] = set()  # the sockets in our own directories: the only ones a scan may remove
     own = os.getuid()
     for owner in [uid] if uid is not None else socket_uids():
-        listed = protocol.list_sockets(owner)
-        found.update(listed)
+        listed = socket_files(owner)
+        sockets += listed
         if owner == own:
             ours.update(path for _pid, path in listed)
     for directory in directories:
         listed = sockets_in(directory)
-        found.update(listed)
+        sockets += listed
         ours.update(path for _pid, path in listed)
-    sockets = sorted((pid, path) for pid, path in found.items() if wanted is None or pid in wanted)
+    sockets = list(dict.fromkeys((pid, path) for pid, path in sockets if wanted is None or pid in wanted))
     if not sockets:
         return Discovery(jobs=())
     if len(sockets) == 1:
@@ -330,18 +344,27 @@ def scan(
     else:
         with ThreadPoolExecutor(max_workers=min(_MAX_PARALLEL_PROBES, len(sockets))) as pool:
             results = list(pool.map(lambda item: _probe(item[0], item[1], timeout), sockets))
-    jobs: list[JobInfo] = []
+    jobs: dict[int, JobInfo] = {}
     removed: list[str] = []
-    unreachable: list[tuple[int, str]] = []
+    failed: dict[int, str] = {}
+    refused: list[tuple[int, str]] = []
     for (pid, path), (kind, value) in zip(sockets, results, strict=True):
         if kind == "job":
-            jobs.append(value)
+            jobs.setdefault(pid, value)
         elif kind == "stale":
             if clean and path in ours and _remove(path):
                 removed.append(path)
+        elif kind == "refused":
+            refused.append((pid, value))
         else:
-            unreachable.append((pid, value))
-    return Discovery(jobs=tuple(jobs), removed=tuple(removed), unreachable=tuple(unreachable))
+            failed.setdefault(pid, value)
+    unreachable = tuple((pid, why) for pid, why in sorted(failed.items()) if pid not in jobs)
+    return Discovery(
+        jobs=tuple(jobs[pid] for pid in sorted(jobs)),
+        removed=tuple(removed),
+        unreachable=unreachable,
+        refused=tuple(refused),
+    )
 
 
 def list_jobs(timeout: float = HELLO_TIMEOUT) -> list[JobInfo]:

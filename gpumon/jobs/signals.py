@@ -1,8 +1,9 @@
 """Sending SIGINT, SIGTERM or SIGKILL to a process or a whole job (its ranks, launcher and DataLoader workers).
 
 A Target pins a process by pid and start time, so a pid reused between choosing and sending is never signalled.
-gpumon never signals itself or its own ancestors, and only root signals another user's processes (the kernel's rule,
-reported as one line).
+A job's processes are what /proc shows (its descendants, its launcher, its sibling ranks run by the same user),
+never pids a hook message lists. gpumon never signals itself or its own ancestors, and only root signals another
+user's processes (the kernel's rule, reported as one line).
 """
 
 from __future__ import annotations
@@ -99,14 +100,45 @@ def _with_descendants(process: psutil.Process) -> list[psutil.Process]:
         return [process]
 
 
+def _owner(process: psutil.Process) -> int | None:
+    """The uid a process runs as (real and effective the same), None when gone, unreadable or setuid."""
+    try:
+        uids = process.uids()
+    except psutil.Error:
+        return None
+    return uids.real if uids.real == uids.effective else None
+
+
+def _parent_pid(process: psutil.Process) -> int | None:
+    try:
+        return process.ppid()
+    except psutil.Error:
+        return None
+
+
 def _launcher(process: psutil.Process) -> psutil.Process | None:
-    """The torchrun (or torch.distributed.launch) process that started this rank, if any."""
+    """The torchrun (or torch.distributed.launch) process that started this rank, run by the same user, if any."""
     try:
         parent = process.parent()
         command = " ".join(parent.cmdline()) if parent is not None else ""
     except psutil.Error:
         return None
-    return parent if any(marker in command for marker in LAUNCHER_MARKERS) else None
+    if parent is None or not any(marker in command for marker in LAUNCHER_MARKERS):
+        return None
+    return parent if _owner(parent) is not None and _owner(parent) == _owner(process) else None
+
+
+def _same_job(rank: psutil.Process, head: psutil.Process) -> bool:
+    """Whether /proc shows `rank` as another rank of `head`'s job: run by the same user, started by the same parent
+    (the torchrun launcher, or the process that spawned the ranks; never init, which adopts every orphan)."""
+    owner, parent = _owner(head), _parent_pid(head)
+    return (
+        owner is not None
+        and _owner(rank) == owner
+        and parent is not None
+        and parent > 1
+        and _parent_pid(rank) == parent
+    )
 
 
 def process_targets(pid: int) -> list[Target]:
@@ -119,8 +151,9 @@ def job_targets(pid: int, ranks: Iterable[Collection[int]] = ()) -> list[Target]
     """The whole job this process leads: itself, its descendants (DataLoader workers), and where it is one rank of
     a distributed job, its torchrun launcher and every rank with their descendants.
 
-    ranks: the pid groups of the hooked jobs known (the ranks of one job each); a group holding `pid` joins in.
-    Launchers and ranks come first, then their workers; gpumon and its ancestors are left out.
+    ranks: the pid groups of the hooked jobs known (the ranks of one job each); a group holding `pid` joins in, each
+    of its pids only where /proc shows it as a rank of the same job (_same_job): a pid is never signalled because a
+    hook message named it. Launchers and ranks come first, then their workers; gpumon and its ancestors are left out.
     """
     try:
         root = psutil.Process(pid)
@@ -135,9 +168,11 @@ def job_targets(pid: int, ranks: Iterable[Collection[int]] = ()) -> list[Target]
         if pid in group:
             for rank in sorted(group):
                 try:
-                    heads.append(psutil.Process(rank))
+                    process = psutil.Process(rank)
                 except psutil.Error:
                     continue
+                if rank != pid and _same_job(process, root):
+                    heads.append(process)
     protected = _protected()
     seen: set[int] = set()
     targets: list[Target] = []

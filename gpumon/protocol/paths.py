@@ -114,27 +114,57 @@ def pid_alive(pid: int) -> bool:
     return data[end + 2 : end + 3] != b"Z"
 
 
-def list_sockets(uid: int | None = None) -> list[tuple[int, str]]:
-    """(pid, path) of each hook socket found in the safe candidate directories, sorted by pid."""
-    found: dict[int, str] = {}
+def socket_files(uid: int | None = None) -> list[tuple[int, str]]:
+    """(pid, path) of every hook socket in the safe candidate directories of `uid`, in the directories' order.
+
+    A pid may appear more than once (a socket of it in several directories): which one speaks for it is for the
+    client to check (the server behind it must be that pid, run by the directory's owner).
+    """
+    found: list[tuple[int, str]] = []
     for directory in candidate_socket_dirs(uid):
         if unsafe_dir_reason(directory, uid) is not None:
             continue
         try:
-            names = os.listdir(directory)
+            names = sorted(os.listdir(directory))
         except OSError:
             continue
         for name in names:
             path = os.path.join(directory, name)
             pid = pid_from_socket_path(path)
-            if pid is None or pid in found:
+            if pid is None:
                 continue
             try:
                 if stat.S_ISSOCK(os.lstat(path).st_mode):
-                    found[pid] = path
+                    found.append((pid, path))
             except OSError:
                 continue
+    return found
+
+
+def list_sockets(uid: int | None = None) -> list[tuple[int, str]]:
+    """(pid, path) of each hook socket found in the safe candidate directories, sorted by pid (the first
+    directory's socket where a pid has several)."""
+    found: dict[int, str] = {}
+    for pid, path in socket_files(uid):
+        found.setdefault(pid, path)
     return sorted(found.items())
+
+
+def unsafe_socket_reason(path: str, uid: int) -> str | None:
+    """Why the socket file `path` may not speak for a job of `uid`, or None: its directory must be safe for `uid`
+    (unsafe_dir_reason) and the file a socket (not a symlink) owned by `uid`."""
+    reason = unsafe_dir_reason(os.path.dirname(os.path.abspath(path)), uid)
+    if reason is not None:
+        return reason
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"{path} is not a socket"
+    if st.st_uid != uid:
+        return f"{path} is owned by uid {st.st_uid}, not {uid}"
+    return None
 
 
 def is_stale(path: str) -> bool:

@@ -289,8 +289,8 @@ def test_a_full_backlog_is_retried_within_the_deadline(tmp_path: Any) -> None:
     """Issue 27 item 7: a bare EAGAIN (the hook's backlog full under a flood) failed the attach at once."""
     from gpumon.jobs.connection import HookConnection
 
-    path = str(tmp_path / "1.sock")
-    hello = {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": 1, "argv": ["x"], "uid": os.getuid()}
+    path = str(tmp_path / f"{os.getpid()}.sock")
+    hello = {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": os.getpid(), "argv": ["x"]}
     listener, thread = _one_shot_hook(path, hello, held=1)
     try:
         conn = HookConnection(path, timeout=10.0)
@@ -305,7 +305,7 @@ def test_a_hook_that_refuses_says_why(tmp_path: Any) -> None:
     """Issue 27 item 7: "sent 'error' instead of a hello" hid the hook's own reason (too many clients)."""
     from gpumon.jobs.connection import HookConnection
 
-    path = str(tmp_path / "1.sock")
+    path = str(tmp_path / f"{os.getpid()}.sock")
     refusal = {"type": "error", "code": "too_many_clients", "message": "too many clients (16)\x1b[2J"}
     listener, thread = _one_shot_hook(path, refusal, held=0)
     try:

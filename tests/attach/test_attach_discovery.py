@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from typing import Any
 
 import pytest
@@ -19,6 +16,7 @@ from gpumon import protocol
 from gpumon.jobs.discovery import JobInfo, descends_from, group_jobs, jobs_launched_by, scan
 from gpumon.jobs.jobstate import RankSummary, find_straggler
 from gpumon.jobs.session import AttachedJob
+from tests.stand_in_hook import StandInHook
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
@@ -218,36 +216,18 @@ def test_jobs_launched_by_a_process_are_its_hooked_descendants(start_job: Any, s
 @needs_root
 def test_root_attaches_to_another_users_job_and_touches_none_of_its_files(sock_dir: str) -> None:
     """Root watching a job of user nobody: the job's own (nobody's) socket directory is read; a stale socket in it
-    is left alone. A fake hook stands in for the job's (it answers for the pid of a process of nobody's)."""
-    theirs = subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[])
+    is left alone. A stand-in hook run as nobody serves for its own pid, as the job's hook would."""
+    os.chmod(os.path.dirname(sock_dir), 0o755)  # nobody reaches its directory through the test's base directory
+    os.chown(sock_dir, NOBODY, NOBODY)
+    stale = os.path.join(sock_dir, f"{dead_pid()}.sock")
+    leave_socket_file(stale)
+    os.chown(stale, NOBODY, NOBODY)
+    theirs = StandInHook(sock_dir, uid=NOBODY, hello={"argv": ["theirs.py"]})
     try:
-        assert wait_until(lambda: os.stat(f"/proc/{theirs.pid}").st_uid == NOBODY, 5)
-        os.chown(sock_dir, NOBODY, NOBODY)
-        stale = os.path.join(sock_dir, f"{dead_pid()}.sock")
-        leave_socket_file(stale)
-        os.chown(stale, NOBODY, NOBODY)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(os.path.join(sock_dir, f"{theirs.pid}.sock"))
-        server.listen(4)
-        hello = {"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": theirs.pid, "argv": ["theirs.py"]}
-
-        def serve() -> None:
-            for _ in range(2):  # the scan's probe, then the client
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    return
-                conn.sendall((json.dumps(hello) + "\n").encode())
-                time.sleep(0.3)
-                conn.close()
-
-        threading.Thread(target=serve, daemon=True).start()
         job = AttachedJob.for_pid(theirs.pid)
         assert job is not None and job.pid == theirs.pid
         assert job.clients[0].state.info is not None and job.clients[0].state.info.argv == ["theirs.py"]
         job.stop()
         assert os.path.exists(stale)  # not ours to clean
-        server.close()
     finally:
-        theirs.kill()
-        theirs.wait()
+        theirs.stop()

@@ -201,11 +201,11 @@ def test_client_refuses_another_protocol_version(tmp_path: Path) -> None:
 
 def test_client_reads_split_lines(tmp_path: Path) -> None:
     path = str(tmp_path / "ok.sock")
-    hello = protocol.encode({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": 3})
+    hello = protocol.encode({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": os.getpid()})
     pong = protocol.encode({"type": "pong", "id": 1})
     thread = _serve_once(path, hello + pong[:5])
     with HookConnection(path) as conn:
-        assert conn.hello["pid"] == 3
+        assert conn.hello["pid"] == os.getpid()
         assert conn.recv(0.2) is None  # half a line is not a message
     thread.join(2)
 

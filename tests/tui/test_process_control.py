@@ -226,9 +226,11 @@ def test_gpumon_never_signals_itself_or_its_parents() -> None:
 
 
 def test_the_job_of_a_rank_includes_the_other_ranks(tree: Tree) -> None:
-    """A hooked job's ranks (as discovery groups them) are one job: signalling one rank's job reaches the others."""
-    pids = {target.pid for target in job_targets(tree.children[0], [[tree.children[0], tree.sibling.pid]])}
-    assert pids == {tree.children[0], tree.sibling.pid}
+    """A hooked job's ranks (as discovery groups them) are one job: signalling one rank's job reaches the others
+    that /proc shows started by the same parent; a listed pid with another parent is left out."""
+    rank, other_rank = tree.children
+    pids = {target.pid for target in job_targets(rank, [[rank, other_rank, tree.sibling.pid]])}
+    assert pids == {rank, other_rank}
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may signal every process")
