@@ -10,6 +10,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,20 @@ from gpumon.printable import printable
 
 DEFAULT_TIMEOUT = 5.0
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
-"""A bigger answer is refused: the fleet view's queries return a few series per GPU and job."""
+"""A bigger answer is refused: the fleet view's queries return a few series per GPU and job (a range query over
+10,000 GPUs is about 20 MiB; its series past MAX_SERIES are parsed by json but then left out)."""
+MAX_SERIES = 2048
+"""Series taken from one answer (256 hosts of 8 GPUs); the rest are left out and counted in `PromClient.left_out`
+(10,000 GPUs took 15 s a refresh)."""
+MAX_LABELS = 48
+"""Labels kept per series (the exporter's series carry at most about 20)."""
+MAX_LABEL_CHARS = 256
+"""A longer label name or value is cut to this, with an ellipsis (2 MB label values took 328 MB)."""
+REFRESH_SECONDS = 15.0
+"""The most one refresh (every query, each answer read and parsed) may take; past it the refresh fails in one
+line, whatever Prometheus answers."""
+_CHECK_EVERY = 256
+"""Series parsed between two looks at the clock."""
 MAX_ERROR_CHARS = 200
 MAX_ERROR_BODY_BYTES = 64 * 1024
 """An error answer's body is read up to this much (for Prometheus's own error line)."""
@@ -76,14 +91,44 @@ class PromClient:
         if self.auth.tls is not None:
             handlers.append(urllib.request.HTTPSHandler(context=self.auth.tls))
         self._opener = urllib.request.build_opener(*handlers)
+        self._refresh_deadline: float | None = None
+        self._refresh_seconds = REFRESH_SECONDS
+        self.left_out = 0
+        """Series left out of the answers (over MAX_SERIES) since the refresh began."""
+
+    @contextmanager
+    def refresh(self, seconds: float = REFRESH_SECONDS) -> Iterator[None]:
+        """The queries inside share one deadline, `seconds` from now; `left_out` counts from zero."""
+        self._refresh_deadline = time.monotonic() + seconds
+        self._refresh_seconds = seconds
+        self.left_out = 0
+        try:
+            yield
+        finally:
+            self._refresh_deadline = None
 
     def query(self, promql: str, at: float | None = None) -> tuple[Sample, ...]:
         params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
-        return parse_vector(self._get("/api/v1/query", params))
+        deadline = self._deadline()
+        samples, left_out = _vector(self._get("/api/v1/query", params, deadline), deadline)
+        self.left_out += left_out
+        return samples
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> tuple[Series, ...]:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        return parse_matrix(self._get("/api/v1/query_range", params))
+        deadline = self._deadline()
+        series, left_out = _matrix(self._get("/api/v1/query_range", params, deadline), deadline)
+        self.left_out += left_out
+        return series
+
+    def _deadline(self) -> float:
+        """When the next query's answer must be read and parsed: its timeout, or the refresh's end if sooner."""
+        deadline = time.monotonic() + self.timeout
+        if self._refresh_deadline is not None:
+            if time.monotonic() >= self._refresh_deadline:
+                raise PromError(f"Prometheus at {self.base_url}: the refresh took over {self._refresh_seconds:g} s")
+            deadline = min(deadline, self._refresh_deadline)
+        return deadline
 
     def _request(self, url: str) -> urllib.request.Request:
         """The request with the extra headers and the credentials; those are never sent on to a redirect's target."""
@@ -98,11 +143,11 @@ class PromClient:
             request.add_unredirected_header("Authorization", authorization)
         return request
 
-    def _get(self, path: str, params: dict[str, str]) -> bytes:
+    def _get(self, path: str, params: dict[str, str], deadline: float) -> bytes:
+        """The answer's body, read whole by `deadline` (not each read: a trickle cannot hold us)."""
         request = self._request(f"{self.base_url}{path}?{urllib.parse.urlencode(params)}")
-        deadline = time.monotonic() + self.timeout  # the whole answer, not each read: a trickle cannot hold us
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
+            with self._opener.open(request, timeout=max(0.1, deadline - time.monotonic())) as response:
                 body = _read_bounded(response, MAX_ANSWER_BYTES + 1, deadline)
         except urllib.error.HTTPError as error:
             body = _read_quietly(error, deadline)
@@ -122,28 +167,49 @@ class PromClient:
 
 def parse_vector(body: bytes) -> tuple[Sample, ...]:
     """The samples of an instant query's answer (resultType vector, or a scalar as one unlabelled sample)."""
-    data = _data(body)
-    kind, result = data.get("resultType"), data.get("result")
-    if kind == "scalar" and isinstance(result, list):
-        return (Sample((), _number(result)),)
-    if kind != "vector" or not isinstance(result, list):
-        raise PromError(f"Prometheus answered a {_line(str(kind))} where a vector was expected")
-    return tuple(Sample(_labels(item), _number(_field(item, "value"))) for item in result)
+    return _vector(body, time.monotonic() + REFRESH_SECONDS)[0]
 
 
 def parse_matrix(body: bytes) -> tuple[Series, ...]:
     """The series of a range query's answer (resultType matrix)."""
+    return _matrix(body, time.monotonic() + REFRESH_SECONDS)[0]
+
+
+def _vector(body: bytes, deadline: float) -> tuple[tuple[Sample, ...], int]:
+    """An instant query's first MAX_SERIES samples, parsed by `deadline`, and how many were left out."""
     data = _data(body)
-    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+    kind, result = data.get("resultType"), data.get("result")
+    if kind == "scalar" and isinstance(result, list):
+        return (Sample((), _number(result)),), 0
+    if kind != "vector" or not isinstance(result, list):
+        raise PromError(f"Prometheus answered a {_line(str(kind))} where a vector was expected")
+    samples = []
+    for index, item in enumerate(result[:MAX_SERIES]):
+        _on_time(index, deadline)
+        samples.append(Sample(_labels(item), _number(_field(item, "value"))))
+    return tuple(samples), max(0, len(result) - MAX_SERIES)
+
+
+def _matrix(body: bytes, deadline: float) -> tuple[tuple[Series, ...], int]:
+    """A range query's first MAX_SERIES series, parsed by `deadline`, and how many were left out."""
+    data = _data(body)
+    result = data.get("result")
+    if data.get("resultType") != "matrix" or not isinstance(result, list):
         raise PromError(f"Prometheus answered a {_line(str(data.get('resultType')))} where a matrix was expected")
     series = []
-    for item in data["result"]:
+    for index, item in enumerate(result[:MAX_SERIES]):
+        _on_time(index, deadline)
         values = _field(item, "values")
         if not isinstance(values, list):
             raise PromError("Prometheus answered a series without a list of values")
         points = tuple((_timestamp(point), _number(point)) for point in values)
         series.append(Series(_labels(item), points))
-    return tuple(series)
+    return tuple(series), max(0, len(result) - MAX_SERIES)
+
+
+def _on_time(index: int, deadline: float) -> None:
+    if index % _CHECK_EVERY == 0 and time.monotonic() > deadline:
+        raise PromError(f"Prometheus's answer took over {REFRESH_SECONDS:g} s to read")
 
 
 def _read_bounded(response: Any, limit: int, deadline: float) -> bytes:
@@ -191,7 +257,13 @@ def _labels(item: object) -> tuple[tuple[str, str], ...]:
     metric = _field(item, "metric")
     if not isinstance(metric, dict):
         raise PromError("Prometheus answered labels that are not an object")
-    return tuple(sorted((str(key), str(value)) for key, value in metric.items()))
+    if len(metric) > MAX_LABELS:
+        metric = dict(sorted(metric.items())[:MAX_LABELS])
+    return tuple(sorted((_cut(str(key)), _cut(str(value))) for key, value in metric.items()))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
 
 
 def _timestamp(point: object) -> float:

@@ -112,6 +112,8 @@ class FleetSnapshot:
     error: str | None = None
     hosts: tuple[str, ...] = field(default=())
     host_rows: tuple[HostRow, ...] = field(default=())
+    left_out: int = 0
+    """Series Prometheus answered beyond the MAX_SERIES taken from each query (a fleet of more GPUs than that)."""
 
     def host(self, name: str) -> HostRow:
         return next((row for row in self.host_rows if row.name == name), HostRow(name))
@@ -121,9 +123,10 @@ def read_fleet(client: PromClient, now: float | None = None, stale_after: float 
     """Query Prometheus once; never raises for Prometheus's failures (they become the snapshot's error line)."""
     taken = time.time() if now is None else now
     try:
-        hosts = read_hosts(client, taken, stale_after)
-        gpus = _gpu_rows(client, taken, hosts)
-        jobs = _job_rows(client, taken)
+        with client.refresh():
+            hosts = read_hosts(client, taken, stale_after)
+            gpus = _gpu_rows(client, taken, hosts)
+            jobs = _job_rows(client, taken)
     except PromError as error:
         return FleetSnapshot(taken=taken, error=str(error))
     for row in gpus:
@@ -131,7 +134,8 @@ def read_fleet(client: PromClient, now: float | None = None, stale_after: float 
     if not gpus and not hosts:
         return FleetSnapshot(taken=taken, jobs=jobs, error=EMPTY_ANSWER)
     names = tuple(sorted(hosts, key=natural_host))
-    return FleetSnapshot(taken=taken, gpus=gpus, jobs=jobs, hosts=names, host_rows=tuple(hosts[name] for name in names))
+    rows = tuple(hosts[name] for name in names)
+    return FleetSnapshot(taken=taken, gpus=gpus, jobs=jobs, hosts=names, host_rows=rows, left_out=client.left_out)
 
 
 def _gpu_rows(client: PromClient, now: float, hosts: dict[str, HostRow]) -> tuple[GpuRow, ...]:

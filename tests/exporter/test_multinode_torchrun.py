@@ -279,8 +279,8 @@ class RecordingPromClient(PromClient):
         super().__init__(base_url, timeout=5.0)
         self.answers: dict[str, str] = {}
 
-    def _get(self, path: str, params: dict[str, str]) -> bytes:
-        body = super()._get(path, params)
+    def _get(self, path: str, params: dict[str, str], deadline: float) -> bytes:
+        body = super()._get(path, params, deadline)
         key = ("range:" if path.endswith("query_range") else "") + params["query"]
         self.answers[key] = body.decode()
         return body
