@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpumon.advisor.catalogue import (
     Experiment,
@@ -30,7 +30,7 @@ from gpumon.advisor.catalogue import (
 )
 from gpumon.advisor.categories import INPUT_BOUND, IO_BOUND
 from gpumon.advisor.measure import MIN_GAIN, Reference, beats
-from gpumon.advisor.results import CANCELLED, GuidedReport, VariantResult
+from gpumon.advisor.results import CANCELLED, GuidedReport, Unrestored, VariantResult
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals
 
@@ -63,6 +63,14 @@ class Runner(Protocol):
     def discard(self, experiment: Experiment) -> None: ...
 
     def finish(self, kept: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Restorer(Protocol):
+    """A runner that changes knobs on a running job, which may fail to take them back (LiveRunner, TrialRunner)."""
+
+    def unrestored(self) -> tuple[Unrestored, ...]:
+        """Knobs left changed because the job did not acknowledge their rollback."""
 
 
 Planner = Callable[[Finding, Signals, Mapping[str, Any]], list[Experiment]]
@@ -182,11 +190,16 @@ class GuidedRun:
                         won = True
                         break  # re-plan from the winner's diagnosis
                     self.runner.discard(experiment)
+                    if self._unrestored():
+                        stopped = f"the job stopped answering: {result.reason or result.status}"
+                        break
                     retreat = halfway_back(experiment, kept) if self._lost_ground(result, best) else None
                     if retreat is not None and retreat.ident not in tried:
                         queue.insert(0, retreat)
                 if self.cancel.is_set() or (variants and variants[-1].status == CANCELLED):
                     stopped = "cancelled"
+                    break
+                if stopped:
                     break
                 if not won:
                     stopped = "nothing else won beyond the noise"
@@ -196,6 +209,9 @@ class GuidedRun:
         finally:
             self.runner.finish(kept)
         return self._report(baseline, variants, kept, finding, final, advice, skipped, stopped)
+
+    def _unrestored(self) -> tuple[Unrestored, ...]:
+        return self.runner.unrestored() if isinstance(self.runner, Restorer) else ()
 
     def _lost_ground(self, result: VariantResult, best: VariantResult) -> bool:
         """The variant ran slower than the best so far, beyond the noise (not merely no faster)."""
@@ -268,6 +284,7 @@ class GuidedRun:
             skipped=(*skipped, *self.ruled_out.values()),
             stopped=stopped,
             meta=meta,
+            unrestored=self._unrestored(),
         )
         self._tell("done", report)
         return report

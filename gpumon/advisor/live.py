@@ -4,7 +4,8 @@ Only knobs the protocol marks live (DataLoader workers, prefetching, pinning, pe
 autotuning) are changed; the others need a trial run. DataLoader knobs take effect at the job's next
 iter(DataLoader) (its next epoch): a change that has not taken effect within `apply_timeout_s` is rolled back.
 Every change is undone when it loses, fails, or the run is cancelled, so the job ends as it started unless a
-change won.
+change won. A job that does not answer the rollback (stopped with SIGSTOP, stuck) is asked again at the run's end,
+less and less often, for up to `restore_timeout_s`; what it still has not taken back is listed (`unrestored`).
 
 On a trial run whose script answers GPUMON_KNOBS_LIVE (script_knobs.py), the knobs it says it can change while it
 runs (the demo: batch size, bf16 autocast, channels_last, log_every) are asked of the script instead; the hook's
@@ -32,7 +33,16 @@ from gpumon.advisor.measure import (
     measurement_from,
     sleep_checked,
 )
-from gpumon.advisor.results import CANCELLED, FAILED, KIND_LIVE, NOT_APPLIED, OK, VariantIdentity, VariantResult
+from gpumon.advisor.results import (
+    CANCELLED,
+    FAILED,
+    KIND_LIVE,
+    NOT_APPLIED,
+    OK,
+    Unrestored,
+    VariantIdentity,
+    VariantResult,
+)
 from gpumon.advisor.script_knobs import ScriptKnobs, ScriptRefused
 from gpumon.advisor.signals import build_signals
 from gpumon.jobs.client import JobClient, JobRequestError
@@ -45,6 +55,13 @@ APPLY_TIMEOUT_S = 90.0
 WARMUP_S = 3.0
 WINDOW_S = 4.0
 REPEATS = 3
+ANSWER_TIMEOUT_S = 5.0
+"""How long one knob change waits for the job's acknowledgement."""
+RESTORE_TIMEOUT_S = 120.0
+"""How long the run's end keeps asking a job that stopped answering (SIGSTOP, a long stall) to take its knobs back."""
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
+"""A rollback the job did not answer is asked again after 0.5 s, then twice as long each time, at most 5 s apart."""
 
 
 def current_value(view: HookedView, name: str) -> Any:
@@ -98,6 +115,8 @@ class LiveRunner:
         sync_diagnosis: bool = True,
         plan: MeasurementPlan | None = None,
         script: ScriptKnobs | None = None,
+        answer_timeout_s: float = ANSWER_TIMEOUT_S,
+        restore_timeout_s: float = RESTORE_TIMEOUT_S,
     ) -> None:
         self.client = client
         self.script = script
@@ -106,6 +125,8 @@ class LiveRunner:
         self.plan = plan or MeasurementPlan(warmup_s, window_s, repeats, min_repeats, sync_diagnosis)
         """How each variant is measured (`plan` given: the trial runner's own, for live changes on its trial)."""
         self.apply_timeout_s = apply_timeout_s
+        self.answer_timeout_s = answer_timeout_s
+        self.restore_timeout_s = restore_timeout_s
         self.cancel = cancel if cancel is not None else threading.Event()
         self.progress = progress
         self.steps = StepLog()
@@ -117,6 +138,10 @@ class LiveRunner:
         """Knobs currently changed and not (yet) kept."""
         self.restoring: dict[str, Any] = {}
         """Values a rollback asked for: the next variant is measured only once they are in effect too."""
+        self.asked: dict[str, Any] = {}
+        """The value each knob was last changed to: what the job has, as far as gpumon knows."""
+        self._unrestored: dict[str, Unrestored] = {}
+        """Rollbacks the job has not acknowledged, by knob."""
 
     def _say(self, message: str, fraction: float) -> None:
         if self.progress is not None:
@@ -124,6 +149,9 @@ class LiveRunner:
                 self.progress(message, max(0.0, min(1.0, fraction)))
             except Exception:  # a broken progress view must not stop the experiment
                 log.warning("the experiment's progress view failed on %r", message, exc_info=True)
+
+    def _gone(self) -> bool:
+        return self.client.ended
 
     def _alive(self) -> str | None:
         return f"the job ended ({self.client.state.end_reason})" if self.client.ended else None
@@ -143,10 +171,10 @@ class LiveRunner:
             return self.script.values().get(name)
         return current_value(view, name)
 
-    def _set(self, knobs: Mapping[str, Any]) -> None:
+    def _set(self, knobs: Mapping[str, Any], timeout: float | None = None) -> None:
         hook, script = self._split(knobs)
         if hook:
-            self.client.set_knobs(hook)
+            self.client.set_knobs(hook, timeout=self.answer_timeout_s if timeout is None else timeout)
         if script and self.script is not None:
             self.script.request(script)
 
@@ -263,6 +291,7 @@ class LiveRunner:
         try:
             self._say(f"{label}: setting it on pid {self.client.pid}", 0.05)
             asked_at = time.monotonic()
+            self.asked.update(change)
             self._set(change)
             self.changed.update(change)
             wanted = {**{k: v for k, v in self.restoring.items() if v is not None and k not in change}, **change}
@@ -321,13 +350,49 @@ class LiveRunner:
         if not restore or self.client.ended:
             return
         self.restoring.update(restore)
+        seen = self.client.view()
         try:
             self._set(restore)
-        except (JobRequestError, OSError):
-            pass  # the job went away; nothing left to restore
+        except (JobRequestError, ScriptRefused, OSError):
+            if self._gone():
+                return  # the job went away; nothing left to restore
+            for name, value in restore.items():
+                left = self._current(seen, name)
+                left = self.asked.get(name) if left is None or left == value else left
+                self._unrestored[name] = Unrestored(name, left=left, should_be=value)
+            return
+        for name in restore:
+            self._unrestored.pop(name, None)
+
+    def unrestored(self) -> tuple[Unrestored, ...]:
+        """Knobs whose rollback the job has not acknowledged (it stopped answering)."""
+        return tuple(self._unrestored.values())
 
     def finish(self, kept: Mapping[str, Any]) -> None:
-        """Roll back anything still changed and not kept (a run cut short)."""
+        """Roll back anything still changed and not kept (a run cut short); ask a job that did not answer a rollback
+        again, for up to `restore_timeout_s`."""
         pending = {name for name in self.changed if name not in kept}
         if pending:
             self.discard(Experiment(knobs={name: None for name in pending}))
+        self._retry_restores()
+
+    def _retry_restores(self) -> None:
+        deadline = time.monotonic() + self.restore_timeout_s
+        pause = RETRY_FIRST_S
+        while self._unrestored and not self._gone():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            names = ", ".join(self._unrestored)
+            self._say(f"pid {self.client.pid} does not answer: asking it again to put back {names}", 1.0)
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, RETRY_MAX_S)
+            wanted = {name: knob.should_be for name, knob in self._unrestored.items()}
+            try:
+                self._set(wanted, timeout=max(0.1, min(self.answer_timeout_s, deadline - time.monotonic())))
+            except (JobRequestError, ScriptRefused, OSError):
+                continue
+            self._say(f"pid {self.client.pid} answered: {names} put back", 1.0)
+            self._unrestored.clear()
+        if self._gone():
+            self._unrestored.clear()  # the job is gone, and its knobs with it

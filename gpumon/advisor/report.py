@@ -204,6 +204,8 @@ def report_text(report: GuidedReport) -> str:
         parts.append(f"not tried: {line}")
     if report.stopped:
         parts.append(f"stopped: {printable(report.stopped)}")
+    for knob in report.unrestored:
+        parts.append(f"not put back: {printable(knob.text())}")
     if report.meta.get("logs"):
         parts.append(f"each trial's output: {printable_or(report.meta['logs'])}")
     return "\n\n".join(parts)
@@ -240,6 +242,8 @@ def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> 
         lines += [f"- note: {flag}"]
     if report.stopped:
         lines += [f"- stopped: {printable(report.stopped)}"]
+    for knob in report.unrestored:
+        lines += [f"- not put back: {printable(knob.text())}"]
     lines += [
         "",
         "samples/s: mean of the measured windows (warm-up excluded); noise: half their range; "

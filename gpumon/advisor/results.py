@@ -99,6 +99,23 @@ class VariantResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Unrestored:
+    """A knob an experiment changed on a running job and could not put back (the job stopped answering)."""
+
+    knob: str
+    left: Any
+    """The value the job was last seen with (the experiment's)."""
+    should_be: Any
+    """The value it had before the experiment (or the one kept)."""
+
+    def text(self) -> str:
+        return f"{self.knob} left at {self.left!r} (should be {self.should_be!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"knob": self.knob, "left": self.left, "should_be": self.should_be}
+
+
+@dataclass(frozen=True, slots=True)
 class GuidedReport:
     """A guided run: the baseline, every variant tried in order, the knobs kept and the code change."""
 
@@ -118,6 +135,8 @@ class GuidedReport:
     """Why the run ended."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Device, date, command."""
+    unrestored: tuple[Unrestored, ...] = ()
+    """Knobs left changed on the job (live experiments): the job did not answer the rollback in time."""
 
     @property
     def rows(self) -> tuple[VariantResult, ...]:
@@ -144,4 +163,5 @@ class GuidedReport:
             "skipped": list(self.skipped),
             "stopped": self.stopped,
             "meta": dict(self.meta),
+            "unrestored": [knob.to_dict() for knob in self.unrestored],
         }

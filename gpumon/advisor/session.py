@@ -17,7 +17,7 @@ from gpumon.advisor.auto_capture import Notice, capture_reason, with_capture
 from gpumon.advisor.capture import Capture, CaptureError, capture
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.guided import GuidedRun, Listener, Planner
-from gpumon.advisor.live import LiveRunner
+from gpumon.advisor.live import ANSWER_TIMEOUT_S, RESTORE_TIMEOUT_S, LiveRunner
 from gpumon.advisor.measure import DIAGNOSIS_STEPS, Progress, SnapshotLog, sleep_checked
 from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
@@ -272,9 +272,11 @@ def experiment_pid(
     listener: Listener | None = None,
     cancel: threading.Event | None = None,
     max_variants: int = 12,
+    answer_timeout_s: float = ANSWER_TIMEOUT_S,
+    restore_timeout_s: float = RESTORE_TIMEOUT_S,
 ) -> GuidedReport:
     """The guided run as live experiments on a running hooked job (math-neutral knobs only, rolled back unless they
-    win)."""
+    win; the report lists any the job did not take back: LiveRunner)."""
     try:
         job = AttachedJob.for_pid(pid)
     except AttachError as error:
@@ -294,6 +296,8 @@ def experiment_pid(
             repeats=repeats,
             cancel=cancel,
             progress=progress,
+            answer_timeout_s=answer_timeout_s,
+            restore_timeout_s=restore_timeout_s,
         )
         job.start()
         try:

@@ -312,6 +312,7 @@ class TrialRunner:
                 cancel=self.cancel,
                 progress=self.progress,
                 script=running.script,
+                restore_timeout_s=0.0,  # a trial's knobs end with it: no waiting for one that stopped answering
             )
         result = self.live.run(experiment, kept, against)
         if result.status == FAILED and running.launch.poll() is not None:

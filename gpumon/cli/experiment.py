@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon.cli.base import (
+    EXIT_INTERRUPTED,
     CliError,
     Subparsers,
     add_command_argument,
@@ -22,6 +25,7 @@ from gpumon.cli.reporting import (
     StderrProgress,
     check_markdown_path,
     print_report,
+    signals_as_cancel,
     signals_as_interrupt,
     write_markdown,
 )
@@ -29,6 +33,7 @@ from gpumon.printable import printable
 
 if TYPE_CHECKING:  # the advisor is imported only when the command runs
     from gpumon.advisor.catalogue import Experiment
+    from gpumon.advisor.results import GuidedReport
 
 
 def register(subparsers: Subparsers) -> None:
@@ -107,9 +112,10 @@ def run_experiment(args: argparse.Namespace) -> int:
     only = parse_tries(args.tries) if args.tries else None
     check_markdown_path(args.markdown)
     progress = StderrProgress()
+    cancel = threading.Event()
     try:
-        with signals_as_interrupt():
-            if args.pid is not None:
+        if args.pid is not None:
+            with signals_as_cancel(cancel):
                 report = experiment_pid(
                     args.pid,
                     window_s=args.window,
@@ -118,8 +124,10 @@ def run_experiment(args: argparse.Namespace) -> int:
                     only=only,
                     progress=progress,
                     max_variants=args.max_variants,
+                    cancel=cancel,
                 )
-            else:
+        else:
+            with signals_as_interrupt():
                 report = experiment_command(
                     command,
                     window_s=args.window,
@@ -133,4 +141,20 @@ def run_experiment(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from None
     write_markdown(args.markdown, report, "gpumon experiment")
     print_report(report, args.json)
+    if args.pid is not None:
+        return live_exit_status(report, args.pid, cancelled=cancel.is_set())
     return 0 if report.baseline.ok else 1
+
+
+def live_exit_status(report: GuidedReport, pid: int, *, cancelled: bool) -> int:
+    """Live experiments: 0 only when every variant ran and the job has the knobs it should; each knob left changed
+    is one line on stderr."""
+    from gpumon.advisor.results import CANCELLED, FAILED
+
+    for knob in report.unrestored:
+        print(f"gpumon: pid {pid} did not take back {printable(knob.text())}", file=sys.stderr)
+    if cancelled:
+        return EXIT_INTERRUPTED
+    if report.unrestored or not report.baseline.ok:
+        return 1
+    return 1 if any(variant.status in (FAILED, CANCELLED) for variant in report.variants) else 0

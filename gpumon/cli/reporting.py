@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,26 @@ def signals_as_interrupt() -> Iterator[None]:
         raise KeyboardInterrupt
 
     previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def signals_as_cancel(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl+C, SIGTERM and SIGHUP set `cancel` (the run winds down: rolls its changes back and reports); a second
+    one ends it as KeyboardInterrupt."""
+
+    def wind_down(_signum: int, _frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        print("gpumon: stopping: putting the job's knobs back (again to quit now)", file=sys.stderr, flush=True)
+        cancel.set()
+
+    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, wind_down) for signum in signums}
     try:
         yield
     finally:

@@ -274,7 +274,7 @@ class LoaderClient:
     def view(self) -> SimpleNamespace:
         return SimpleNamespace(dataloaders=[dict(self.loader)], precision={})
 
-    def set_knobs(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    def set_knobs(self, knobs: Mapping[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         self.sets.append(dict(knobs))
         self.loader.update(knobs)
         return dict(knobs)
