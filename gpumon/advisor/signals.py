@@ -19,7 +19,7 @@ from gpumon.jobs.host_profile import window_profile
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
 from gpumon.jobs.pyspy_categories import USER_CODE
 from gpumon.jobs.source import JobView
-from gpumon.jobs.step_model import step_model
+from gpumon.jobs.step_model import estimate_step_model, step_model
 from gpumon.jobs.step_sums import WindowSums, window_sums
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 
@@ -665,6 +665,8 @@ def build_signals(
         values.setdefault("device", "cuda")
     if isinstance(job, HookedView):
         values.update(_step_model_values(job, start, end, values))
+    elif job is not None:
+        values.update(estimate_model_values(values))
     values.update(_host_values(window))
     values.update(_process_values(window, pid, worker_pids))
     if window:
@@ -719,6 +721,20 @@ def _step_model_values(
         idle_lines=tuple(line.where for line in model.lines),
         idle_line_shares=tuple(round(line.idle_share, 4) for line in model.lines),
         idle_line_activities=tuple(line.activity for line in model.lines),
+    )
+
+
+def estimate_model_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The step model of a py-spy estimate: its fractions with GPU-Util's busy, where there is a GPU figure."""
+    util, sm, fractions = values.get("gpu_util"), values.get("sm_activity"), values.get("pyspy")
+    if not isinstance(util, (int, float)) or not fractions:
+        return {}
+    fill = sm / util if isinstance(sm, (int, float)) and util > 0 else None
+    model = estimate_step_model(fractions, util / 100.0, int(values.get("pyspy_samples") or 0), fill)
+    return dict(
+        step_shares={owner: round(share, 4) for owner, share in model.shares.items()},
+        step_busy_from=model.busy_from,
+        step_samples=model.samples,
     )
 
 

@@ -329,3 +329,48 @@ def _idle_lines(lines: tuple[SampledLine, ...], idle_share: Callable[[SampledLin
     shares = [(idle_share(line), line) for line in lines]
     ranked = sorted(((share, line) for share, line in shares if share > 0), key=lambda pair: -pair[0])[:TOP_LINES]
     return tuple(LineShare(line.where(), line.activity, share) for share, line in ranked)
+
+
+OWNER_OF_PYSPY = {
+    "data_wait": DATA,
+    "forward": LAUNCH,
+    "backward": LAUNCH,
+    "optimizer": LAUNCH,
+    "comm": COMM,
+    "h2d": H2D,
+    "user_code": CPU,
+    "alloc": ALLOC,
+    "elsewhere": OTHER,
+}
+"""The py-spy estimate's categories (gpumon.jobs.pyspy_categories) and the owners they stand for; cuda_sync owns the
+drain after syncs."""
+
+
+def estimate_step_model(
+    fractions: Mapping[str, float], busy: float, samples: int, kernel_fill: float | None = None
+) -> StepModel:
+    """The step model from py-spy's main-thread fractions (no GPU state per sample) and GPU busy from GPU-Util.
+    Syncs own the drain after them (sync_cost); the rest of the idle goes to each category by its share of the
+    samples, the remainder being nobody's (other). py-spy cannot tell a thread launching tiny kernels from one
+    blocked in a launch behind a full queue of big ones, so torch's frames own idle in proportion to how empty the
+    running kernels leave the SMs (`kernel_fill`: SM activity over GPU-Util, where GPM gives it)."""
+    busy = max(0.0, min(1.0, busy))
+    idle = 1.0 - busy
+    wait = max(0.0, fractions.get("cuda_sync", 0.0))
+    shares = dict.fromkeys(OWNERS, 0.0)
+    shares[GPU_BUSY] = busy
+    shares[SYNC_IDLE] = min(idle, sync_cost(wait, busy))
+    left = idle - shares[SYNC_IDLE]
+    others = {name: share for name, share in fractions.items() if name != "cuda_sync" and share > 0}
+    total = sum(others.values())
+    launch_weight = 1.0 if kernel_fill is None else max(0.0, min(1.0, 1.0 - kernel_fill))
+    given = 0.0
+    for name, share in others.items():
+        owner = OWNER_OF_PYSPY.get(name, OTHER)
+        part = left * share / total if total > 0 else 0.0
+        if owner == LAUNCH:
+            part *= launch_weight
+        shares[owner] += part
+        given += part
+    shares[OTHER] += max(0.0, left - given)
+    return StepModel(shares=shares, busy_from=BY_NVML, samples=samples, sync_wait=wait)

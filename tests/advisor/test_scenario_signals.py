@@ -108,3 +108,35 @@ def test_communication_under_the_bar_is_healthy_with_the_live_share_measured() -
     assert signals.comm_live_share is not None
     assert abs(signals.comm_live_share - case["truth"]["no_comm"]) <= 0.02  # 13.1% timed live, 13.0% by ablation
     assert diagnose(signals).category == HEALTHY
+
+
+ESTIMATE_MISSES = {
+    "healthy_transformer-py-spy": KNOWN_MISSES["healthy_transformer-py-spy"],
+    "ddp_manual_allreduce-batch8192-py-spy": "GPU-Util 80% with the training thread in collectives 19%: the idle "
+    "goes to nobody py-spy sees (26%) and comm (19%), where the ablation measured 13% for comm",
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            case, id=case_id(case), marks=pytest.mark.xfail(strict=True, reason=ESTIMATE_MISSES[case_id(case)])
+        )
+        if case_id(case) in ESTIMATE_MISSES
+        else pytest.param(case, id=case_id(case))
+        for case in CASES
+        if case["source"] == "py-spy"
+    ],
+)
+def test_the_py_spy_step_model_names_each_case(case: dict[str, Any]) -> None:
+    """The py-spy cases with their step model built as build_signals builds it now (the recordings predate it)."""
+    from dataclasses import replace
+
+    from gpumon.advisor.signals import estimate_model_values
+
+    signals = Signals.from_dict(case["signals"])
+    signals = replace(signals, **estimate_model_values(case["signals"]))
+    assert signals.step_shares, "a py-spy estimate with GPU-Util has a step model"
+    finding = diagnose(signals)
+    assert finding.category == case["expected"], finding.evidence
