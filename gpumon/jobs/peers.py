@@ -8,8 +8,6 @@ import socket
 import time
 from dataclasses import dataclass
 
-import psutil
-
 from gpumon import protocol
 from gpumon.protocol.paths import unsafe_socket_reason
 
@@ -54,20 +52,38 @@ def socket_claim(path: str) -> SocketClaim:
     return claim
 
 
+def process_identity(pid: int) -> tuple[int, int, float]:
+    """(real uid, effective uid, start time as unix time) of a live process, read from /proc.
+
+    ProcessLookupError when it is gone; OSError or ValueError when /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as stream:
+            uid_line = next(line for line in stream if line.startswith("Uid:"))
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            stat_fields = stream.read()
+        with open("/proc/stat", encoding="ascii", errors="replace") as stream:
+            boot = next(line for line in stream if line.startswith("btime "))
+    except FileNotFoundError:
+        raise ProcessLookupError(errno.ESRCH, f"pid {pid} is gone") from None
+    except StopIteration:
+        raise ValueError(f"/proc says nothing of pid {pid}'s uid or the boot time") from None
+    real, effective = (int(field) for field in uid_line.split()[1:3])
+    # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+    ticks = int(stat_fields[stat_fields.rfind(b")") + 2 :].split()[19])
+    return real, effective, int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def check_process(pid: int, claim: SocketClaim, path: str) -> None:
     """Raise unless `pid` runs as the socket's owner (real and effective uid) and started before the socket was made
     (ConnectionRefusedError when it is gone, UntrustedHook otherwise)."""
     try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            uids = process.uids()
-            started = process.create_time()
-    except psutil.NoSuchProcess:
+        real, effective, started = process_identity(pid)
+    except ProcessLookupError:
         raise ConnectionRefusedError(errno.ECONNREFUSED, f"pid {pid} is gone") from None
-    except psutil.Error as error:
+    except (OSError, ValueError, IndexError) as error:
         raise UntrustedHook(f"{path}: pid {pid} cannot be read ({error})") from None
-    if uids.real != claim.owner or uids.effective != claim.owner:
-        raise UntrustedHook(f"{path} belongs to uid {claim.owner}, but pid {pid} runs as uid {uids.real}")
+    if real != claim.owner or effective != claim.owner:
+        raise UntrustedHook(f"{path} belongs to uid {claim.owner}, but pid {pid} runs as uid {real}")
     slack = START_SLACK_S + CLOCK_DRIFT * max(0.0, time.time() - claim.made)
     if started > claim.made + slack:
         raise UntrustedHook(f"{path} was made before pid {pid} started: the pid now belongs to another process")
