@@ -18,9 +18,11 @@ import re
 import time
 import zlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from gpumon.sampling.processes import keep_top_processes
 from gpumon.sampling.snapshot import SCHEMA_VERSION, Snapshot
 
 RECORDING_FORMAT = "gpumon-recording"
@@ -331,6 +333,8 @@ def _snapshot(path: Path, line_number: int, record: dict[str, Any]) -> Snapshot:
     if record.get("type") != "snapshot":
         raise RecordingError(f"{path} line {line_number}: expected a snapshot record")
     try:
-        return Snapshot.from_dict({key: value for key, value in record.items() if key != "type"})
+        snapshot = Snapshot.from_dict({key: value for key, value in record.items() if key != "type"})
     except ValueError as error:
         raise RecordingError(f"{path} line {line_number}: {error}") from None
+    processes = keep_top_processes(snapshot.processes)  # a recording from elsewhere may hold any number
+    return snapshot if processes is snapshot.processes else replace(snapshot, processes=processes)

@@ -1,5 +1,6 @@
-"""The /metrics server under hostile clients, over real sockets and real TLS: idle and slow TLS clients reopened as
-they drop, one address holding many connections, oversized request heads; a scrape answers through all of them."""
+"""The exporter under hostile input, over real sockets and real TLS: idle and slow TLS clients reopened as they drop,
+one address holding many connections, oversized request heads (a scrape answers through all of them), and a
+recording of 15,000 processes a snapshot."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from exporter_helpers import RECORDINGS, wait_until
+from exporter_helpers import RECORDINGS, running_exporter, samples, scrape, wait_until
 from hostile_clients import HostileClients
 from prometheus_client.registry import CollectorRegistry
 from test_exporter_server import _self_signed
@@ -20,7 +21,9 @@ from gpumon.exporter import intake
 from gpumon.exporter.collector import SnapshotCollector
 from gpumon.exporter.labels import PlacementCache
 from gpumon.exporter.server import MetricsServer, TlsFiles
-from gpumon.sampling.recording import read_recording
+from gpumon.sampling.processes import MAX_PROCESSES
+from gpumon.sampling.recording import RecordingWriter, read_recording
+from gpumon.sampling.snapshot import ProcessSample, Snapshot
 
 SCRAPE_DEADLINE = 5.0
 """Seconds a scrape may take (Prometheus's default scrape timeout is 10 s)."""
@@ -165,3 +168,20 @@ def test_plain_idle_slowloris_and_partial_clients_starve_no_scrape(registry: Col
         for sock in idle + partial + slow:
             sock.close()
         server.close()
+
+
+def test_a_replayed_flood_of_processes_exports_at_most_the_cap(tmp_path: Path) -> None:
+    """15,000 processes a snapshot made 105,000 exporter series; the exporter now serves the heaviest
+    MAX_PROCESSES."""
+    path = tmp_path / "flood.jsonl"
+    flood = tuple(ProcessSample(pid=pid, gpu_indices=(0,), gpu_memory=pid << 20) for pid in range(1, 15_001))
+    with open(path, "w", encoding="utf-8") as stream:
+        writer = RecordingWriter(stream)
+        for tick in range(2):
+            writer.write(Snapshot(timestamp=1_795_000_000.0 + tick, processes=flood))
+    with running_exporter("--replay", str(path), "--speed", "64", "--no-jobs") as exporter:
+        wait_until(lambda: "gpumon_process_gpu_memory_bytes{" in scrape(exporter.url), 30, "the processes exported")
+        found = samples(scrape(exporter.url))
+    pids = {int(labels["pid"]) for labels, _ in found["gpumon_process_gpu_memory_bytes"]}
+    assert len(pids) == MAX_PROCESSES
+    assert max(pids) == 15_000 and min(pids) == 15_000 - MAX_PROCESSES + 1
