@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from gpumon.advisor.categories import CATEGORIES
 from gpumon.cli.attach import add_native_argument
@@ -20,6 +21,9 @@ from gpumon.cli.base import (
 )
 from gpumon.cli.profile import steps_number
 from gpumon.cli.reporting import StderrProgress, signals_as_interrupt
+
+if TYPE_CHECKING:
+    from gpumon.jobs.source import JobSource
 
 
 def register(subparsers: Subparsers) -> None:
@@ -54,6 +58,9 @@ def register(subparsers: Subparsers) -> None:
         "comm_bound from NCCL time not hidden behind compute)",
     )
     parser.add_argument("--json", action="store_true", help="print the finding and its signals as JSON")
+    # Hidden: with --pid, sample the job with py-spy even where it has the hook, so a benchmark can score both ways
+    # of seeing one job (benchmarks/scenario_corpus.py; benchmarks/scenarios/README.md).
+    parser.add_argument("--pyspy", action="store_true", help=argparse.SUPPRESS)
     add_native_argument(parser)
     add_command_argument(parser)
 
@@ -68,6 +75,15 @@ def target_command(args: argparse.Namespace, name: str) -> list[str]:
     return command
 
 
+def pyspy_only(pid: int, *, native: bool = False) -> JobSource:
+    """A py-spy sampler of `pid`, hooked or not (`--pyspy`)."""
+    from gpumon.jobs.pyspy import PySpySampler
+
+    sampler = PySpySampler(pid, native=native)
+    sampler.probe()
+    return sampler
+
+
 def say(message: str) -> None:
     """One line on stderr (what the diagnosis does to the job beyond watching it)."""
     print(message, file=sys.stderr, flush=True)
@@ -76,10 +92,13 @@ def say(message: str) -> None:
 def run_diagnose(args: argparse.Namespace) -> int:
     from gpumon.advisor.report import finding_text, step_model_lines
     from gpumon.advisor.session import AdvisorError, diagnose_command, diagnose_pid
+    from gpumon.jobs.session import open_job
 
     command = target_command(args, "diagnose")
     if args.native and args.pid is None:
         raise CliError("gpumon diagnose: --native goes with --pid (a job without the hook, sampled with py-spy)")
+    if args.pyspy and args.pid is None:
+        raise CliError("gpumon diagnose: --pyspy goes with --pid")
     if args.profile and args.pid is None:
         raise CliError("gpumon diagnose: --profile goes with --pid (a running hooked job)")
     progress = StderrProgress()
@@ -93,6 +112,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
                     native=args.native,
                     profile_steps=args.profile,
                     notice=say,
+                    opener=pyspy_only if args.pyspy else open_job,
                 )
             else:
                 result = diagnose_command(
