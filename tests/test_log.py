@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -108,22 +109,21 @@ def replay_screenshot(tmp_path: Path, state_home: Path) -> subprocess.CompletedP
 
 def test_a_cli_warning_goes_to_the_file_not_the_terminal(tmp_path: Path) -> None:
     result = replay_screenshot(tmp_path, tmp_path / "state")
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    assert "49 snapshots" in result.stdout
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and "truncated/corrupt after 49 samples" in result.stderr
+    assert "Traceback" not in result.stderr
     text = (tmp_path / "state" / "gpumon" / "gpumon.log").read_text(encoding="utf-8")
     assert "WARNING gpumon.sampling.replay: replay of bad-mid.jsonl ends early:" in text
     assert "bad-mid.jsonl line 51: not valid JSON" in text
 
 
 def test_an_unwritable_state_dir_is_harmless(tmp_path: Path) -> None:
-    """XDG_STATE_HOME under a regular file: no log file can be made; the command still works and says nothing."""
+    """XDG_STATE_HOME under a regular file: no log file can be made; the command still says only its own line."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     result = replay_screenshot(tmp_path, blocker / "state")
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    assert "49 snapshots" in result.stdout
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and "truncated/corrupt after 49 samples" in result.stderr
 
 
 def test_configure_without_a_file_drops_records_quietly(
@@ -134,3 +134,37 @@ def test_configure_without_a_file_drops_records_quietly(
     assert log.configure({"XDG_STATE_HOME": str(blocker / "state")}) is None
     logging.getLogger("gpumon.jobs.client").error("dropped quietly")
     assert capsys.readouterr().err == ""
+
+
+def test_the_log_is_private_and_its_directories_are_made_0700(tmp_path: Path, gpumon_logger: logging.Logger) -> None:
+    path = log.configure({"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert path is not None
+    logging.getLogger("gpumon.jobs.client").warning("a command line: python train.py --token secret")
+    assert "--token secret" in flushed_text(gpumon_logger, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize(("mode", "used"), [(0o755, True), (0o775, False), (0o777, False)])
+def test_an_existing_log_directory_is_used_as_it_is_or_not_at_all(
+    tmp_path: Path, gpumon_logger: logging.Logger, mode: int, used: bool
+) -> None:
+    directory = tmp_path / "gpumon"
+    directory.mkdir()
+    directory.chmod(mode)
+    path = log.configure({"XDG_STATE_HOME": str(tmp_path)})
+    logging.getLogger("gpumon.jobs.client").error("a record")
+    assert (path is not None) == used and (directory / "gpumon.log").exists() == used
+    assert stat.S_IMODE(directory.stat().st_mode) == mode
+
+
+def test_a_symlink_planted_at_the_log_is_not_followed(tmp_path: Path, gpumon_logger: logging.Logger) -> None:
+    (tmp_path / "gpumon").mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("kept\n")
+    victim.chmod(0o644)
+    (tmp_path / "gpumon" / "gpumon.log").symlink_to(victim)
+    assert log.configure({"XDG_STATE_HOME": str(tmp_path)}) is None
+    logging.getLogger("gpumon.jobs.client").error("not for the victim")
+    assert victim.read_text() == "kept\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644

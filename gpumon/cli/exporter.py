@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -112,11 +113,13 @@ def _label(text: str) -> str:
 def run_exporter(args: argparse.Namespace) -> int:
     from prometheus_client.registry import CollectorRegistry
 
+    from gpumon.cli.replay import EXIT_DAMAGED, damage
     from gpumon.exporter.collector import SnapshotCollector
     from gpumon.exporter.labels import PlacementCache
     from gpumon.exporter.pod_resources import PodResourcesWatcher
     from gpumon.exporter.pods import ContainerNames, PodAttribution
     from gpumon.exporter.server import MetricsServer, ServerConfigError, TlsFiles, read_basic_auth_file
+    from gpumon.sampling.replay import Replayer
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise CliError("--tls-cert and --tls-key go together")
@@ -139,8 +142,12 @@ def run_exporter(args: argparse.Namespace) -> int:
     )
 
     chosen = chosen_gpus(args, os.environ)
+    damage_said: list[str] = []
 
     def post(snapshot: Snapshot) -> None:
+        if isinstance(source, Replayer) and not damage_said and (damaged := damage(source)) is not None:
+            damage_said.append(damaged)
+            print(f"gpumon exporter: {damaged}", file=sys.stderr, flush=True)
         snapshot = only_gpus(snapshot, chosen)
         collector.on_snapshot(snapshot)
         if jobs is not None:
@@ -172,7 +179,7 @@ def run_exporter(args: argparse.Namespace) -> int:
             jobs.stop()
         source.stop()
         server.close()
-    return 0
+    return EXIT_DAMAGED if damage_said else 0
 
 
 def _wait(stop: threading.Event) -> None:

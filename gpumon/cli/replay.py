@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon.cli.base import CliError, Subparsers, non_negative_float, positive_float, subcommand
 from gpumon.cli.dashboard import add_view_arguments, view_options
+from gpumon.printable import printable
 
 if TYPE_CHECKING:
     from textual.pilot import Pilot
 
+    from gpumon.sampling.replay import Replayer
+
 SCREENSHOT_WAIT_S = 10.0
 """How long a screenshot waits for the dashboard to show the recording's last snapshot."""
+EXIT_DAMAGED = 1
+"""A recording that stopped being readable part-way (its good part replayed)."""
 MAX_SIZE = (1000, 500)
 """The largest screenshot, in cells."""
 
@@ -61,23 +68,57 @@ def register(subparsers: Subparsers) -> None:
     add_view_arguments(parser)
 
 
+def check_not_the_recording(recording: Path, screenshot: Path) -> None:
+    """CliError when the screenshot would be written over the recording itself (the same file by any name)."""
+    try:
+        same = os.path.samefile(recording, screenshot)
+    except OSError:  # one of them does not exist (yet)
+        same = os.path.realpath(recording) == os.path.realpath(screenshot)
+    if same:
+        raise CliError(f"--screenshot {printable(str(screenshot))} is the recording itself: name another file")
+
+
+def damage(replayer: Replayer) -> str | None:
+    """One line when the replay stopped at a bad line (a gzip stream corrupt mid-way, a line cut short); None when
+    every snapshot read was good."""
+    if replayer.error is None:
+        return None
+    return printable(
+        f"{replayer.name}: recording truncated/corrupt after {replayer.snapshots_read} samples ({replayer.error})"
+    )
+
+
 def run_replay(args: argparse.Namespace) -> int:
     from gpumon.sampling.recording import RecordingError, count_snapshots, iter_recording
     from gpumon.sampling.replay import Replayer
     from gpumon.tui.app import GpumonApp
 
+    if args.screenshot is not None:
+        check_not_the_recording(args.file, args.screenshot)
     try:
         replayer = Replayer(iter_recording(args.file), speed=args.speed, name=args.file.name)
         replayer.total = count_snapshots(args.file)
-        if args.at is not None or args.screenshot is not None:
-            replayer.skip_to(args.at)  # the history behind the graphs; a screenshot without --at: the last snapshot
     except (RecordingError, ValueError) as error:
         raise CliError(str(error)) from None
+    try:
+        if args.at is not None or args.screenshot is not None:
+            replayer.skip_to(args.at)  # the history behind the graphs; a screenshot without --at: the last snapshot
+    except ValueError as error:
+        if (damaged := damage(replayer)) is None:
+            raise CliError(str(error)) from None
+        print(f"gpumon: {damaged}: --at {args.at:g} is past it", file=sys.stderr)
+        return EXIT_DAMAGED
     if args.screenshot is not None:
+        if (damaged := damage(replayer)) is not None:
+            print(f"gpumon: {damaged}: no screenshot written", file=sys.stderr)
+            return EXIT_DAMAGED
         replayer.end_after_next()  # the app is shown the moment's snapshot when it starts
     app = GpumonApp(replayer, options=view_options(args), clock=replayer.latest_timestamp)
     if args.screenshot is None:
         app.run()
+        if (damaged := damage(replayer)) is not None:
+            print(f"gpumon: {damaged}", file=sys.stderr)
+            return app.return_code or EXIT_DAMAGED
         return app.return_code or 0
     saved: list[str] = []
 

@@ -65,6 +65,11 @@ class Replayer:
         return self._latest
 
     @property
+    def snapshots_read(self) -> int:
+        """Snapshots read from the recording so far (delivered, and the next ones held)."""
+        return self.position + len(self._ahead)
+
+    @property
     def finished(self) -> bool:
         return not self._ahead
 
