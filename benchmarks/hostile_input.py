@@ -26,22 +26,23 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path.cwd()
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "exporter"), str(ROOT / "tests" / "fleet")]
 
-from fleet_helpers import RANGE, recorded_prometheus, vector  # noqa: E402
-from hostile_clients import HostileClients  # noqa: E402
-from prometheus_client import Gauge  # noqa: E402
-from prometheus_client.registry import CollectorRegistry  # noqa: E402
+from fleet_helpers import RANGE, recorded_prometheus, vector
+from hostile_clients import HostileClients
+from prometheus_client import Gauge
+from prometheus_client.registry import CollectorRegistry
 
-from gpumon.exporter.server import MetricsServer, TlsFiles  # noqa: E402
-from gpumon.fleet import PromClient, read_fleet  # noqa: E402
-from gpumon.fleet.snapshot import GPU_QUERIES, HISTORY_POINTS, HISTORY_QUERIES  # noqa: E402
-from gpumon.sampling.recording import RecordingWriter  # noqa: E402
-from gpumon.sampling.snapshot import ProcessSample, Snapshot  # noqa: E402
+from gpumon.exporter.server import MetricsServer, TlsFiles
+from gpumon.fleet import PromClient, read_fleet
+from gpumon.fleet.snapshot import GPU_QUERIES, HISTORY_POINTS, HISTORY_QUERIES
+from gpumon.sampling.recording import RecordingWriter
+from gpumon.sampling.snapshot import ProcessSample, Snapshot
 
 NOW = 1795436099.694
 
@@ -63,8 +64,6 @@ def tls_scrapes(directory: Path, window: float) -> dict[str, Any]:
     server = MetricsServer(registry, "127.0.0.1:0", tls=files)
     server.start()
     context = ssl.create_default_context(cafile=files.certfile)
-    import urllib.request
-
     took: list[float] = []
     failed: dict[str, int] = {}
     try:
