@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,45 @@ def test_record_refuses_to_overwrite_without_force(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "exists" in result.stderr
     assert path.read_text() == "precious\n"
+
+
+def test_a_recording_is_private(tmp_path):
+    path = tmp_path / "run.jsonl"
+    result = gpumon("record", str(path), "--duration", "0.2")
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_record_force_replaces_the_file_and_never_writes_through_another_name_of_it(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text("precious\n")
+    path.chmod(0o644)
+    other_name = tmp_path / "hard-link"
+    other_name.hardlink_to(path)
+    result = gpumon("record", str(path), "--duration", "0.2", "--force")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(path.read_text().splitlines()[0])["type"] == "gpumon-recording"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert other_name.read_text() == "precious\n" and stat.S_IMODE(other_name.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize(
+    ("target_exists", "args", "message"),
+    [
+        (False, [], "{path} exists; pass --force to overwrite it"),
+        (True, ["--force"], "cannot write {path}: it is a symlink, which gpumon does not follow"),
+    ],
+)
+def test_a_symlink_planted_at_the_recording_path_is_not_followed(tmp_path, target_exists, args, message):
+    victim = tmp_path / "victim"
+    if target_exists:
+        victim.write_text("kept\n")
+    path = tmp_path / "run.jsonl"
+    path.symlink_to(victim)
+    result = gpumon("record", str(path), "--duration", "0.2", *args)
+    assert result.returncode == 2
+    assert result.stderr == f"gpumon: error: {message.format(path=path)}\n"
+    assert victim.exists() == target_exists and (not target_exists or victim.read_text() == "kept\n")
 
 
 @pytest.mark.parametrize(

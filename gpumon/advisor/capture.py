@@ -10,6 +10,7 @@ from typing import Any
 from gpumon.advisor.trace_summary import TraceError, TraceSummary, summarize_file
 from gpumon.jobs.client import JobClient, JobRequestError
 from gpumon.printable import printable
+from gpumon.private_files import make_private_dirs
 
 CAPTURE_TIMEOUT_S = 120.0
 """Default wait for the steps to run and the trace to be written."""
@@ -41,11 +42,14 @@ def default_trace_dir() -> str:
 
 
 def prepare_trace_parent(directory: str) -> None:
-    """Create the parents of the trace directory (0700); the hook creates and checks the directory itself."""
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(directory)), mode=0o700, exist_ok=True)
-    except OSError as error:
-        raise CaptureError(f"cannot create {printable(directory)}: {error.strerror or error}") from None
+    """Create the missing parents of the trace directory, each 0700 (existing ones are left as they are); the hook
+    creates and checks the directory itself."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    if os.path.isdir(parent):
+        return
+    reason = make_private_dirs(parent)
+    if reason is not None:
+        raise CaptureError(printable(reason))
 
 
 def capture(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpumon.cli.base import CliError, Subparsers, positive_float, positive_seconds, subcommand
+from gpumon.private_files import create_private_file
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import MAX_RECORD_INTERVAL, MIN_INTERVAL
 
@@ -30,7 +33,7 @@ def register(subparsers: Subparsers) -> None:
         description="Record samples to a JSON Lines file until --duration passes or Ctrl+C.",
         handler=run_record,
     )
-    parser.add_argument("file", type=Path, help="output file (refused if it exists, unless --force)")
+    parser.add_argument("file", type=Path, help="output file, created 0600 (refused if it exists, unless --force)")
     parser.add_argument(
         "--duration", type=positive_seconds, default=None, help="seconds to record (default: until Ctrl+C)"
     )
@@ -56,16 +59,7 @@ def _cannot_write(path: Path, error: OSError) -> CliError:
 
 def run_record(args: argparse.Namespace) -> int:
     path: Path = args.file
-    try:
-        exists = path.exists()  # a directory we may not search raises (EACCES) rather than answering
-    except OSError as error:
-        raise _cannot_write(path, error) from None
-    if exists and not args.force:
-        raise CliError(f"{path} exists; pass --force to overwrite it")
-    try:
-        stream = path.open("wb")
-    except OSError as error:
-        raise _cannot_write(path, error) from None
+    stream = _open_recording(path, args.force)
     try:
         with stream:
             count, seconds = _record(stream, args)
@@ -73,6 +67,32 @@ def run_record(args: argparse.Namespace) -> int:
         raise _cannot_write(path, error) from None
     print(f"gpumon: wrote {count} samples over {seconds:.1f} s to {path}", file=sys.stderr)
     return 0
+
+
+def _open_recording(path: Path, force: bool) -> BinaryIO:
+    """A new file, mode 0600 (a recording holds full command lines), never reached through a symlink.
+
+    With `force` an existing regular file is replaced by a new one (its mode and owner never change); a device or
+    pipe (/dev/full, a FIFO) is written as it is."""
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        existing = None
+    except OSError as error:  # a directory we may not search (EACCES)
+        raise _cannot_write(path, error) from None
+    try:
+        if existing is None:
+            return os.fdopen(create_private_file(str(path)), "wb")
+        if not force:
+            raise CliError(f"{path} exists; pass --force to overwrite it")
+        if stat.S_ISLNK(existing.st_mode):
+            raise CliError(f"cannot write {path}: it is a symlink, which gpumon does not follow")
+        if stat.S_ISREG(existing.st_mode):
+            os.unlink(path)
+            return os.fdopen(create_private_file(str(path)), "wb")
+        return os.fdopen(os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "wb")
+    except OSError as error:
+        raise _cannot_write(path, error) from None
 
 
 def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:

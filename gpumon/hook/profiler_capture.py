@@ -1,7 +1,8 @@
 """ProfilerCapture: torch.profiler over N steps of the job on request, the trace written off the training thread.
 
 Costs nothing until a capture is asked for. `start` and `step` run on the training thread at step boundaries;
-the trace is written by a daemon thread to a 0600 file and renamed into place complete. Every failure becomes a
+the trace is written by a daemon thread to a 0600 file and renamed into place complete, over a name it created
+first (O_EXCL: a symlink or file already there is never followed or replaced). Every failure becomes a
 `profile_result` with `available: false` and a reason, never an exception into the job.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpumon import protocol
-from gpumon.hook.socket_dir import prepare_socket_dir
+from gpumon.private_files import create_private_file, make_private_dir
 
 __all__ = ["TRACES_DIR", "ProfilerCapture", "trace_dir_problem", "trace_path"]
 
@@ -132,7 +133,13 @@ class ProfilerCapture:
         """On the export thread: the trace as JSON to a private temporary file, gzipped, renamed into place."""
         began = time.perf_counter()
         directory = os.path.dirname(self._path)
+        try:
+            os.close(create_private_file(self._path))  # a symlink or file already at the name is left alone
+        except OSError as exc:
+            self._fail(f"cannot write the trace to {self._path}: {exc.strerror or exc}"[:300])
+            return
         raw = packed = ""
+        claimed = self._path
         try:
             raw = _private_temp(directory, ".json")
             profiler.export_chrome_trace(raw)
@@ -140,13 +147,13 @@ class ProfilerCapture:
             with open(raw, "rb") as source, gzip.open(packed, "wb", compresslevel=6) as target:
                 shutil.copyfileobj(source, target, _COPY_CHUNK)
             os.replace(packed, self._path)
-            packed = ""
+            packed = claimed = ""
             size = os.path.getsize(self._path)
         except Exception as exc:  # noqa: BLE001 - the export thread never raises; the client gets the reason
             self._fail(f"cannot write the trace to {self._path}: {type(exc).__name__}: {exc}"[:300])
             return
         finally:
-            for leftover in (raw, packed):
+            for leftover in (raw, packed, claimed):
                 if leftover:
                     try:
                         os.unlink(leftover)
@@ -183,14 +190,15 @@ class ProfilerCapture:
 
 
 def trace_dir_problem(directory: str) -> str | None:
-    """Why traces cannot go to `directory` (not absolute, unsafe, cannot be created), or None once it is ready (0700).
+    """Why traces cannot go to `directory` (not absolute, cannot be created, not ours, a symlink, writable by
+    others), or None once it is ready: created 0700, or an existing safe one left as it is.
 
     Runs on the server thread when a request comes: a mkdir and an lstat, no waiting on the job."""
     if not os.path.isabs(directory) or "\0" in directory:
         return "dir must be an absolute path"
     if len(directory) > 1024:
         return "dir is longer than 1024 characters"
-    reason = prepare_socket_dir(directory)
+    reason = make_private_dir(directory)
     return None if reason is None else f"cannot write the trace: {reason}"
 
 

@@ -4,7 +4,6 @@ each place before it was refused (a directory pre-created by another user, a sym
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 
 from gpumon import protocol
@@ -13,27 +12,15 @@ from gpumon import protocol
 def prepare_socket_dir(directory: str) -> str | None:
     """Create (mode 0700) or check the socket directory; return why it is unusable, or None.
 
-    The umask is left alone (it is process-wide and the job may be creating files on another
-    thread): mkdir with 0700 can only come out narrower, and a directory of ours with looser bits
-    is tightened to 0700. Someone else's directory, or a symlink, is refused.
+    An existing directory is never chmodded: one that is not ours, is a symlink, or that group or others may
+    enter is refused as it is (protocol.unsafe_dir_reason, the check discovery makes too).
     """
     try:
-        os.mkdir(directory, 0o700)
+        os.mkdir(directory, 0o700)  # the umask can only narrow it; it is process-wide, so it is left alone
     except FileExistsError:
         pass
     except OSError as exc:
         return f"cannot create {directory}: {exc.strerror}"
-    try:
-        st = os.lstat(directory)
-    except OSError as exc:
-        return f"{directory}: {exc.strerror}"
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        return protocol.unsafe_dir_reason(directory) or f"{directory} is unusable"
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        try:
-            os.chmod(directory, 0o700, follow_symlinks=False)
-        except (OSError, NotImplementedError):
-            return protocol.unsafe_dir_reason(directory)
     return protocol.unsafe_dir_reason(directory)
 
 

@@ -136,6 +136,74 @@ def test_an_unsafe_directory_is_one_line_and_the_job_goes_on(start_job: Any, soc
     assert job.proc.poll() is None
 
 
+def test_profile_out_leaves_an_existing_directory_as_it_is(start_job: Any, sock_dir: str, tmp_path: Path) -> None:
+    """`mkdir -m755 d; gpumon profile PID --out d` used to leave d at 0700; a directory others may write (like /tmp)
+    is refused in one line and left as it is too."""
+    job = start_job("--seconds", "120")
+    job.event("ready")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    done = gpumon("profile", str(job.pid), "--steps", "2", "--out", str(shared), "--json", sock_dir=sock_dir)
+    assert done.returncode == 0, done.stderr
+    (trace,) = shared.iterdir()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755 and stat.S_IMODE(trace.stat().st_mode) == 0o600
+    like_tmp = tmp_path / "like-tmp"
+    like_tmp.mkdir()
+    like_tmp.chmod(0o1777)
+    refused = gpumon("profile", str(job.pid), "--steps", "2", "--out", str(like_tmp), sock_dir=sock_dir)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == (
+        f"gpumon: error: pid {job.pid}: no profiler capture: cannot write the trace: {like_tmp} is writable by "
+        "others (mode 1777)\n"
+    )
+    assert stat.S_IMODE(like_tmp.stat().st_mode) == 0o1777 and os.listdir(like_tmp) == []
+    assert job.proc.poll() is None
+
+
+def test_a_raw_profile_request_never_chmods_the_directory_it_names(start_job: Any, tmp_path: Path) -> None:
+    """A client's `profile` request names any directory: the hook writes its trace there only when the directory is
+    the job's own and nobody else may write in it, and changes the mode or owner of none."""
+    job = start_job("--seconds", "120")
+    job.event("ready")
+    like_etc = tmp_path / "like-etc"
+    like_etc.mkdir()
+    like_etc.chmod(0o755)
+    like_tmp = tmp_path / "like-tmp"
+    like_tmp.mkdir()
+    like_tmp.chmod(0o1777)
+    group_writable = tmp_path / "group-writable"
+    group_writable.mkdir()
+    group_writable.chmod(0o770)
+    refusals = {
+        like_tmp: f"{like_tmp} is writable by others (mode 1777)",
+        group_writable: f"{group_writable} is writable by others (mode 0770)",
+    }
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        refusals[theirs] = f"{theirs} is owned by uid 65534, not 0"
+    before = {path: (path.stat().st_uid, path.stat().st_mode) for path in [like_etc, *refusals]}
+    client = JobClient(job.pid)
+    client.connect()
+    client.start()
+    try:
+        written = client.profile(1, str(like_etc), timeout=60)
+        assert written["available"] is True and Path(written["path"]).parent == like_etc
+        for directory, reason in refusals.items():
+            try:
+                client.request({"type": protocol.PROFILE, "steps": 1, "dir": str(directory)}, (protocol.PROFILING,))
+                raise AssertionError(f"a capture into {directory} was accepted")
+            except JobRequestError as error:
+                assert error.code == protocol.E_BAD_MESSAGE and str(error) == f"cannot write the trace: {reason}"
+            assert os.listdir(directory) == []
+    finally:
+        client.stop()
+    assert {path: (path.stat().st_uid, path.stat().st_mode) for path in before} == before
+    assert job.proc.poll() is None
+
+
 def test_a_job_running_its_own_profiler_gets_one_clear_line(start_job: Any, sock_dir: str, tmp_path: Path) -> None:
     job = start_job("60", script=OWN_PROFILER_JOB)
     job.event("ready")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,19 +74,19 @@ def test_record_to_a_full_disk_is_one_line() -> None:
 def test_record_into_a_directory_it_cannot_search_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 27 item 3: Path.exists() raised PermissionError (a traceback). Root searches any directory, so the
-    refusal is played by the one call that met it."""
+    """Issue 27 item 3: the existence check raised PermissionError (a traceback). Root searches any directory, so
+    the refusal is played by the one call that met it."""
     from gpumon.cli import main
 
     target = tmp_path / "locked" / "x.jsonl"
-    real_exists = Path.exists
+    real_lstat = os.lstat
 
-    def exists(self: Path, *args: object, **kwargs: object) -> bool:
-        if self == target:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_exists(self)
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(path) == target:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_lstat(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "exists", exists)
+    monkeypatch.setattr(os, "lstat", lstat)
     assert main(["record", str(target), "--duration", "0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gpumon: error: cannot write {target}: Permission denied"]

@@ -12,6 +12,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from gpumon import protocol
@@ -105,3 +106,49 @@ def test_unusable_directories_are_named(tmp_path: Path) -> None:
     link.symlink_to(tmp_path)
     assert "is a symlink" in (trace_dir_problem(str(link)) or "")
     assert "cannot create" in (trace_dir_problem(str(tmp_path / "no" / "such")) or "")
+
+
+@pytest.mark.parametrize(("mode", "refusal"), [(0o755, None), (0o777, "is writable by others (mode 0777)")])
+def test_an_existing_directory_is_used_as_it_is_or_refused_never_chmodded(
+    tmp_path: Path, mode: int, refusal: str | None
+) -> None:
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    directory.chmod(mode)
+    problem = trace_dir_problem(str(directory))
+    assert problem == (None if refusal is None else f"cannot write the trace: {directory} {refusal}")
+    assert stat.S_IMODE(directory.stat().st_mode) == mode
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_someone_elses_directory_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    directory = tmp_path / "theirs"
+    directory.mkdir(mode=0o755)
+    os.chown(directory, 65534, 65534)
+    assert f"owned by uid 65534, not {os.getuid()}" in (trace_dir_problem(str(directory)) or "")
+    st = directory.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (65534, 0o755)
+
+
+def test_a_symlink_planted_at_the_trace_path_is_not_followed(tmp_path: Path) -> None:
+    directory = tmp_path / "t"
+    directory.mkdir(mode=0o700)
+    path = trace_path(str(directory), os.getpid())
+    target = tmp_path / "victim"
+    target.write_text("kept\n")
+    os.symlink(target, path)
+    capture, outbox, _errors = new_capture()
+    capture.reserve()
+    capture.start(1, path, "r4")
+    train_step(torch.nn.Linear(8, 2))
+    capture.step()
+    assert capture.wait_written(30)
+    (result,) = outbox
+    assert result == {
+        "type": protocol.PROFILE_RESULT,
+        "id": "r4",
+        "available": False,
+        "reason": f"cannot write the trace to {path}: File exists",
+    }
+    assert os.readlink(path) == str(target) and target.read_text() == "kept\n"
+    assert os.listdir(directory) == [os.path.basename(path)]  # no temporary file left behind

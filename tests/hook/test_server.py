@@ -115,13 +115,14 @@ def test_the_socket_appears_only_once_it_listens(
     assert os.listdir(sock_dir) == []
 
 
-def test_a_loose_directory_of_ours_is_tightened(sock_dir: str, runtime: HookRuntime) -> None:
+@pytest.mark.parametrize("mode", [0o755, 0o777])
+def test_a_loose_directory_is_refused_and_left_as_it_is(sock_dir: str, runtime: HookRuntime, mode: int) -> None:
     os.mkdir(sock_dir)
-    os.chmod(sock_dir, 0o777)
+    os.chmod(sock_dir, mode)
     server = HookServer(runtime, directory=sock_dir)
-    assert server.start()
-    server.stop()
-    assert stat.S_IMODE(os.stat(sock_dir).st_mode) == 0o700
+    assert not server.start()
+    assert server.failure == f"{sock_dir} has mode {mode:04o}, not 0700"
+    assert stat.S_IMODE(os.stat(sock_dir).st_mode) == mode and os.listdir(sock_dir) == []
 
 
 @needs_root
