@@ -28,7 +28,11 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 class CliError(Exception):
-    """A user-facing failure: printed as one line, exit code 2."""
+    """A user-facing failure: printed as one line, exit code 2 (or `status`: 127 for a command not found)."""
+
+    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Parser(argparse.ArgumentParser):
@@ -135,7 +139,7 @@ def run_handler(handler: Handler, args: argparse.Namespace) -> int:
         return code
     except CliError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return error.status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except OSError as exc:

@@ -8,7 +8,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpumon.cli.base import CliError, Subparsers, add_command_argument, add_interval_argument, command_of, subcommand
+from gpumon.cli.base import (
+    EXIT_USAGE,
+    CliError,
+    Subparsers,
+    add_command_argument,
+    add_interval_argument,
+    command_of,
+    subcommand,
+)
 
 if TYPE_CHECKING:  # the jobs layer is imported where the command runs, not on every gpumon start
     from gpumon.jobs.launch import LaunchedJob
@@ -53,7 +61,7 @@ def launched(command: list[str], log: Path | None = None, nvtx: bool = False) ->
     try:
         job = LaunchedJob(command, log=log, nvtx=nvtx).start()
     except LaunchError as error:
-        raise CliError(str(error)) from None
+        raise CliError(str(error), error.status or EXIT_USAGE) from None
     if job.refused_dir is not None:
         print(
             f"gpumon: refused the socket directory: {job.refused_dir}; the job serves in {job.socket_dir} instead",
@@ -69,6 +77,11 @@ def run_launch(args: argparse.Namespace) -> int:
     if not command:  # before the log file is made: no empty /tmp/gpumon-run-*.log left behind
         raise CliError("gpumon run needs a command, e.g. gpumon run -- python train.py")
     if args.no_tui:
+        if args.log is not None:
+            raise CliError(
+                "--log goes with the dashboard: with --no-tui the job's output stays on this terminal "
+                "(redirect it: > FILE 2>&1)"
+            )
         with launched(command, nvtx=args.nvtx) as job:
             return exit_status(job.wait_forwarding_signals())
 
@@ -76,7 +89,13 @@ def run_launch(args: argparse.Namespace) -> int:
     from gpumon.tui.advisor_app import AdvisorApp
 
     log_path: Path = args.log if args.log is not None else new_log_path("gpumon-run-")
-    with launched(command, log_path, args.nvtx) as job:
+    try:
+        job = launched(command, log_path, args.nvtx)
+    except CliError:
+        if args.log is None:
+            log_path.unlink(missing_ok=True)  # no job, no output: no empty /tmp/gpumon-run-*.log left behind
+        raise
+    with job:
         print(f"gpumon: started pid {job.pid}; its output goes to {log_path}", file=sys.stderr)
         followed = job.follow()
         sampler = Sampler(interval=args.interval)

@@ -38,8 +38,18 @@ PRIVATE_DIR_PREFIX = "gpumon-{uid}-"
 """A private socket directory, /tmp/gpumon-<uid>-XXXXXXXX, where discovery looks too."""
 
 
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+"""A shell's exit statuses for a command it could not find, and one it found but could not run."""
+
+
 class LaunchError(Exception):
-    """A job that could not be started (a bad knob, a missing command, an unwritable log): one line."""
+    """A job that could not be started (a bad knob, a missing command, an unwritable log): one line, and the exit
+    status a shell would give (127 not found, 126 not runnable; None: a usage error)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def new_log_path(prefix: str) -> Path:
@@ -167,12 +177,15 @@ class LaunchedJob:
         if self.process is not None:
             raise RuntimeError("a LaunchedJob starts once")
         output: IO[bytes] | None = None
+        made_log = False
         if self.log_path is not None:
             try:
+                made_log = not self.log_path.exists()
                 output = self.log_path.open("wb")
             except OSError as error:
                 raise LaunchError(f"cannot write {self.log_path}: {error.strerror or error}") from None
         name = self.command[0]
+        started = False
         try:
             with _sigint_not_ignored():
                 self.process = subprocess.Popen(
@@ -184,15 +197,18 @@ class LaunchedJob:
                     stdout=output,
                     stderr=subprocess.STDOUT if output is not None else None,
                 )
+            started = True
         except FileNotFoundError:
-            raise LaunchError(f"command not found: {name}") from None
+            raise LaunchError(f"command not found: {name}", EXIT_NOT_FOUND) from None
         except PermissionError:
-            raise LaunchError(f"permission denied: {name}") from None
+            raise LaunchError(f"permission denied: {name}", EXIT_NOT_EXECUTABLE) from None
         except OSError as error:
-            raise LaunchError(f"cannot run {name}: {error.strerror or error}") from None
+            raise LaunchError(f"cannot run {name}: {error.strerror or error}", EXIT_NOT_EXECUTABLE) from None
         finally:
             if output is not None:
                 output.close()  # the job holds its own copy
+            if made_log and not started and self.log_path is not None:
+                self.log_path.unlink(missing_ok=True)  # no job, no output: no empty log left behind
         return self
 
     def __enter__(self) -> LaunchedJob:

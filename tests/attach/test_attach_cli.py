@@ -58,12 +58,12 @@ def test_run_no_tui_injects_the_hook_and_passes_the_exit_code_through(sock_dir: 
 
 
 def test_run_without_a_command_or_with_a_missing_one_is_a_one_line_error(sock_dir: str) -> None:
-    for args, message in (
-        ([], "gpumon run needs a command"),
-        (["--", "no-such-command-xyz"], "command not found: no-such-command-xyz"),
+    for args, message, status in (
+        ([], "gpumon run needs a command", 2),
+        (["--", "no-such-command-xyz"], "command not found: no-such-command-xyz", 127),
     ):
         done = gpumon("run", "--no-tui", *args, sock_dir=sock_dir)
-        assert done.returncode == 2
+        assert done.returncode == status
         assert done.stderr.strip().splitlines() == [f"gpumon: error: {message}"] or message in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
 
