@@ -1,8 +1,9 @@
 """The dashboard's config file ($XDG_CONFIG_HOME/gpumon/config.toml): typed Settings, read leniently, one key saved.
 
-Reading: an unknown key or a bad value is one warning line naming the key, and that setting keeps its default (a bad
-`read_only` turns read-only on: a typo must not enable signals); a file that does not parse is one line and every
-default. Python 3.10 has no tomllib (and gpumon does not depend on tomli): there the file is ignored with one line.
+Reading: a bad value is one warning line naming the key, and that setting keeps its default (a bad `read_only` turns
+read-only on: a typo must not enable signals); the unknown keys, however many, are one line naming the first few and
+giving their count; a file that does not parse is one line and every default. Python 3.10 has no tomllib (and gpumon
+does not depend on tomli): there the file is ignored with one line.
 
 Writing (the theme picked in the command palette): `save_setting` rewrites or adds one top-level `key = value` line
 and keeps every other line, comment and unknown key as it was; the result is parsed back before it replaces the file.
@@ -119,6 +120,8 @@ _CHECKS = {
     "host_graphs": _bool,
 }
 assert set(_CHECKS) == {field.name for field in fields(Settings)}
+UNKNOWN_KEYS_NAMED = 5
+"""Unknown keys named in the one line that says how many there are."""
 _SAFE_WHEN_BAD: dict[str, Any] = {"read_only": True}
 """Settings whose bad value is read as the safe one, not the default: `read_only = "yes"` means no signals."""
 
@@ -129,15 +132,34 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _unknown_keys_line(source: str, unknown: list[str]) -> str:
+    """One warning for every unknown key: the first few named, and how many there are."""
+    known = f"(known: {', '.join(_CHECKS)})"
+    if len(unknown) == 1:
+        return f"{source}: unknown key {_shown_key(unknown[0])} ignored {known}"
+    named = ", ".join(_shown_key(key) for key in unknown[:UNKNOWN_KEYS_NAMED])
+    more = ", ..." if len(unknown) > UNKNOWN_KEYS_NAMED else ""
+    return f"{source}: {len(unknown)} unknown keys ignored: {named}{more} {known}"
+
+
+def _shown_key(key: str) -> str:
+    text = repr(key)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def settings_from(data: Mapping[str, Any], source: str = "config") -> tuple[Settings, list[str]]:
-    """Settings from a parsed TOML table, and one warning line per unknown key or bad value (which keeps its
-    default)."""
+    """Settings from a parsed TOML table, and warning lines: one per bad value (which keeps its default), one for
+    all the unknown keys (where the first of them is)."""
     warnings: list[str] = []
     values: dict[str, Any] = {}
+    unknown: list[str] = []
+    unknown_at = 0
     for key, value in data.items():
         check = _CHECKS.get(key)
         if check is None:
-            warnings.append(f"{source}: unknown key {key!r} ignored (known: {', '.join(_CHECKS)})")
+            if not unknown:
+                unknown_at = len(warnings)
+            unknown.append(key)
             continue
         try:
             values[key] = check(value)
@@ -148,6 +170,8 @@ def settings_from(data: Mapping[str, Any], source: str = "config") -> tuple[Sett
             else:
                 used = "the default is used"
             warnings.append(f"{source}: {key} = {_shown(value)} is not {error}; {used}")
+    if unknown:
+        warnings.insert(unknown_at, _unknown_keys_line(source, unknown))
     return replace(Settings(), **values), warnings
 
 

@@ -1,8 +1,11 @@
-"""The config file: typed settings, one line per unknown key or bad value, and saving one key without clobbering."""
+"""The config file: typed settings, one line per bad value and one for all unknown keys, and saving one key without
+clobbering."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -55,6 +58,36 @@ def test_unknown_keys_and_bad_values_are_one_line_each_naming_the_key_and_keep_d
     for key, line in zip(keys, warnings, strict=True):
         assert key in line and "\n" not in line
     assert "unknown key 'colour'" in warnings[1]
+
+
+def test_thousands_of_unknown_keys_are_one_line_naming_the_first_few_and_their_count(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    unknown = "".join(f"key{index} = {index}\n" for index in range(5000))
+    path.write_text(f'theme = "nord"\n{unknown}interval = 99\n')
+    settings, warnings = load_settings(path)
+    assert settings == Settings(theme="nord")
+    assert len(warnings) == 2, warnings[:3]
+    assert "5000 unknown keys ignored: 'key0', 'key1', 'key2', 'key3', 'key4', ... (known: interval," in warnings[0]
+    assert "interval = 99 is not" in warnings[1], "a bad value keeps its own line, after"
+    assert all("\n" not in line and len(line) < 400 for line in warnings)
+
+
+def test_the_dashboard_with_thousands_of_unknown_keys_says_one_line_and_starts(tmp_path: Path) -> None:
+    """The dashboard (here drawing a screenshot of a recording) showed each warning as a notification: 5,000 unknown
+    keys took over a minute and 5,000 lines."""
+    config = tmp_path / "gpumon" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("".join(f"key{index} = {index}\n" for index in range(5000)))
+    recording = Path(__file__).resolve().parents[1] / "assets" / "recordings" / "h100-demo-slow.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", "replay", str(recording), "--screenshot", str(tmp_path / "shot.svg")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stderr.count("\n") == 1 and "5000 unknown keys ignored" in result.stderr
 
 
 def test_a_file_that_does_not_parse_is_one_line_and_defaults(tmp_path: Path) -> None:
