@@ -175,6 +175,8 @@ class Intake:
 
     def _advance(self, pending: _Pending) -> None:
         """Moves a readable (or writable) connection's handshake and head on as far as its bytes allow."""
+        if not pending.waiting:
+            return  # closed by an earlier event of the same select (a newcomer took its place)
         pending.heard = True
         try:
             if pending.handshaking:
@@ -255,9 +257,11 @@ class Intake:
         self._close(pending)
 
     def _close(self, pending: _Pending) -> None:
-        self._stop_waiting(pending)
-        pending.sock.close()
-        self._forget(pending.peer)
+        """Closes a waiting connection (once: a connection closed already is left alone)."""
+        if pending.waiting:
+            self._stop_waiting(pending)
+            pending.sock.close()
+            self._forget(pending.peer)
 
     def _stop_waiting(self, pending: _Pending) -> None:
         if not pending.waiting:

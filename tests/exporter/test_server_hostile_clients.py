@@ -25,6 +25,7 @@ from gpumon.sampling.processes import MAX_PROCESSES
 from gpumon.sampling.recording import RecordingWriter, read_recording
 from gpumon.sampling.snapshot import ProcessSample, Snapshot
 
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the intake's own
 SCRAPE_DEADLINE = 5.0
 """Seconds a scrape may take (Prometheus's default scrape timeout is 10 s)."""
 
