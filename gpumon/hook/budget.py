@@ -1,4 +1,5 @@
-"""The step time budget: where a sampled step's host time goes (collate, host->device copies, waits on the GPU).
+"""The step time budget: where a sampled step's host time goes (collate, copies both ways, waits on the GPU, the
+optimizer), with the job's cumulative garbage-collector and caching-allocator figures read at its end.
 
 Only sampled steps are measured: the runtime calls `begin(True)` at the boundary that opens one and `begin(False)`
 at the next. Timing wrappers go on a few torch.Tensor methods and torch.cuda.synchronize at the first sampled step
@@ -7,7 +8,9 @@ them off and on at each sampled step would edit the torch.Tensor class four time
 class edited about 500 times is never given an attribute cache again (MAX_VERSIONS_PER_CLASS): every attribute
 of every tensor would be looked up the slow way for the rest of the job (benchmarks/type_version_tags.py). The
 wrappers time the CPU-side call on the training thread only, call the original with the same arguments, and never
-add a CUDA call that synchronizes (a stream's `query()` is the only extra call, and it never waits).
+add a CUDA call that synchronizes (a stream's `query()` is the only extra call, and it never waits). A global
+optimizer step pre-hook, registered with the wrappers and kept as long, marks when a sampled step's optimizer.step()
+starts; the runtime's post-hook (`optimizer_done`) marks its end.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from gpumon.hook.allocator import EmptyCacheCounter, device_alloc_counts
+from gpumon.hook.gc_timer import GcTimer
 from gpumon.protocol.messages import StepBudget
 
 BUDGET_EVERY = 16
@@ -31,7 +36,7 @@ MAX_REWRAPS = 4
 
 _MISSING = object()
 _TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu", "__bool__", "__float__", "__int__")
-_SYNC_METHODS = frozenset({"item", "tolist", "cpu", "__bool__", "__float__", "__int__"})
+_SYNC_METHODS = frozenset({"item", "tolist", "__bool__", "__float__", "__int__"})
 """Calls that wait for the GPU when their tensor is on it: `if loss < best:` and float(loss) among them."""
 
 
@@ -44,11 +49,22 @@ class BudgetMeter:
         clock: Callable[[], float],
         is_compiling: Callable[[], bool],
         on_error: Callable[[BaseException], None],
+        *,
+        gc_timer: GcTimer | None = None,
+        empty_cache: EmptyCacheCounter | None = None,
+        device: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._torch = torch
         self._clock = clock
         self._is_compiling = is_compiling
         self._on_error = on_error
+        self.gc_timer = gc_timer if gc_timer is not None else GcTimer(clock)
+        """The job's garbage-collector totals, read at the end of each budgeted step (the runtime starts it)."""
+        self.empty_cache = empty_cache if empty_cache is not None else EmptyCacheCounter(clock)
+        """The job's torch.cuda.empty_cache() calls (the patches wrap it)."""
+        self._device = device
+        self._optimizer_hook: Any = None
+        """The handle of the optimizer step pre-hook, while the wrappers are on."""
         self.active = False
         self._thread = 0
         self._depth = 0
@@ -66,8 +82,17 @@ class BudgetMeter:
         self.h2d_bytes = 0
         self.h2d_pageable_bytes = 0
         self.h2d_copies = 0
+        self.d2h_s = 0.0
+        self.d2h_bytes = 0
+        self.d2h_copies = 0
         self.sync_s = 0.0
         self.syncs = 0
+        self.optimizer_s = 0.0
+        self.optimizer_id = 0
+        """id() of the optimizer whose step() is being timed; 0: none."""
+        self._optimizer_started = 0.0
+        self._empty_cache_calls_before = self.empty_cache.calls
+        self._empty_cache_s_before = self.empty_cache.seconds
 
     # -- on and off at step boundaries ---------------------------------------------------------
 
@@ -94,6 +119,13 @@ class BudgetMeter:
         for name in _TENSOR_METHODS if tensor is not None else ():
             self._ensure(tensor, name, self._wrap)
         self._ensure(self._torch.cuda, "synchronize", self._wrap_synchronize)
+        if self._optimizer_hook is None:
+            try:
+                from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+                self._optimizer_hook = register_optimizer_step_pre_hook(self._optimizer_step_begins)
+            except Exception as exc:  # noqa: BLE001 - a torch without global optimizer hooks: no optimizer_ms
+                self._on_error(exc)
 
     def _ensure(self, owner: Any, name: str, wrap: Callable[..., Any]) -> None:
         current = getattr(owner, name, None)
@@ -120,6 +152,12 @@ class BudgetMeter:
         return wrapper
 
     def _remove(self) -> None:
+        hook, self._optimizer_hook = self._optimizer_hook, None
+        if hook is not None:
+            try:
+                hook.remove()
+            except Exception as exc:  # noqa: BLE001 - best effort; counted, never raised into the job
+                self._on_error(exc)
         for owner, name, previous, wrapper in self._installed.values():
             try:
                 current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
@@ -197,7 +235,8 @@ class BudgetMeter:
                 return original(tensor, *args, **kwargs)
             finally:
                 meter._depth -= 1
-                meter._count(kind, busy, tensor if kind == "h2d" else None, meter._clock() - started)
+                source = _copy_source(name, tensor, args, kwargs) if kind != "sync" else None
+                meter._count(kind, blocking, busy, source, meter._clock() - started)
 
         wrapper.__name__ = getattr(original, "__name__", name)
         wrapper.__qualname__ = getattr(original, "__qualname__", name)
@@ -216,13 +255,16 @@ class BudgetMeter:
                 return original(*args, **kwargs)
             finally:
                 meter._depth -= 1
-                meter._count("sync", False, None, meter._clock() - started)
+                meter._count("sync", True, False, None, meter._clock() - started)
 
         synchronize.__name__ = "synchronize"
         synchronize.__doc__ = getattr(original, "__doc__", None)
         return synchronize
 
-    def _count(self, kind: str, busy: bool, source: Any, seconds: float) -> None:
+    def _count(self, kind: str, blocking: bool, busy: bool, source: Any, seconds: float) -> None:
+        """One timed call: a host->device copy (unless it first waited for queued GPU work: then a sync), a
+        device->host copy (which waits for the GPU when blocking: counted in `syncs`, its time in d2h only), or a
+        sync."""
         try:
             if kind == "h2d" and not busy:
                 nbytes = int(source.numel()) * int(source.element_size())
@@ -231,27 +273,77 @@ class BudgetMeter:
                 self.h2d_copies += 1
                 if not source.is_pinned():
                     self.h2d_pageable_bytes += nbytes
+            elif kind == "d2h":
+                self.d2h_s += seconds
+                self.d2h_bytes += int(source.numel()) * int(source.element_size())
+                self.d2h_copies += 1
+                self.syncs += blocking
             else:
                 self.sync_s += seconds
                 self.syncs += 1
         except Exception as exc:  # noqa: BLE001 - bookkeeping only
             self._on_error(exc)
 
+    # -- the optimizer's step ---------------------------------------------------------------------
+
+    def _optimizer_step_begins(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """The global optimizer step pre-hook: on a budgeted step, when the outermost optimizer.step() begins.
+        `is_compiling` first: a compiled caller's graph must not read (and guard on) `active`."""
+        if self._is_compiling() or not self.active:
+            return
+        try:
+            if self.optimizer_id == 0 and self._depth == 0 and threading.get_ident() == self._thread:
+                self.optimizer_id = id(optimizer)
+                self._optimizer_started = self._clock()
+        except Exception as exc:  # noqa: BLE001 - bookkeeping only
+            self._on_error(exc)
+
+    def optimizer_done(self, optimizer: Any) -> None:
+        """Called by the runtime's optimizer step post-hook while `optimizer_id` is set: that step's time."""
+        if id(optimizer) == self.optimizer_id:
+            self.optimizer_s += self._clock() - self._optimizer_started
+            self.optimizer_id = 0
+
+    # -- the record ---------------------------------------------------------------------------------
+
     def record(self, wall_s: float, data_s: float) -> StepBudget:
-        """The budget of the step that just ended (times in ms; gpu_ms is added when the record is sent)."""
+        """The budget of the step that just ended (times in ms; gpu_ms is added when the record is sent), with the
+        job's cumulative garbage-collector and allocator figures as they stand now."""
         collate = min(self.collate_s, data_s)
-        rest = max(0.0, wall_s - data_s - self.h2d_s - self.sync_s)
-        return StepBudget(
+        rest = max(0.0, wall_s - data_s - self.h2d_s - self.d2h_s - self.sync_s)
+        gc_timer = self.gc_timer
+        empty_cache = self.empty_cache
+        budget = StepBudget(
             data_worker_ms=round((data_s - collate) * 1e3, 4),
             data_collate_ms=round(collate * 1e3, 4),
             h2d_ms=round(self.h2d_s * 1e3, 4),
             h2d_bytes=self.h2d_bytes,
             h2d_pageable_bytes=self.h2d_pageable_bytes,
             h2d_copies=self.h2d_copies,
+            d2h_ms=round(self.d2h_s * 1e3, 4),
+            d2h_bytes=self.d2h_bytes,
+            d2h_copies=self.d2h_copies,
             sync_wait_ms=round(self.sync_s * 1e3, 4),
             syncs=self.syncs,
             rest_ms=round(rest * 1e3, 4),
+            optimizer_ms=round(self.optimizer_s * 1e3, 4),
+            empty_cache_ms=round((empty_cache.seconds - self._empty_cache_s_before) * 1e3, 4),
+            empty_cache_calls=empty_cache.calls - self._empty_cache_calls_before,
+            empty_cache_ms_total=round(empty_cache.seconds * 1e3, 4),
+            empty_cache_calls_total=empty_cache.calls,
+            gc_ms_total=round(gc_timer.seconds * 1e3, 4),
+            gc_passes_total=gc_timer.passes,
+            gc_gen2_total=gc_timer.gen2_passes,
+            gc_collected_total=gc_timer.collected,
         )
+        try:
+            counts = device_alloc_counts(self._torch, self._device())
+        except Exception as exc:  # noqa: BLE001 - the budget goes without them
+            self._on_error(exc)
+            counts = None
+        if counts is not None:
+            budget["device_allocs_total"], budget["device_frees_total"] = counts
+        return budget
 
 
 def _is_cuda_target(value: Any) -> bool:
@@ -270,14 +362,26 @@ def _is_cuda_target(value: Any) -> bool:
 def _is_cpu_target(value: Any) -> bool:
     if isinstance(value, str):
         return value.startswith("cpu")
-    return not hasattr(value, "is_cuda") and getattr(value, "type", None) == "cpu"
+    if hasattr(value, "is_cuda"):  # a tensor: `to(other)` takes its device
+        return not value.is_cuda and getattr(getattr(value, "device", None), "type", None) == "cpu"
+    return getattr(value, "type", None) == "cpu"
+
+
+def _copy_source(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The tensor a copy reads: copy_'s `src`, else the tensor the method was called on."""
+    if name == "copy_":
+        return args[0] if args else kwargs.get("src")
+    return tensor
 
 
 def _classify(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, bool]:
-    """('h2d' | 'sync' | None, blocking) for one call of a wrapped Tensor method."""
+    """('h2d' | 'd2h' | 'sync' | None, blocking) for one call of a wrapped Tensor method. A device->host copy is
+    'd2h' whether it blocks or not (blocking, it waits for the GPU too)."""
     on_cuda = bool(tensor.is_cuda)
     if name in _SYNC_METHODS:
         return ("sync" if on_cuda else None), True
+    if name == "cpu":
+        return ("d2h" if on_cuda else None), True
     if name == "cuda":
         blocking = not kwargs.get("non_blocking", len(args) > 1 and args[1] is True)
         return (None if on_cuda else "h2d"), blocking
@@ -288,7 +392,7 @@ def _classify(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, A
         if on_cuda and source is not None and not source_cuda:
             return "h2d", blocking
         if not on_cuda and source_cuda:
-            return ("sync" if blocking else None), blocking
+            return "d2h", blocking
         return None, blocking
     # Tensor.to(device=None, dtype=None, non_blocking=False, copy=False) or to(other_tensor, ...).
     blocking = not kwargs.get("non_blocking", any(arg is True for arg in args))
@@ -298,5 +402,5 @@ def _classify(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, A
     if not on_cuda and to_cuda:
         return "h2d", blocking
     if on_cuda and to_cpu:
-        return ("sync" if blocking else None), blocking
+        return "d2h", blocking
     return None, blocking

@@ -30,6 +30,7 @@ from gpumon.hook.runtime import (
     copy_while_mutated,
 )
 from gpumon.printable import escape_surrogates
+from gpumon.protocol.messages import OptimizerInfo
 
 STATS_WINDOW_S = 5.0
 MAX_RECORDS_PER_MESSAGE = 256
@@ -315,6 +316,14 @@ def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
     ]
 
 
+def optimizer_infos(runtime: HookRuntime) -> list[OptimizerInfo]:
+    """The optimizers seen stepping, in the order first seen: class and where the parameters live."""
+    return [
+        OptimizerInfo({"class": name, "params_device": device})
+        for name, device in copy_while_mutated(runtime.optimizers.values())
+    ]
+
+
 def state(
     runtime: HookRuntime,
     *,
@@ -347,6 +356,8 @@ def state(
         diagnosis=protocol.DiagnosisState(active=runtime.diagnosis.counting, steps_left=runtime.diagnosis.left),
         flops=runtime.flops.result,
         host=runtime.sampler.result() if runtime.sampler is not None else None,
+        optimizers=optimizer_infos(runtime),
+        empty_cache_sites=runtime.empty_cache.top_sites(),
         hook=protocol.HookInfo(
             errors=runtime.errors,
             last_error=runtime.last_error,

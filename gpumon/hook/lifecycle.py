@@ -99,6 +99,7 @@ def uninstall() -> None:
         if state.runtime is not None:
             state.runtime.active = False
             state.runtime.budget.stop()
+            state.runtime.gc_timer.stop()
             if state.runtime.sampler is not None:
                 state.runtime.sampler.stop()
         if state.patches is not None:
@@ -155,6 +156,7 @@ def _on_torch_imported() -> None:
         if knobs:
             runtime.set_env_knobs(knobs)
         state.patches = install_patches(torch, runtime)
+        runtime.gc_timer.start()
         if state.lazy:
             runtime.on_first_activity = _start_server
         else:
@@ -236,6 +238,7 @@ def _after_fork_in_child() -> None:
             state.runtime.active = False
             state.runtime.on_first_activity = None
             state.runtime.budget.stop()  # the step budget's wrappers, if the fork came in a budgeted step
+            state.runtime.gc_timer.stop()
             state.runtime.flops.stop()  # the FLOP counter's dispatch mode, if the fork came in a counted step
             if state.runtime.sampler is not None:
                 state.runtime.sampler.forget_in_child()

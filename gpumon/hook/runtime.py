@@ -16,11 +16,13 @@ from threading import get_ident
 from typing import Any
 
 from gpumon import protocol
+from gpumon.hook.allocator import EmptyCacheCounter
 from gpumon.hook.batch import count_samples
 from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S, BudgetMeter
 from gpumon.hook.diagnosis import SyncDiagnosis
 from gpumon.hook.env import env_count_given
 from gpumon.hook.flops import FlopSampler
+from gpumon.hook.gc_timer import GcTimer
 from gpumon.hook.gpu_timer import GpuStepTimer
 from gpumon.hook.knob_state import KnobState, apply_dataloader_knobs
 from gpumon.hook.nvtx import DATA_WAIT, NvtxRanges, nvtx_requested
@@ -36,6 +38,10 @@ CUDA_PROBE_RARELY_AFTER = 64
 CUDA_PROBE_RARELY_EVERY = 64
 """...and after those (a CPU job would otherwise pay for a probe, about 20 us on the VM, every 8 steps)."""
 LEAD_SWITCH_AFTER = 64
+MAX_OPTIMIZERS = 8
+"""Optimizers described in the state (the first ones seen)."""
+MAX_PARAMS_WALKED = 100_000
+"""Parameters looked at once per optimizer to tell where they live."""
 """Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
 GPU_TIMING_EVERY = 8
 """Default: CUDA events time one step in this many (events cost the job time on fast steps)..."""
@@ -162,6 +168,8 @@ class HookRuntime:
         """id() of the lead optimizer while its step needs only close_step (see optimizer_step_hook); 0: none."""
         self._tensor_type: Any = getattr(torch, "Tensor", _NotATensor)
         self._lead_optimizer: int | None = None
+        self.optimizers: dict[int, tuple[str, str]] = {}
+        """id() of each optimizer seen stepping -> (its class name, where its parameters live), once each."""
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
         # GPU timing.
@@ -197,7 +205,19 @@ class HookRuntime:
         quiet too (most of them, on fast steps)."""
         self._due_after_candidate = 0
         self._flops_due = 0
-        self.budget = BudgetMeter(torch, clock, is_compiling, self.error)
+        self.gc_timer = GcTimer(clock)
+        """Garbage-collector totals; its callback goes on when the hook installs (lifecycle) and off at uninstall."""
+        self.empty_cache = EmptyCacheCounter(clock)
+        """torch.cuda.empty_cache() calls, counted by the wrapper install_patches puts on it."""
+        self.budget = BudgetMeter(
+            torch,
+            clock,
+            is_compiling,
+            self.error,
+            gc_timer=self.gc_timer,
+            empty_cache=self.empty_cache,
+            device=lambda: self._cuda_device,
+        )
         # NVTX ranges for nsys (GPUMON_NVTX=1 only).
         self.nvtx = NvtxRanges(torch) if nvtx_requested() else None
         # FLOPs of one sampled step now and then (FlopCounterMode).
@@ -345,6 +365,8 @@ class HookRuntime:
         if not self.active or is_compiling():
             return
         try:
+            if self.budget.optimizer_id:  # a budgeted step's optimizer.step() is being timed
+                self.budget.optimizer_done(optimizer)
             if id(optimizer) == self._plain_optimizer:
                 self.close_step(protocol.SOURCE_OPTIMIZER)
             else:
@@ -354,9 +376,11 @@ class HookRuntime:
 
     def on_optimizer_step(self, optimizer: Any) -> None:
         self._plain_optimizer = 0
+        key = id(optimizer)
+        if key not in self.optimizers and len(self.optimizers) < MAX_OPTIMIZERS:
+            self.optimizers[key] = (type(optimizer).__name__, params_device(optimizer))
         if self._manual:
             return
-        key = id(optimizer)
         if self._lead_optimizer is None:
             self._lead_optimizer = key
             self._lead_device = _cuda_index_of(optimizer)
@@ -623,6 +647,7 @@ class HookRuntime:
         if self.diagnosis.counting:
             self.diagnosis.finish()
         self.budget.stop()
+        self.gc_timer.stop()
         if self.nvtx is not None:
             self.nvtx.close_all()
         self.flops.stop()
@@ -684,3 +709,21 @@ def _cuda_index_of(optimizer: Any) -> int | None:
                 return int(index) if index is not None else 0
             return None
     return None
+
+
+def params_device(optimizer: Any) -> str:
+    """Where an optimizer's parameters live: their device type ("cuda", "cpu", ...), "mixed" when they are on
+    several, "none" without parameters."""
+    kinds: set[str] = set()
+    walked = 0
+    for group in getattr(optimizer, "param_groups", ()):
+        for param in group.get("params", ()):
+            kinds.add(str(getattr(getattr(param, "device", None), "type", "unknown")))
+            walked += 1
+            if len(kinds) > 1 or walked >= MAX_PARAMS_WALKED:
+                break
+        if len(kinds) > 1 or walked >= MAX_PARAMS_WALKED:
+            break
+    if not kinds:
+        return "none"
+    return kinds.pop() if len(kinds) == 1 else "mixed"

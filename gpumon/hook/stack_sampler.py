@@ -34,6 +34,8 @@ repeated stack costs the walk and a lookup, not the classifier's passes over its
 SAMPLED_LINES_SENT = 16
 IDLE, BUSY, UNKNOWN = range(3)
 OTHER_LINES = ("(other lines)", 0, "", activity.OTHER)
+_OWN_LINE_ACTIVITIES = frozenset({activity.SYNC, activity.H2D, activity.ALLOC, activity.CPU})
+"""Activities counted at the job's own line that called into torch or a library, not at the innermost frame."""
 
 GPU_NOT_YET = "CUDA is not initialized yet"
 GPU_GRAPHS = "CUDA graphs in use: their capture forbids stream queries from other threads"
@@ -147,7 +149,7 @@ class StackSampler:
             for code, line in zip(codes, lines, strict=True)
         ]
         kind, _how = activity.classify(frames, activity.linecache_line)
-        own = activity.user_frame(frames) if kind in (activity.SYNC, activity.H2D, activity.CPU) else None
+        own = activity.user_frame(frames) if kind in _OWN_LINE_ACTIVITIES else None
         where = own or (frames[0] if frames else None)
         key = (where.file, where.line, where.function, kind) if where is not None else OTHER_LINES
         return kind, key, tuple(codes)

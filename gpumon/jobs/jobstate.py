@@ -75,16 +75,18 @@ class StepPoint:
             samples = record.get("samples")
             syncs = record.get("syncs")
             comm = record.get("comm_ms")
+            seq = int(record["seq"])
+            t = float(record["t"])
             return cls(
-                seq=int(record["seq"]),
-                t=float(record["t"]),
+                seq=seq,
+                t=t,
                 wall_ms=float(record["wall_ms"]),
                 data_ms=float(record.get("data_ms") or 0.0),
                 gpu_ms=None if gpu is None else float(gpu),
                 samples=None if samples is None else int(samples),
                 source=str(record.get("source", "")),
                 syncs=None if syncs is None else int(syncs),
-                budget=StepTimeBudget.from_record(record.get("budget")),
+                budget=StepTimeBudget.from_record(record.get("budget"), seq, t),
                 comm_ms=None if comm is None else max(0.0, float(comm)),
             )
         except (KeyError, TypeError, ValueError):
@@ -303,6 +305,28 @@ class HookedView:
         return BudgetShares.of(step.budget for step in self.steps if step.budget is not None)
 
     @property
+    def optimizers(self) -> list[protocol.OptimizerInfo]:
+        """The optimizers the job steps, with where their parameters live (empty: none seen, or an older hook)."""
+        return (self.state.get("optimizers") if self.state is not None else None) or []
+
+    @property
+    def optimizer_on_cpu(self) -> bool | None:
+        """Whether an optimizer's parameters (some or all) live on the CPU while the job has initialized CUDA: its
+        gradients go down and its weights up every step. False for a job without CUDA; None: no optimizer known."""
+        devices = [optimizer.get("params_device") for optimizer in self.optimizers]
+        if not devices:
+            return None
+        if not self.cuda.get("initialized"):
+            return False
+        return any(device in ("cpu", "mixed") for device in devices)
+
+    @property
+    def empty_cache_sites(self) -> tuple[str, ...]:
+        """ "file:line (count)" of the lines that called torch.cuda.empty_cache() most, most first."""
+        sites = (self.state.get("empty_cache_sites") if self.state is not None else None) or []
+        return tuple(f"{site.get('file', '?')}:{site.get('line', 0)} ({site.get('count', 0)})" for site in sites)
+
+    @property
     def pids(self) -> list[int]:
         """The job's processes: every rank's pid."""
         return [r.pid for r in self.ranks] if self.ranks else [self.pid]
@@ -446,7 +470,7 @@ class JobState:
                 self._dropped += 0 if isinstance(dropped, int) and dropped > 0 else step.seq - self._last_seq - 1
             self._last_seq = step.seq
             self._steps.append(step)
-            self._step_sums.add(step.t, step.wall_ms, step.data_ms, step.gpu_busy_ms, step.samples)
+            self._step_sums.add(step.t, step.wall_ms, step.data_ms, step.gpu_busy_ms, step.samples, step.budget)
             self._add_to_timeline(step)
             self._now = max(self._now, step.t)
 

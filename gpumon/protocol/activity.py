@@ -28,11 +28,13 @@ COMM = "comm"
 FORWARD = "forward"
 BACKWARD = "backward"
 OPTIMIZER = "optimizer"
+ALLOC = "alloc"
+"""Inside torch.cuda.empty_cache: the caching allocator handing its cache back to the driver (it waits for the GPU)."""
 CPU = "cpu"
 """The job's own code, or library code it calls (numpy, PIL, ...) outside torch's model, autograd and optimizer."""
 OTHER = "other"
 """No stack (the thread was not found), or only gpumon's own frames."""
-ACTIVITIES = (DATA_WAIT, DATA_COLLATE, DATA_LOAD, H2D, SYNC, COMM, FORWARD, BACKWARD, OPTIMIZER, CPU, OTHER)
+ACTIVITIES = (DATA_WAIT, DATA_COLLATE, DATA_LOAD, H2D, SYNC, COMM, FORWARD, BACKWARD, OPTIMIZER, ALLOC, CPU, OTHER)
 LAUNCH_ACTIVITIES = frozenset({FORWARD, BACKWARD, OPTIMIZER})
 """torch dispatching ops and launching kernels: the model, autograd and the optimizer."""
 DATA_ACTIVITIES = frozenset({DATA_WAIT, DATA_COLLATE, DATA_LOAD})
@@ -155,18 +157,21 @@ def classify(
     """(activity, how a sync or copy was seen) of one stack, innermost frame first.
 
     In order: any frame in torch/utils/data is the DataLoader (collate_fn, the main process's Dataset, or else the
-    wait for its workers); `native_sync` (py-spy --native saw a CUDA wait function) is a sync; any frame in
-    torch/distributed is communication; an innermost torch sync function (synchronize, a tensor's formatting or
-    tolist) is a sync; an innermost line of the job whose source text syncs (.item(), .cpu(), print(...)) or copies
-    to the GPU (.cuda(), .to(device)) is that; then backward (autograd), the optimizer (torch/optim, GradScaler,
-    gradient clipping), forward (torch.nn modules, compiled code); then a job's line with such a sync call, below
-    which only library code runs, is a sync too; anything else in the job's code is its own CPU work.
+    wait for its workers); a frame in torch.cuda.empty_cache is the allocator (alloc: its wait for the GPU too);
+    `native_sync` (py-spy --native saw a CUDA wait function) is a sync; any frame in torch/distributed is
+    communication; an innermost torch sync function (synchronize, a tensor's formatting or tolist) is a sync; an
+    innermost line of the job whose source text syncs (.item(), .cpu(), print(...)) or copies to the GPU (.cuda(),
+    .to(device)) is that; then backward (autograd), the optimizer (torch/optim, GradScaler, gradient clipping),
+    forward (torch.nn modules, compiled code); then a job's line with such a sync call, below which only library
+    code runs, is a sync too; anything else in the job's code is its own CPU work.
     """
     if not frames:
         return OTHER, None
     data = _data(frames)
     if data is not None:
         return data, None
+    if any(frame.function == "empty_cache" and _in(frame, "torch/cuda/memory.py") for frame in frames):
+        return ALLOC, None
     if native_sync:
         return SYNC, None
     if any(_in(frame, "torch/distributed/") for frame in frames):

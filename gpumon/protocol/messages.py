@@ -73,10 +73,25 @@ class StepBudget(TypedDict, total=False):
     h2d_bytes: int
     h2d_pageable_bytes: int  # of h2d_bytes, copied from pageable (not pinned) host memory
     h2d_copies: int
-    sync_wait_ms: float  # host time blocked in calls that wait for the GPU (.item(), .cpu(), synchronize, ...)
-    syncs: int  # such calls timed
+    d2h_ms: float  # host time in device->host copy calls (.cpu(), .to("cpu"), copy_ into a host tensor), waits included
+    d2h_bytes: int
+    d2h_copies: int
+    sync_wait_ms: float  # host time blocked in other calls that wait for the GPU (.item(), synchronize, ...)
+    syncs: int  # calls timed that waited for the GPU, blocking device->host copies included
     gpu_ms: float | None  # the record's gpu_ms again (None: not measured)
-    rest_ms: float  # the rest of the Python step: wall_ms minus data, copies and sync waits
+    rest_ms: float  # the rest of the Python step: wall_ms minus data, copies both ways and sync waits
+    optimizer_ms: float  # host time in optimizer.step() (overlaps the copies and syncs made inside it)
+    empty_cache_ms: float  # time in torch.cuda.empty_cache() during the step (any thread)
+    empty_cache_calls: int
+    # Cumulative since the hook started, as they stand at the end of the step:
+    gc_ms_total: float  # time in Python's garbage collector (any thread: a collection stops them all)
+    gc_passes_total: int  # collections
+    gc_gen2_total: int  # of which full (generation 2)
+    gc_collected_total: int  # objects the collections found unreachable
+    empty_cache_ms_total: float
+    empty_cache_calls_total: int
+    device_allocs_total: int  # the caching allocator's cudaMalloc calls on the job's device; absent without CUDA
+    device_frees_total: int  # its cudaFree calls; absent without CUDA
 
 
 class StepRecord(TypedDict, total=False):
@@ -207,6 +222,16 @@ class HostSamples(TypedDict, total=False):
     cost_ms: float  # CPU time the sampler thread has used
 
 
+OptimizerInfo = TypedDict("OptimizerInfo", {"class": str, "params_device": str}, total=False)
+"""An optimizer the job steps: its class name and where its parameters live ("cuda", "cpu", "mixed", ...)."""
+
+
+class SyncSite(TypedDict):
+    file: str
+    line: int
+    count: int
+
+
 class State(_Typed, total=False):
     t: float
     last_seq: int
@@ -219,6 +244,8 @@ class State(_Typed, total=False):
     diagnosis: DiagnosisState
     flops: FlopCount | None  # the latest FLOP count of a sampled step; None: none yet
     host: HostSamples | None  # the stack sampler's counts; None: not sampling (GPUMON_HOOK_SAMPLE_HZ=0, no step yet)
+    optimizers: list[OptimizerInfo]  # the optimizers seen stepping, first seen first (at most 8)
+    empty_cache_sites: list[SyncSite]  # the lines that called torch.cuda.empty_cache() most, most first (at most 8)
     hook: HookInfo
     id: Any  # when it answers a get_state
 
@@ -246,12 +273,6 @@ class _DiagnosingFields(_Typed):
 
 class Diagnosing(_DiagnosingFields, total=False):
     id: Any
-
-
-class SyncSite(TypedDict):
-    file: str
-    line: int
-    count: int
 
 
 class _DiagnosisFields(_Typed):

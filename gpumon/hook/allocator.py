@@ -1,0 +1,92 @@
+"""The CUDA caching allocator seen from the job: its `torch.cuda.empty_cache()` calls, and its cudaMalloc/cudaFree.
+
+`empty_cache()` hands the cache back to the driver (it waits for the device), so the next step's allocations go to
+cudaMalloc again; a job that calls it every step pays for both. The wrapper counts the calls from any thread, their
+wall time and the job's line that made them (bounded). The allocator's own counters of device allocations and frees
+are read from `torch.cuda.memory_stats_as_nested_dict` (host-side counters, no CUDA call) only once the job has
+initialized CUDA: never initializing it, and never on a torch without it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpumon.hook.user_frame import first_user_frame
+from gpumon.protocol.messages import SyncSite
+
+MAX_SITES = 64
+"""Distinct lines counted; calls from further lines go under OTHER_SITE."""
+SITES_SENT = 8
+OTHER_SITE = ("(other lines)", 0)
+
+
+class EmptyCacheCounter:
+    """Counts `torch.cuda.empty_cache()` calls; `wrap()` gives the function to put in its place."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.calls = 0
+        self.seconds = 0.0
+        self.sites: dict[tuple[str, int], int] = {}
+
+    def wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        counter = self
+        clock = self._clock
+
+        def empty_cache(*args: Any, **kwargs: Any) -> Any:
+            started = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                counter._count(clock() - started, sys._getframe(1))
+
+        empty_cache.__name__ = getattr(original, "__name__", "empty_cache")
+        empty_cache.__qualname__ = getattr(original, "__qualname__", "empty_cache")
+        empty_cache.__doc__ = getattr(original, "__doc__", None)
+        empty_cache.__wrapped__ = original  # type: ignore[attr-defined]
+        return empty_cache
+
+    def _count(self, seconds: float, caller: Any) -> None:
+        try:
+            self.calls += 1
+            self.seconds += seconds
+            site = first_user_frame(caller) or OTHER_SITE
+            sites = self.sites
+            if site not in sites and len(sites) >= MAX_SITES:
+                site = OTHER_SITE
+            sites[site] = sites.get(site, 0) + 1
+        except Exception:  # noqa: BLE001 - bookkeeping only; the job's call has happened
+            pass
+
+    def top_sites(self, limit: int = SITES_SENT) -> list[SyncSite]:
+        """The lines that called it most, most first (a copy safe against the training thread counting)."""
+        for _ in range(5):
+            try:
+                items = list(self.sites.items())
+                break
+            except RuntimeError:  # grew during the copy
+                continue
+        else:
+            return []
+        items.sort(key=lambda item: -item[1])
+        return [SyncSite(file=file, line=line, count=count) for (file, line), count in items[:limit]]
+
+
+def device_alloc_counts(torch: Any, device: int | None) -> tuple[int, int] | None:
+    """(cudaMalloc calls, cudaFree calls) of the caching allocator on `device` since the job started; None while
+    `device` is unknown (the runtime knows it only once the job has initialized CUDA: it is never initialized here)
+    or the counters are missing."""
+    if device is None:
+        return None
+    read = getattr(torch.cuda, "memory_stats_as_nested_dict", None)
+    stats = read(device) if read is not None else None
+    if not isinstance(stats, dict):
+        return None
+    allocs = stats.get("num_device_alloc")
+    frees = stats.get("num_device_free")
+    if not isinstance(allocs, int) or not isinstance(frees, int):
+        return None
+    return allocs, frees
