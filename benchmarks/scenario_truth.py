@@ -42,6 +42,8 @@ MIN_SEVERITY = 0.15
 """gpumon.advisor.rules.MIN_SEVERITY (tests/test_scenario_scoring.py keeps them equal): a cause costing less is not
 named, so a scenario whose measured causes all cost less should be diagnosed healthy."""
 BASE = "base"
+RECOVERABLE = 0.20
+"""A healthy verdict on a job where some ablation gives back this share or more is a miss (the generated corpus)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,13 @@ def score_source(
         "within": within,
         "all_within": all(within.values()) if within else None,
         "false_alarm": (category != HEALTHY) if expected == HEALTHY else None,
+        "healthy_missed": category == HEALTHY and recoverable(truth) >= RECOVERABLE,
     }
+
+
+def recoverable(truth: Mapping[str, float | None]) -> float:
+    """The most any variant of the ablation gives back (each fix alone, or all at once); 0 where none does."""
+    return max((share for share in truth.values() if share is not None), default=0.0)
 
 
 def score(
