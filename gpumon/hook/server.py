@@ -32,11 +32,13 @@ from gpumon.hook.steps_lines import StepsLines
 
 MAX_CLIENTS = 8
 SERVER_CPU_SHARE = 0.02
-SERVER_CPU_BURST = 0.05
+SERVER_CPU_BURST = 0.02
 """The server thread's CPU, whatever the clients do: share of a core, and seconds at once. In debt, the whole server
 (accepts, reads, streams) waits until it has SERVER_CPU_RESUME again; the kernel holds what clients send."""
 SERVER_CPU_RESUME = 0.005
 MAX_ID_BYTES = 256
+MAX_REQUEST_CONTAINERS = 256
+"""A request line with more `[` and `{` than this is refused before parsing: thousands of lists cost a collection."""
 """Longest request `id`, as JSON. A longer one (or one with NaN or infinity) gets `error` `bad_message`, without it."""
 STATS_TTL = 0.2
 """The step stats sent with `steps` are reused for this long (they cover the last 5 s)."""
@@ -122,6 +124,7 @@ class HookServer:
         self._cpu_mark = 0.0
         self._steps_lines = StepsLines(runtime)
         self._stats: tuple[float, bytes] | None = None
+        self._turn = 0
         self._requests = RequestHandler(runtime, self._state, lambda: self.directory)
         self._too_many_clients = protocol.encode(
             protocol.error_message(protocol.E_TOO_MANY_CLIENTS, f"at most {max_clients} clients at a time")
@@ -327,7 +330,10 @@ class HookServer:
             self._stop_event.wait(self._cpu.wait_s(now, SERVER_CPU_RESUME))
             return
         self._tick()  # the subscribed streams first: a flood of requests cannot starve them
-        for key, mask in selector.select(self._timeout(time.monotonic())):
+        events = selector.select(self._timeout(time.monotonic()))
+        self._turn += 1  # who goes first changes every time: with little budget left, no client always takes it
+        first = self._turn % len(events) if events else 0
+        for key, mask in events[first:] + events[:first]:
             if self._stopping or self._over_budget(None):
                 return
             if key.data == "listen":
@@ -542,6 +548,10 @@ class HookServer:
         self._drop(client)
 
     def _handle_request(self, client: Client, line: bytes) -> None:
+        if line.count(b"[") + line.count(b"{") > MAX_REQUEST_CONTAINERS:
+            message = f"more than {MAX_REQUEST_CONTAINERS} arrays and objects in one request"
+            self._client_error(client, protocol.E_BAD_MESSAGE, message, None)
+            return
         try:
             msg = protocol.decode(line, limit=protocol.MAX_LINE)
         except protocol.ProtocolError as exc:

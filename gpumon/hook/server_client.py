@@ -20,7 +20,7 @@ REPLAY_BURST = BACKLOG_MAX
 REPLAY_RATE = BACKLOG_MAX / 10
 """Step records one client may have sent again by `subscribe` backlogs, at once and a second."""
 CPU_SHARE = 0.01
-CPU_BURST = 0.05
+CPU_BURST = 0.02
 """The server thread's CPU one client's requests and streams may use: share of a core, and seconds at once. In debt,
 its socket is not read and its streams wait until it has CPU_RESUME again."""
 CPU_RESUME = 0.002
