@@ -151,11 +151,19 @@ def list_sockets(uid: int | None = None) -> list[tuple[int, str]]:
 
 
 def unsafe_socket_reason(path: str, uid: int) -> str | None:
-    """Why the socket file `path` may not speak for a job of `uid`, or None: its directory must be safe for `uid`
-    (unsafe_dir_reason) and the file a socket (not a symlink) owned by `uid`."""
-    reason = unsafe_dir_reason(os.path.dirname(os.path.abspath(path)), uid)
-    if reason is not None:
-        return reason
+    """Why the socket file `path` may not speak for a job of `uid`, or None: its directory must be a real directory
+    of `uid`'s that nobody else may write to, and the file a socket (not a symlink) owned by `uid`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.lstat(directory)
+    except OSError as exc:
+        return f"{directory}: {exc.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{directory} is not a directory"
+    if st.st_uid != uid:
+        return f"{directory} is owned by uid {st.st_uid}, not {uid}"
+    if st.st_mode & 0o022:
+        return f"{directory} has mode {stat.S_IMODE(st.st_mode):04o}: others may write to it"
     try:
         st = os.lstat(path)
     except OSError as exc:
