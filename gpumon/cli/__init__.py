@@ -14,6 +14,7 @@ from gpumon.cli import (
     experiment,
     exporter,
     fleet,
+    hook_path,
     jobs,
     profile,
     record,
@@ -24,7 +25,21 @@ from gpumon.cli import (
 from gpumon.cli.base import CliError, Parser, guard_stdout, output_failed, run_handler
 from gpumon.cli.dashboard import add_dashboard_arguments, run_dashboard
 
-COMMANDS = (snapshot, record, replay, run, attach, jobs, profile, diagnose, experiment, demo, exporter, fleet)
+COMMANDS = (
+    snapshot,
+    record,
+    replay,
+    run,
+    attach,
+    jobs,
+    hook_path,
+    profile,
+    diagnose,
+    experiment,
+    demo,
+    exporter,
+    fleet,
+)
 
 __all__ = ["CliError", "build_parser", "main"]
 

@@ -1,0 +1,143 @@
+"""`gpumon hook-path`: a job in another environment imports gpumon's hook through it, and nothing else of gpumon's.
+
+Only this Python's minor version is on the test machine: the job's venv is made from the same interpreter, so a job
+on another Python minor version is not tested here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpumon import __version__, protocol
+from gpumon.jobs.connection import HookConnection
+from tests.job_process import JobOutput
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FAKE_TEXTUAL_VERSION = "0.43.0"
+JOB_SCRIPT = """\
+import json, os, sys, time
+import gpumon.hook
+heavy = sorted(name for name in ("textual", "rich", "psutil", "pynvml", "prometheus_client") if name in sys.modules)
+import gpumon, textual, torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(5):
+    optimizer.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+print(json.dumps({"event": "ready", "heavy": heavy, "textual": textual.__version__, "textual_file": textual.__file__,
+                  "gpumon_path": list(gpumon.__path__), "gpumon_version": gpumon.__version__}), flush=True)
+while not os.path.exists(os.environ["RELEASE"]):
+    time.sleep(0.02)
+"""
+
+
+class ForeignJob(JobOutput):
+    """JOB_SCRIPT run by `python` with `env`; released by the file RELEASE names."""
+
+    def __init__(self, python: Path, script: Path, env: dict[str, str], socket_dir: str) -> None:
+        self.release_path = os.path.join(socket_dir, "..", "release")
+        self.proc = subprocess.Popen(
+            [str(python), str(script)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "RELEASE": self.release_path},
+            cwd=script.parent,
+        )
+        self.socket_path = os.path.join(socket_dir, f"{self.proc.pid}.sock")
+
+    def release(self) -> int:
+        Path(self.release_path).touch()
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT
+    )
+
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    files = (path for path in directory.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
+    return {str(path.relative_to(directory)): path.read_bytes() for path in files}
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[str]:
+    base = tempfile.mkdtemp(prefix="gpumon-hp-", dir="/tmp")
+    yield os.path.join(base, "s")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _job_venv(root: Path) -> tuple[Path, Path]:
+    """A venv without pip whose own site-packages holds a conflicting Textual; torch comes from a .pth line after it."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (site / "textual").mkdir()
+    (site / "textual" / "__init__.py").write_text(f'__version__ = "{FAKE_TEXTUAL_VERSION}"\n')
+    dist_info = site / f"textual-{FAKE_TEXTUAL_VERSION}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: textual\nVersion: {FAKE_TEXTUAL_VERSION}\n")
+    torch_spec = importlib.util.find_spec("torch")
+    assert torch_spec is not None and torch_spec.origin is not None
+    (site / "torch_elsewhere.pth").write_text(str(Path(torch_spec.origin).parents[1]) + "\n")
+    return python, site
+
+
+def test_hook_path_holds_only_a_gpumon_package() -> None:
+    done = _gpumon("hook-path")
+    assert done.returncode == 0, done.stderr
+    directory = Path(done.stdout.strip())
+    assert done.stdout.count("\n") == 1 and directory.is_dir()
+    assert {entry.name for entry in directory.iterdir()} - {"__pycache__"} == {"__init__.py", "gpumon"}
+
+
+def test_a_job_in_another_venv_imports_the_hook_through_hook_path(tmp_path: Path, socket_dir: str) -> None:
+    python, site = _job_venv(tmp_path / "job-venv")
+    textual_before = _tree(site / "textual") | _tree(site / f"textual-{FAKE_TEXTUAL_VERSION}.dist-info")
+    script = tmp_path / "train.py"
+    script.write_text(JOB_SCRIPT)
+    hook_path = _gpumon("hook-path").stdout.strip()
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env |= {"PYTHONPATH": hook_path, protocol.SOCKET_DIR_ENV: socket_dir, "OMP_NUM_THREADS": "1"}
+    job = ForeignJob(python, script, env, socket_dir)
+    try:
+        ready = job.event("ready")
+        with HookConnection(job.wait_socket()) as conn:
+            assert conn.hello["pid"] == job.proc.pid
+            state = conn.request({"type": protocol.GET_STATE, "id": "s"}, (protocol.STATE,))
+            assert state["type"] == protocol.STATE and state["last_seq"] >= 4, state
+        assert ready["heavy"] == [], "gpumon.hook imported gpumon's dependencies"
+        assert ready["gpumon_path"] == [str(REPO_ROOT / "gpumon")]
+        assert ready["gpumon_version"] == __version__
+        assert ready["textual"] == FAKE_TEXTUAL_VERSION
+        assert Path(ready["textual_file"]).resolve() == (site / "textual" / "__init__.py").resolve()
+        assert job.release() == 0, job.stderr()
+    finally:
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait()
+    assert _tree(site / "textual") | _tree(site / f"textual-{FAKE_TEXTUAL_VERSION}.dist-info") == textual_before
