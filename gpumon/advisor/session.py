@@ -25,7 +25,7 @@ from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.client import JobRequestError
 from gpumon.jobs.discovery import AttachError
-from gpumon.jobs.session import AttachedJob, open_job
+from gpumon.jobs.session import AttachedJob, no_hook_reason, open_job, unseen_reason
 
 SAMPLE_INTERVAL = 0.5
 
@@ -277,13 +277,16 @@ def experiment_pid(
 ) -> GuidedReport:
     """The guided run as live experiments on a running hooked job (math-neutral knobs only, rolled back unless they
     win; the report lists any the job did not take back: LiveRunner)."""
+    reason = unseen_reason(pid)
+    if reason is not None:
+        raise AdvisorError(reason)
     try:
         job = AttachedJob.for_pid(pid)
     except AttachError as error:
         raise AdvisorError(str(error)) from None
     if job is None or job.primary is None:
         raise AdvisorError(
-            f"pid {pid} has no gpumon hook: live experiments need it (`import gpumon.hook`, or "
+            f"{no_hook_reason(pid)}: live experiments need it (`import gpumon.hook`, or "
             "`gpumon experiment -- CMD` for trial runs)"
         )
     cancel = cancel if cancel is not None else threading.Event()

@@ -53,8 +53,12 @@ def run_profile(args: argparse.Namespace) -> int:
     from gpumon.advisor.trace_summary import summary_lines
     from gpumon.jobs.client import JobClient
     from gpumon.jobs.discovery import AttachError
+    from gpumon.jobs.session import unseen_reason
     from gpumon.printable import printable
 
+    reason = unseen_reason(args.pid)
+    if reason is not None:
+        raise CliError(reason)
     client = JobClient(args.pid)
     try:
         client.connect()

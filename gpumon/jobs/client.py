@@ -49,6 +49,10 @@ class _Pending:
         self.match = match
 
 
+class HookUnanswered(AttachError):
+    """A hook that did not answer the connection in time (a connect flood, a stopped job): worth another try."""
+
+
 class JobRequestError(Exception):
     """A request the job refused (its `error` reply), or one that got no reply in time."""
 
@@ -280,7 +284,9 @@ class JobClient:
         except ConnectionRefusedError:
             raise AttachError(f"pid {self.pid}'s hook socket refuses connections (the job is gone?)") from None
         except TimeoutError:
-            raise AttachError(f"pid {self.pid}'s hook sent no hello within {self.connect_timeout:g} s") from None
+            raise HookUnanswered(f"pid {self.pid}'s hook sent no hello within {self.connect_timeout:g} s") from None
+        except BlockingIOError:  # EAGAIN: its listen backlog is full
+            raise HookUnanswered(f"pid {self.pid}'s hook has too many connections waiting") from None
         except (protocol.ProtocolError, EOFError) as error:
             raise AttachError(f"pid {self.pid}: {error}") from None
         except OSError as error:

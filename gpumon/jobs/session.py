@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gpumon import protocol
-from gpumon.jobs.client import ENDED, JobClient
+from gpumon.jobs.client import ENDED, HookUnanswered, JobClient
+from gpumon.jobs.connection import privileged
 from gpumon.jobs.discovery import (
     HELLO_TIMEOUT,
     AttachError,
@@ -28,6 +30,7 @@ from gpumon.jobs.discovery import (
 from gpumon.jobs.jobstate import HookedView, group_view
 from gpumon.jobs.pyspy import PySpySampler
 from gpumon.jobs.source import JobSource, Listener
+from gpumon.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,10 @@ LAUNCH_POLL_S = 0.05
 """How soon a launched job's sockets are first looked for; then less and less often, up to RANK_POLL_S apart."""
 RANK_POLL_S = 1.0
 """How often, after that, more ranks of it are looked for."""
+ATTACH_DEADLINE_S = 6.0
+ATTACH_RETRY_FIRST_S = 0.25
+"""A hook that does not answer (a connection flood, a stalled job) is tried again after 0.25 s, then twice as long
+each time, until ATTACH_DEADLINE_S after the first try."""
 
 
 class AttachedJob:
@@ -64,11 +71,28 @@ class AttachedJob:
         self._launch_command = process_command(launched_pid) if launched_pid is not None else ""
 
     @classmethod
-    def for_pid(cls, pid: int, timeout: float = HELLO_TIMEOUT) -> AttachedJob | None:
+    def for_pid(
+        cls, pid: int, timeout: float = HELLO_TIMEOUT, deadline_s: float = ATTACH_DEADLINE_S
+    ) -> AttachedJob | None:
         """Connect to `pid`'s hook and to the other local ranks of its job; None when `pid` has no hook socket.
 
-        Raises AttachError when the socket exists but cannot be used (another protocol version, no answer).
+        A hook that does not answer in time is tried again, less and less often, for up to `deadline_s`. Raises
+        AttachError when the socket exists but cannot be used (another protocol version, no answer by then).
         """
+        deadline = time.monotonic() + deadline_s
+        pause = ATTACH_RETRY_FIRST_S
+        while True:
+            try:
+                return cls._for_pid_once(pid, timeout)
+            except HookUnanswered as error:
+                if time.monotonic() + pause > deadline:
+                    raise AttachError(f"{error} (tried for {deadline_s:g} s)") from None
+                log.info("pid %d: %s; trying again in %.2f s", pid, error, pause)
+            time.sleep(pause)
+            pause *= 2
+
+    @classmethod
+    def _for_pid_once(cls, pid: int, timeout: float) -> AttachedJob | None:
         owner = process_uid(pid)
         if owner is not None and owner != os.getuid() and os.geteuid() == 0:
             found = scan(timeout, uid=owner, clean=False)  # root watching another user's job: read, touch nothing
@@ -78,7 +102,7 @@ class AttachedJob:
         if group is None:
             for unreachable_pid, reason in found.unreachable:
                 if unreachable_pid == pid:
-                    raise AttachError(f"pid {pid} has a gpumon hook that cannot be used: {reason}")
+                    raise HookUnanswered(f"pid {pid} has a gpumon hook that cannot be used: {reason}")
             return None
         return cls.for_group(group, primary_pid=pid)
 
@@ -228,6 +252,34 @@ class AttachedJob:
                 log.warning("a job session listener failed on %r", what, exc_info=True)
 
 
+def unseen_reason(pid: int) -> str | None:
+    """Why gpumon cannot see `pid`'s hook whatever it has: no such process, or another user's (we are not root);
+    None when it could."""
+    if not protocol.pid_alive(pid):
+        return f"no process with pid {pid}"
+    owner = process_uid(pid)
+    if owner is None or owner == os.getuid() or privileged():
+        return None
+    return (
+        f"pid {pid} belongs to user {user_name(owner)}: gpumon sees only your own jobs' sockets (run as that user or "
+        "root)"
+    )
+
+
+def no_hook_reason(pid: int) -> str:
+    """One line for a pid whose hook gpumon did not find: gone, another user's, or truly without the hook."""
+    return unseen_reason(pid) or f"pid {pid} has no gpumon hook"
+
+
+def user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return printable(pwd.getpwuid(uid).pw_name)
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
 def open_job(pid: int, *, native: bool = False) -> JobSource:
     """What `gpumon attach PID` attaches to: the hooked job, or a py-spy sampler; AttachError (one line) when
     neither can be had."""
@@ -235,7 +287,7 @@ def open_job(pid: int, *, native: bool = False) -> JobSource:
         raise AttachError(f"{pid} is not a valid pid")
     if not protocol.pid_alive(pid):
         raise AttachError(f"no process with pid {pid}")
-    job = AttachedJob.for_pid(pid)
+    job = AttachedJob.for_pid(pid)  # another user's job: py-spy's probe says only its owner or root may watch it
     if job is not None:
         return job
     sampler = PySpySampler(pid, native=native)
