@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -25,6 +26,7 @@ from gpumon.jobs.discovery import read_hello, scan
 from gpumon.jobs.peers import UntrustedHook
 from gpumon.jobs.session import AttachedJob
 from gpumon.jobs.signals import job_targets, send_signal
+from tests.attach.attach_helpers import REPO_ROOT
 from tests.stand_in_hook import StandInHook
 from tests.waiting import wait_until
 
@@ -92,6 +94,21 @@ def test_a_socket_in_another_users_directory_cannot_speak_for_roots_job(
             attached.stop()
     finally:
         fake.stop()
+
+
+@needs_root
+def test_gpumon_jobs_lists_roots_job_and_says_what_it_ignored(roots_job: StandInHook, nobodys_dir: str) -> None:
+    fake = StandInHook(nobodys_dir, uid=NOBODY, name_pid=roots_job.pid, hello={"pid": roots_job.pid, "argv": ["fake"]})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpumon", "jobs"], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT
+        )
+    finally:
+        fake.stop()
+    assert done.returncode == 0, done.stderr
+    assert f"ranks 0 of 2 (pids {roots_job.pid}): roots-job.py" in done.stdout and "fake" not in done.stdout
+    ignored = [line for line in done.stderr.splitlines() if line.startswith(f"pid {roots_job.pid}: ignored a socket")]
+    assert len(ignored) == 1 and fake.path in ignored[0], done.stderr
 
 
 @needs_root
