@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -23,7 +24,7 @@ from gpumon import protocol
 from gpumon.exporter.jobs import JobMetrics
 from gpumon.jobs.connection import HookConnection
 from gpumon.jobs.discovery import read_hello, scan
-from gpumon.jobs.peers import UntrustedHook
+from gpumon.jobs.peers import SocketClaim, UntrustedHook, check_process
 from gpumon.jobs.session import AttachedJob
 from gpumon.jobs.signals import job_targets, send_signal
 from tests.attach.attach_helpers import REPO_ROOT
@@ -215,3 +216,15 @@ def test_a_socket_named_for_a_pid_that_does_not_serve_it_is_refused(monkeypatch:
         other.kill()
         other.wait()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_socket_made_before_the_process_it_names_started_is_not_its() -> None:
+    """The pid was reused: a socket an hour older than the process of its pid speaks for someone gone."""
+    process = subprocess.Popen(["sleep", "300"])
+    try:
+        with pytest.raises(UntrustedHook, match="the pid now belongs to another process"):
+            check_process(process.pid, SocketClaim(os.getuid(), process.pid, time.time() - 3600), "/x/old.sock")
+        check_process(process.pid, SocketClaim(os.getuid(), process.pid, time.time()), "/x/new.sock")
+    finally:
+        process.kill()
+        process.wait()
