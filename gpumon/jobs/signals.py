@@ -2,8 +2,8 @@
 
 A Target pins a process by pid and start time, so a pid reused between choosing and sending is never signalled.
 A job's processes are what /proc shows (its descendants, its launcher, its sibling ranks run by the same user),
-never pids a hook message lists. gpumon never signals itself or its own ancestors, and only root signals another
-user's processes (the kernel's rule, reported as one line).
+never a pid only because a hook message names it. gpumon never signals itself or its own ancestors, and only root
+signals another user's processes (the kernel's rule, reported as one line).
 """
 
 from __future__ import annotations
