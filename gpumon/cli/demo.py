@@ -7,6 +7,7 @@ import importlib.util
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from gpumon.cli.reporting import (
     signals_as_interrupt,
     write_markdown,
 )
+from gpumon.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,10 @@ GUIDED_WARMUP_S = 5.0
 GUIDED_WINDOW_S = 3.0
 TORCH_MISSING = (
     "the demo trainer needs PyTorch, which this Python cannot import; install it (CPU build: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu) and run gpumon demo again"
+)
+TORCH_BROKEN = (
+    "the demo trainer needs PyTorch, and importing it fails here ({reason}); reinstall it (CPU build: "
     "pip install torch --index-url https://download.pytorch.org/whl/cpu) and run gpumon demo again"
 )
 CPU_NOTICE = "no NVIDIA GPU here: the demo runs on the CPU (small model), so the numbers say little about a GPU"
@@ -140,6 +146,11 @@ def run_demo(args: argparse.Namespace) -> int:
     check_markdown_path(args.markdown)
     if not torch_installed():
         raise CliError(TORCH_MISSING)
+    from gpumon.jobs.launch import import_failure
+
+    failure = import_failure("torch")  # found is not importable: a missing shared library raises OSError
+    if failure is not None:
+        raise CliError(TORCH_BROKEN.format(reason=printable(failure)))
     device, gpu = demo_device(args.device)
     if args.guided:
         return run_demo_guided(args, device)
@@ -191,11 +202,17 @@ def run_demo_dashboard(args: argparse.Namespace, device: str, notice: str | None
     sampler = Sampler(interval=args.interval)
     sampler.track_pids([demo.pid])
     app = AdvisorApp(sampler, job=demo.follow(), owner=owner, notice=notice)
-    # A closed terminal or a kill of gpumon must not leave the demo running: quit, then stop it below.
-    previous = {
-        signum: signal.signal(signum, lambda *_: app.exit())
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-    }
+    # A closed terminal or a kill of gpumon must not leave the demo running: quit, then stop it below. A second
+    # signal, should the app not be able to quit (a terminal driver stuck leaving), ends it here and now.
+    quitting = threading.Event()
+
+    def quit_app(_signum: int, _frame: object) -> None:
+        if quitting.is_set():
+            raise KeyboardInterrupt
+        quitting.set()
+        app.exit()
+
+    previous = {signum: signal.signal(signum, quit_app) for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
         app.run()
     finally:

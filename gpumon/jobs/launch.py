@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -50,6 +51,32 @@ class LaunchError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+IMPORT_CHECK_TIMEOUT_S = 120.0
+"""How long a child Python may take to import a module (torch on a slow shared disk takes tens of seconds)."""
+
+
+def import_failure(module: str, timeout: float = IMPORT_CHECK_TIMEOUT_S) -> str | None:
+    """Why this Python cannot import `module` (the last line of its error: an OSError from a missing shared library,
+    anything), tried in a child process so the caller stays light; None when it can."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return f"importing {module} took longer than {timeout:g} s"
+    except OSError as error:
+        return f"cannot run {sys.executable}: {error.strerror or error}"
+    if done.returncode == 0:
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {done.returncode}"
 
 
 def new_log_path(prefix: str) -> Path:

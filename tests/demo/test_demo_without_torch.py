@@ -50,3 +50,31 @@ def test_demo_without_torch_says_so_in_one_line_and_exits_2(tmp_path: Path, args
         "pip install torch --index-url https://download.pytorch.org/whl/cpu) and run gpumon demo again"
     ]
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args", [(), ("--guided",)])
+def test_a_torch_that_fails_to_import_is_one_line_and_no_dashboard(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """A torch that is there but raises on import (a shared library missing: OSError) passed the check that only
+    looked for it, and the dashboard started on a trainer that could never run."""
+    broken = tmp_path / "torch"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        'raise OSError("libtorch_cpu.so: cannot open shared object file: No such file or directory")\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gpumon", "demo", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}", "TMPDIR": str(tmp_path)},
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr[-500:]
+    assert result.stderr.strip().splitlines() == [
+        "gpumon: error: the demo trainer needs PyTorch, and importing it fails here (OSError: libtorch_cpu.so: "
+        "cannot open shared object file: No such file or directory); reinstall it (CPU build: pip install torch "
+        "--index-url https://download.pytorch.org/whl/cpu) and run gpumon demo again"
+    ]
+    assert result.stdout == ""
+    assert not list(tmp_path.glob("gpumon-demo-*.log")), "no trainer was started"
