@@ -1,0 +1,181 @@
+"""The hook's cost inside one process: steps/s of a launch-bound loop with the hook installed and uninstalled in turn.
+
+Usage (from the project root):
+
+    python benchmarks/hook_cost_inprocess.py --device cuda --pairs 7 --window 3     # the H200 run
+    python benchmarks/hook_cost_inprocess.py --device cpu --pairs 9 --window 2      # a CPU build
+
+The loop: an MLP (on CUDA 12 Linear(256, 256) layers, about 300 steps/s on an H200; on the CPU 4 Linear(32, 32)
+layers), batch 64, AdamW, its batch already on the device, so a step is many small launches and any per-step cost of
+the hook shows. The hook goes on with `gpumon.hook.install(lazy=False)` and off with `gpumon.hook.uninstall()`,
+between windows, in this one process: on, it is all of it (the patches, the step budget with its device->host copy,
+optimizer and allocator counting, the garbage collector's callback, the torch.cuda.empty_cache wrapper, the socket
+server's thread and the stack sampler's thread, nobody attached); off, none of it is left (the patches, callbacks and
+hooks come off, the threads stop). Each pair is one window of each, `--window` seconds after a short warm-up, in
+alternating order (on-off, off-on, ...) so a drift favours neither. Reported: the median of the pairs' ratios
+(steps/s on over off), their min and max, and the same for the training thread's CPU time (which leaves out the time
+other tenants of a shared machine took). The last line on stdout is one JSON object with all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def build_loop(
+    device_name: str, layers: int, width: int, batch: int
+) -> tuple[Callable[[float], tuple[int, float, float]], Any]:
+    """A function that trains for about `seconds` and returns (steps, wall seconds, thread CPU seconds)."""
+    import torch
+
+    device = torch.device(device_name)
+    torch.manual_seed(0)
+    blocks: list[torch.nn.Module] = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*blocks).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, width, device=device)
+    target = torch.randn(batch, width, device=device)
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def train(seconds: float) -> tuple[int, float, float]:
+        synchronize()
+        clock = time.perf_counter
+        started = clock()
+        cpu_started = time.thread_time()
+        deadline = started + seconds
+        steps = 0
+        while True:
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            steps += 1
+            if clock() >= deadline:
+                break
+        synchronize()
+        return steps, clock() - started, time.thread_time() - cpu_started
+
+    return train
+
+
+def hook_checks() -> dict[str, Any]:
+    """What the installed hook measured in the window just run: its new instruments were on."""
+    from gpumon.hook import lifecycle
+
+    runtime = lifecycle.runtime()
+    if runtime is None:
+        return {}
+    records = runtime.snapshot_records()
+    budgets = [record[8] for record in records if record[8] is not None]
+    return {
+        "steps": len(records),
+        "budgeted_steps": len(budgets),
+        "gc_timer_running": runtime.gc_timer.running,
+        "gc_passes": runtime.gc_timer.passes,
+        "optimizer_ms_per_budgeted_step": (
+            round(statistics.fmean(b.get("optimizer_ms", 0.0) for b in budgets), 4) if budgets else None
+        ),
+        "sampler": runtime.sampler is not None,
+        "errors": runtime.errors,
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--pairs", type=int, default=7, help="on/off window pairs (at least 7 for the record)")
+    parser.add_argument("--window", type=float, default=3.0, help="seconds timed in each window")
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds run untimed after each switch")
+    parser.add_argument("--layers", type=int, default=None, help="Linear layers (default: 12 on CUDA, 4 on the CPU)")
+    parser.add_argument("--width", type=int, default=None, help="their width (default: 256 on CUDA, 32 on the CPU)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=None, help="also write each window and the summary here (JSON)")
+    args = parser.parse_args()
+
+    import torch
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = device == "cuda"
+    layers = args.layers or (12 if cuda else 4)
+    width = args.width or (256 if cuda else 32)
+    train = build_loop(device, layers, width, args.batch)
+
+    import gpumon.hook
+
+    gpumon.hook.uninstall()  # importing installed it: every window switches it explicitly
+    train(max(1.0, args.warmup))
+    windows: list[dict[str, Any]] = []
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    for pair in range(args.pairs):
+        order = ("on", "off") if pair % 2 == 0 else ("off", "on")
+        rates: dict[str, tuple[float, float]] = {}
+        for variant in order:
+            if variant == "on":
+                gpumon.hook.install(lazy=False)
+            else:
+                gpumon.hook.uninstall()
+            train(args.warmup)
+            steps, wall, cpu = train(args.window)
+            checks = hook_checks() if variant == "on" else {}
+            rates[variant] = (steps / wall, steps / cpu if cpu > 0 else float("nan"))
+            window = {
+                "pair": pair,
+                "variant": variant,
+                "steps": steps,
+                "wall_s": round(wall, 4),
+                "cpu_s": round(cpu, 4),
+            }
+            window["steps_per_s"] = round(steps / wall, 2)
+            if checks:
+                window["hook"] = checks
+            windows.append(window)
+            print(json.dumps(window), file=sys.stderr, flush=True)
+        ratios.append(rates["on"][0] / rates["off"][0])
+        cpu_ratios.append(rates["on"][1] / rates["off"][1])
+    gpumon.hook.uninstall()
+
+    on = [w["steps_per_s"] for w in windows if w["variant"] == "on"]
+    off = [w["steps_per_s"] for w in windows if w["variant"] == "off"]
+    summary = {
+        "benchmark": "hook_cost_inprocess",
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.processor() or platform.machine()})",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "loop": {"layers": layers, "width": width, "batch": args.batch, "optimizer": "AdamW", "device": device},
+        "pairs": args.pairs,
+        "window_s": args.window,
+        "steps_per_s_on": spread(on),
+        "steps_per_s_off": spread(off),
+        "ratio": spread(ratios),
+        "cpu_ratio": spread(cpu_ratios),
+        "cost_percent": round((1.0 - statistics.median(ratios)) * 100, 3),
+        "hook_checks_last_on_window": next((w["hook"] for w in reversed(windows) if "hook" in w), {}),
+    }
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"windows": windows, "summary": summary}, indent=1) + "\n")
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
