@@ -58,6 +58,15 @@ class Diagnosis:
     """The profiler capture asked for (diagnose --profile), when it worked."""
     capture_error: str | None = None
     """Why the capture asked for did not work (one line)."""
+    exited_after_s: float | None = None
+    """Seconds into the watched window the job exited (diagnose --pid); None when it ran through it."""
+
+    @property
+    def exit_note(self) -> str | None:
+        """One line when the job died during the window: the finding covers only the time before."""
+        if self.exited_after_s is None:
+            return None
+        return f"the job exited {self.exited_after_s:.0f} s into the window: the finding covers only that time"
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -65,6 +74,7 @@ class Diagnosis:
             "signals": self.signals.to_dict(),
             "pid": self.pid,
             "command": self.command,
+            "job_exited_after_s": None if self.exited_after_s is None else round(self.exited_after_s, 1),
         }
         if self.capture is not None:
             data["capture"] = self.capture.to_dict()
@@ -152,13 +162,16 @@ def diagnose_pid(
     with sampling(pids=[pid]) as (_sampler, log):
         job.start()
         start = time.time()
+        exited_after: float | None = None
         try:
-            deadline = time.monotonic() + duration
+            began = time.monotonic()
+            deadline = began + duration
             while (left := deadline - time.monotonic()) > 0:
                 if progress is not None:
                     progress(f"watching pid {pid}", 1.0 - left / duration)
                 sleep_checked(min(0.5, left), cancel, None)
                 if job.ended:
+                    exited_after = time.monotonic() - began
                     break
             end = time.time()
             diagnosis = None
@@ -185,7 +198,13 @@ def diagnose_pid(
         finally:
             job.stop()
     return Diagnosis(
-        diagnose(signals), signals, pid=pid, command=signals.command, capture=captured, capture_error=capture_error
+        diagnose(signals),
+        signals,
+        pid=pid,
+        command=signals.command,
+        capture=captured,
+        capture_error=capture_error,
+        exited_after_s=exited_after,
     )
 
 

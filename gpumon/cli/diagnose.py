@@ -137,4 +137,10 @@ def run_diagnose(args: argparse.Namespace) -> int:
             print("\n".join(summary_lines(result.capture.summary)))
     if result.capture_error is not None:
         print(f"gpumon: {result.capture_error}", file=sys.stderr)
+    if result.exit_note is not None:  # the JSON has it as job_exited_after_s
+        if args.json:
+            print(f"gpumon: pid {args.pid}: {result.exit_note}", file=sys.stderr)
+        else:
+            print(result.exit_note)
+        return 1
     return 0
