@@ -299,7 +299,8 @@ class Job:
             self._log(loss, syncs.params["kinds"])
         d2h = plan.cause("d2h")
         if d2h is not None:
-            snapshot = self.features.detach().float().repeat(1, d2h.params["repeat"])
+            repeat = -(-d2h.params["copy_mb"] * 2**20 // (4 * self.features.numel()))
+            snapshot = self.features.detach().float().repeat(1, repeat)
             if self.active("d2h"):
                 self.kept_on_host = snapshot.cpu()  # kept for an epoch-end metric
         gc_cause = plan.cause("gc_churn")
@@ -406,7 +407,7 @@ class Phases:
         self.say(f"PHASE {name} pid={os.getpid()} seconds={seconds:g}")
         if seconds <= 0:
             return
-        if self.control is None:
+        if self.control is None or not name.startswith("diagnose-"):
             self.train_until(time.monotonic() + seconds)
             return
         done = self.control / f"{name}.done"

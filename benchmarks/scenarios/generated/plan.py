@@ -205,18 +205,18 @@ def draw_cause(rng: random.Random, family: str, tiny: bool) -> Cause:
         style = rng.choice(("tensor_math", "python_loop"))
         params = {"style": style, "rounds": round(1 + 5 * m) if style == "tensor_math" else round(5 + 195 * m)}
     elif family == "gc_churn":
-        params = {"records": round(500 * 40**m if not tiny else 200 + 1800 * m)}
+        params = {"records": round(2000 * 100**m if not tiny else 200 + 1800 * m)}
         params["kept"] = 500_000 if not tiny else 50_000
     elif family == "syncs":
         kinds = rng.sample(("item", "if_bool", "fstring", "nonzero"), rng.randint(1, 3))
-        params = {"kinds": sorted(kinds), "tiny_ops": round(120 * m)}
+        params = {"kinds": sorted(kinds), "tiny_ops": round(20 + 280 * m)}
     elif family == "small_kernels":
         params = {"graph_warmup": 3}
         m = 0.5
     elif family == "pageable_copy":
         params = {"payload_mb": round(16 * 32**m) if not tiny else 4}
     elif family == "d2h":
-        params = {"repeat": round(1 + 15 * m)}
+        params = {"copy_mb": round(8 * 32**m) if not tiny else 1}
     elif family == "cpu_optimizer":
         params = {"offloaded": round(0.1 + 0.9 * m, 2)}
     elif family == "allocator_churn":
@@ -237,9 +237,7 @@ def make_plan(seed: int, tiny: bool = False) -> Plan:
     needs = {FAMILIES[name].model for name in families} - {None}
     kind = needs.pop() if needs else rng.choice(MODELS)
     per_sample_loader = bool({"loader_cpu", "few_workers"} & set(families))
-    batch_cap = 256 if per_sample_loader and kind in ("mlp", "cnn") else None
-    if per_sample_loader and kind == "transformer":
-        batch_cap = 32
+    batch_cap = (32 if kind == "transformer" else 256) if per_sample_loader else None
     sizes, batch = draw_model(rng, kind, tiny, batch_cap)
     causes = tuple(draw_cause(rng, name, tiny) for name in families)
     if per_sample_loader:

@@ -1,0 +1,225 @@
+"""The generated corpus on the CPU: plans drawn from seeds, each cause's ablation switch, and the runner's scoring."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+from benchmarks.scenario_corpus import markdown, row_for, summarize
+from benchmarks.scenarios.generated import job as generated_job
+from benchmarks.scenarios.generated import parts
+from benchmarks.scenarios.generated.plan import (
+    EXCLUSIVE,
+    FAMILIES,
+    HELDOUT_SEEDS,
+    TUNE_SEEDS,
+    Plan,
+    expected_category,
+    make_plan,
+)
+
+SEEDS = [*TUNE_SEEDS, *list(HELDOUT_SEEDS)[:200]]
+
+
+def test_a_seed_always_gives_the_same_job_and_the_cpu_check_the_same_draws() -> None:
+    for seed in SEEDS:
+        plan, tiny = make_plan(seed), make_plan(seed, tiny=True)
+        assert make_plan(seed) == plan
+        assert (tiny.families, tiny.loop, tiny.data, tiny.optimizer) == (
+            plan.families,
+            plan.loop,
+            plan.data,
+            plan.optimizer,
+        )
+
+
+def test_the_plans_compose_causes_as_the_families_allow() -> None:
+    seen: set[str] = set()
+    counts = set()
+    for seed in SEEDS:
+        plan = make_plan(seed)
+        families = set(plan.families)
+        seen |= families
+        counts.add(len(plan.causes))
+        assert len(families) == len(plan.causes) <= 3
+        assert not any(group <= families for group in EXCLUSIVE), (seed, families)
+        for cause in plan.causes:
+            assert cause.category == FAMILIES[cause.family].category
+            assert 0.0 <= cause.magnitude <= 1.0
+            if FAMILIES[cause.family].needs_cpu_data:
+                assert plan.data != "gpu", seed
+            if FAMILIES[cause.family].model:
+                assert plan.model == FAMILIES[cause.family].model
+        assert plan.ranks == (2 if "comm" in families else 1)
+    assert seen == set(FAMILIES)
+    assert counts == {0, 1, 2, 3}
+    assert not set(TUNE_SEEDS) & set(HELDOUT_SEEDS)
+
+
+def tiny_plan(family: str) -> Plan:
+    """The first tuning seed with `family`, shrunk for the CPU, its loaders without worker processes."""
+    plan = next(p for p in (make_plan(s, tiny=True) for s in TUNE_SEEDS) if family in p.families)
+    causes = tuple(
+        replace(c, params={**c.params, "workers": 0}) if "workers" in c.params else c
+        for c in plan.causes
+        if c.family not in ("comm", "small_kernels") or c.family == family
+    )
+    data = "host_pool" if plan.data == "loader" else plan.data
+    return replace(plan, causes=causes, ranks=1, data=data)
+
+
+def built(family: str, monkeypatch: pytest.MonkeyPatch) -> generated_job.Job:
+    plan = tiny_plan(family)
+    monkeypatch.setattr(parts, "many_workers", lambda: 0)
+    return generated_job.Job(plan, torch.device("cpu"), generated_job.Ranks("cpu"))
+
+
+def steps(job: generated_job.Job, ablated: set[str], count: int = 2) -> None:
+    job.set_variant(frozenset(ablated))
+    source = job.source_for(job.ablated)
+    for _ in range(count):
+        job.train_step(next(source))
+
+
+def test_gc_churn_keeps_its_records_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = built("gc_churn", monkeypatch)
+    cause = job.plan.cause("gc_churn")
+    assert cause is not None
+    try:
+        steps(job, {"gc_churn"})
+        assert not gc.isenabled()
+        assert len(job.history) == min(2 * cause.params["records"], cause.params["kept"])
+        steps(job, set())
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_loader_switches_give_a_cached_batch_or_a_loader_of_more_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = built("loader_cpu", monkeypatch)
+    cached = job.source_for(frozenset({"loader_cpu"}))
+    assert next(cached) is next(cached)
+    assert job.source_for(frozenset()) is job.batches
+    few = built("few_workers", monkeypatch)
+    assert few.source_for(frozenset({"few_workers"})) is not few.batches
+    assert few.workers_of(frozenset({"few_workers"})) == 0  # many_workers() as patched
+
+
+def test_train_cpu_moves_its_math_after_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = built("train_cpu", monkeypatch)
+    cause = job.plan.cause("train_cpu")
+    assert cause is not None
+    job.plan = replace(job.plan, causes=(replace(cause, params={"style": "tensor_math", "rounds": 1}),))
+    calls: list[str] = []
+    real = parts.cpu_math
+    monkeypatch.setattr(parts, "cpu_math", lambda x, rounds: calls.append("math") or real(x, rounds))
+    python_calls: list[int] = []
+    monkeypatch.setattr(parts, "weight_of", lambda label, terms: python_calls.append(label) or 1.0)
+    steps(job, set(), 1)
+    steps(job, {"train_cpu"}, 1)
+    assert calls == ["math", "math"]  # the same math both ways (on the device: here the CPU too)
+    job.plan = replace(job.plan, causes=(replace(cause, params={"style": "python_loop", "rounds": 3}),))
+    steps(job, set(), 1)
+    assert len(python_calls) == job.plan.batch
+    steps(job, {"train_cpu"}, 1)
+    assert len(python_calls) == job.plan.batch  # the weights as tensor math instead
+    labels = torch.arange(20)
+    assert torch.allclose(parts.weights_of(labels, 5), torch.tensor([real_weight(int(x), 5) for x in labels]))
+
+
+def real_weight(label: int, terms: int) -> float:
+    return 1.0 + sum((label + k) % 7 for k in range(1, terms + 1)) * 1e-3
+
+
+def test_syncs_are_read_every_100_steps_once_ablated(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = built("syncs", monkeypatch)
+    cause = job.plan.cause("syncs")
+    assert cause is not None
+    job.plan = replace(job.plan, causes=(replace(cause, params={"kinds": ["fstring", "item"], "tiny_ops": 2}),))
+    steps(job, set(), 3)
+    assert len(job.log) == 3
+    steps(job, {"syncs"}, 3)
+    assert len(job.log) == 3  # none of steps 3-5 is a multiple of 100
+
+
+def test_the_other_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    d2h = built("d2h", monkeypatch)
+    steps(d2h, {"d2h"}, 1)
+    assert d2h.kept_on_host is None
+    steps(d2h, set(), 1)
+    assert d2h.kept_on_host is not None
+
+    offload = built("cpu_optimizer", monkeypatch)
+    assert offload.host_optimizer is not None
+    host_steps: list[int] = []
+    real_step = offload.host_optimizer.step
+    monkeypatch.setattr(offload.host_optimizer, "step", lambda: host_steps.append(1) or real_step())
+    steps(offload, set(), 2)
+    steps(offload, {"cpu_optimizer"}, 2)
+    assert len(host_steps) == 2
+
+    churn = built("allocator_churn", monkeypatch)
+    every_step = tuple(
+        replace(c, params={"every": 1}) if c.family == "allocator_churn" else c for c in churn.plan.causes
+    )
+    churn.plan = replace(churn.plan, causes=every_step)
+    emptied: list[int] = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    steps(churn, set(), 2)
+    steps(churn, {"allocator_churn"}, 2)
+    assert len(emptied) == 2
+
+    fp32 = built("fp32_math", monkeypatch)
+    assert not fp32.bf16()
+    fp32.set_variant(frozenset({"fp32_math"}))
+    assert fp32.bf16()
+
+    copy = built("pageable_copy", monkeypatch)
+    steps(copy, set(), 1)
+    steps(copy, {"pageable_copy"}, 1)
+    assert set(copy.payloads) == {False, True}
+
+    graphs = built("small_kernels", monkeypatch)
+    assert "small_kernels" in graphs.unsupported and graphs.graph is None
+    phases = generated_job.Phases(graphs, generated_job.parse(["--seed", "0"]))
+    assert frozenset({"small_kernels"}) not in phases.variants()
+
+
+def test_the_variants_are_the_base_each_cause_and_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = next(p for p in (make_plan(s, tiny=True) for s in TUNE_SEEDS) if len(p.causes) == 3 and p.ranks == 1)
+    plan = replace(plan, causes=tuple(c for c in plan.causes if c.family != "small_kernels"), data="host_pool")
+    plan = replace(plan, causes=tuple(replace(c, params={**c.params, "workers": 0}) for c in plan.causes))
+    job = generated_job.Job(plan, torch.device("cpu"), generated_job.Ranks("cpu"))
+    keys = [
+        generated_job.variant_key(v) for v in generated_job.Phases(job, generated_job.parse(["--seed", "0"])).variants()
+    ]
+    families = plan.families
+    assert keys[0] == "base" and keys[1 : 1 + len(families)] == families
+    assert (keys[-1] == "+".join(sorted(families))) == (len(families) > 1)
+    gc.enable()
+
+
+def test_the_runner_scores_a_job_against_the_cause_that_gives_back_most() -> None:
+    plan = next(p for p in (make_plan(s) for s in TUNE_SEEDS) if len(p.causes) == 2)
+    first, second = plan.causes
+    truth: dict[str, float | None] = {first.family: 0.2, second.family: 0.35}
+    assert expected_category(truth, plan, 0.15) == second.category
+    assert expected_category({first.family: 0.1, second.family: None}, plan, 0.15) == "healthy"
+    result: dict[str, Any] = {"truth": truth | {"+".join(sorted(plan.families)): 0.5}, "unsupported": {}}
+    finding = {"category": "healthy", "severity": 0.0, "secondary": []}
+    row = row_for(plan.seed, plan, {"result": result, "hook": {"finding": finding}, "pyspy": None})
+    assert row["expected"] == second.category and not row["hook"]["top_ok"] and row["hook"]["healthy_missed"]
+    healthy = next(p for p in (make_plan(s) for s in TUNE_SEEDS) if not p.causes)
+    alarm = {"category": "launch_bound", "severity": 0.3, "secondary": []}
+    row2 = row_for(healthy.seed, healthy, {"result": {"truth": {}}, "hook": {"finding": alarm}, "pyspy": None})
+    assert row2["expected"] == "healthy" and row2["hook"]["false_alarm"]
+    skipped = row_for(3, make_plan(3), {"result": None, "error": "killed after 240 s"})
+    total = summarize([row, row2, skipped])
+    assert total["hook"]["healthy_missed"] == 1 and total["hook"]["false_alarms"] == 1 and total["skipped"] == 1
+    table = markdown([row, row2, skipped]).splitlines()
+    assert len(table) == 5 and "wrong / -" in table[2] and "skipped: killed after 240 s" in table[4]
