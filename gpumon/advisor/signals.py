@@ -19,7 +19,7 @@ from gpumon.jobs.host_profile import window_profile
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
 from gpumon.jobs.pyspy_categories import USER_CODE
 from gpumon.jobs.source import JobView
-from gpumon.jobs.step_model import estimate_step_model, step_model
+from gpumon.jobs.step_model import MeasuredHostTime, estimate_step_model, step_model
 from gpumon.jobs.step_sums import WindowSums, window_sums
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 
@@ -525,6 +525,38 @@ def _budget_values(view: HookedView, start: float | None, end: float | None) -> 
         h2d_pageable=shares.pageable,
         h2d_rate=shares.h2d_rate,
         budget_syncs_per_step=shares.syncs_per_step,
+        d2h_share=shares.d2h,
+        d2h_idle_share=shares.d2h_idle,
+        d2h_bytes_per_step=shares.d2h_bytes_per_step,
+        optimizer_share=shares.optimizer_share,
+        **_host_cost_rates(view, shares, start, end),
+    )
+
+
+def _host_cost_rates(view: HookedView, shares: BudgetShares, start: float | None, end: float | None) -> dict[str, Any]:
+    """The collector's and the allocator's figures over the whole window (the per-second sums reach back further
+    than the kept step records), else over the budgeted steps' records."""
+    rates = window_sums(view.step_sums, start, end).rates
+    if rates.gc_share is None and rates.empty_cache_share is None:
+        return dict(
+            gc_share=shares.gc_share,
+            gc_passes_per_s=shares.gc_passes_per_s,
+            gc_gen2_per_s=shares.gc_gen2_per_s,
+            gc_ms_per_pass=shares.gc_ms_per_pass,
+            empty_cache_share=shares.empty_cache_share,
+            empty_cache_per_step=shares.empty_cache_per_step,
+            device_allocs_per_step=shares.device_allocs_per_step,
+        )
+    return dict(
+        gc_share=rates.gc_share,
+        gc_idle_share=rates.gc_idle_share,
+        gc_passes_per_s=rates.gc_passes_per_s,
+        gc_gen2_per_s=rates.gc_gen2_per_s,
+        gc_ms_per_pass=rates.gc_ms_per_pass,
+        empty_cache_share=rates.empty_cache_share,
+        empty_cache_idle_share=rates.empty_cache_idle_share,
+        empty_cache_per_step=rates.empty_cache_per_step,
+        device_allocs_per_step=rates.device_allocs_per_step,
     )
 
 
@@ -568,6 +600,8 @@ def _hook_values(
             for site in (diagnosis.get("sites") or [])[:5]
         )
     values.update(_straggler_values(view))
+    values["optimizer_on_cpu"] = view.optimizer_on_cpu
+    values["empty_cache_sites"] = view.empty_cache_sites
     loaders = view.dataloaders
     if loaders:
         loader = loaders[0]
@@ -711,6 +745,7 @@ def _step_model_values(
         nvml_busy=util / 100.0 if isinstance(util, (int, float)) else None,
         sync_wait=values.get("sync_wait_share"),
         comm_wait=values.get("comm_live_share"),
+        measured=measured_host_time(values),
     )
     if model is None:
         return {}
@@ -721,6 +756,24 @@ def _step_model_values(
         idle_lines=tuple(line.where for line in model.lines),
         idle_line_shares=tuple(round(line.idle_share, 4) for line in model.lines),
         idle_line_activities=tuple(line.activity for line in model.lines),
+    )
+
+
+def measured_host_time(values: Mapping[str, Any]) -> MeasuredHostTime:
+    """The host time the hook timed itself, as the step model takes it (0 where not measured)."""
+
+    def share(name: str) -> float:
+        value = values.get(name)
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+    return MeasuredHostTime(
+        gc=share("gc_share"),
+        gc_idle=share("gc_idle_share"),
+        alloc=share("empty_cache_share"),
+        alloc_idle=share("empty_cache_idle_share"),
+        d2h=share("d2h_share"),
+        d2h_idle=share("d2h_idle_share"),
+        optimizer_on_cpu=values.get("optimizer_on_cpu") is True,
     )
 
 

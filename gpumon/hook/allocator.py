@@ -5,6 +5,11 @@ cudaMalloc again; a job that calls it every step pays for both. The wrapper coun
 wall time and the job's line that made them (bounded). The allocator's own counters of device allocations and frees
 are read from `torch.cuda.memory_stats_as_nested_dict` (host-side counters, no CUDA call) only once the job has
 initialized CUDA: never initializing it, and never on a torch without it.
+
+Where the cache holds free blocks (reserved > allocated, host-side counters), `empty_cache()` will cudaFree them, and
+cudaFree waits for the whole device: the wrapper then first waits for the current stream itself (a part of the wait
+the call makes anyway, so no wait is added) and times the rest, the frees, as GPU idle (`idle_seconds`): the stream
+is empty and the host is inside the allocator.
 """
 
 from __future__ import annotations
@@ -30,24 +35,44 @@ class EmptyCacheCounter:
         self._clock = clock
         self.calls = 0
         self.seconds = 0.0
+        self.idle_seconds = 0.0
+        """Of `seconds`, the frees after the current stream had drained: the GPU idle for certain."""
         self.sites: dict[tuple[str, int], int] = {}
 
-    def wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, original: Callable[..., Any], cuda: Any = None) -> Callable[..., Any]:
         counter = self
         clock = self._clock
 
         def empty_cache(*args: Any, **kwargs: Any) -> Any:
             started = clock()
+            drained = counter._drain(cuda)
+            freeing = clock()
             try:
                 return original(*args, **kwargs)
             finally:
-                counter._count(clock() - started, sys._getframe(1))
+                ended = clock()
+                if drained:
+                    counter.idle_seconds += ended - freeing
+                counter._count(ended - started, sys._getframe(1))
 
         empty_cache.__name__ = getattr(original, "__name__", "empty_cache")
         empty_cache.__qualname__ = getattr(original, "__qualname__", "empty_cache")
         empty_cache.__doc__ = getattr(original, "__doc__", None)
         empty_cache.__wrapped__ = original  # type: ignore[attr-defined]
         return empty_cache
+
+    @staticmethod
+    def _drain(cuda: Any) -> bool:
+        """Wait for the current stream where empty_cache is about to wait for the device anyway; whether it did."""
+        try:
+            if cuda is None or not cuda.is_initialized() or cuda.is_current_stream_capturing():
+                return False
+            if cuda.memory_reserved() <= cuda.memory_allocated():
+                return False  # nothing cached to free: empty_cache will not wait, so neither may we
+            cuda.current_stream().synchronize()
+            return True
+        except Exception:  # noqa: BLE001 - the job's call still happens
+            return False
 
     def _count(self, seconds: float, caller: Any) -> None:
         try:

@@ -83,6 +83,7 @@ class BudgetMeter:
         self.h2d_pageable_bytes = 0
         self.h2d_copies = 0
         self.d2h_s = 0.0
+        self.d2h_idle_s = 0.0
         self.d2h_bytes = 0
         self.d2h_copies = 0
         self.sync_s = 0.0
@@ -215,6 +216,19 @@ class BudgetMeter:
             return False
         return not cuda.current_stream().query()
 
+    def _drain(self) -> bool:
+        """Before a blocking device->host copy, which waits for the current stream anyway: wait for it here, so the
+        copy's own time, with the stream empty and the SMs idle, can be told apart (d2h_idle_ms)."""
+        try:
+            cuda = self._torch.cuda
+            if not cuda.is_initialized() or cuda.is_current_stream_capturing():
+                return False
+            cuda.current_stream().synchronize()
+            return True
+        except Exception as exc:  # noqa: BLE001 - the job's call still happens
+            self._on_error(exc)
+            return False
+
     def _wrap(self, name: str, original: Any) -> Any:
         meter = self
 
@@ -231,12 +245,17 @@ class BudgetMeter:
                 return original(tensor, *args, **kwargs)
             meter._depth += 1
             started = meter._clock()
+            drained = kind == "d2h" and blocking and meter._drain()
+            copying = meter._clock()
             try:
                 return original(tensor, *args, **kwargs)
             finally:
                 meter._depth -= 1
+                ended = meter._clock()
+                if drained:
+                    meter.d2h_idle_s += ended - copying
                 source = _copy_source(name, tensor, args, kwargs) if kind != "sync" else None
-                meter._count(kind, blocking, busy, source, meter._clock() - started)
+                meter._count(kind, blocking, busy, source, ended - started)
 
         wrapper.__name__ = getattr(original, "__name__", name)
         wrapper.__qualname__ = getattr(original, "__qualname__", name)
@@ -321,6 +340,7 @@ class BudgetMeter:
             h2d_pageable_bytes=self.h2d_pageable_bytes,
             h2d_copies=self.h2d_copies,
             d2h_ms=round(self.d2h_s * 1e3, 4),
+            d2h_idle_ms=round(self.d2h_idle_s * 1e3, 4),
             d2h_bytes=self.d2h_bytes,
             d2h_copies=self.d2h_copies,
             sync_wait_ms=round(self.sync_s * 1e3, 4),
@@ -330,8 +350,10 @@ class BudgetMeter:
             empty_cache_ms=round((empty_cache.seconds - self._empty_cache_s_before) * 1e3, 4),
             empty_cache_calls=empty_cache.calls - self._empty_cache_calls_before,
             empty_cache_ms_total=round(empty_cache.seconds * 1e3, 4),
+            empty_cache_idle_ms_total=round(empty_cache.idle_seconds * 1e3, 4),
             empty_cache_calls_total=empty_cache.calls,
             gc_ms_total=round(gc_timer.seconds * 1e3, 4),
+            gc_idle_ms_total=round(gc_timer.idle_seconds * 1e3, 4),
             gc_passes_total=gc_timer.passes,
             gc_gen2_total=gc_timer.gen2_passes,
             gc_collected_total=gc_timer.collected,

@@ -2,7 +2,9 @@
 
 A collection in any thread counts: it holds the GIL, so the training thread stands still meanwhile. Collections never
 overlap (CPython runs one at a time), so one start time is enough. Each pass costs the callback two calls and a few
-additions; nothing is allocated beyond the clock's floats.
+additions; nothing is allocated beyond the clock's floats. A pass of generation 1 or 2 (the long ones) also asks,
+through `stream_idle` (never waiting, never during a CUDA graph capture), whether the training stream had run dry
+when it began: then the GPU idles for the whole pass, whatever GPU-Util says (`idle_seconds`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,16 @@ from typing import Any
 class GcTimer:
     """Cumulative garbage-collector figures since `start()`; `stop()` takes the callback off."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, stream_idle: Callable[[], bool | None] | None = None
+    ) -> None:
         self._clock = clock
+        self.stream_idle = stream_idle
+        """Whether the training stream has nothing queued now (None: unknown); set once the sampler exists."""
         self._started_at = 0.0
+        self._idle_pass = False
+        self.idle_seconds = 0.0
+        """Time inside passes that began with the training stream idle."""
         self.seconds = 0.0
         """Time inside collections."""
         self.passes = 0
@@ -47,11 +56,16 @@ class GcTimer:
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         try:
             if phase == "start":
+                probe = self.stream_idle
+                self._idle_pass = bool(info["generation"] and probe is not None and probe())
                 self._started_at = self._clock()
                 return
             started = self._started_at
             if started:
-                self.seconds += self._clock() - started
+                seconds = self._clock() - started
+                self.seconds += seconds
+                if self._idle_pass:
+                    self.idle_seconds += seconds
                 self._started_at = 0.0
             self.passes += 1
             if info["generation"] == 2:

@@ -191,11 +191,15 @@ def _start_sampler(runtime: Any) -> None:
     sampler = make_sampler(runtime, runtime.torch, env_count(SAMPLE_HZ_ENV, SAMPLE_HZ))
     if sampler is not None:
         runtime.sampler = sampler
+        runtime.gc_timer.stream_idle = sampler.stream_idle_now
         sampler.start()
 
 
 def _stop_sampler(runtime: Any) -> None:
     sampler = getattr(runtime, "sampler", None)
+    gc_timer = getattr(runtime, "gc_timer", None)
+    if gc_timer is not None:
+        gc_timer.stream_idle = None
     if sampler is not None:
         sampler.stop()
         sampler.join(0.5)  # once, at start-up, only when the hook cannot serve

@@ -135,7 +135,7 @@ def wrap_empty_cache(torch: Any, runtime: HookRuntime, set_attribute: Callable[[
     original = getattr(torch.cuda, "empty_cache", None)
     if original is None:
         return
-    wrapper = runtime.empty_cache.wrap(original)
+    wrapper = runtime.empty_cache.wrap(original, torch.cuda)
     set_attribute(torch.cuda, "empty_cache", wrapper)
     if memory is not None and getattr(memory, "empty_cache", None) is original:
         set_attribute(memory, "empty_cache", wrapper)

@@ -177,6 +177,25 @@ class StackSampler:
         self.gpu_state = None
         return IDLE if done else BUSY
 
+    def stream_idle_now(self) -> bool | None:
+        """Whether the training stream has nothing queued, asked from any thread (the collector's callback): never
+        waits for the query lock, which the thread asking may itself hold; None where it cannot be told."""
+        runtime = self._runtime
+        device = runtime.cuda_device
+        cuda = self._torch.cuda
+        if device is None or not cuda.is_initialized():
+            return None
+        if not self._query_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._stopped or self._graphs:
+                return None
+            timer = runtime.gpu
+            stream = timer.stream if timer is not None else None
+            return bool((stream if stream is not None else cuda.default_stream(device)).query())
+        finally:
+            self._query_lock.release()
+
     # -- CUDA graphs ----------------------------------------------------------------------------
 
     def _guard_graphs(self) -> None:

@@ -31,10 +31,12 @@ class CumulativeMark:
     seq: int
     t: float
     gc_ms: float | None = None
+    gc_idle_ms: float | None = None
     gc_passes: int | None = None
     gc_gen2: int | None = None
     gc_collected: int | None = None
     empty_cache_ms: float | None = None
+    empty_cache_idle_ms: float | None = None
     empty_cache_calls: int | None = None
     device_allocs: int | None = None
     """The caching allocator's cudaMalloc calls; None without CUDA."""
@@ -46,10 +48,12 @@ class CumulativeMark:
             seq=seq,
             t=t,
             gc_ms=clean_number(budget.get("gc_ms_total")),
+            gc_idle_ms=clean_number(budget.get("gc_idle_ms_total")),
             gc_passes=_count(budget.get("gc_passes_total")),
             gc_gen2=_count(budget.get("gc_gen2_total")),
             gc_collected=_count(budget.get("gc_collected_total")),
             empty_cache_ms=clean_number(budget.get("empty_cache_ms_total")),
+            empty_cache_idle_ms=clean_number(budget.get("empty_cache_idle_ms_total")),
             empty_cache_calls=_count(budget.get("empty_cache_calls_total")),
             device_allocs=_count(budget.get("device_allocs_total")),
         )
@@ -69,12 +73,16 @@ class CumulativeRates:
 
     gc_share: float | None = None
     """Time in Python's garbage collector over the wall time between the two."""
+    gc_idle_share: float | None = None
+    """Of it, passes begun with the training stream idle."""
     gc_passes_per_s: float | None = None
     gc_gen2_per_s: float | None = None
     """Full (generation 2) collections a second."""
     gc_ms_per_pass: float | None = None
     empty_cache_share: float | None = None
     """Time in torch.cuda.empty_cache() over the wall time between the two."""
+    empty_cache_idle_share: float | None = None
+    """Of it, the frees after the stream had drained."""
     empty_cache_per_step: float | None = None
     device_allocs_per_step: float | None = None
     """The caching allocator's cudaMalloc calls per step."""
@@ -89,14 +97,18 @@ class CumulativeRates:
         passes = _delta(first.gc_passes, last.gc_passes)
         gen2 = _delta(first.gc_gen2, last.gc_gen2)
         cache_ms = _delta(first.empty_cache_ms, last.empty_cache_ms)
+        gc_idle_ms = _delta(first.gc_idle_ms, last.gc_idle_ms)
+        cache_idle_ms = _delta(first.empty_cache_idle_ms, last.empty_cache_idle_ms)
         cache_calls = _delta(first.empty_cache_calls, last.empty_cache_calls)
         allocs = _delta(first.device_allocs, last.device_allocs)
         return cls(
             gc_share=None if gc_ms is None else min(1.0, gc_ms / wall_ms),
+            gc_idle_share=None if gc_idle_ms is None else min(1.0, gc_idle_ms / wall_ms),
             gc_passes_per_s=None if passes is None else passes / wall_ms * 1e3,
             gc_gen2_per_s=None if gen2 is None else gen2 / wall_ms * 1e3,
             gc_ms_per_pass=gc_ms / passes if gc_ms is not None and passes else None,
             empty_cache_share=None if cache_ms is None else min(1.0, cache_ms / wall_ms),
+            empty_cache_idle_share=None if cache_idle_ms is None else min(1.0, cache_idle_ms / wall_ms),
             empty_cache_per_step=None if cache_calls is None else cache_calls / steps,
             device_allocs_per_step=None if allocs is None else allocs / steps,
         )
@@ -112,6 +124,7 @@ class StepTimeBudget:
     h2d_bytes: int = 0
     h2d_pageable_bytes: int = 0
     d2h_ms: float = 0.0
+    d2h_idle_ms: float = 0.0
     d2h_bytes: int = 0
     d2h_copies: int = 0
     sync_wait_ms: float = 0.0
@@ -137,6 +150,7 @@ class StepTimeBudget:
             "data_collate_ms",
             "h2d_ms",
             "d2h_ms",
+            "d2h_idle_ms",
             "sync_wait_ms",
             "rest_ms",
             "optimizer_ms",
@@ -166,6 +180,8 @@ class BudgetShares:
     h2d: float = 0.0
     d2h: float = 0.0
     """Device->host copies (.cpu(), .to("cpu")), their waits for the GPU included."""
+    d2h_idle: float = 0.0
+    """Of it, blocking copies' time after the stream had drained (the SMs idle)."""
     sync_wait: float = 0.0
     rest: float = 0.0
     gpu: float | None = None
@@ -214,6 +230,7 @@ class BudgetShares:
             data_collate=sum(s.data_collate_ms for s in steps) / total,
             h2d=sum(s.h2d_ms for s in steps) / total,
             d2h=sum(s.d2h_ms for s in steps) / total,
+            d2h_idle=sum(s.d2h_idle_ms for s in steps) / total,
             sync_wait=sum(s.sync_wait_ms for s in steps) / total,
             rest=sum(s.rest_ms for s in steps) / total,
             gpu=min(1.0, sum(s.gpu_ms or 0.0 for s in timed) / timed_total) if timed and timed_total > 0 else None,

@@ -76,6 +76,7 @@ class StepBudget(TypedDict, total=False):
     d2h_ms: float  # host time in device->host copy calls (.cpu(), .to("cpu"), copy_ into a host tensor), waits included
     d2h_bytes: int
     d2h_copies: int
+    d2h_idle_ms: float  # of d2h_ms, blocking copies' time after the stream had drained: the GPU's SMs idle
     sync_wait_ms: float  # host time blocked in other calls that wait for the GPU (.item(), synchronize, ...)
     syncs: int  # calls timed that waited for the GPU, blocking device->host copies included
     gpu_ms: float | None  # the record's gpu_ms again (None: not measured)
@@ -88,7 +89,9 @@ class StepBudget(TypedDict, total=False):
     gc_passes_total: int  # collections
     gc_gen2_total: int  # of which full (generation 2)
     gc_collected_total: int  # objects the collections found unreachable
+    gc_idle_ms_total: float  # of gc_ms_total, passes (generation 1 and 2) begun with the training stream idle
     empty_cache_ms_total: float
+    empty_cache_idle_ms_total: float  # of it, the frees after the current stream had drained: the GPU idle
     empty_cache_calls_total: int
     device_allocs_total: int  # the caching allocator's cudaMalloc calls on the job's device; absent without CUDA
     device_frees_total: int  # its cudaFree calls; absent without CUDA
