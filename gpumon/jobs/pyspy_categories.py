@@ -19,9 +19,10 @@ BACKWARD = "backward"
 OPTIMIZER = "optimizer"
 COMM = "comm"
 H2D = "h2d"
+ALLOC = "alloc"
 USER_CODE = "user_code"
 ELSEWHERE = "elsewhere"
-CATEGORIES = (DATA_WAIT, CUDA_SYNC, FORWARD, BACKWARD, OPTIMIZER, COMM, H2D, USER_CODE, ELSEWHERE)
+CATEGORIES = (DATA_WAIT, CUDA_SYNC, FORWARD, BACKWARD, OPTIMIZER, COMM, H2D, ALLOC, USER_CODE, ELSEWHERE)
 LABELS = {
     DATA_WAIT: "waiting on DataLoader",
     CUDA_SYNC: "CUDA sync",
@@ -30,6 +31,7 @@ LABELS = {
     OPTIMIZER: "optimizer step",
     COMM: "torch.distributed",
     H2D: "host->device copy",
+    ALLOC: "torch.cuda.empty_cache",
     USER_CODE: "the job's own code",
     ELSEWHERE: "elsewhere",
 }
@@ -56,6 +58,7 @@ _CATEGORY_OF = {
     activity.OPTIMIZER: OPTIMIZER,
     activity.COMM: COMM,
     activity.H2D: H2D,
+    activity.ALLOC: ALLOC,
     activity.CPU: USER_CODE,
     activity.OTHER: ELSEWHERE,
 }

@@ -87,10 +87,9 @@ OWNER_OF_ACTIVITY = {
     activity.OPTIMIZER: LAUNCH,
     activity.CPU: CPU,
     activity.OTHER: OTHER,
-    "alloc": ALLOC,
+    activity.ALLOC: ALLOC,
 }
-ALLOC_ACTIVITY = "alloc"
-"""The sampler's activity inside torch.cuda.empty_cache."""
+ALLOC_ACTIVITY = activity.ALLOC
 MIN_SAMPLES = 20
 """Fewer samples than this (one second at the default rate) make no step model."""
 BY_SAMPLER = "stream"

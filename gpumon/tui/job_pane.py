@@ -17,9 +17,13 @@ from gpumon.jobs.pyspy import EstimateView
 from gpumon.jobs.pyspy_categories import CATEGORIES, LABELS, METHOD_LABEL
 from gpumon.jobs.source import JobView
 from gpumon.jobs.step_model import (
+    ALLOC,
     COMM,
     CPU,
+    CPU_OPTIMIZER,
+    D2H,
     DATA,
+    GC,
     GPU_BUSY,
     H2D,
     LAUNCH,
@@ -45,10 +49,13 @@ BUDGET_PARTS = (
     ("data_worker", "load", "yellow"),
     ("data_collate", "collate", "bright_yellow"),
     ("h2d", "H2D", "cyan"),
+    ("d2h", "D2H", "bright_cyan"),
     ("sync_wait", "sync", "red"),
     ("rest", "py", "magenta"),
 )
 """The step time budget's parts (attribute of BudgetShares, label, colour), in the order of its bar."""
+SAID_WHEN_PRESENT = frozenset({"d2h"})
+"""Parts named in the legend only where the step has some."""
 OWNER_STYLES = {
     GPU_BUSY: "green",
     DATA: "yellow",
@@ -58,6 +65,10 @@ OWNER_STYLES = {
     COMM: "bright_magenta",
     LAUNCH: "blue",
     CPU: "magenta",
+    D2H: "bright_cyan",
+    GC: "bright_yellow",
+    ALLOC: "bright_blue",
+    CPU_OPTIMIZER: "bright_green",
     OTHER: "bright_black",
 }
 """The step model's owners' colours."""
@@ -70,6 +81,7 @@ CATEGORY_STYLES = {
     "optimizer": "blue",
     "comm": "bright_magenta",
     "h2d": "bright_cyan",
+    "alloc": "bright_blue",
     "user_code": "magenta",
     "elsewhere": "bright_black",
 }
@@ -157,6 +169,8 @@ def budget_line(view: HookedView, width: int) -> Text | None:
     legend = Text(no_wrap=True, end="")
     for attribute, label, style in BUDGET_PARTS:
         share = getattr(budget, attribute)
+        if attribute in SAID_WHEN_PRESENT and not share:
+            continue
         legend.append(f" {label} {units.share(share)}", style=style)
         if attribute == "h2d" and budget.h2d_rate is not None:
             pinned = "pageable" if (budget.pageable or 0.0) >= 0.5 else "pinned"
