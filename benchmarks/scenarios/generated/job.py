@@ -40,6 +40,8 @@ from benchmarks.scenarios.generated.plan import FAMILIES, Plan, make_plan
 
 EXIT_NOT_HERE = 3
 BASE = "base"
+MIN_WINDOW_STEPS = 5
+"""A timed window is stretched until it holds this many steps (slow host-bound steps: a few per second)."""
 LOG_EVERY = 100
 """Where a sync is ablated, its value is read every LOG_EVERY steps instead of every step."""
 
@@ -421,7 +423,7 @@ class Phases:
         self.train_until(time.monotonic() + self.args.settle, min_steps=settle_steps)
         job.sync()
         started = time.monotonic()
-        steps = self.train_until(started + self.args.window, min_steps=3)
+        steps = self.train_until(started + self.args.window, min_steps=MIN_WINDOW_STEPS)
         job.sync()
         return steps * job.plan.batch / (time.monotonic() - started)
 
