@@ -5,12 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
-#                                                 | pcie26
+#                                                 | pcie26 | tune35 | heldout35
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -196,5 +196,18 @@ case "$part" in
       --json "$out/monitor_overhead.json" 2>&1 | tee "$out/monitor_overhead.log" | tail -16 ;;
   pcie26)    # GPM's PCIe rates against the bytes a host<->GPU copy load counts (one GPU, about 30 s)
     timeout 60 python3 benchmarks/pcie_gpm_check.py --seconds 6 2>&1 | tee "$out/pcie_gpm_check.log" ;;
+  tune35)    # the generated corpus's tuning seeds, then the hook's cost in one process and under floods (about 9 min)
+    [ $# -gt 0 ] || set -- --set tune --count 10
+    timeout 380 python3 benchmarks/scenario_corpus.py "$@" --duration 4 --warmup 2 --rounds 2 --window 1 \
+      --out "$out/corpus-tune.json" > "$out/corpus-tune.log" 2>&1
+    tail -30 "$out/corpus-tune.md"
+    timeout 70 python3 benchmarks/hook_cost_inprocess.py --device cuda --pairs 7 --window 2 \
+      --out "$out/hook_cost_inprocess.json" 2>&1 | tail -4
+    timeout 120 python3 benchmarks/hook_flood.py --device cuda --rounds 2 --window 3 --json "$out/hook_flood.json" 2>&1 \
+      | tail -12 ;;
+  heldout35) # held-out seeds of the generated corpus (ARGS: --start N --count M; about 9 min for 20)
+    timeout 560 python3 benchmarks/scenario_corpus.py --set heldout "$@" --duration 4 --warmup 2 --rounds 2 \
+      --window 1 --out "$out/corpus-heldout.json" > "$out/corpus-heldout.log" 2>&1
+    tail -40 "$out/corpus-heldout.md" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
