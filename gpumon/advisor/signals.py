@@ -16,9 +16,9 @@ from typing import Any
 from gpumon import protocol
 from gpumon.jobs.budget import BudgetShares
 from gpumon.jobs.host_profile import window_profile
+from gpumon.jobs.job_view import JobView
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
-from gpumon.jobs.pyspy_categories import USER_CODE
-from gpumon.jobs.source import JobView
+from gpumon.jobs.pyspy.categories import USER_CODE
 from gpumon.jobs.step_model import MeasuredHostTime, estimate_step_model, step_model
 from gpumon.jobs.step_sums import WindowSums, window_sums
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot

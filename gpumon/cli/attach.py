@@ -109,32 +109,34 @@ def state_with_step_model(message: Mapping[str, Any], profiles: Sequence[HostPro
 
 def stream_json(job: JobSource, duration: float | None) -> int:
     """Print the job's data as JSON Lines until `duration` passes or the job ends."""
-    from gpumon.jobs.pyspy import PySpySampler
-    from gpumon.jobs.session import AttachedJob
+    from gpumon.jobs.jobstate import HookedView
+    from gpumon.jobs.pyspy.estimate import EstimateView
     from gpumon.protocol import STATE
 
     lines: queue.Queue[Any] = queue.Queue()
     is_over: Callable[[], bool]
-    attached: AttachedJob | None = None
-    if isinstance(job, PySpySampler):
-        sampler = job
+    client = job.primary
+    if client is None:  # no hook: py-spy's estimate, one line a round
         print_json_line(
             {
                 "type": "attach",
-                "pid": sampler.pid,
+                "pid": job.pid,
                 "hooked": False,
                 "method": "py-spy",
                 "estimate": True,
-                "command": sampler.command,
+                "command": job.view().command,
             }
         )
-        sampler.start(lambda _what: lines.put(sampler.view().to_dict()))
-        is_over = lambda: sampler.ended  # noqa: E731 - a one-line predicate
+
+        def put_estimate(_what: str) -> None:
+            view = job.view()
+            if isinstance(view, EstimateView):
+                lines.put(view.to_dict())
+
+        job.start(put_estimate)
+        is_over = lambda: job.ended  # noqa: E731 - a one-line predicate
     else:
-        assert isinstance(job, AttachedJob)
-        attached = job
-        client = job.primary
-        assert client is not None and client.state.info is not None
+        assert client.state.info is not None
         print_json_line(dict(client.state.info.hello))
         client.add_message_listener(
             lambda message: None if message.get("type") in ("subscribed", "pong") else lines.put(message)
@@ -153,8 +155,10 @@ def stream_json(job: JobSource, duration: float | None) -> int:
                 if is_over() and lines.empty():
                     break
                 continue
-            if attached is not None and isinstance(message, Mapping) and message.get("type") == STATE:
-                message = state_with_step_model(message, attached.view().host_profiles)
+            if isinstance(message, Mapping) and message.get("type") == STATE:
+                view = job.view()
+                if isinstance(view, HookedView):
+                    message = state_with_step_model(message, view.host_profiles)
             print_json_line(message)
         if is_over():
             view = job.view()

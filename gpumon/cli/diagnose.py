@@ -77,7 +77,7 @@ def target_command(args: argparse.Namespace, name: str) -> list[str]:
 
 def pyspy_only(pid: int, *, native: bool = False) -> JobSource:
     """A py-spy sampler of `pid`, hooked or not (`--pyspy`)."""
-    from gpumon.jobs.pyspy import PySpySampler
+    from gpumon.jobs.pyspy.sampler import PySpySampler
 
     sampler = PySpySampler(pid, native=native)
     sampler.probe()

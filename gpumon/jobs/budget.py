@@ -3,20 +3,14 @@ job's cumulative garbage-collector and allocator figures between two budgeted st
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpumon.jobs.numbers import clean_number
+
 PARTS = ("data_worker", "data_collate", "h2d", "d2h", "sync_wait", "rest")
 """The host's time in a step, in the order of the bar; they add up to the step's wall time."""
-
-
-def clean_number(value: object) -> float | None:
-    """A finite number from a message, at least 0; None for anything else (a bool, a string, NaN)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return max(0.0, float(value))
 
 
 def _count(value: object) -> int | None:

@@ -17,9 +17,10 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.jobs.connection import HookClosed, LineReader, open_hook
-from gpumon.jobs.discovery import AttachError, JobInfo
+from gpumon.jobs.discovery import AttachError
+from gpumon.jobs.job_info import JobInfo
 from gpumon.jobs.jobstate import END_CLOSED, HookedView, JobState
-from gpumon.jobs.source import Listener
+from gpumon.jobs.listener import Listener
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpumon.jobs.budget import clean_number
+from gpumon.jobs.numbers import clean_number
 from gpumon.protocol import activity
 
 MAX_LINES = 64

@@ -16,8 +16,9 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.jobs.budget import BudgetShares, StepTimeBudget
-from gpumon.jobs.discovery import JobInfo
 from gpumon.jobs.host_profile import HostProfile
+from gpumon.jobs.job_info import JobInfo
+from gpumon.jobs.numbers import clean_number
 from gpumon.jobs.step_sums import StepSums, StepSumsLog
 
 HISTORY_STEPS = 4096
@@ -332,12 +333,6 @@ class HookedView:
         return [r.pid for r in self.ranks] if self.ranks else [self.pid]
 
 
-def _clean_float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 class _Bucket:
     __slots__ = ("index", "steps")
 
@@ -399,13 +394,13 @@ class JobState:
             kind = None
         with self._lock:
             self._last_message = self._clock()
-            message_t = _clean_float(message.get("t"))
+            message_t = clean_number(message.get("t"))
             if kind == protocol.HELLO:
                 pid = message.get("pid")
                 self._info = JobInfo.of(pid if isinstance(pid, int) else self.pid, self._socket_path, message)
                 self.connected = True
                 self.waiting = None
-                started = _clean_float(message.get("started"))
+                started = clean_number(message.get("started"))
                 if started is not None:
                     self._now = max(self._now, started)
                 return kind

@@ -17,19 +17,13 @@ from dataclasses import replace
 from gpumon import protocol
 from gpumon.jobs.client import ENDED, HookUnanswered, JobClient
 from gpumon.jobs.connection import privileged
-from gpumon.jobs.discovery import (
-    HELLO_TIMEOUT,
-    AttachError,
-    JobGroup,
-    JobInfo,
-    jobs_launched_by,
-    process_command,
-    process_uid,
-    scan,
-)
+from gpumon.jobs.discovery import HELLO_TIMEOUT, AttachError, jobs_launched_by, scan
+from gpumon.jobs.job_info import JobGroup, JobInfo
 from gpumon.jobs.jobstate import HookedView, group_view
-from gpumon.jobs.pyspy import PySpySampler
-from gpumon.jobs.source import JobSource, Listener
+from gpumon.jobs.listener import Listener
+from gpumon.jobs.procfs import process_command, process_uid
+from gpumon.jobs.pyspy.sampler import PySpySampler
+from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
 
 log = logging.getLogger(__name__)

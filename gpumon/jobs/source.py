@@ -1,45 +1,47 @@
-"""What the dashboard, `gpumon attach --json` and the advisor follow: JobSource (a job) and JobView (a copy of it).
+"""JobSource: what the dashboard, `gpumon attach --json` and the advisor follow; its view() is a JobView copy.
 
-AttachedJob (a hooked job, every local rank) and PySpySampler (a py-spy estimate) are JobSources; their views,
-HookedView and EstimateView, make up JobView.
+AttachedJob (a hooked job, every local rank) and PySpySampler (a py-spy estimate) are JobSources; callers ask a
+source for its `primary` hook client instead of checking its type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gpumon.jobs.client import JobClient
-    from gpumon.jobs.jobstate import HookedView
-    from gpumon.jobs.pyspy import EstimateView
-
-Listener = Callable[[str], None]
-"""Called on the source's thread with what changed ('hello', 'steps', 'state', 'estimate', 'ended', ...)."""
-
-
-JobView: TypeAlias = "HookedView | EstimateView"
-"""A copy of what is known about a job, safe to read on any thread: the hook's view or py-spy's estimate. Both have
-pid, pids, worker_pids, device_uuids, command, ended and end_reason; code that reads what only one kind has matches
-on the kind, and mypy checks that every kind is handled (typing.assert_never)."""
+    from gpumon.jobs.job_view import JobView
+    from gpumon.jobs.listener import Listener
 
 
 class JobSource(Protocol):
     """A job being followed on a thread of its own: start it, read `view()` copies, stop it."""
 
     @property
-    def pid(self) -> int: ...
+    def pid(self) -> int:
+        """The job's pid (a distributed job's: the primary rank's)."""
+        ...
 
     @property
-    def ended(self) -> bool: ...
+    def ended(self) -> bool:
+        """Whether the job (every rank of it) has ended."""
+        ...
 
-    def add_listener(self, listener: Listener) -> None: ...
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener` with what changed, on the source's thread."""
+        ...
 
-    def start(self, listener: Listener | None = None) -> None: ...
+    def start(self, listener: Listener | None = None) -> None:
+        """Start following the job on a thread of its own (`listener`: added first)."""
+        ...
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop following the job and join its thread."""
+        ...
 
-    def view(self) -> JobView: ...
+    def view(self) -> JobView:
+        """A copy of what is known about the job now."""
+        ...
 
     @property
     def primary(self) -> JobClient | None:

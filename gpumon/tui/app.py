@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     # layer's client, the job pane and the advisor it draws on, the picker, help, the profiler capture, the palette.
     from textual.command import Provider
 
-    from gpumon.jobs.discovery import JobGroup
+    from gpumon.jobs.job_info import JobGroup
     from gpumon.jobs.source import JobSource
     from gpumon.tui.job_pane import JobPane
     from gpumon.tui.profile_screen import ProfileCapture

@@ -12,10 +12,10 @@ from rich.text import Text
 
 from gpumon import units
 from gpumon.advisor.efficiency import EnergyLog, PowerSpan, job_mfu, view_joules_per_sample
+from gpumon.jobs.job_view import JobView
 from gpumon.jobs.jobstate import HookedView, RankSummary, TimelinePoint
-from gpumon.jobs.pyspy import EstimateView
-from gpumon.jobs.pyspy_categories import CATEGORIES, LABELS, METHOD_LABEL
-from gpumon.jobs.source import JobView
+from gpumon.jobs.pyspy.categories import CATEGORIES, LABELS, METHOD_LABEL
+from gpumon.jobs.pyspy.estimate import EstimateView
 from gpumon.jobs.step_model import (
     ALLOC,
     COMM,

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
-from gpumon.jobs.discovery import JobGroup
+from gpumon.jobs.job_info import JobGroup
 from gpumon.printable import printable
 from gpumon.tui.format import plural
 

@@ -1,6 +1,6 @@
 """Process control from the dashboard: what may be signalled here, the confirm step, and the one-line outcome.
 
-The signalling itself is gpumon.jobs.signals; this module only asks and tells.
+The signalling itself is gpumon.jobs.process_signals; this module only asks and tells.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from gpumon.jobs.signals import SIGNALS, Target, job_targets, process_targets, send_signal, summary
+from gpumon.jobs.process_signals import SIGNALS, Target, job_targets, process_targets, send_signal, summary
 from gpumon.printable import printable
 from gpumon.tui.format import plural
 

@@ -12,7 +12,7 @@ from gpumon.advisor.measure import Measurement, Reference
 from gpumon.advisor.results import FAILED, OK, VariantResult
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.jobs.jobstate import replay_messages
-from gpumon.jobs.pyspy import EstimateView
+from gpumon.jobs.pyspy.estimate import EstimateView
 from gpumon.sampling.snapshot import Snapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "advisor"

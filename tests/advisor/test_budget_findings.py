@@ -17,8 +17,8 @@ from gpumon.advisor.categories import HOST_SYNC, INPUT_BOUND, LOW_PRECISION, TRA
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.jobs.jobstate import replay_messages
-from gpumon.jobs.pyspy import EstimateView
-from gpumon.jobs.pyspy_categories import CATEGORIES, SYNC_NATIVE, SYNC_SOURCE
+from gpumon.jobs.pyspy.categories import CATEGORIES, SYNC_NATIVE, SYNC_SOURCE
+from gpumon.jobs.pyspy.estimate import EstimateView
 from gpumon.sampling.recording import read_recording
 from gpumon.sampling.snapshot import Snapshot
 

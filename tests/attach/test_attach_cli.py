@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from attach_helpers import HOOKED_JOB, REPO_ROOT, group_alive, job_env, wait_until
 
-from gpumon.jobs.pyspy_target import find_pyspy
+from gpumon.jobs.pyspy.target import find_pyspy
 
 GPUMON = [sys.executable, "-m", "gpumon"]
 

@@ -13,8 +13,10 @@ import pytest
 from attach_helpers import HOOKED_JOB, job_env, wait_until
 
 from gpumon import protocol
-from gpumon.jobs.discovery import JobInfo, descends_from, group_jobs, jobs_launched_by, scan
+from gpumon.jobs.discovery import jobs_launched_by, scan
+from gpumon.jobs.job_info import JobInfo, group_jobs
 from gpumon.jobs.jobstate import RankSummary, find_straggler
+from gpumon.jobs.procfs import descends_from
 from gpumon.jobs.session import AttachedJob
 from tests.stand_in_hook import StandInHook
 

@@ -18,8 +18,7 @@ import pytest
 from attach_helpers import wait_until
 
 from gpumon.jobs.discovery import AttachError
-from gpumon.jobs.pyspy import PySpySampler
-from gpumon.jobs.pyspy_categories import (
+from gpumon.jobs.pyspy.categories import (
     BACKWARD,
     COMM,
     CUDA_SYNC,
@@ -31,8 +30,9 @@ from gpumon.jobs.pyspy_categories import (
     classify_stack,
     job_source,
 )
-from gpumon.jobs.pyspy_stacks import Frame, main_thread_stacks, parse_dump, parse_raw
-from gpumon.jobs.pyspy_target import check_target, explain_pyspy_failure, find_pyspy, probe
+from gpumon.jobs.pyspy.sampler import PySpySampler
+from gpumon.jobs.pyspy.stacks import Frame, main_thread_stacks, parse_dump, parse_raw
+from gpumon.jobs.pyspy.target import check_target, explain_pyspy_failure, find_pyspy, probe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -192,7 +192,7 @@ def test_the_native_sampler_samples_a_live_process() -> None:
 
 
 def test_py_spy_missing_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpumon.jobs.pyspy_target as pyspy_module
+    import gpumon.jobs.pyspy.target as pyspy_module
 
     monkeypatch.setattr(pyspy_module, "find_pyspy", lambda: None)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -229,9 +229,9 @@ def test_without_ptrace_permission_the_error_says_how_to_grant_it(shared_spy_job
 def test_native_cuda_waits_and_the_jobs_own_sync_lines_are_syncs() -> None:
     """py-spy --native frames in libcudart/libcuda are syncs (seen natively); a print(tensor) line of the job's own
     code under torch's formatting is a sync read from source text; the hot frame names the job's line."""
-    from gpumon.jobs.pyspy import PySpySampler
-    from gpumon.jobs.pyspy_categories import SYNC_NATIVE, SYNC_SOURCE, classify_stack_how
-    from gpumon.jobs.pyspy_stacks import parse_raw
+    from gpumon.jobs.pyspy.categories import SYNC_NATIVE, SYNC_SOURCE, classify_stack_how
+    from gpumon.jobs.pyspy.sampler import PySpySampler
+    from gpumon.jobs.pyspy.stacks import parse_raw
 
     lines = {
         ("/home/u/train.py", 57): "        norms.append(p.grad.norm().item())\n",
@@ -279,9 +279,9 @@ def test_a_python_c_jobs_own_lines_are_read_from_its_command_line(tmp_path: Path
 def test_a_real_native_record_of_a_cuda_job_names_its_item_line() -> None:
     """A real `py-spy record --native` of a CUDA job calling .item() per parameter (H200, see the fixtures' README):
     the waits inside .item() are seen natively, the hot sync frame is the job's own line 18."""
-    from gpumon.jobs.pyspy import PySpySampler
-    from gpumon.jobs.pyspy_categories import SYNC_NATIVE, SYNC_SOURCE, classify_stack_how
-    from gpumon.jobs.pyspy_stacks import parse_raw
+    from gpumon.jobs.pyspy.categories import SYNC_NATIVE, SYNC_SOURCE, classify_stack_how
+    from gpumon.jobs.pyspy.sampler import PySpySampler
+    from gpumon.jobs.pyspy.stacks import parse_raw
 
     job_lines = (FIXTURES / "native_sync_job.py").read_text().splitlines(keepends=True)
 
@@ -302,7 +302,7 @@ def test_a_real_native_record_of_a_cuda_job_names_its_item_line() -> None:
 
 def test_another_users_job_is_never_answered_with_setcap(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 27 item 7: for another user's process, setcap or ptrace_scope cannot help; say who may watch it."""
-    from gpumon.jobs import pyspy_target as pyspy
+    from gpumon.jobs.pyspy import target as pyspy
 
     owner_uid = os.stat(f"/proc/{os.getpid()}").st_uid
     monkeypatch.setattr(pyspy.os, "geteuid", lambda: owner_uid + 12345)

@@ -29,7 +29,7 @@ from prometheus_helpers import NO_BINARY, api, free_port, prometheus_binary, run
 from gpumon import protocol
 from gpumon.fleet import FleetSnapshot, JobRow, PromClient, read_fleet
 from gpumon.fleet.snapshot import FINDING_QUERY, JOB_QUERIES
-from gpumon.jobs.discovery import process_command
+from gpumon.jobs.procfs import process_command
 
 NODES = ("sim-node-a", "sim-node-b")
 """The host labels of the recorded GPU answers in tests/fixtures/prometheus, so recorded job answers fit them."""

@@ -7,7 +7,7 @@ from fleet_helpers import recorded_prometheus, vector
 
 from gpumon.exporter.jobs import job_key
 from gpumon.fleet import FleetSnapshot, PromClient, read_fleet
-from gpumon.jobs.discovery import JobInfo, group_jobs
+from gpumon.jobs.job_info import JobInfo, group_jobs
 
 NOW = 1795436099.694
 

@@ -22,9 +22,9 @@ import pytest
 from gpumon import protocol
 from gpumon.jobs.client import JobClient
 from gpumon.jobs.discovery import AttachError
-from gpumon.jobs.pyspy import PySpySampler
-from gpumon.jobs.pyspy_categories import CUDA_SYNC
-from gpumon.jobs.pyspy_target import find_pyspy, probe
+from gpumon.jobs.pyspy.categories import CUDA_SYNC
+from gpumon.jobs.pyspy.sampler import PySpySampler
+from gpumon.jobs.pyspy.target import find_pyspy, probe
 from tests.job_process import nvml_uuids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

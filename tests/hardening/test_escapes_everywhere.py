@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from textual.app import App, ComposeResult
 
-from gpumon.jobs.discovery import JobInfo, group_jobs
+from gpumon.jobs.job_info import JobInfo, group_jobs
 from gpumon.jobs.jobstate import replay_messages
 from gpumon.sampling.recording import RecordingWriter, read_recording
 from gpumon.sampling.replay import Replayer

@@ -25,8 +25,8 @@ from gpumon.exporter.jobs import JobMetrics
 from gpumon.jobs.connection import HookConnection
 from gpumon.jobs.discovery import read_hello, scan
 from gpumon.jobs.peers import SocketClaim, UntrustedHook, check_process
+from gpumon.jobs.process_signals import job_targets, send_signal
 from gpumon.jobs.session import AttachedJob
-from gpumon.jobs.signals import job_targets, send_signal
 from tests.attach.attach_helpers import REPO_ROOT
 from tests.stand_in_hook import StandInHook
 from tests.waiting import wait_until

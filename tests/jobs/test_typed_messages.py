@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpumon import protocol
-from gpumon.jobs.discovery import JobInfo
+from gpumon.jobs.job_info import JobInfo
 from gpumon.jobs.jobstate import JobState
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from tui_support import FakeSource, gpu, process, snapshot, widget_text
 
-from gpumon.jobs.discovery import JobGroup, JobInfo
+from gpumon.jobs.job_info import JobGroup, JobInfo
 from gpumon.jobs.jobstate import HookedView, replay_messages
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cpu_pane import CpuPane

@@ -10,7 +10,7 @@ from textual.app import App, ComposeResult
 from tui_support import widget_text
 
 from gpumon.jobs.jobstate import HookedView, JobState, RankSummary, replay_messages
-from gpumon.jobs.pyspy import EstimateView
+from gpumon.jobs.pyspy.estimate import EstimateView
 from gpumon.protocol import activity
 from gpumon.tui.job_pane import JobPane, job_lines, stacked_bar, step_model_line
 from tests.jobs.host_messages import hosted_view

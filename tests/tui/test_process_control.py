@@ -18,7 +18,7 @@ from textual.pilot import Pilot
 from tui_support import FakeSource, process, snapshot
 
 from gpumon.config import Settings
-from gpumon.jobs.signals import job_targets, process_targets, send_signal, target
+from gpumon.jobs.process_signals import job_targets, process_targets, send_signal, target
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.process_actions import READ_ONLY, REPLAY, ConfirmSignal
 from gpumon.tui.process_table import ProcessTable

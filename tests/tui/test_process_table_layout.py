@@ -7,7 +7,7 @@ from test_job_app import LIVE, FakeJob
 from textual.widgets import Label
 from tui_support import FakeSource, process, snapshot, widget_text
 
-from gpumon.jobs.discovery import JobGroup, JobInfo
+from gpumon.jobs.job_info import JobGroup, JobInfo
 from gpumon.tui.app import ADVISOR_NEEDS_A_JOB, GpumonApp
 from gpumon.tui.command_text import command_shown, what_matters
 from gpumon.tui.format import plural, state_letter

@@ -15,7 +15,7 @@ from gpumon.advisor.rules.common import (
     rounded,
 )
 from gpumon.advisor.signals import SOURCE_PYSPY, Signals
-from gpumon.jobs.pyspy_categories import COMM as COMM_SAMPLES
+from gpumon.jobs.pyspy.categories import COMM as COMM_SAMPLES
 
 COMM_EXPOSED_SHARE = 0.15
 """Exposed NCCL time (no compute kernel beside it) at or above this share of the captured step time makes the job

@@ -17,7 +17,7 @@ from gpumon.advisor.rules.common import (
     step_model_confidence,
 )
 from gpumon.advisor.signals import SOURCE_PYSPY, Signals
-from gpumon.jobs.pyspy_categories import USER_CODE as USER_CODE_SAMPLES
+from gpumon.jobs.pyspy.categories import USER_CODE as USER_CODE_SAMPLES
 
 CPU_BOUND_SHARE = MIN_SEVERITY
 """GPU idle this share of the time (or more) while the training thread runs its own code makes the job CPU-bound:

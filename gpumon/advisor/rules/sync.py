@@ -19,7 +19,7 @@ from gpumon.advisor.rules.common import (
     step_model_confidence,
 )
 from gpumon.advisor.signals import SOURCE_PYSPY, Signals
-from gpumon.jobs.pyspy_categories import SYNC_NATIVE, SYNC_SOURCE
+from gpumon.jobs.pyspy.categories import SYNC_NATIVE, SYNC_SOURCE
 from gpumon.jobs.step_model import sync_cost
 
 SYNCS_PER_STEP = 1.0

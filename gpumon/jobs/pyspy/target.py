@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from gpumon.jobs.discovery import AttachError
-from gpumon.jobs.pyspy_stacks import ThreadStack, parse_dump
+from gpumon.jobs.pyspy.stacks import ThreadStack, parse_dump
 from gpumon.printable import printable
 
 PROBE_TIMEOUT = 10.0

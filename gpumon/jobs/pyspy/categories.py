@@ -8,8 +8,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpumon.jobs.discovery import process_argv
-from gpumon.jobs.pyspy_stacks import Frame, ThreadStack, main_thread_stacks
+from gpumon.jobs.procfs import process_argv
+from gpumon.jobs.pyspy.stacks import Frame, ThreadStack, main_thread_stacks
 from gpumon.protocol import activity
 
 DATA_WAIT = "data_wait"

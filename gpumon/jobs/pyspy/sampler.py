@@ -1,4 +1,4 @@
-"""The fallback for jobs without the hook: sample the main thread with py-spy and estimate where its time goes.
+"""PySpySampler, the fallback for jobs without the hook: py-spy samples the main thread, in rounds, on a thread.
 
 py-spy (`pip install py-spy`) runs in rounds of `py-spy record --format raw --idle --threads --nonblocking`
 (the job is never paused; with --native it is, at each sample: py-spy refuses --native with --nonblocking); each
@@ -17,15 +17,12 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from gpumon import protocol
-from gpumon.jobs.discovery import process_command
-from gpumon.jobs.pyspy_categories import (
-    CATEGORIES,
+from gpumon.jobs.listener import Listener
+from gpumon.jobs.procfs import process_command
+from gpumon.jobs.pyspy.categories import (
     CUDA_SYNC,
-    METHOD_LABEL,
-    SYNC_EVIDENCE,
     USER_CODE,
     SourceLine,
     classify_stack_how,
@@ -34,8 +31,9 @@ from gpumon.jobs.pyspy_categories import (
     job_source,
     user_frame,
 )
-from gpumon.jobs.pyspy_stacks import Frame, ThreadStack, main_thread_stacks, parse_raw
-from gpumon.jobs.pyspy_target import (
+from gpumon.jobs.pyspy.estimate import RATE, RECENT_ROUNDS, ROUND_S, TIMELINE_ROUNDS, EstimateView
+from gpumon.jobs.pyspy.stacks import Frame, ThreadStack, main_thread_stacks, parse_raw
+from gpumon.jobs.pyspy.target import (
     MISSING_HELP,
     PROBE_ATTEMPTS,
     PROBE_TIMEOUT,
@@ -44,103 +42,8 @@ from gpumon.jobs.pyspy_target import (
     probe,
     quiet_env,
 )
-from gpumon.jobs.source import Listener
 
 log = logging.getLogger(__name__)
-
-RATE = 50
-"""Samples per second py-spy takes (of every thread; the main thread's are kept)."""
-ROUND_S = 1
-"""Seconds per py-spy run (py-spy takes whole seconds); each run ends with one estimate update."""
-RECENT_ROUNDS = 5
-"""The 'recent' estimate covers this many rounds."""
-TIMELINE_ROUNDS = 3600
-
-
-@dataclass(frozen=True, slots=True)
-class EstimateView:
-    """What the py-spy sampler has estimated so far about a job's main thread."""
-
-    pid: int
-    command: str = ""
-    rate: int = RATE
-    round_s: int = ROUND_S
-    rounds: int = 0
-    counts: Mapping[str, int] = field(default_factory=dict)
-    """Main-thread samples per category since the start."""
-    recent: Mapping[str, int] = field(default_factory=dict)
-    """The same over the last RECENT_ROUNDS rounds."""
-    timeline: tuple[Mapping[str, float], ...] = ()
-    """Per round: the fraction of each category."""
-    hot_frames: Mapping[str, str] = field(default_factory=dict)
-    """Per category, the most frequent innermost frame in the recent rounds (for a CUDA sync and the job's own code:
-    the job's own frame)."""
-    sync_evidence: Mapping[str, int] = field(default_factory=dict)
-    """CUDA sync samples since the start by how they were recognised (SYNC_EVIDENCE)."""
-    recent_sync_evidence: Mapping[str, int] = field(default_factory=dict)
-    native: bool = False
-    """Sampled with py-spy --native (C/C++ frames seen)."""
-    ended: bool = False
-    end_reason: str | None = None
-    started: float = 0.0
-    method: str = METHOD_LABEL
-
-    @property
-    def samples(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def recent_samples(self) -> int:
-        return sum(self.recent.values())
-
-    @property
-    def fractions(self) -> dict[str, float]:
-        return fractions(self.counts)
-
-    @property
-    def recent_fractions(self) -> dict[str, float]:
-        return fractions(self.recent)
-
-    @property
-    def dominant(self) -> str | None:
-        counts = self.recent or self.counts
-        return max(CATEGORIES, key=lambda c: counts.get(c, 0)) if sum(counts.values()) else None
-
-    @property
-    def pids(self) -> list[int]:
-        return [self.pid]
-
-    @property
-    def worker_pids(self) -> list[int]:
-        """Unknown without the hook."""
-        return []
-
-    @property
-    def device_uuids(self) -> list[str]:
-        """Unknown without the hook."""
-        return []
-
-    def to_dict(self) -> dict[str, object]:
-        """The `--json` line for this estimate."""
-        return {
-            "type": "estimate",
-            "pid": self.pid,
-            "method": "py-spy",
-            "estimate": True,
-            "rate": self.rate,
-            "rounds": self.rounds,
-            "samples": self.samples,
-            "counts": {c: self.counts.get(c, 0) for c in CATEGORIES},
-            "fractions": {c: round(v, 4) for c, v in self.fractions.items()},
-            "recent_samples": self.recent_samples,
-            "recent_fractions": {c: round(v, 4) for c, v in self.recent_fractions.items()},
-            "hot_frames": dict(self.hot_frames),
-            "ended": self.ended,
-            "end_reason": self.end_reason,
-            "sync_evidence": {how: self.sync_evidence.get(how, 0) for how in SYNC_EVIDENCE},
-            "recent_sync_evidence": {how: self.recent_sync_evidence.get(how, 0) for how in SYNC_EVIDENCE},
-            "native": self.native,
-        }
 
 
 class PySpySampler:
