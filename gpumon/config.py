@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from gpumon.sampling.source import MAX_INTERVAL, MIN_INTERVAL
+from gpumon.sampling.interval import MAX_INTERVAL_S, MIN_INTERVAL_S, interval_in_range
 
 
 def _load_toml_parser() -> tuple[Callable[[str], dict[str, Any]], type[ValueError]] | None:
@@ -78,8 +78,8 @@ def config_path(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def _interval(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_INTERVAL <= value <= MAX_INTERVAL:
-        raise ValueError(f"a number of seconds from {MIN_INTERVAL:g} to {MAX_INTERVAL:g}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not interval_in_range(value):
+        raise ValueError(f"a number of seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}")
     return float(value)
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from gpumon.sampling.source import MAX_INTERVAL, MIN_INTERVAL
+from gpumon.sampling.interval import MAX_INTERVAL_S, MIN_INTERVAL_S, interval_in_range
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -195,8 +195,8 @@ def non_negative_seconds(text: str) -> float:
 
 def interval_seconds(text: str) -> float:
     value = positive_float(text)
-    if not MIN_INTERVAL <= value <= MAX_INTERVAL:
-        raise argparse.ArgumentTypeError(f"{text!r} is outside {MIN_INTERVAL:g}..{MAX_INTERVAL:g} seconds")
+    if not interval_in_range(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is outside {MIN_INTERVAL_S:g}..{MAX_INTERVAL_S:g} seconds")
     return value
 
 
@@ -206,7 +206,7 @@ def add_interval_argument(parser: argparse.ArgumentParser, default: float | None
         "--interval",
         type=interval_seconds,
         default=default,
-        help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_INTERVAL:g} "
+        help=f"seconds between samples, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} "
         + ("(default 1)" if default == 1.0 else "(default: the config file's, else 1)"),
     )
 

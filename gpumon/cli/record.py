@@ -14,14 +14,14 @@ from typing import BinaryIO
 
 from gpumon.cli.base import CliError, Subparsers, positive_float, positive_seconds, subcommand
 from gpumon.private_files import create_private_file
+from gpumon.sampling.interval import MAX_RECORD_INTERVAL_S, MIN_INTERVAL_S, interval_in_range
 from gpumon.sampling.snapshot import Snapshot
-from gpumon.sampling.source import MAX_RECORD_INTERVAL, MIN_INTERVAL
 
 
 def record_interval(text: str) -> float:
     value = positive_float(text)
-    if not MIN_INTERVAL <= value <= MAX_RECORD_INTERVAL:
-        raise argparse.ArgumentTypeError(f"{text!r} is outside {MIN_INTERVAL:g}..{MAX_RECORD_INTERVAL:g} seconds")
+    if not interval_in_range(value, MAX_RECORD_INTERVAL_S):
+        raise argparse.ArgumentTypeError(f"{text!r} is outside {MIN_INTERVAL_S:g}..{MAX_RECORD_INTERVAL_S:g} seconds")
     return value
 
 
@@ -41,7 +41,7 @@ def register(subparsers: Subparsers) -> None:
         "--interval",
         type=record_interval,
         default=1.0,
-        help=f"seconds between samples, {MIN_INTERVAL:g} to {MAX_RECORD_INTERVAL:g} (default 1)",
+        help=f"seconds between samples, {MIN_INTERVAL_S:g} to {MAX_RECORD_INTERVAL_S:g} (default 1)",
     )
     parser.add_argument(
         "--compress",

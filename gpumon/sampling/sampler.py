@@ -12,14 +12,12 @@ from typing import Any
 
 from gpumon.sampling.history import History
 from gpumon.sampling.host import HostCollector
+from gpumon.sampling.interval import MAX_RECORD_INTERVAL_S, clamp_interval
 from gpumon.sampling.nvml import QUIET_ENERGY_INTERVAL, GpuCollector, SlowGpuReading
 from gpumon.sampling.processes import ProcessCollector
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 from gpumon.sampling.source import (
     INTERVAL_STEPS,
-    MAX_INTERVAL,
-    MAX_RECORD_INTERVAL,
-    MIN_INTERVAL,
     SnapshotCallback,
     next_step,
 )
@@ -57,7 +55,7 @@ class Sampler:
         history: History | None = None,
         extra_pids: Iterable[int] = (),
     ) -> None:
-        self._interval = min(MAX_RECORD_INTERVAL, max(MIN_INTERVAL, float(interval)))
+        self._interval = clamp_interval(interval, MAX_RECORD_INTERVAL_S)
         self._slow_interval = float(slow_interval)
         self.gpu = gpu if gpu is not None else GpuCollector()
         self.host = host if host is not None else HostCollector()
@@ -137,7 +135,7 @@ class Sampler:
     # ---- extras for the CLI and the attach layer -----------------------------------------------
 
     def set_interval(self, seconds: float) -> None:
-        self._interval = min(MAX_INTERVAL, max(MIN_INTERVAL, float(seconds)))
+        self._interval = clamp_interval(seconds)
         self._wake()
 
     def track_pids(self, pids: Iterable[int]) -> None:

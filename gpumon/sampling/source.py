@@ -9,12 +9,7 @@ from gpumon.sampling.history import History
 from gpumon.sampling.snapshot import Snapshot
 
 SnapshotCallback = Callable[[Snapshot], None]
-
-MIN_INTERVAL = 0.1
-MAX_INTERVAL = 10.0
-"""The slowest a dashboard or exporter samples (the - key stops there)."""
-MAX_RECORD_INTERVAL = 60.0
-"""The slowest `gpumon record` samples: long unattended recordings."""
+"""Called on the source's thread with each new snapshot."""
 
 
 class SnapshotSource(Protocol):
@@ -48,10 +43,10 @@ class SnapshotSource(Protocol):
     def resume(self) -> None: ...
 
     def faster(self) -> None:
-        """Live: shorter interval (down to MIN_INTERVAL). Replay: higher speed."""
+        """Live: shorter interval (down to sampling.interval.MIN_INTERVAL_S). Replay: higher speed."""
 
     def slower(self) -> None:
-        """Live: longer interval (up to MAX_INTERVAL). Replay: lower speed."""
+        """Live: longer interval (up to sampling.interval.MAX_INTERVAL_S). Replay: lower speed."""
 
 
 INTERVAL_STEPS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)

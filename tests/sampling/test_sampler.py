@@ -11,10 +11,11 @@ from itertools import pairwise
 import pytest
 from fake_nvml import FakeDevice, FakeNvml
 
+from gpumon.sampling.interval import MAX_INTERVAL_S, MAX_RECORD_INTERVAL_S, MIN_INTERVAL_S
 from gpumon.sampling.nvml import GpuCollector, GpuProcess
 from gpumon.sampling.sampler import Sampler
 from gpumon.sampling.snapshot import CpuSample, DiskSample, ProcessSample, Snapshot
-from gpumon.sampling.source import INTERVAL_STEPS, MAX_INTERVAL, MAX_RECORD_INTERVAL, MIN_INTERVAL
+from gpumon.sampling.source import INTERVAL_STEPS
 
 WAIT = 5.0
 """Upper bound on waiting for a condition; tests never assert on timing."""
@@ -204,10 +205,12 @@ def test_sample_once_is_complete_and_json_round_trips() -> None:
     assert Snapshot.from_dict(json.loads(json.dumps(snapshot.to_dict()))) == snapshot
 
 
-@pytest.mark.parametrize(("interval", "expected"), [(0.01, MIN_INTERVAL), (60.0, 60.0), (600.0, MAX_RECORD_INTERVAL)])
+@pytest.mark.parametrize(
+    ("interval", "expected"), [(0.01, MIN_INTERVAL_S), (60.0, 60.0), (600.0, MAX_RECORD_INTERVAL_S)]
+)
 def test_interval_is_clamped(interval: float, expected: float) -> None:
     """The constructor takes `gpumon record`'s range (up to 60 s); the live keys step within the dashboard's."""
     sampler = make_sampler(interval=interval)
     assert sampler.interval == expected
     sampler.set_interval(interval)
-    assert INTERVAL_STEPS[0] <= sampler.interval <= INTERVAL_STEPS[-1] == MAX_INTERVAL
+    assert INTERVAL_STEPS[0] <= sampler.interval <= INTERVAL_STEPS[-1] == MAX_INTERVAL_S
