@@ -11,13 +11,14 @@ the GPU waits for its input, or loader knobs when the step hardly waits for data
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import platform
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from gpumon.advisor.catalogue import (
@@ -29,8 +30,16 @@ from gpumon.advisor.catalogue import (
     observed_value,
 )
 from gpumon.advisor.categories import INPUT_BOUND, IO_BOUND
-from gpumon.advisor.measure import MIN_GAIN, Reference, beats
-from gpumon.advisor.results import CANCELLED, GuidedReport, Unrestored, VariantResult
+from gpumon.advisor.measure import MIN_GAIN, SLOWER, Reference, decide
+from gpumon.advisor.results import (
+    CANCELLED,
+    KIND_LIVE,
+    NOT_APPLIED,
+    GuidedReport,
+    TrialOffer,
+    Unrestored,
+    VariantResult,
+)
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals
 
@@ -94,6 +103,55 @@ def describe_machine(signals: Signals | None) -> str:
     return f"CPU only ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
+@dataclass(frozen=True, slots=True)
+class JobCommand:
+    """A running job's own command, as its hook's hello gives it: what a trial run of one knob would start again."""
+
+    argv: tuple[str, ...]
+    cwd: str = ""
+    started_by_gpumon_run: bool = False
+    """`gpumon run` started it (the hook injected): its command and directory are all it needs, its environment
+    being the one gpumon run was given."""
+
+    @classmethod
+    def from_hello(cls, hello: Mapping[str, Any] | None) -> JobCommand | None:
+        """The command from the hello's executable and argv (`python -m package` for a package's __main__.py);
+        None where it cannot be run again (`python -c`, an empty argv)."""
+        if not hello:
+            return None
+        argv = [str(arg) for arg in hello.get("argv") or []]
+        executable = str(hello.get("executable") or "python")
+        if not argv or argv[0] in ("-c", "-", "") or "..." in argv:
+            return None
+        if os.path.basename(argv[0]) == "__main__.py":
+            argv = ["-m", os.path.basename(os.path.dirname(argv[0])), *argv[1:]]
+        elif argv[0] == "-m":
+            return None  # python -m with the module name lost
+        return cls((executable, *argv), str(hello.get("cwd") or ""), bool(hello.get("injected")))
+
+
+def trial_offer(experiment: Experiment, why: str, command: JobCommand | None, signals: Signals | None) -> TrialOffer:
+    """The trial run that can measure `experiment` where it could not be measured live: `gpumon experiment --try`
+    on the job's own command (a job `gpumon run` started), on the GPU the job uses."""
+    shares = ""
+    if signals is not None and signals.gpus:
+        shares = ", ".join(f"GPU {gpu.index}" + (f" ({gpu.name})" if gpu.name else "") for gpu in signals.gpus)
+    tries: list[str] = []
+    for name, value in experiment.knobs.items():
+        tries += ["--try", f"{name}={json.dumps(value)}"]
+    argv: tuple[str, ...] = ()
+    if command is not None and command.started_by_gpumon_run:
+        argv = ("gpumon", "experiment", *tries, "--", *command.argv)
+    return TrialOffer(
+        label=experiment.label,
+        knobs=dict(experiment.knobs),
+        why=why,
+        command=argv,
+        cwd=command.cwd if argv and command is not None else "",
+        shares=shares,
+    )
+
+
 class GuidedRun:
     """Chains experiments on `runner`. `cancel` stops it between (and, through the runner, inside) variants."""
 
@@ -108,8 +166,13 @@ class GuidedRun:
         listener: Listener | None = None,
         meta: Mapping[str, Any] | None = None,
         only: Sequence[Experiment] | None = None,
+        job_command: JobCommand | None = None,
     ) -> None:
         self.runner = runner
+        self.job_command = job_command
+        """The attached job's command (live runs): a knob that cannot be measured live is offered as a trial run
+        of it."""
+        self.offers: dict[str, TrialOffer] = {}
         self.planner = planner or default_planner()
         self.max_variants = max_variants
         self.min_gain = min_gain
@@ -141,6 +204,7 @@ class GuidedRun:
         self.started = time.monotonic()
         self.ruled_out = {}
         self.refused = set()
+        self.offers = {}
         baseline = self.runner.baseline()
         self._tell("baseline", baseline)
         best = baseline
@@ -160,22 +224,27 @@ class GuidedRun:
                     stopped = stopped or "no experiment left to try"
                     break
                 won = False
+                undecided = 0  # this plan's variants without a verdict: inconclusive, not in effect
                 queue = list(candidates)
                 while queue:
                     experiment = queue.pop(0)
                     if self.cancel.is_set() or len(variants) >= self.max_variants:
                         break
+                    if self._refuse(experiment, best, skipped):
+                        continue  # e.g. a DataLoader knob after another one did not apply live: the next one
                     tried.add(experiment.ident)
                     self.ruled_out.pop(experiment.key, None)
                     self._tell("start", experiment)
                     assert best.measurement is not None
                     result = self.runner.run(experiment, kept, Reference(best.measurement, self.min_gain))
-                    wins = (
-                        result.ok
-                        and result.measurement is not None
-                        and beats(result.measurement, best.measurement, self.min_gain)
-                    )
-                    result = result.with_kept(wins)
+                    if result.ok and result.measurement is not None:
+                        result = result.with_decision(decide(result.measurement, best.measurement, self.min_gain))
+                    else:
+                        result = result.with_kept(False)
+                    wins = result.kept
+                    undecided += result.inconclusive or result.status == NOT_APPLIED
+                    if result.status == NOT_APPLIED:
+                        self._offer(experiment, result.reason, best)
                     variants.append(result)
                     self._tell("result", result)
                     if result.status == CANCELLED:
@@ -193,7 +262,7 @@ class GuidedRun:
                     if self._unrestored():
                         stopped = f"the job stopped answering: {result.reason or result.status}"
                         break
-                    retreat = halfway_back(experiment, kept) if self._lost_ground(result, best) else None
+                    retreat = halfway_back(experiment, kept) if self._lost_ground(result) else None
                     if retreat is not None and retreat.ident not in tried:
                         queue.insert(0, retreat)
                 if self.cancel.is_set() or (variants and variants[-1].status == CANCELLED):
@@ -202,7 +271,11 @@ class GuidedRun:
                 if stopped:
                     break
                 if not won:
-                    stopped = "nothing else won beyond the noise"
+                    stopped = (
+                        f"no knob left to try ({undecided} without a verdict)"
+                        if undecided
+                        else "nothing else won beyond the noise"
+                    )
                     break
             else:
                 stopped = f"stopped after {self.max_variants} variants"
@@ -210,14 +283,32 @@ class GuidedRun:
             self.runner.finish(kept)
         return self._report(baseline, variants, kept, finding, final, advice, skipped, stopped)
 
+    def _refuse(self, experiment: Experiment, best: VariantResult, skipped: list[str]) -> bool:
+        """Whether the runner cannot do `experiment` now (asked again before each run: a live runner may have
+        learnt since the plan that a kind of knob cannot apply); listed with why and offered as a trial run."""
+        if experiment.key in self.refused:
+            return True
+        why_not = self.runner.supports(experiment)
+        if why_not is None:
+            return False
+        self.refused.add(experiment.key)
+        skipped.append(f"{experiment.label}: {why_not}")
+        self._offer(experiment, why_not, best)
+        return True
+
+    def _offer(self, experiment: Experiment, why: str, best: VariantResult) -> None:
+        """A knob a live run could not measure: the trial run that can."""
+        if self.runner.kind == KIND_LIVE:
+            why = why.removesuffix("; a trial run can measure it")
+            self.offers[experiment.ident] = trial_offer(experiment, why, self.job_command, best.signals)
+
     def _unrestored(self) -> tuple[Unrestored, ...]:
         return self.runner.unrestored() if isinstance(self.runner, Restorer) else ()
 
-    def _lost_ground(self, result: VariantResult, best: VariantResult) -> bool:
-        """The variant ran slower than the best so far, beyond the noise (not merely no faster)."""
-        if not result.ok or result.measurement is None or best.measurement is None:
-            return False
-        return beats(best.measurement, result.measurement, self.min_gain)
+    @staticmethod
+    def _lost_ground(result: VariantResult) -> bool:
+        """The variant ran slower than the best so far, beyond the noise (not merely no faster, nor undecided)."""
+        return result.decision is not None and result.decision.outcome == SLOWER
 
     def _candidates(
         self, finding: Finding | None, best: VariantResult, kept: Mapping[str, Any], tried: set[str], skipped: list[str]
@@ -233,10 +324,7 @@ class GuidedRun:
             if experiment.ident in tried or experiment.key in self.refused:
                 continue
             experiment = with_previous(experiment, kept, best.signals)
-            why_not = self.runner.supports(experiment)
-            if why_not is not None:
-                self.refused.add(experiment.key)
-                skipped.append(f"{experiment.label}: {why_not}")
+            if self._refuse(experiment, best, skipped):
                 continue
             ruled_out = None if self.only is not None or finding is None else rules_out(finding, best, experiment)
             if ruled_out is not None:
@@ -285,6 +373,7 @@ class GuidedRun:
             stopped=stopped,
             meta=meta,
             unrestored=self._unrestored(),
+            offers=tuple(self.offers.values()),
         )
         self._tell("done", report)
         return report

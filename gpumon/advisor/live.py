@@ -142,6 +142,8 @@ class LiveRunner:
         """The value each knob was last changed to: what the job has, as far as gpumon knows."""
         self._unrestored: dict[str, Unrestored] = {}
         """Rollbacks the job has not acknowledged, by knob."""
+        self.loader_waits: str | None = None
+        """Why DataLoader knobs are not tried live any more: one did not take effect within its window."""
 
     def _say(self, message: str, fraction: float) -> None:
         if self.progress is not None:
@@ -157,6 +159,8 @@ class LiveRunner:
         return f"the job ended ({self.client.state.end_reason})" if self.client.ended else None
 
     def supports(self, experiment: Experiment) -> str | None:
+        if self.loader_waits is not None and set(experiment.knobs) & set(LOADER_KNOBS):
+            return self.loader_waits
         if changeable(experiment, self.script):
             return None
         return "needs a trial run: it changes numerics or needs a restart (gpumon experiment -- CMD)"
@@ -300,6 +304,11 @@ class LiveRunner:
                 if time.monotonic() > deadline:
                     self.restoring = {}
                     self.discard(experiment)
+                    if set(change) & set(LOADER_KNOBS):
+                        self.loader_waits = (
+                            f"not tried live: DataLoader settings apply at the job's next epoch, which did not "
+                            f"come within {self.apply_timeout_s:g} s"
+                        )
                     return VariantResult(
                         **base,
                         status=NOT_APPLIED,

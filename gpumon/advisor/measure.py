@@ -297,6 +297,141 @@ def settled(candidate: Measurement, reference: Reference) -> bool | None:
     return None
 
 
+DECISIVE_NOISE = 0.10
+"""A "no win" or "slower" verdict needs the two measurements' spreads, added, under this share of the best's rate:
+wider, a win of that size could hide in the noise, and the verdict is inconclusive."""
+MOST_WINDOWS_OFFERED = 20
+"""More windows than this per variant are not offered as what would decide an inconclusive verdict: a quieter
+machine is."""
+WIN = "win"
+NO_WIN = "no_win"
+SLOWER = "slower"
+INCONCLUSIVE = "inconclusive"
+OUTCOMES = (WIN, NO_WIN, SLOWER, INCONCLUSIVE)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a candidate's windows say against the best so far: a win, no win, slower, or inconclusive (the noise
+    too wide to tell), with the measured gain and the noise it was judged in."""
+
+    outcome: str
+    gain: float | None
+    """The candidate's rate over the best's, less 1 (None where they cannot be compared)."""
+    noise: float
+    """Both measurements' spreads, added, as a share of the best's rate: the least gain the windows could show."""
+    windows_needed: int | None = None
+    """Inconclusive: about how many windows per variant would decide it (None: more windows would not soon)."""
+    drift_cancelled: bool = False
+    """Judged on interleaved windows (A/B/A), each candidate window against the best's on either side of it."""
+
+    @property
+    def text(self) -> str:
+        """The row's reason: 'a win beyond the noise (+12%, noise ±2%)', 'inconclusive: noise ±91% (18.5x
+        measured); to decide: ...'."""
+        noise = f"noise ±{self.noise:.0%}"
+        measured = f"{gain_text(self.gain)}, {noise}" if self.gain is not None else noise
+        if self.outcome == WIN:
+            return f"a win beyond the noise ({measured})"
+        if self.outcome == NO_WIN:
+            return f"no win ({measured}): under the {MIN_GAIN:.0%} a win needs, or inside the noise"
+        if self.outcome == SLOWER:
+            return f"slower beyond the noise ({measured})"
+        seen = f" ({gain_text(self.gain)} measured)" if self.gain is not None else ""
+        return f"inconclusive: {noise}{seen}; to decide: {self.to_decide}"
+
+    @property
+    def to_decide(self) -> str:
+        """What would decide an inconclusive verdict."""
+        if self.windows_needed is not None:
+            count = self.windows_needed
+            return f"more windows (about {count} a variant: --repeats {count}), or a quieter machine"
+        return "a quieter machine (the windows vary too much for more of them to settle it soon)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "gain": None if self.gain is None else round(self.gain, 4),
+            "noise": round(self.noise, 4),
+            "windows_needed": self.windows_needed,
+            "drift_cancelled": self.drift_cancelled,
+            "text": self.text,
+        }
+
+
+def gain_text(gain: float | None) -> str:
+    """A gain as a change ('+12%', '-5%') or, from twice the rate up, a factor ('18.5x')."""
+    if gain is None:
+        return "-"
+    return f"{1 + gain:.1f}x" if gain >= 1 else f"{gain:+.0%}"
+
+
+def decide(candidate: Measurement, best: Measurement, min_gain: float = MIN_GAIN) -> Decision:
+    """The verdict on `candidate` against `best`. A win is `beats`; "no win" and "slower" only where the noise of
+    both, added, is under DECISIVE_NOISE, so a win that size could not hide in it; otherwise inconclusive, never
+    "no win"."""
+    if candidate.unit != best.unit or best.rate <= 0:
+        won = beats(candidate, best, min_gain)
+        return Decision(WIN if won else INCONCLUSIVE, None, 0.0, None if won else MOST_WINDOWS_OFFERED)
+    gain = candidate.rate / best.rate - 1
+    noise = (candidate.spread + best.spread) / best.rate
+    if beats(candidate, best, min_gain):
+        return Decision(WIN, gain, noise)
+    if noise > DECISIVE_NOISE:
+        needed = windows_needed((candidate.rates, best.rates), best.rate, min_gain)
+        return Decision(INCONCLUSIVE, gain, noise, needed)
+    return Decision(SLOWER if beats(best, candidate, min_gain) else NO_WIN, gain, noise)
+
+
+def windows_needed(samples: Sequence[Sequence[float]], scale: float, min_gain: float = MIN_GAIN) -> int | None:
+    """About how many windows a variant would need for the 95% interval of its mean to be within +-`min_gain` of
+    `scale` (the best's rate), at the windows' scatter so far (each of `samples` a variant's rates, their
+    variances pooled); None beyond MOST_WINDOWS_OFFERED, where a quieter machine is what would decide it."""
+    spreads = [statistics.variance(rates) for rates in samples if len(rates) > 1]
+    if not spreads or scale <= 0:
+        return None
+    relative = math.sqrt(statistics.fmean(spreads)) / scale
+    needed = math.ceil((1.96 * relative / min_gain) ** 2)
+    longest = max(len(rates) for rates in samples)
+    return max(needed, longest + 1) if needed <= MOST_WINDOWS_OFFERED else None
+
+
+A = "A"
+B = "B"
+"""The two arms of an interleaved comparison: A the best so far, B the candidate."""
+
+
+def interleaved_order(candidate_windows: int) -> tuple[str, ...]:
+    """The order of an interleaved measurement: A/B/A/B/.../A, every candidate window between two of the best's,
+    so a drift of the machine (a neighbour's load rising, a disk cache warming) moves both arms alike."""
+    return (A, *(arm for _ in range(candidate_windows) for arm in (B, A)))
+
+
+def decide_interleaved(windows: Sequence[tuple[str, float]], min_gain: float = MIN_GAIN) -> Decision:
+    """The verdict on interleaved windows ((arm, rate) in time order, as `interleaved_order`): each B window over
+    the mean of the A windows beside it, so a linear drift cancels; the gain is the mean of those ratios, less 1,
+    and the noise half their range. Decided as `decide`: a win beyond the noise and `min_gain`, "no win" or
+    "slower" only where the noise is under DECISIVE_NOISE, else inconclusive."""
+    ratios = []
+    for index, (arm, rate) in enumerate(windows):
+        if arm != B:
+            continue
+        beside = [windows[i][1] for i in (index - 1, index + 1) if 0 <= i < len(windows) and windows[i][0] == A]
+        if beside and statistics.fmean(beside) > 0:
+            ratios.append(rate / statistics.fmean(beside))
+    if len(ratios) < 2:  # one ratio has no noise to judge it by
+        gain = statistics.fmean(ratios) - 1 if ratios else None
+        return Decision(INCONCLUSIVE, gain, 0.0, 2, drift_cancelled=True)
+    gain = statistics.fmean(ratios) - 1
+    noise = (max(ratios) - min(ratios)) / 2
+    if gain > max(min_gain, noise):
+        return Decision(WIN, gain, noise, drift_cancelled=True)
+    if noise > DECISIVE_NOISE:
+        return Decision(INCONCLUSIVE, gain, noise, windows_needed((ratios,), 1.0, min_gain), drift_cancelled=True)
+    outcome = SLOWER if -gain > max(min_gain, noise) else NO_WIN
+    return Decision(outcome, gain, noise, drift_cancelled=True)
+
+
 def speedup(measurement: Measurement | None, baseline: Measurement | None) -> float | None:
     if measurement is None or baseline is None or baseline.rate <= 0 or measurement.unit != baseline.unit:
         return None

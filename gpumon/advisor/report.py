@@ -6,17 +6,7 @@ from collections.abc import Sequence
 
 from gpumon import units
 from gpumon.advisor.measure import Measurement, speedup
-from gpumon.advisor.results import (
-    CANCELLED,
-    FAILED,
-    NOT_APPLIED,
-    OK,
-    OOM,
-    SKIPPED,
-    TIMEOUT,
-    GuidedReport,
-    VariantResult,
-)
+from gpumon.advisor.results import OK, GuidedReport, VariantResult
 from gpumon.advisor.rules import Finding
 from gpumon.advisor.signals import Signals
 from gpumon.jobs.step_model import BY_NVML, LABELS, SHOWN_MIN, shown_shares
@@ -77,25 +67,15 @@ def with_note(text: str, note: str) -> str:
 
 
 def result_text(result: VariantResult, is_baseline: bool = False) -> str:
-    if result.status == OK:
-        text = "" if is_baseline else ("kept" if result.kept else "not kept: no win beyond the noise")
-        if result.flags and result.kept:
-            text += f" ({'; '.join(result.flags)})"
-        if result.kind == "live" and not is_baseline and not result.kept:
-            text += ", rolled back"
-        if result.measurement is not None and result.measurement.stopped:
-            text += f"{'; ' if text else ''}{result.measurement.stopped}"
-        return text
-    names = {
-        FAILED: "failed",
-        OOM: "out of memory",
-        TIMEOUT: "timed out",
-        NOT_APPLIED: "not applied",
-        SKIPPED: "skipped",
-        CANCELLED: "cancelled",
-    }
-    name = names.get(result.status, printable(result.status))
-    return f"{name}: {printable(result.reason)}" if result.reason else name
+    """The result column: the row's word and its reason ('inconclusive: noise ±91% ...; to decide: ...'), from the
+    same VariantResult.outcome the panel and the verdict read."""
+    word, reason = result.outcome(is_baseline)
+    if is_baseline and result.status == OK:
+        return printable(reason)
+    text = f"{word}: {printable(reason)}" if reason and not reason.startswith(word) else printable(reason or word)
+    if result.flags and result.kept:
+        text += f" ({'; '.join(result.flags)})"
+    return text
 
 
 def _cells(result: VariantResult, baseline: Measurement | None, is_baseline: bool) -> list[str]:
@@ -189,15 +169,11 @@ def report_text(report: GuidedReport) -> str:
     if step_model:
         parts.append("\n".join(step_model))
     parts.append(table(report.rows))
-    best = report.best
-    gain = speedup(best.measurement, report.baseline.measurement)
+    parts.append(f"verdict: {printable(report.verdict)}")
     if report.kept:
-        parts.append(
-            f"kept: {', '.join(f'{k}={v!r}' for k, v in report.kept.items())}" + (f" ({gain:.1f}x)" if gain else "")
-        )
         parts.append("code change:\n" + "\n".join(f"    {line}" for line in report.code))
-    else:
-        parts.append("nothing won beyond the noise: no change to make")
+    for offer in report.offers:
+        parts.append(f"trial run: {printable(offer.text())}")
     for line in report.advice:
         parts.append(f"also needs a code change: {line}")
     for line in report.skipped:
@@ -228,11 +204,11 @@ def report_markdown(report: GuidedReport, title: str = "gpumon experiments") -> 
     if step_model:
         lines += ["  \n".join(step_model), ""]
     lines += [markdown_table(report.rows), ""]
+    lines += [f"**Verdict**: {printable(report.verdict)}", ""]
     if report.kept:
-        gain = speedup(report.best.measurement, report.baseline.measurement)
-        lines += [f"**Kept** ({gain:.1f}x):" if gain else "**Kept**:", "", "```python", *report.code, "```", ""]
-    else:
-        lines += ["Nothing won beyond the noise: no change to make.", ""]
+        lines += ["```python", *report.code, "```", ""]
+    for offer in report.offers:
+        lines += [f"- trial run: {printable(offer.text())}"]
     for line in report.advice:
         lines += [f"- also needs a code change: `{line}`"]
     for line in report.skipped:

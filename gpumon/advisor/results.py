@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
-from gpumon.advisor.measure import Measurement, speedup
+from gpumon.advisor.measure import INCONCLUSIVE, NO_WIN, SLOWER, WIN, Decision, Measurement, gain_text, speedup
 from gpumon.advisor.rules import Finding
 from gpumon.advisor.signals import Signals
 
@@ -71,6 +72,8 @@ class VariantResult:
     pid: int | None = None
     phases: Mapping[str, float] = field(default_factory=dict)
     """Wall seconds of its phases, in order (PHASES): where a guided run's time goes."""
+    decision: Decision | None = None
+    """The verdict against the best so far (measure.decide): set by the guided run with `kept`."""
 
     @property
     def ok(self) -> bool:
@@ -78,6 +81,32 @@ class VariantResult:
 
     def with_kept(self, kept: bool) -> VariantResult:
         return replace(self, kept=kept)
+
+    def with_decision(self, decision: Decision | None) -> VariantResult:
+        return replace(self, decision=decision, kept=decision is not None and decision.outcome == WIN)
+
+    def outcome(self, is_baseline: bool = False) -> tuple[str, str]:
+        """(a word or two for the row, the reason on its own line): ('kept', 'a win beyond the noise (+12%, ...)'),
+        ('inconclusive', 'noise ±91%; to decide: ...'), ('not in effect', 'not in effect within 90 s ...')."""
+        m = self.measurement
+        rolled_back = "; rolled back" if self.kind == KIND_LIVE and not is_baseline else ""
+        if self.status != OK:
+            word = STATUS_WORDS.get(self.status, self.status)
+            return word, self.reason
+        if is_baseline:
+            return "baseline", "" if m is None else baseline_reason(m)
+        settled = f"; {m.stopped}" if m is not None and m.stopped else ""
+        decision = self.decision
+        if decision is None:  # measured outside a guided run: nothing to judge it against
+            return ("kept" if self.kept else "measured"), (settled.lstrip("; ") + rolled_back).lstrip("; ")
+        if decision.outcome == WIN:
+            return "kept", decision.text + settled
+        word = {NO_WIN: "no win", SLOWER: "slower", INCONCLUSIVE: "inconclusive"}[decision.outcome]
+        return word, decision.text + rolled_back + settled
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.decision is not None and self.decision.outcome == INCONCLUSIVE
 
     def to_dict(self, baseline: Measurement | None = None) -> dict[str, Any]:
         gain = speedup(self.measurement, baseline)
@@ -95,7 +124,66 @@ class VariantResult:
             "measurement": self.measurement.to_dict() if self.measurement is not None else None,
             "speedup": None if gain is None else round(gain, 3),
             "phases": {name: round(seconds, 2) for name, seconds in self.phases.items()},
+            "decision": self.decision.to_dict() if self.decision is not None else None,
         }
+
+
+STATUS_WORDS = {
+    FAILED: "failed",
+    OOM: "out of memory",
+    TIMEOUT: "timed out",
+    NOT_APPLIED: "not applied",
+    SKIPPED: "skipped",
+    CANCELLED: "cancelled",
+}
+"""The row's word for a variant that was not measured to a verdict."""
+
+
+def baseline_reason(measurement: Measurement) -> str:
+    """The baseline's line: its windows and noise, and what that noise lets the run tell apart."""
+    windows = len(measurement.rates)
+    text = f"{windows} window{'s' if windows != 1 else ''}, noise ±{measurement.noise:.0%}"
+    return f"{text}; {measurement.stopped}" if measurement.stopped else text
+
+
+@dataclass(frozen=True, slots=True)
+class TrialOffer:
+    """A knob that could not be measured live, and the trial run of the same command that can measure it."""
+
+    label: str
+    knobs: Mapping[str, Any]
+    why: str
+    """Why it could not be measured live (a restart needed, not in effect within its window)."""
+    command: tuple[str, ...] = ()
+    """`gpumon experiment --try ... -- CMD` for the job's own command; empty where the command is not known."""
+    cwd: str = ""
+    shares: str = ""
+    """The GPU the trial would share with the running job ('GPU 0 (NVIDIA H200)'); empty on a CPU job."""
+
+    def text(self) -> str:
+        if not self.command:
+            return f"{self.label}: {self.why}; a trial run of the job's command can measure it (gpumon experiment)"
+        where = f"cd {shell_quote(self.cwd)} && " if self.cwd else ""
+        beside = f"; it would share {self.shares} with the running job" if self.shares else ""
+        return f"{self.label}: {self.why}; a trial run can measure it{beside}: {where}{shell_join(self.command)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "knobs": dict(self.knobs),
+            "why": self.why,
+            "command": list(self.command),
+            "cwd": self.cwd,
+            "shares": self.shares,
+        }
+
+
+def shell_quote(word: str) -> str:
+    return shlex.quote(word)
+
+
+def shell_join(words: Sequence[str]) -> str:
+    return " ".join(shell_quote(word) for word in words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +225,39 @@ class GuidedReport:
     """Device, date, command."""
     unrestored: tuple[Unrestored, ...] = ()
     """Knobs left changed on the job (live experiments): the job did not answer the rollback in time."""
+    offers: tuple[TrialOffer, ...] = ()
+    """Knobs that could not be measured live, each with the trial run that can."""
+
+    @property
+    def verdict(self) -> str:
+        """The run's verdict in one line, from its rows: what was kept, else why nothing was (inconclusive rows,
+        knobs not in effect), never "nothing won" where a row could not be decided."""
+        if not self.baseline.ok:
+            return f"the baseline could not be measured: {self.baseline.reason or self.baseline.status}"
+        kept = [v for v in self.variants if v.kept]
+        if kept:
+            gain = speedup(self.best.measurement, self.baseline.measurement)
+            factor = f" ({gain:.1f}x)" if gain else ""
+            return f"kept {', '.join(v.label for v in kept)}{factor}"
+        undecided = [v for v in self.variants if v.inconclusive]
+        if undecided:
+            shown = "; ".join(
+                f"{v.label} measured {gain_text(v.decision.gain if v.decision else None)}" for v in undecided
+            )
+            widest = max(undecided, key=lambda v: v.decision.noise if v.decision else 0.0)
+            assert widest.decision is not None
+            return (
+                f"inconclusive: {shown}, inside noise of ±{widest.decision.noise:.0%}: no change kept, none ruled "
+                f"out; to decide: {widest.decision.to_decide}"
+            )
+        unmeasured = [v for v in self.variants if v.status == NOT_APPLIED]
+        if unmeasured:
+            labels = ", ".join(v.label for v in unmeasured)
+            others = " and nothing else won beyond the noise" if len(unmeasured) < len(self.variants) else ""
+            return f"no change kept: {labels} could not be measured (not in effect){others}"
+        if not self.variants:
+            return "no change kept: nothing was tried"
+        return "nothing won beyond the noise: no change to make"
 
     @property
     def rows(self) -> tuple[VariantResult, ...]:
@@ -164,4 +285,6 @@ class GuidedReport:
             "stopped": self.stopped,
             "meta": dict(self.meta),
             "unrestored": [knob.to_dict() for knob in self.unrestored],
+            "offers": [offer.to_dict() for offer in self.offers],
+            "verdict": self.verdict,
         }

@@ -283,11 +283,15 @@ class AdvisorApp(GpumonApp):
     def _show_finding(self, message: AdvisorFinding) -> None:
         self._diagnosing = False
         if message.finding is not None and message.signals is not None and not self.guided_running:
-            self.latest_finding, self.latest_signals = message.finding, message.signals
             panel = self.advisor_panel
             if panel is not None:
-                panel.show_finding(message.finding)
-                panel.show_plan(experiments_for(message.finding, message.signals, cores=os.cpu_count()))
+                panel.show_finding(message.finding, message.signals)
+                plan = (
+                    [] if panel.measuring else experiments_for(message.finding, message.signals, cores=os.cpu_count())
+                )
+                panel.show_plan(plan)
+            if panel is None or not panel.measuring:
+                self.latest_finding, self.latest_signals = message.finding, message.signals
         self.set_timer(self.diagnose_every, self._diagnose_tick)
 
     # -- the guided run --------------------------------------------------------------------------

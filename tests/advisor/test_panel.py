@@ -7,7 +7,7 @@ import threading
 
 from advisor_support import FakeRunner, measurement
 from textual.binding import Binding
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.rules import diagnose
@@ -74,10 +74,11 @@ async def test_a_guided_run_fills_the_table_and_shows_the_code_change(demo_signa
             if panel.report is not None:
                 break
         assert panel.report is not None, "the guided run finished and reported"
-        table = app.query_one("#advisor-results", DataTable)
-        assert table.row_count == 2
-        assert [str(cell) for cell in table.get_row_at(1)][:1] == ["num_workers 0 -> 2"]
-        assert "150" in str(table.get_row_at(1)[3]) and "2.5x" in str(table.get_row_at(1)[4])
+        rows = panel.results_text().splitlines()
+        assert rows[-3].startswith("num_workers 0 -> 2") and rows[-3].endswith("kept")
+        assert "150" in rows[-2] and "2.5x" in rows[-2]
+        assert "a win beyond the noise" in rows[-1]
+        assert "kept num_workers 0 -> 2 (2.5x)" in static_text(app, "#advisor-status")
         assert "DataLoader(..., num_workers=2)" in static_text(app, "#advisor-code")
         assert "Input-bound" in static_text(app, "#advisor-finding")
         assert runner.calls[0] == ("baseline", {}) and runner.calls[-1] == ("finish", {"num_workers": 2})
