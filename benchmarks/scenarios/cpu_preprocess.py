@@ -10,8 +10,18 @@ from __future__ import annotations
 import sys
 
 import torch
-from scenario_common import Meter, RawBatches, forever, gaussian_kernel, parse, pick_device, preprocess, small_cnn
-from torch import nn
+from scenario_common import (
+    Batch,
+    Meter,
+    RawBatches,
+    forever,
+    gaussian_kernel,
+    parse,
+    pick_device,
+    preprocess,
+    small_cnn,
+    train_classifier,
+)
 from torch.utils.data import DataLoader
 
 FIXES = ("gpu_preprocess",)
@@ -29,16 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     model = small_cnn().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     meter = Meter("cpu_preprocess", args.fix, device, args.duration, args.warmup, batch)
-    for _, (images, labels) in zip(meter, forever(loader), strict=False):
+
+    def prepare(images: torch.Tensor, labels: torch.Tensor) -> Batch:
         if on_gpu:
             x = preprocess(images.to(device, non_blocking=True), device_kernel, size)
         else:
             x = preprocess(images, kernel, size).to(device)
-        loss = nn.functional.cross_entropy(model(x), labels.to(device, non_blocking=True))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    meter.report()
+        return x, labels.to(device, non_blocking=True)
+
+    train_classifier(meter, forever(loader), model, optimizer, prepare)
     return 0
 
 

@@ -13,8 +13,17 @@ from __future__ import annotations
 import sys
 
 import torch
-from scenario_common import Heavy96, Meter, forever, many_workers, parse, pick_device, small_cnn
-from torch import nn
+from scenario_common import (
+    Heavy96,
+    Meter,
+    forever,
+    many_workers,
+    parse,
+    pick_device,
+    small_cnn,
+    to_device,
+    train_classifier,
+)
 from torch.utils.data import DataLoader
 
 FIXES = ("cached", "workers")
@@ -34,13 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if "cached" in args.fix:
         first = next(batches)
         batches = forever([first])
-    for _, (images, labels) in zip(meter, batches, strict=False):
-        logits = model(images.to(device, non_blocking=pinned))
-        loss = nn.functional.cross_entropy(logits, labels.to(device, non_blocking=pinned))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    meter.report()
+    train_classifier(meter, batches, model, optimizer, to_device(device, pinned))
     return 0
 
 

@@ -10,8 +10,17 @@ from __future__ import annotations
 import sys
 
 import torch
-from scenario_common import Heavy96, Meter, forever, many_workers, parse, pick_device, small_cnn
-from torch import nn
+from scenario_common import (
+    Heavy96,
+    Meter,
+    forever,
+    many_workers,
+    parse,
+    pick_device,
+    small_cnn,
+    to_device,
+    train_classifier,
+)
 from torch.utils.data import DataLoader
 
 FIXES = ("workers",)
@@ -29,13 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     model = small_cnn().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     meter = Meter("main_process_loading", args.fix, device, args.duration, args.warmup, batch)
-    for _, (images, labels) in zip(meter, forever(loader), strict=False):
-        logits = model(images.to(device, non_blocking=pinned))
-        loss = nn.functional.cross_entropy(logits, labels.to(device, non_blocking=pinned))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    meter.report()
+    train_classifier(meter, forever(loader), model, optimizer, to_device(device, pinned))
     return 0
 
 

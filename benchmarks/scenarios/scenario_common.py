@@ -215,3 +215,55 @@ class RawBatches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.pool[index % len(self.pool)], self.labels
+
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class LossReader:
+    """The loss read back to the host: with `every_step`, `.item()` each step (a sync every step); else summed on
+    the device and read once every 100 steps."""
+
+    def __init__(self, device: torch.device, every_step: bool) -> None:
+        self.every_step = every_step
+        self.running = torch.zeros((), device=device)
+        self.total = 0.0
+
+    def __call__(self, step: int, loss: torch.Tensor) -> None:
+        if self.every_step:
+            self.total += loss.item()  # a sync every step
+            return
+        self.running += loss.detach()
+        if step % 100 == 99:
+            self.total += self.running.item()
+            self.running.zero_()
+
+
+def train_classifier(
+    meter: Meter,
+    batches: Iterable[Batch],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    prepare: Callable[[torch.Tensor, torch.Tensor], Batch],
+    after_step: Callable[[int, torch.Tensor], None] | None = None,
+) -> None:
+    """The scenarios' one training loop: each batch made ready (`prepare`: the inputs and labels on the device),
+    forward, cross-entropy, backward, an optimizer step, then `after_step` with the loss; the JSON line at the end."""
+    for step, (images, labels) in zip(meter, batches, strict=False):
+        x, y = prepare(images, labels)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if after_step is not None:
+            after_step(step, loss)
+    meter.report()
+
+
+def to_device(device: torch.device, non_blocking: bool) -> Callable[[torch.Tensor, torch.Tensor], Batch]:
+    """A `prepare` for train_classifier that only copies the batch to `device`."""
+
+    def prepare(images: torch.Tensor, labels: torch.Tensor) -> Batch:
+        return images.to(device, non_blocking=non_blocking), labels.to(device, non_blocking=non_blocking)
+
+    return prepare

@@ -12,8 +12,19 @@ from __future__ import annotations
 import sys
 
 import torch
-from scenario_common import Meter, RawBatches, forever, gaussian_kernel, parse, pick_device, preprocess, small_cnn
-from torch import nn
+from scenario_common import (
+    Batch,
+    LossReader,
+    Meter,
+    RawBatches,
+    forever,
+    gaussian_kernel,
+    parse,
+    pick_device,
+    preprocess,
+    small_cnn,
+    train_classifier,
+)
 from torch.utils.data import DataLoader
 
 FIXES = ("gpu_preprocess", "no_sync")
@@ -31,26 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     loader = DataLoader(RawBatches(batch, raw), batch_size=None, num_workers=4, pin_memory=device.type == "cuda")
     model = small_cnn(channels=128).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    running = torch.zeros((), device=device)
-    total = 0.0
     meter = Meter("two_cause_cpu_sync", args.fix, device, args.duration, args.warmup, batch)
-    for step, (images, labels) in zip(meter, forever(loader), strict=False):
+
+    def prepare(images: torch.Tensor, labels: torch.Tensor) -> Batch:
         if on_gpu:
             x = preprocess(images.to(device, non_blocking=True), device_kernel, size)
         else:
             x = preprocess(images, kernel, size).to(device)
-        loss = nn.functional.cross_entropy(model(x), labels.to(device, non_blocking=True))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if no_sync:
-            running += loss.detach()
-            if step % 100 == 99:
-                total += running.item()
-                running.zero_()
-        else:
-            total += loss.item()  # a sync every step
-    meter.report()
+        return x, labels.to(device, non_blocking=True)
+
+    train_classifier(meter, forever(loader), model, optimizer, prepare, LossReader(device, every_step=not no_sync))
     return 0
 
 

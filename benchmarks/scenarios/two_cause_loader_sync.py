@@ -13,8 +13,18 @@ from __future__ import annotations
 import sys
 
 import torch
-from scenario_common import Heavy96, Meter, forever, many_workers, parse, pick_device, small_cnn
-from torch import nn
+from scenario_common import (
+    Heavy96,
+    LossReader,
+    Meter,
+    forever,
+    many_workers,
+    parse,
+    pick_device,
+    small_cnn,
+    to_device,
+    train_classifier,
+)
 from torch.utils.data import DataLoader
 
 FIXES = ("cached", "workers", "no_sync")
@@ -30,26 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     loader = DataLoader(Heavy96(rounds=6), batch_size=batch, num_workers=workers, pin_memory=pinned)
     model = small_cnn(channels=128).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    running = torch.zeros((), device=device)
-    total = 0.0
     meter = Meter("two_cause_loader_sync", args.fix, device, args.duration, args.warmup, batch)
     batches = forever(loader)
     if "cached" in args.fix:
         batches = forever([next(batches)])
-    for step, (images, labels) in zip(meter, batches, strict=False):
-        logits = model(images.to(device, non_blocking=pinned))
-        loss = nn.functional.cross_entropy(logits, labels.to(device, non_blocking=pinned))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if no_sync:
-            running += loss.detach()
-            if step % 100 == 99:
-                total += running.item()
-                running.zero_()
-        else:
-            total += loss.item()  # a sync every step
-    meter.report()
+    reader = LossReader(device, every_step=not no_sync)
+    train_classifier(meter, batches, model, optimizer, to_device(device, pinned), reader)
     return 0
 
 
