@@ -15,8 +15,9 @@ from tests.job_process import JobOutput
 
 JOBS = Path(__file__).parent / "jobs"
 HOOKED_JOB = JOBS / "hooked_train.py"
-SPY_TARGET = JOBS / "spy_target.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SPY_TARGET = REPO_ROOT / "tests" / "fixtures" / "pyspy" / "spy_target.py"
+"""The py-spy fixtures' target: their dumps name its lines."""
 
 
 def job_env(sock_dir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
