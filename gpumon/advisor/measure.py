@@ -298,8 +298,8 @@ def settled(candidate: Measurement, reference: Reference) -> bool | None:
 
 
 DECISIVE_NOISE = 0.10
-"""A "no win" or "slower" verdict needs the two measurements' spreads, added, under this share of the best's rate:
-wider, a win of that size could hide in the noise, and the verdict is inconclusive."""
+"""A "no win" or "slower" verdict needs the two measurements' noise, added, under this share: wider, a win of that
+size could hide in it, and the verdict is inconclusive."""
 MOST_WINDOWS_OFFERED = 20
 """More windows than this per variant are not offered as what would decide an inconclusive verdict: a quieter
 machine is."""
@@ -319,7 +319,7 @@ class Decision:
     gain: float | None
     """The candidate's rate over the best's, less 1 (None where they cannot be compared)."""
     noise: float
-    """Both measurements' spreads, added, as a share of the best's rate: the least gain the windows could show."""
+    """The wider of the two measurements' noise (half the range of its windows, as a share of its rate)."""
     windows_needed: int | None = None
     """Inconclusive: about how many windows per variant would decide it (None: more windows would not soon)."""
     drift_cancelled: bool = False
@@ -368,16 +368,16 @@ def gain_text(gain: float | None) -> str:
 
 def decide(candidate: Measurement, best: Measurement, min_gain: float = MIN_GAIN) -> Decision:
     """The verdict on `candidate` against `best`. A win is `beats`; "no win" and "slower" only where the noise of
-    both, added, is under DECISIVE_NOISE, so a win that size could not hide in it; otherwise inconclusive, never
-    "no win"."""
+    both (each half its windows' range over its rate), added, is under DECISIVE_NOISE, so a win that size could not
+    hide in it; otherwise inconclusive, never "no win"."""
     if candidate.unit != best.unit or best.rate <= 0:
         won = beats(candidate, best, min_gain)
         return Decision(WIN if won else INCONCLUSIVE, None, 0.0, None if won else MOST_WINDOWS_OFFERED)
     gain = candidate.rate / best.rate - 1
-    noise = (candidate.spread + best.spread) / best.rate
+    noise = max(candidate.noise, best.noise)
     if beats(candidate, best, min_gain):
         return Decision(WIN, gain, noise)
-    if noise > DECISIVE_NOISE:
+    if candidate.noise + best.noise > DECISIVE_NOISE:
         needed = windows_needed((candidate.rates, best.rates), best.rate, min_gain)
         return Decision(INCONCLUSIVE, gain, noise, needed)
     return Decision(SLOWER if beats(best, candidate, min_gain) else NO_WIN, gain, noise)

@@ -16,7 +16,7 @@ from typing import Any
 from gpumon.advisor.auto_capture import Notice, capture_reason, with_capture
 from gpumon.advisor.capture import Capture, CaptureError, capture
 from gpumon.advisor.catalogue import Experiment
-from gpumon.advisor.guided import GuidedRun, Listener, Planner
+from gpumon.advisor.guided import GuidedRun, JobCommand, Listener, Planner
 from gpumon.advisor.live import ANSWER_TIMEOUT_S, RESTORE_TIMEOUT_S, LiveRunner
 from gpumon.advisor.measure import DIAGNOSIS_STEPS, Progress, SnapshotLog, sleep_checked
 from gpumon.advisor.results import GuidedReport
@@ -323,6 +323,7 @@ def experiment_pid(
         )
         job.start()
         try:
+            info = job.primary.view().info
             guided = GuidedRun(
                 runner,
                 cancel=cancel,
@@ -330,6 +331,7 @@ def experiment_pid(
                 only=only,
                 max_variants=max_variants,
                 meta={"command": job.view().command, "pid": pid},
+                job_command=JobCommand.from_hello(info.hello if info is not None else None),
             )
             return guided.run()
         finally:

@@ -45,7 +45,8 @@ def register(subparsers: Subparsers) -> None:
         description="Measure the command as it is, diagnose it, then try the knobs that may fix it, one per short "
         "trial run of CMD (knobs injected through GPUMON_KNOBS), keeping each that wins beyond the noise, until "
         "nothing wins. With --pid, live experiments on a running hooked job instead (math-neutral knobs only, "
-        "rolled back unless they win).",
+        "rolled back unless they win); a knob that cannot apply live is offered as a trial run of the job's own "
+        "command (a job gpumon run started), on the GPU it would share.",
     )
     parser.add_argument("--pid", type=pid_number, default=None, help="a running hooked job (live experiments)")
     parser.add_argument(
@@ -141,6 +142,9 @@ def run_experiment(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from None
     write_markdown(args.markdown, report, "gpumon experiment")
     print_report(report, args.json)
+    if args.json:  # the text report has them; beside JSON on stdout, the person at the terminal is told too
+        for offer in report.offers:
+            print(f"gpumon: {printable(offer.text())}", file=sys.stderr)
     if args.pid is not None:
         return live_exit_status(report, args.pid, cancelled=cancel.is_set())
     return 0 if report.baseline.ok else 1

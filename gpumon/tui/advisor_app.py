@@ -24,7 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 
 from gpumon.advisor.catalogue import experiments_for
-from gpumon.advisor.guided import GuidedRun, Runner
+from gpumon.advisor.guided import GuidedRun, JobCommand, Runner
 from gpumon.advisor.live import LiveRunner
 from gpumon.advisor.measure import SnapshotLog
 from gpumon.advisor.results import GuidedReport
@@ -331,6 +331,7 @@ class AdvisorApp(GpumonApp):
                 cancel=self._guided_cancel,
                 listener=self._guided_listener,
                 meta={"command": " ".join(self.owner.command) if self.owner else ""},
+                job_command=self._job_command(),
             )
             report = run.run()
             if self.owner is not None and not self._guided_cancel.is_set():
@@ -338,6 +339,15 @@ class AdvisorApp(GpumonApp):
         except Exception as exc:  # noqa: BLE001 - shown in the panel, never raised into the UI
             error = f"{type(exc).__name__}: {exc}"
         self.post_message(GuidedFinished(error))
+
+    def _job_command(self) -> JobCommand | None:
+        """The attached job's own command (its hook's hello): what a knob that cannot apply live is offered as a
+        trial run of. None for the demo the app owns (its trials are the command already)."""
+        job = self.job
+        if self.owner is not None or job is None or job.primary is None:
+            return None
+        info = job.primary.view().info
+        return JobCommand.from_hello(info.hello if info is not None else None)
 
     def _guided_listener(self, event: str, payload: Any) -> None:
         self.post_message(GuidedEvent(event, payload))

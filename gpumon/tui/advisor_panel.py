@@ -110,6 +110,7 @@ def result_lines(rows: Sequence[VariantResult], width: int) -> Text:
             reason = with_note(reason, energy_note(row.measurement, baseline.measurement))
         style = OUTCOME_STYLES.get(word, "bold red" if row.status != OK else "bold")
         label = printable(row.label)
+        word = "" if word == label else word
         gap = max(1, width - len(label) - len(word))
         text.append(label, style="bold" if row.kept else "")
         text.append(" " * gap if len(label) + len(word) + 1 <= width else "\n  ")
