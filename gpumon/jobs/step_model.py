@@ -248,16 +248,20 @@ class IdleSplit:
 def _split_idle(
     idle: float, weights: Mapping[str, float], wait: float, busy: float, measured: MeasuredHostTime
 ) -> IdleSplit:
-    """Give the idle time its owners, in order: the GPU idle seen while the host waited in a sync; the drain after
+    """Give the idle time its owners, in order: the GPU idle seen while the host waited in a sync, a host->device
+    copy or the allocator; the drain after
     waits (syncs, and the waiting parts of empty_cache and of blocking device->host copies), shared by their waits;
     the measured idle of copies, the allocator and the collector; the collector's other passes as host work; then
     what is left by the sampled activities."""
     total = sum(weights.values())
     sampled = {name: idle * n / total for name, n in weights.items()} if total > 0 else {}
-    owned = dict.fromkeys((SYNC_WAIT, SYNC_IDLE, D2H, ALLOC, GC), 0.0)
+    owned = dict.fromkeys((SYNC_WAIT, SYNC_IDLE, H2D, D2H, ALLOC, GC), 0.0)
     left = idle
     in_sync = min(left, sampled.pop(activity.SYNC, 0.0))
     in_alloc = sampled.pop(ALLOC_ACTIVITY, 0.0)
+    # A blocking copy waits for the queued work and then copies with the GPU idle: the idle seen inside it is the
+    # copy's, before any drain after waits is reckoned.
+    in_copy = sampled.pop(activity.H2D, 0.0)
     # The sampler reads a blocking copy, and empty_cache, as a sync or as the allocator's frame: time measured
     # outright replaces those samples.
     d2h_idle = min(idle, measured.d2h_idle)
@@ -266,7 +270,8 @@ def _split_idle(
     in_alloc = max(0.0, in_alloc - alloc_idle)
     owned[SYNC_WAIT] = in_sync
     owned[ALLOC] = in_alloc
-    left -= in_sync + in_alloc
+    owned[H2D] = in_copy
+    left -= in_sync + in_alloc + in_copy
     waits = {
         SYNC_IDLE: max(0.0, wait),
         D2H: max(0.0, measured.d2h - measured.d2h_idle),

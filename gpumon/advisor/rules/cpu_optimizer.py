@@ -3,9 +3,11 @@ updates on the CPU and copies weights up, while the GPU waits."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpumon import units
 from gpumon.advisor.categories import CPU_OPTIMIZER
-from gpumon.advisor.rules.common import Candidate, join_parts, pct, rounded, step_model_confidence
+from gpumon.advisor.rules.common import Candidate, join_parts, nvml_idle, pct, rounded, step_model_confidence
 from gpumon.advisor.signals import Signals
 
 
@@ -25,3 +27,20 @@ def cpu_optimizer_evidence(signals: Signals, share: float) -> Candidate:
         "h2d_bytes_per_step": rounded(signals.h2d_bytes_per_step, 0),
     }
     return Candidate(CPU_OPTIMIZER, share, step_model_confidence(signals), evidence, numbers)
+
+
+MODEL_FREE_CONFIDENCE = 0.85
+"""The hook saw the optimizer's parameters on the CPU: that mechanism is certain (its gradients copied down are the
+syncs a step the host_sync rule counts, at 0.8), and its share is bounded by the idle."""
+
+
+def rule_cpu_optimizer(signals: Signals) -> Candidate | None:
+    """cpu_optimizer without a step model (too few samples: a step of hundreds of ms): the optimizer's parameters on
+    the CPU while the GPU idles; its share is the budget's optimizer and copy time where measured, else the idle."""
+    idle = nvml_idle(signals)
+    if not signals.optimizer_on_cpu or idle is None:
+        return None
+    parts = [signals.optimizer_share, signals.d2h_share, signals.h2d_share]
+    measured = sum(part for part in parts if part is not None) if any(part is not None for part in parts) else None
+    share = min(idle, measured) if measured else idle
+    return replace(cpu_optimizer_evidence(signals, share), confidence=MODEL_FREE_CONFIDENCE)

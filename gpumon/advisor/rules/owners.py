@@ -34,12 +34,12 @@ CATEGORY_OF_OWNER: Mapping[str, str] = {
     step_model.OTHER: UNEXPLAINED_IDLE,
 }
 """Every owner of GPU idle time and the category that names it. One exception, said where it applies: with the
-optimizer on the CPU, device->host copies are its gradients going down (cpu_optimizer)."""
+optimizer on the CPU, the copies both ways are its gradients going down and its weights going up (cpu_optimizer)."""
 
 
 def category_of(owner: str, signals: Signals) -> str:
     """The category that names an owner's share of the step, for this job."""
-    if owner == step_model.D2H and signals.optimizer_on_cpu:
+    if owner in (step_model.D2H, step_model.H2D) and signals.optimizer_on_cpu:
         return CPU_OPTIMIZER
     return CATEGORY_OF_OWNER[owner]
 

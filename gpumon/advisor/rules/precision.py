@@ -18,6 +18,10 @@ from gpumon.advisor.rules.common import (
 from gpumon.advisor.signals import Signals
 
 TENSOR_LOW = 10.0
+TENSOR_NONE = 1.0
+"""Where the job's precision settings are unknown (py-spy), tensor-core activity at or above this says some reduced
+precision runs already (cuDNN's default TF32 convolutions read 6% on an H200 CNN): only a GPU whose tensor cores do
+nothing is told to use them."""
 
 
 def _reduced_precision(signals: Signals) -> bool | None:
@@ -82,7 +86,7 @@ def rule_precision(signals: Signals) -> Candidate | None:
     reduced = _reduced_precision(signals)
     tensor = signals.tensor_activity
     if tensor is not None:
-        if tensor >= TENSOR_LOW or reduced is True:
+        if tensor >= TENSOR_LOW or reduced is True or (reduced is None and tensor >= TENSOR_NONE):
             return None
         flags = f"fp32 math ({precision_flags(signals)})" if reduced is False else "no reduced-precision math seen"
         severity, gain = _precision_gain(signals)

@@ -35,7 +35,7 @@ from gpumon.advisor.rules.common import (
     step_model_confidence,
 )
 from gpumon.advisor.rules.cpu_bound import rule_cpu_bound
-from gpumon.advisor.rules.cpu_optimizer import cpu_optimizer_evidence
+from gpumon.advisor.rules.cpu_optimizer import cpu_optimizer_evidence, rule_cpu_optimizer
 from gpumon.advisor.rules.data import rule_data
 from gpumon.advisor.rules.gc_bound import gc_evidence
 from gpumon.advisor.rules.healthy import healthy_finding
@@ -65,7 +65,14 @@ SIDE_RULES: tuple[Rule, ...] = (
     rule_straggler,
 )
 """Problems the step model's owners of idle time do not hold: how the busy time is spent, and across GPUs or ranks."""
-MODEL_FREE_RULES: tuple[Rule, ...] = (rule_cpu_bound, rule_data, rule_host_sync, rule_launch, rule_transfer)
+MODEL_FREE_RULES: tuple[Rule, ...] = (
+    rule_cpu_bound,
+    rule_data,
+    rule_host_sync,
+    rule_launch,
+    rule_transfer,
+    rule_cpu_optimizer,
+)
 """The owners' own rules, for a job with no step model (no samples yet, no GPU figures)."""
 
 
