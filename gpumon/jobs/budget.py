@@ -83,6 +83,7 @@ class CumulativeRates:
 
     @classmethod
     def between(cls, first: CumulativeMark | None, last: CumulativeMark | None) -> CumulativeRates:
+        """The rates of the cumulative figures between two budgeted steps (empty without both, or not in order)."""
         if first is None or last is None or last.seq <= first.seq or last.t <= first.t:
             return cls()
         wall_ms = (last.t - first.t) * 1e3
@@ -159,6 +160,7 @@ class StepTimeBudget:
 
     @property
     def host_ms(self) -> float:
+        """The step's host time: the sum of its parts (the data wait included)."""
         return self.data_worker_ms + self.data_collate_ms + self.h2d_ms + self.d2h_ms + self.sync_wait_ms + self.rest_ms
 
 
@@ -199,10 +201,12 @@ class BudgetShares:
 
     @property
     def data(self) -> float:
+        """The data wait's share: the worker's wait and the collate."""
         return self.data_worker + self.data_collate
 
     @classmethod
     def of(cls, budgets: Iterable[StepTimeBudget]) -> BudgetShares:
+        """The shares over `budgets`, each part's time over their wall time."""
         steps = list(budgets)
         total = sum(step.host_ms for step in steps)
         if not steps or total <= 0:
@@ -244,6 +248,7 @@ class BudgetShares:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The shares as JSON."""
         return {
             name: (round(value, 4) if isinstance(value, float) else value)
             for name, value in ((field, getattr(self, field)) for field in self.__slots__)

@@ -110,15 +110,19 @@ class JobClient:
 
     @property
     def ended(self) -> bool:
+        """Whether the job's stream has ended (a bye, or the connection lost)."""
         return self.state.ended
 
     def add_listener(self, listener: Listener) -> None:
+        """Call `listener` with what changed, on the client's thread."""
         self._listeners.append(listener)
 
     def add_message_listener(self, listener: MessageListener) -> None:
+        """Call `listener` with every decoded message, on the client's thread."""
         self._message_listeners.append(listener)
 
     def view(self) -> HookedView:
+        """A frozen copy of what is known about the job now."""
         return self.state.view()
 
     def connect(self) -> JobInfo:
@@ -147,6 +151,7 @@ class JobClient:
         self._close()
 
     def wait_ended(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the stream to end; whether it did."""
         deadline = time.monotonic() + timeout
         while not self.state.ended and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -183,9 +188,11 @@ class JobClient:
         return reply
 
     def ping(self, timeout: float = 2.0) -> dict[str, Any]:
+        """Ask the hook for a pong (a liveness check)."""
         return self.request({"type": protocol.PING}, (protocol.PONG,), timeout)
 
     def get_state(self, timeout: float = 2.0) -> dict[str, Any]:
+        """Ask the hook for its state now."""
         return self.request({"type": protocol.GET_STATE}, (protocol.STATE,), timeout)
 
     def set_knob(self, name: str, value: Any, timeout: float = 5.0) -> dict[str, Any]:
@@ -193,6 +200,7 @@ class JobClient:
         return self.set_knobs({name: value}, timeout)
 
     def set_knobs(self, knobs: Mapping[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        """Ask the hook to apply `knobs`; its acknowledgement."""
         try:
             checked = protocol.validate_knobs(dict(knobs), live=True)
         except protocol.ProtocolError as error:

@@ -156,6 +156,7 @@ class HookConnection:
         self.sock, self._reader, self.hello = open_hook(self.path, timeout)
 
     def send(self, msg: protocol.Message) -> None:
+        """Send one request to the hook."""
         self.sock.settimeout(None)
         self.sock.sendall(protocol.encode(msg))
 
@@ -189,6 +190,7 @@ class HookConnection:
         raise TimeoutError(f"no {'/'.join(reply_types)} reply within {timeout} s")
 
     def close(self) -> None:
+        """Hang up."""
         self.sock.close()
 
     def __enter__(self) -> HookConnection:

@@ -41,12 +41,15 @@ class Discovery:
 
     @property
     def groups(self) -> list[JobGroup]:
+        """The jobs found, their ranks grouped."""
         return group_jobs(self.jobs)
 
     def job(self, pid: int) -> JobInfo | None:
+        """The job of `pid`, if it answered."""
         return next((job for job in self.jobs if job.pid == pid), None)
 
     def group_of(self, pid: int) -> JobGroup | None:
+        """The group `pid` is a rank of, if any."""
         return next((group for group in self.groups if group.with_pid(pid)), None)
 
 

@@ -34,14 +34,17 @@ class SampledLine:
 
     @property
     def key(self) -> tuple[str, int, str, str]:
+        """What identifies the line: file, line, function and activity."""
         return (self.file, self.line, self.function, self.activity)
 
     @property
     def idle(self) -> int:
+        """Samples at this line with the GPU idle."""
         return self.counts[0]
 
     @property
     def total(self) -> int:
+        """Samples at this line in all."""
         return sum(self.counts)
 
     def where(self) -> str:

@@ -26,6 +26,7 @@ class JobInfo:
 
     @property
     def argv(self) -> list[str]:
+        """The job's arguments, its script first ([] when the hello has none)."""
         return self.hello.get("argv") or []
 
     @property
@@ -42,6 +43,7 @@ class JobInfo:
 
     @property
     def cwd(self) -> str:
+        """The job's working directory ('' when unknown)."""
         return self.hello.get("cwd", "")
 
     @property
@@ -51,30 +53,37 @@ class JobInfo:
 
     @property
     def ppid(self) -> int | None:
+        """The job's parent pid (its launcher, for a torchrun rank)."""
         return self.hello.get("ppid")
 
     @property
     def hostname(self) -> str:
+        """The host the job runs on ('' when unknown)."""
         return self.hello.get("hostname", "")
 
     @property
     def dist(self) -> protocol.DistInfo:
+        """torch.distributed's figures: rank, world size, rendezvous address, run id."""
         return self.hello.get("dist") or {}
 
     @property
     def rank(self) -> int | None:
+        """The job's global rank (None for a single process)."""
         return self.dist.get("rank")
 
     @property
     def local_rank(self) -> int | None:
+        """The job's rank on this node (None for a single process)."""
         return self.dist.get("local_rank")
 
     @property
     def world_size(self) -> int | None:
+        """How many ranks the job has (None for a single process)."""
         return self.dist.get("world_size")
 
     @property
     def cuda(self) -> protocol.CudaInfo:
+        """What the job says of CUDA: initialized, its devices, the device its steps run on."""
         return self.hello.get("cuda") or {}
 
     @property
@@ -89,10 +98,12 @@ class JobInfo:
 
     @property
     def protocol_version(self) -> int | None:
+        """The protocol version the hook speaks."""
         return self.hello.get("protocol")
 
     @property
     def compatible(self) -> bool:
+        """Whether the hook speaks this monitor's protocol version."""
         return self.protocol_version == protocol.PROTOCOL_VERSION
 
     @property
@@ -127,6 +138,7 @@ class JobGroup:
 
     @property
     def pids(self) -> list[int]:
+        """Every local rank's pid, in rank order."""
         return [job.pid for job in self.jobs]
 
     @property
@@ -136,10 +148,12 @@ class JobGroup:
 
     @property
     def distributed(self) -> bool:
+        """Whether the group is the ranks of a distributed job (not one process alone)."""
         return self.key is not None
 
     @property
     def world_size(self) -> int | None:
+        """How many ranks the job has in all (None for a single process)."""
         return self.primary.world_size
 
     @property
@@ -158,6 +172,7 @@ class JobGroup:
         return f"{kind}: ranks {ranks}{world} (pids {pids}): {command}"
 
     def with_pid(self, pid: int) -> bool:
+        """Whether `pid` is one of the group's ranks."""
         return pid in self.pids
 
 

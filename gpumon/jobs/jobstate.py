@@ -71,6 +71,7 @@ class StepPoint:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> StepPoint | None:
+        """The step a hook's step record describes; None for a record without its required fields."""
         try:
             gpu = record.get("gpu_ms")
             samples = record.get("samples")
@@ -104,6 +105,7 @@ class Breakdown:
 
     @classmethod
     def of(cls, steps: Sequence[StepPoint]) -> Breakdown:
+        """Where the wall time of `steps` went (GPU and rest only from the GPU-timed ones)."""
         wall = sum(step.wall_ms for step in steps)
         if not steps or wall <= 0:
             return cls()
@@ -130,10 +132,12 @@ class TimelinePoint:
 
     @property
     def steps_per_s(self) -> float:
+        """Steps that ended in this second, per second."""
         return self.steps / BUCKET_S
 
     @property
     def samples_per_s(self) -> float | None:
+        """Samples of the steps that ended in this second, per second (None: not counted)."""
         return None if self.samples is None else self.samples / BUCKET_S
 
 
@@ -153,6 +157,7 @@ class RollingStats:
 
     @classmethod
     def of(cls, steps: Sequence[StepPoint], now: float) -> RollingStats:
+        """The stats of the steps that ended within STATS_WINDOW_S of `now`."""
         window = [step for step in steps if now - step.t <= STATS_WINDOW_S]
         if not steps:
             return cls()
@@ -256,27 +261,33 @@ class HookedView:
 
     @property
     def command(self) -> str:
+        """The job's command line ('' before its hello)."""
         return self.info.command if self.info is not None else ""
 
     @property
     def memory(self) -> protocol.MemoryInfo | None:
+        """The job's CUDA memory figures from its latest state."""
         return self.state.get("memory") if self.state is not None else None
 
     @property
     def dataloaders(self) -> list[protocol.DataLoaderInfo]:
+        """The job's DataLoaders from its latest state (workers, pinning, prefetch)."""
         return (self.state.get("dataloaders") if self.state is not None else None) or []
 
     @property
     def precision(self) -> protocol.PrecisionInfo:
+        """The job's precision settings (autocast, TF32) from its latest state."""
         return (self.state.get("precision") if self.state is not None else None) or {}
 
     @property
     def step_source(self) -> str | None:
+        """What marks the job's steps (an optimizer, a DataLoader, the script), once known."""
         source = self.state.get("step_source") if self.state is not None else None
         return source or (self.steps[-1].source if self.steps else None)
 
     @property
     def cuda(self) -> protocol.CudaInfo:
+        """The job's CUDA figures: the latest state's, else its hello's."""
         cuda = self.state.get("cuda") if self.state is not None else None
         if cuda is not None:
             return cuda
@@ -385,6 +396,7 @@ class JobState:
     # -- feeding ---------------------------------------------------------------------------------
 
     def set_socket_path(self, path: str) -> None:
+        """The socket the messages come from, for the JobInfo a hello makes."""
         self._socket_path = path
 
     def apply(self, message: Mapping[str, Any]) -> str | None:
@@ -429,6 +441,7 @@ class JobState:
         return None
 
     def protocol_error(self, error: str) -> None:
+        """Count a line that could not be read, keeping its error as the last one."""
         with self._lock:
             self._protocol_errors += 1
             self._last_error = error
@@ -509,9 +522,11 @@ class JobState:
 
     @property
     def info(self) -> JobInfo | None:
+        """The job as its hello describes it (None before the hello)."""
         return self._info
 
     def view(self) -> HookedView:
+        """A frozen copy of what is known now, safe to read on any thread."""
         with self._lock:
             steps = tuple(self._steps)
             recent = steps[-RECENT_STEPS:]
@@ -542,6 +557,7 @@ class JobState:
 
 
 def rank_summary(view: HookedView) -> RankSummary:
+    """One rank's row of the per-rank table, from its view."""
     info = view.info
     stats = view.stats
     return RankSummary(

@@ -196,6 +196,7 @@ class LaunchedJob:
 
     @property
     def pid(self) -> int:
+        """The launched command's pid."""
         assert self.process is not None, "the job was not started"
         return self.process.pid
 

@@ -48,6 +48,7 @@ class SignalResult:
 
     @property
     def sent(self) -> bool:
+        """Whether the signal was sent (no error)."""
         return self.error is None
 
 

@@ -131,11 +131,13 @@ class AttachedJob:
 
     @property
     def pid(self) -> int:
+        """The primary rank's pid."""
         assert self.primary_pid is not None
         return self.primary_pid
 
     @property
     def clients(self) -> list[JobClient]:
+        """Every connected rank's client."""
         with self._lock:
             return list(self._clients)
 
@@ -146,9 +148,11 @@ class AttachedJob:
         return next((c for c in clients if c.pid == self.primary_pid), clients[0] if clients else None)
 
     def add_listener(self, listener: Listener) -> None:
+        """Call `listener` with what changed, on any rank's thread."""
         self._listeners.append(listener)
 
     def start(self, listener: Listener | None = None) -> None:
+        """Start every rank's client (and, for a launched job, the watch for its ranks)."""
         if listener is not None:
             self.add_listener(listener)
         for client in self.clients:
@@ -158,6 +162,7 @@ class AttachedJob:
             self._thread.start()
 
     def stop(self) -> None:
+        """Stop every rank's client and the launch watch."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(1.0)
@@ -166,12 +171,14 @@ class AttachedJob:
 
     @property
     def ended(self) -> bool:
+        """Whether every rank has ended (a launched job with none: whether its process has)."""
         clients = self.clients
         if not clients:
             return self.launched_pid is not None and not protocol.pid_alive(self.launched_pid)
         return all(client.ended for client in clients)
 
     def view(self) -> HookedView:
+        """The primary rank's view, with every rank's summary and the straggler."""
         clients = self.clients
         exit_code = self._exit_status() if self._exit_status is not None else None
         if not clients:
@@ -266,6 +273,7 @@ def no_hook_reason(pid: int) -> str:
 
 
 def user_name(uid: int) -> str:
+    """The name of user `uid` (its number when it has none)."""
     try:
         import pwd
 

@@ -100,6 +100,7 @@ class WindowSums:
 
     @property
     def d2h_bytes_per_step(self) -> float | None:
+        """Device-to-host bytes a budgeted step copied, on average (None: none budgeted)."""
         return self.d2h_bytes / self.budget_steps if self.budget_steps > 0 else None
 
     @property

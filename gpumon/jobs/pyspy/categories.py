@@ -129,5 +129,6 @@ def classify(
 
 
 def fractions(counts: Mapping[str, int]) -> dict[str, float]:
+    """Each category's share of `counts` (every category, 0 where none)."""
     total = sum(counts.values())
     return {category: (counts.get(category, 0) / total if total else 0.0) for category in CATEGORIES}

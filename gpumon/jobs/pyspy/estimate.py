@@ -46,27 +46,33 @@ class EstimateView:
 
     @property
     def samples(self) -> int:
+        """Main-thread samples since the start."""
         return sum(self.counts.values())
 
     @property
     def recent_samples(self) -> int:
+        """Main-thread samples over the last RECENT_ROUNDS rounds."""
         return sum(self.recent.values())
 
     @property
     def fractions(self) -> dict[str, float]:
+        """Each category's share of the samples since the start."""
         return fractions(self.counts)
 
     @property
     def recent_fractions(self) -> dict[str, float]:
+        """Each category's share of the recent samples."""
         return fractions(self.recent)
 
     @property
     def dominant(self) -> str | None:
+        """The category with the most recent samples (since the start before any recent), None without samples."""
         counts = self.recent or self.counts
         return max(CATEGORIES, key=lambda c: counts.get(c, 0)) if sum(counts.values()) else None
 
     @property
     def pids(self) -> list[int]:
+        """The job's processes: py-spy samples one."""
         return [self.pid]
 
     @property

@@ -92,9 +92,11 @@ class PySpySampler:
         probe(self.pid, self.pyspy)
 
     def add_listener(self, listener: Listener) -> None:
+        """Call `listener` with what changed, on the sampler's thread."""
         self._listeners.append(listener)
 
     def start(self, listener: Listener | None = None) -> None:
+        """Start sampling in rounds on a daemon thread (`listener`: added first)."""
         if listener is not None:
             self.add_listener(listener)
         if self._thread is not None:
@@ -103,6 +105,7 @@ class PySpySampler:
         self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
+        """Stop sampling: end the running round, join the thread, remove the work directory."""
         self._stop.set()
         self._kill_round()
         thread = self._thread
@@ -113,6 +116,7 @@ class PySpySampler:
 
     @property
     def ended(self) -> bool:
+        """Whether the job has ended (or py-spy can no longer sample it)."""
         return self._ended
 
     @property
@@ -121,6 +125,7 @@ class PySpySampler:
         return None
 
     def view(self) -> EstimateView:
+        """A frozen copy of the estimate so far."""
         with self._lock:
             recent: Counter[str] = Counter()
             frames: Counter[tuple[str, str]] = Counter()

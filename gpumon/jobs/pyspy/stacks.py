@@ -18,6 +18,7 @@ class Frame:
 
     @property
     def function(self) -> str:
+        """The function's own name, without its class or module (the part after the last dot)."""
         return self.name.rsplit(".", 1)[-1]
 
     def __str__(self) -> str:
@@ -41,6 +42,7 @@ _DUMP_THREAD = re.compile(r'^Thread (?P<tid>0x[0-9a-fA-F]+|\d+)(?: \((?P<status>
 
 
 def parse_frame(text: str) -> Frame:
+    """A frame from py-spy's 'function (file:line)' text."""
     match = _FRAME.match(text.strip())
     if match is None:
         return Frame(name=text.strip(), file="")

@@ -41,6 +41,7 @@ def find_pyspy() -> str | None:
 
 
 def process_name(pid: int) -> str:
+    """A process's name from /proc ('?' when gone)."""
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as stream:
             return stream.read().strip()
