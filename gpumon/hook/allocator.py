@@ -10,6 +10,9 @@ Where the cache holds free blocks (reserved > allocated, host-side counters), `e
 cudaFree waits for the whole device: the wrapper then first waits for the current stream itself (a part of the wait
 the call makes anyway, so no wait is added) and times the rest, the frees, as GPU idle (`idle_seconds`): the stream
 is empty and the host is inside the allocator.
+
+While the `skip_empty_cache` knob is on, the wrapper returns at once without calling it (the cache stays, the GPU is
+not drained): those calls are counted as `skipped`, not as calls.
 """
 
 from __future__ import annotations
@@ -38,12 +41,18 @@ class EmptyCacheCounter:
         self.idle_seconds = 0.0
         """Of `seconds`, the frees after the current stream had drained: the GPU idle for certain."""
         self.sites: dict[tuple[str, int], int] = {}
+        self.skip = False
+        """The skip_empty_cache knob: calls return at once, counted in `skipped`."""
+        self.skipped = 0
 
     def wrap(self, original: Callable[..., Any], cuda: Any = None) -> Callable[..., Any]:
         counter = self
         clock = self._clock
 
         def empty_cache(*args: Any, **kwargs: Any) -> Any:
+            if counter.skip:
+                counter.skipped += 1
+                return None
             started = clock()
             drained = counter._drain(cuda)
             freeing = clock()

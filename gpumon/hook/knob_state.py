@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 
 from gpumon import protocol
+from gpumon.hook.allocator import EmptyCacheCounter
 
 MAX_ERRORS = 10
 MAX_IGNORED = 32
+GC_FROZEN_THRESHOLD = (50_000, 50, 100)
+"""gc_freeze's collector thresholds (each at least the job's own): young collections rarer, full ones far rarer."""
 
 
 class KnobState:
     """What was applied, refused and left to the script; the DataLoader knobs waiting for each loader's next iter()."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: Any, empty_cache: EmptyCacheCounter | None = None) -> None:
         self.torch = torch
+        self.empty_cache = empty_cache
+        self.gc_freeze = GcFreeze()
         self.applied: dict[str, Any] = {}
         self.errors: list[str] = []
         self.ignored: list[str] = []
@@ -38,11 +44,17 @@ class KnobState:
                     backends.cudnn.allow_tf32 = value
                 elif name == "float32_matmul_precision":
                     self.torch.set_float32_matmul_precision(value)
+                elif name == "skip_empty_cache":
+                    if self.empty_cache is None:
+                        raise RuntimeError("torch.cuda.empty_cache is not wrapped")
+                    self.empty_cache.skip = value
+                elif name == "gc_freeze":
+                    self.gc_freeze.set(value)
                 else:
                     self.dataloader[name] = value
                 self.applied[name] = value
             except Exception as exc:  # noqa: BLE001 - a knob torch refuses is reported, not raised
-                self._error(f"{name}={value!r}: {type(exc).__name__}: {exc}")
+                self.error(f"{name}={value!r}: {type(exc).__name__}: {exc}")
 
     def apply_env(self, raw: str) -> bool:
         """GPUMON_KNOBS (trial runs): applied now, and the step-boundary ones again at the first boundary. A knob the
@@ -51,10 +63,10 @@ class KnobState:
         try:
             requested = json.loads(raw)
         except ValueError as exc:
-            self._error(f"GPUMON_KNOBS: {exc}")
+            self.error(f"GPUMON_KNOBS: {exc}")
             return False
         if not isinstance(requested, dict):
-            self._error("GPUMON_KNOBS: must be a JSON object")
+            self.error("GPUMON_KNOBS: must be a JSON object")
             return False
         knobs: dict[str, Any] = {}
         for name, value in requested.items():
@@ -62,12 +74,12 @@ class KnobState:
                 if str(name) not in self.ignored:
                     self.ignored.append(str(name)[:100])
                     del self.ignored[:-MAX_IGNORED]
-                self._error(f"GPUMON_KNOBS: {name!r} is not a hook knob (left to the script)")
+                self.error(f"GPUMON_KNOBS: {name!r} is not a hook knob (left to the script)")
                 continue
             try:
                 knobs.update(protocol.validate_knobs({name: value}, live=False))
             except protocol.ProtocolError as exc:
-                self._error(f"GPUMON_KNOBS: {exc}")
+                self.error(f"GPUMON_KNOBS: {exc}")
         if not knobs:
             return False
         self.apply(knobs)
@@ -79,9 +91,32 @@ class KnobState:
         if knobs:
             self.apply(knobs)
 
-    def _error(self, text: str) -> None:
+    def error(self, text: str) -> None:
         self.errors.append(text[:300])
         del self.errors[:-MAX_ERRORS]
+
+
+class GcFreeze:
+    """gc_freeze: the objects alive now leave the collector's generations (gc.freeze) and its thresholds go up; off,
+    they come back (gc.unfreeze, unless the job had frozen objects itself) and the job's thresholds with them."""
+
+    def __init__(self) -> None:
+        self.previous: tuple[int, int, int] | None = None
+        """The job's thresholds while on; None: off."""
+        self.job_froze = False
+
+    def set(self, on: bool) -> None:
+        if on:
+            if self.previous is None:
+                self.previous = gc.get_threshold()
+                self.job_froze = gc.get_freeze_count() > 0
+            gc.freeze()  # again when already on: what the job built since (its model, at the first step) joins them
+            gc.set_threshold(*(max(mine, job) for mine, job in zip(GC_FROZEN_THRESHOLD, self.previous, strict=True)))
+        elif self.previous is not None:
+            if not self.job_froze:
+                gc.unfreeze()
+            gc.set_threshold(*self.previous)
+            self.previous = None
 
 
 def apply_dataloader_knobs(loader: Any, knobs: dict[str, Any]) -> None:

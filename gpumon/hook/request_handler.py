@@ -86,11 +86,15 @@ class RequestHandler:
         except protocol.ProtocolError as exc:
             raise RequestError(exc.code, str(exc)) from None
         self._queue("knobs", knobs, msg, "too many requests waiting for a step")
-        return {
+        ack = {
             "type": protocol.KNOB_ACK,
             "knobs": knobs,
             "applies": {name: protocol.KNOBS[name]["applies"] for name in knobs},
         }
+        not_live = self.runtime.not_live(knobs)
+        if not_live:
+            ack["not_live"] = not_live
+        return ack
 
 
 def subscribe(client: Client, msg: dict[str, Any], seq: int) -> dict[str, Any]:

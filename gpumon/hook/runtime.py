@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from threading import get_ident
@@ -25,6 +26,7 @@ from gpumon.hook.flops import FlopSampler
 from gpumon.hook.gc_timer import GcTimer
 from gpumon.hook.gpu_timer import GpuStepTimer
 from gpumon.hook.knob_state import KnobState, apply_dataloader_knobs
+from gpumon.hook.loader_rebuild import LOADER_SETTINGS, not_live_reason, take_over
 from gpumon.hook.nvtx import DATA_WAIT, NvtxRanges, nvtx_requested
 from gpumon.hook.profiler_capture import ProfilerCapture
 
@@ -70,6 +72,7 @@ class LoaderEntry:
         "drop_last",
         "id",
         "last_used",
+        "not_live",
         "num_workers",
         "persistent_workers",
         "pin_memory",
@@ -91,6 +94,8 @@ class LoaderEntry:
         self.batches = 0
         self.wait_s = 0.0
         self.last_used = 0.0
+        self.not_live: str | None = None
+        """Why its iterator cannot take DataLoader knobs mid-epoch (loader_rebuild); None: it can."""
 
     def update(self, loader: Any, iterator: Any) -> None:
         self.dataset = type(getattr(loader, "dataset", None)).__name__
@@ -101,6 +106,7 @@ class LoaderEntry:
         self.persistent_workers = bool(getattr(loader, "persistent_workers", False))
         self.drop_last = bool(getattr(loader, "drop_last", False))
         self.worker_pids = [w.pid for w in getattr(iterator, "_workers", ()) if getattr(w, "pid", None)]
+        self.not_live = not_live_reason(loader, iterator)
 
 
 def _cuda_probe_every(seq: int) -> int:
@@ -189,9 +195,15 @@ class HookRuntime:
         self._iterators: dict[int, LoaderEntry] = {}
         self._last_iterator_id = 0
         self._last_entry: LoaderEntry | None = None
+        self._feeding: dict[int, tuple[weakref.ref[Any], weakref.ref[Any]]] = {}
+        """Each DataLoader's running iterator (by the loader's id), to give it DataLoader knobs mid-epoch."""
+        self._take_over_due = False
+        """DataLoader knobs were applied: the next fetch, once its batch is out, rebuilds the running iterators."""
         # Precision seen on the training thread.
         self.autocast: dict[str, Any] | None = None
-        self.knobs = KnobState(torch)
+        self.empty_cache = EmptyCacheCounter(clock)
+        """torch.cuda.empty_cache() calls, counted by the wrapper install_patches puts on it."""
+        self.knobs = KnobState(torch, self.empty_cache)
         self.diagnosis = SyncDiagnosis(torch, self.outbox)
         # Step time budget (sampled steps).
         is_compiling = self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
@@ -207,8 +219,6 @@ class HookRuntime:
         self._flops_due = 0
         self.gc_timer = GcTimer(clock)
         """Garbage-collector totals; its callback goes on when the hook installs (lifecycle) and off at uninstall."""
-        self.empty_cache = EmptyCacheCounter(clock)
-        """torch.cuda.empty_cache() calls, counted by the wrapper install_patches puts on it."""
         self.budget = BudgetMeter(
             torch,
             clock,
@@ -336,6 +346,8 @@ class HookRuntime:
                     after_fetch()
                 except Exception as exc:  # noqa: BLE001
                     self.error(exc)
+        if self._take_over_due:
+            self._loaders_take_over()
         return started, batch
 
     def on_fetch_begin(self) -> float:
@@ -431,10 +443,51 @@ class HookRuntime:
             entry = self.loaders[loader_id] = LoaderEntry(loader_id)
         entry.update(loader, iterator)
         entry.last_used = self.clock()
+        self._track_iterator(iterator, entry)
+        if len(self._feeding) >= MAX_LOADERS and loader_id not in self._feeding:
+            del self._feeding[next(iter(self._feeding))]
+        try:
+            self._feeding[loader_id] = (weakref.ref(loader), weakref.ref(iterator))
+        except TypeError:  # not weakly referable (no torch iterator): it takes DataLoader knobs at its next iter()
+            self._feeding.pop(loader_id, None)
+
+    def _track_iterator(self, iterator: Any, entry: LoaderEntry) -> None:
         if len(self._iterators) >= MAX_ITERATORS:
             del self._iterators[next(iter(self._iterators))]
         self._iterators[id(iterator)] = entry
         self._last_iterator_id = 0
+
+    def _loaders_take_over(self) -> None:
+        """Give each DataLoader's running iterator the DataLoader knobs now, mid-epoch (loader_rebuild.take_over): at
+        a batch boundary, never inside a fetch. A loader that cannot (not_live) takes them at its next iter()."""
+        self._take_over_due = False
+        self._replan()  # the next boundary sets plain_fetch again
+        knobs = self.knobs.dataloader
+        for loader_id, (loader_ref, iterator_ref) in list(self._feeding.items()):
+            loader, iterator, entry = loader_ref(), iterator_ref(), self.loaders.get(loader_id)
+            if loader is None or iterator is None or entry is None:
+                del self._feeding[loader_id]  # its epoch is over: the next iter() applies the knobs
+                continue
+            if entry.not_live is not None:
+                continue
+            try:
+                new = take_over(self.torch, loader, iterator, knobs)
+            except Exception as exc:  # noqa: BLE001 - the loader goes on as it was
+                self.error(exc)
+                self.knobs.error(f"DataLoader {type(loader.dataset).__name__}: {type(exc).__name__}: {exc}")
+                continue
+            if new is not None:
+                self._feeding[loader_id] = (loader_ref, weakref.ref(new))
+                self._track_iterator(new, entry)
+                entry.update(loader, new)
+
+    def not_live(self, knobs: dict[str, Any]) -> dict[str, str]:
+        """For the DataLoader knobs among `knobs`: why a loader of the job cannot take them mid-epoch (server
+        thread: the entries are read, never changed)."""
+        reasons = [e.not_live for e in copy_while_mutated(self.loaders.values()) if e.not_live is not None]
+        if not reasons:
+            return {}
+        return {name: reasons[0] for name in knobs if name in LOADER_SETTINGS}
 
     # -- step boundaries -----------------------------------------------------------------------
 
@@ -522,6 +575,7 @@ class HookRuntime:
             and self.nvtx is None
             and (gpu is None or not gpu.timed)
             and self.on_first_activity is None
+            and not self._take_over_due
         )
 
     def _next_busy_boundary(self) -> int:
@@ -662,6 +716,8 @@ class HookRuntime:
             kind, payload, request_id = self.control.popleft()
             if kind == "knobs":
                 self.knobs.apply(payload)
+                if any(name in LOADER_SETTINGS for name in payload):
+                    self._take_over_due = True
             elif kind == "diagnose":
                 self.diagnosis.start(payload, request_id)
             elif kind == "profile":

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from gpumon.protocol.framing import MAX_DEPTH, MAX_LINE, MAX_MESSAGE, decode, encode, error_message, nesting_depth
 from gpumon.protocol.inject import INJECT_DIR, injection_env
-from gpumon.protocol.knobs import APPLIES_NEXT_DATALOADER_ITER, APPLIES_NEXT_STEP, KNOBS, KnobSpec, validate_knobs
+from gpumon.protocol.knobs import (
+    APPLIES_NEXT_BATCH,
+    APPLIES_NEXT_DATALOADER_ITER,
+    APPLIES_NEXT_STEP,
+    KNOBS,
+    KnobSpec,
+    validate_knobs,
+)
 from gpumon.protocol.messages import (
     AutocastInfo,
     Bye,
@@ -125,6 +132,7 @@ from gpumon.protocol.paths import (
 from gpumon.protocol.validator import SHAPES, conform, validate
 
 __all__ = [
+    "APPLIES_NEXT_BATCH",
     "APPLIES_NEXT_DATALOADER_ITER",
     "APPLIES_NEXT_STEP",
     "BACKLOG_MAX",

@@ -11,7 +11,7 @@ from gpumon.protocol.names import E_BAD_KNOB, ProtocolError
 class KnobSpec(TypedDict):
     kind: str  # "bool" | "int" | "optional_int" | "choice"
     live: bool  # settable on a running job with set_knob
-    applies: str  # "next_step" | "next_dataloader_iter"
+    applies: str  # "next_step" | "next_batch" | "next_dataloader_iter"
     choices: tuple[str, ...]
     min: int
     max: int
@@ -19,6 +19,9 @@ class KnobSpec(TypedDict):
 
 
 APPLIES_NEXT_STEP = "next_step"
+APPLIES_NEXT_BATCH = "next_batch"
+"""At the next step boundary, each DataLoader's iterator is rebuilt mid-epoch with the new settings (the rest of the
+epoch in the same order); a loader that cannot be (an IterableDataset) takes them at its next iter()."""
 APPLIES_NEXT_DATALOADER_ITER = "next_dataloader_iter"
 
 KNOBS: dict[str, KnobSpec] = {
@@ -34,7 +37,7 @@ KNOBS: dict[str, KnobSpec] = {
     "num_workers": KnobSpec(
         kind="int",
         live=True,
-        applies=APPLIES_NEXT_DATALOADER_ITER,
+        applies=APPLIES_NEXT_BATCH,
         choices=(),
         min=0,
         max=256,
@@ -43,7 +46,7 @@ KNOBS: dict[str, KnobSpec] = {
     "pin_memory": KnobSpec(
         kind="bool",
         live=True,
-        applies=APPLIES_NEXT_DATALOADER_ITER,
+        applies=APPLIES_NEXT_BATCH,
         choices=(),
         min=0,
         max=0,
@@ -52,7 +55,7 @@ KNOBS: dict[str, KnobSpec] = {
     "prefetch_factor": KnobSpec(
         kind="optional_int",
         live=True,
-        applies=APPLIES_NEXT_DATALOADER_ITER,
+        applies=APPLIES_NEXT_BATCH,
         choices=(),
         min=1,
         max=64,
@@ -61,11 +64,29 @@ KNOBS: dict[str, KnobSpec] = {
     "persistent_workers": KnobSpec(
         kind="bool",
         live=True,
-        applies=APPLIES_NEXT_DATALOADER_ITER,
+        applies=APPLIES_NEXT_BATCH,
         choices=(),
         min=0,
         max=0,
         doc="DataLoader.persistent_workers",
+    ),
+    "skip_empty_cache": KnobSpec(
+        kind="bool",
+        live=True,
+        applies=APPLIES_NEXT_STEP,
+        choices=(),
+        min=0,
+        max=0,
+        doc="torch.cuda.empty_cache() a no-op (the call counted as skipped): the caching allocator keeps its blocks",
+    ),
+    "gc_freeze": KnobSpec(
+        kind="bool",
+        live=True,
+        applies=APPLIES_NEXT_STEP,
+        choices=(),
+        min=0,
+        max=0,
+        doc="gc.freeze() and gc.set_threshold raised to at least (50000, 50, 100); off: unfrozen, thresholds restored",
     ),
     "tf32": KnobSpec(
         kind="bool",

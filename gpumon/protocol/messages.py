@@ -297,7 +297,8 @@ class _KnobAckFields(_Typed):
 
 class KnobAck(_KnobAckFields, total=False):
     id: Any
-    applies: dict[str, str]  # name -> APPLIES_NEXT_STEP or APPLIES_NEXT_DATALOADER_ITER
+    applies: dict[str, str]  # name -> APPLIES_NEXT_STEP, APPLIES_NEXT_BATCH or APPLIES_NEXT_DATALOADER_ITER
+    not_live: dict[str, str]  # DataLoader knob -> "not live: ..." where a loader takes it only at its next epoch
 
 
 class _ProfilingFields(_Typed):

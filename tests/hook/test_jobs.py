@@ -318,7 +318,7 @@ def test_live_set_knob_and_diagnose_requests(start_job: Any) -> None:
     with HookConnection(job.wait_socket()) as conn:
         job.event("ready")
         ack = conn.request({"type": "set_knob", "id": 1, "knobs": {"num_workers": 2}}, ("knob_ack",))
-        assert ack["type"] == "knob_ack" and ack["applies"] == {"num_workers": "next_dataloader_iter"}
+        assert ack["type"] == "knob_ack" and ack["applies"] == {"num_workers": "next_batch"}
         refused = conn.request({"type": "set_knob", "id": 2, "knobs": {"tf32": True}}, ("knob_ack",))
         assert refused["type"] == "error" and refused["code"] == protocol.E_BAD_KNOB
         started = conn.request({"type": "diagnose", "id": 3, "steps": 3}, ("diagnosing",))
