@@ -119,3 +119,44 @@ def test_num_workers_changes_mid_epoch_and_back_with_every_index_once(script_job
     assert state["knobs"]["applied"] == {"num_workers": 2}
     assert state["knobs"]["errors"] == [] and state["hook"]["errors"] == 0, state["hook"]
     assert state["dataloaders"][0]["num_workers"] == 2
+
+
+def _steps_until(notes: list[dict[str, Any]], after: int, holds: Callable[[dict[str, Any]], bool]) -> int:
+    """Steps after `after` until a note `holds` (1: the first step after it)."""
+    for note in notes[after:]:
+        if holds(note):
+            return int(note["step"]) - after
+    raise AssertionError(f"not after step {after}: {notes[after : after + 8]}")
+
+
+def test_gc_freeze_and_skip_empty_cache_live_and_rolled_back(script_job: Any) -> None:
+    job = script_job("owner_knobs_train.py", "--steps", "60", "--pause", "20", "--pause", "40")
+    with HookConnection(job.wait_socket()) as conn:
+        assert job.event("paused")["step"] == 20
+        ack = _set(conn, {"gc_freeze": True, "skip_empty_cache": True})
+        assert ack["applies"] == {"gc_freeze": protocol.APPLIES_NEXT_STEP, "skip_empty_cache": "next_step"}
+        job.go(20)
+        assert job.event("paused")["step"] == 40
+        assert get_state(conn)["knobs"]["applied"] == {"gc_freeze": True, "skip_empty_cache": True}
+        _set(conn, {"gc_freeze": False, "skip_empty_cache": False})
+        job.go(40)
+        result = job.result()
+        state = get_state(conn)
+    job.release()
+    notes = result["notes"]
+    job_threshold = notes[0]["threshold"]
+    assert [n["threshold"] for n in notes[:20]] == [job_threshold] * 20
+    assert [n["reached"] for n in notes[:20]] == list(range(1, 21)) and notes[19]["skipped"] == 0
+    assert notes[19]["frozen"] == 0
+    # On within a step or two: thresholds raised, objects frozen, empty_cache calls skipped (counted by the wrapper).
+    on = _steps_until(notes, 20, lambda n: n["threshold"] == [max(50_000, job_threshold[0]), 50, 100])
+    assert on <= 2
+    assert all(n["frozen"] > 0 for n in notes[20 + on - 1 : 40])
+    reached_at_40 = notes[39]["reached"]
+    assert notes[39]["skipped"] >= 40 - 20 - on and reached_at_40 <= 20 + on
+    # Rolled back the same way: the job's thresholds, nothing frozen, every call reaches empty_cache again.
+    off = _steps_until(notes, 40, lambda n: n["threshold"] == job_threshold and n["frozen"] == 0)
+    assert off <= 2
+    assert notes[-1]["reached"] - reached_at_40 >= 20 - off and notes[-1]["skipped"] == notes[39 + off]["skipped"]
+    assert state["knobs"]["applied"] == {"gc_freeze": False, "skip_empty_cache": False}
+    assert state["hook"]["errors"] == 0, state["hook"]
