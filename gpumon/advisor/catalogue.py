@@ -13,8 +13,10 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.advisor.categories import (
+    ALLOCATOR_CHURN,
     CODE_ONLY,
     CPU_BOUND,
+    GC_BOUND,
     HEALTHY,
     HOST_SYNC,
     INPUT_BOUND,
@@ -31,6 +33,11 @@ NUMERICS_FLAG = "changes numerics: check the loss curve"
 CONV_FLAG = "helps convolutional models only"
 
 LOADER_KNOBS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+OWNER_KNOBS = {
+    "gc_freeze": (GC_BOUND, "the garbage collector's pauses"),
+    "skip_empty_cache": (ALLOCATOR_CHURN, "torch.cuda.empty_cache()'s frees and the cudaMallocs after them"),
+}
+"""Knobs that each take one owner of GPU idle time away, math left alone: a win proves the owner, none refutes it."""
 CLIMBING_KNOBS = ("num_workers", "batch_size")
 """Knobs tried further after a win (doubled while the finding and the resource allow), until a step does not win."""
 FIRST_WORKERS_CAP = 16
@@ -91,6 +98,18 @@ KNOBS: dict[str, KnobInfo] = {
             _hook("cudnn_benchmark"),
             _live("cudnn_benchmark"),
             "torch.backends.cudnn.benchmark = {value}",
+        ),
+        KnobInfo(
+            "gc_freeze",
+            _hook("gc_freeze"),
+            _live("gc_freeze"),
+            "import gc; gc.freeze(); gc.set_threshold(50000, 50, 100)  # once the model, optimizer and data are built",
+        ),
+        KnobInfo(
+            "skip_empty_cache",
+            _hook("skip_empty_cache"),
+            _live("skip_empty_cache"),
+            "# torch.cuda.empty_cache()  # out of the training loop: the caching allocator keeps its blocks",
         ),
         KnobInfo(
             "tf32",
@@ -157,6 +176,12 @@ class Experiment:
     def hook_only(self) -> bool:
         """Every knob is applied by the hook itself (works on any script)."""
         return all(KNOBS[name].hook if name in KNOBS else False for name in self.knobs)
+
+    @property
+    def owner(self) -> str:
+        """Which owner of GPU idle time it tests, for the result's reason ("" for a knob that tests none)."""
+        owners = [OWNER_KNOBS[name] for name in self.knobs if name in OWNER_KNOBS and self.knobs[name]]
+        return "; ".join(f"tests the owner {category} ({what})" for category, what in owners)
 
     @property
     def flags(self) -> list[str]:
@@ -273,6 +298,10 @@ def _candidates_for(
         add_prefetch()
     elif category == HOST_SYNC:
         pairs.append(("log_every", 50))
+    elif category == GC_BOUND:
+        pairs.append(("gc_freeze", True))
+    elif category == ALLOCATOR_CHURN:
+        pairs.append(("skip_empty_cache", True))
     elif category == LAUNCH_BOUND:
         target = batch_target(loader, climbing="batch_size" in climbing)
         if target:
@@ -341,6 +370,8 @@ def observed_value(name: str, signals: Signals) -> Any:
         "cudnn_benchmark": signals.cudnn_benchmark,
         "tf32": signals.tf32_matmul,
         "amp_bf16": signals.autocast,
+        "gc_freeze": False,
+        "skip_empty_cache": False,
     }.get(name)
 
 
@@ -358,7 +389,7 @@ def code_change(knobs: Mapping[str, Any]) -> list[str]:
         info = KNOBS.get(name)
         if info is None:
             lines.append(f"{name} = {value!r}")
-        elif isinstance(value, bool) and not value and name in ("amp_bf16", "channels_last"):
+        elif isinstance(value, bool) and not value and name in ("amp_bf16", "channels_last", *OWNER_KNOBS):
             continue
         else:
             lines.append(info.code.format(value=value))

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpumon import protocol
-from gpumon.advisor.catalogue import Experiment
+from gpumon.advisor.catalogue import OWNER_KNOBS, Experiment
 from gpumon.advisor.efficiency import with_efficiency
 from gpumon.advisor.measure import (
     Cancelled,
@@ -71,6 +71,9 @@ def current_value(view: HookedView, name: str) -> Any:
         return loaders[0].get(name) if loaders else None
     if name == "cudnn_benchmark":
         return view.precision.get("cudnn_benchmark")
+    if name in OWNER_KNOBS:  # held by the hook alone: off until set (its state's applied knobs)
+        knobs = view.state.get("knobs") if view.state is not None else None
+        return bool((knobs or {}).get("applied", {}).get(name, False))
     return None
 
 
@@ -332,7 +335,7 @@ class LiveRunner:
             return VariantResult(
                 **base,
                 status=measured.status,
-                reason=measured.reason,
+                reason=measured.reason or experiment.owner,
                 measurement=measured.measurement,
                 signals=measured.signals,
                 applied={name: "hook" if name in by_the_hook else "script" for name in change},
