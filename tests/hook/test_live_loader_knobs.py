@@ -160,3 +160,18 @@ def test_gc_freeze_and_skip_empty_cache_live_and_rolled_back(script_job: Any) ->
     assert notes[-1]["reached"] - reached_at_40 >= 20 - off and notes[-1]["skipped"] == notes[39 + off]["skipped"]
     assert state["knobs"]["applied"] == {"gc_freeze": False, "skip_empty_cache": False}
     assert state["hook"]["errors"] == 0, state["hook"]
+
+
+def test_an_iterable_dataset_says_not_live_and_changes_at_its_next_epoch(script_job: Any) -> None:
+    job = script_job("live_loader_train.py", "--iterable", "--size", "800", "--pause", "20")
+    with HookConnection(job.wait_socket()) as conn:
+        assert job.event("paused")["step"] == 20
+        ack = _set(conn, {"num_workers": 3})
+        assert ack["not_live"]["num_workers"].startswith("not live: IndexStream is an IterableDataset")
+        job.go(20)
+        result = job.result()
+        state = get_state(conn)
+    job.release()
+    assert result["each_once"], (result["repeated"], result["missing"])
+    assert {note["num_workers"] for note in result["notes"]} == {2}, "the epoch ends with the workers it began with"
+    assert state["knobs"]["applied"] == {"num_workers": 3} and state["hook"]["errors"] == 0

@@ -17,7 +17,7 @@ import os
 import time
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 import gpumon.hook  # noqa: F401 - the line a user adds
 
@@ -34,6 +34,18 @@ class IndexDataset(Dataset):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.tensor(index)
+
+
+class IndexStream(IterableDataset):
+    """The same indices as a stream, each worker taking every n-th."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info = get_worker_info()
+        start, step = (info.id, info.num_workers) if info is not None else (0, 1)
+        return (torch.tensor(index) for index in range(start, self.size, step))
 
 
 def sampler_order(size: int) -> list[int]:
@@ -57,16 +69,20 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=4000)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--pause", type=int, action="append", default=[])
+    parser.add_argument("--iterable", action="store_true", help="an IterableDataset (its loader is not live)")
     args = parser.parse_args()
 
-    loader = DataLoader(
-        IndexDataset(args.size),
-        batch_size=args.batch,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(SEED),
-        num_workers=2,
-        persistent_workers=True,
-    )
+    if args.iterable:
+        loader = DataLoader(IndexStream(args.size), batch_size=args.batch, num_workers=2, persistent_workers=True)
+    else:
+        loader = DataLoader(
+            IndexDataset(args.size),
+            batch_size=args.batch,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(SEED),
+            num_workers=2,
+            persistent_workers=True,
+        )
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     seen: list[int] = []
