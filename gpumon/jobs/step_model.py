@@ -249,10 +249,9 @@ def _split_idle(
     idle: float, weights: Mapping[str, float], wait: float, busy: float, measured: MeasuredHostTime
 ) -> IdleSplit:
     """Give the idle time its owners, in order: the GPU idle seen while the host waited in a sync, a host->device
-    copy or the allocator; the drain after
-    waits (syncs, and the waiting parts of empty_cache and of blocking device->host copies), shared by their waits;
-    the measured idle of copies, the allocator and the collector; the collector's other passes as host work; then
-    what is left by the sampled activities."""
+    copy or the allocator; the idle the hook measured outright (copies, the allocator's frees, the collector); the
+    drain after waits (syncs, and the waiting parts of empty_cache and of blocking device->host copies), shared by
+    their waits; the collector's other passes as host work; then what is left by the sampled activities."""
     total = sum(weights.values())
     sampled = {name: idle * n / total for name, n in weights.items()} if total > 0 else {}
     owned = dict.fromkeys((SYNC_WAIT, SYNC_IDLE, H2D, D2H, ALLOC, GC), 0.0)
@@ -272,6 +271,13 @@ def _split_idle(
     owned[ALLOC] = in_alloc
     owned[H2D] = in_copy
     left -= in_sync + in_alloc + in_copy
+    direct = min(left, d2h_idle + alloc_idle + measured.gc_idle)
+    if direct > 0:
+        ratio = direct / (d2h_idle + alloc_idle + measured.gc_idle)
+        owned[D2H] += d2h_idle * ratio
+        owned[ALLOC] += alloc_idle * ratio
+        owned[GC] += measured.gc_idle * ratio
+        left -= direct
     waits = {
         SYNC_IDLE: max(0.0, wait),
         D2H: max(0.0, measured.d2h - measured.d2h_idle),
@@ -282,13 +288,6 @@ def _split_idle(
     for owner, part in waits.items():
         owned[owner] += drain * part / waited if waited > 0 else 0.0
     left -= drain
-    direct = min(left, d2h_idle + alloc_idle + measured.gc_idle)
-    if direct > 0:
-        ratio = direct / (d2h_idle + alloc_idle + measured.gc_idle)
-        owned[D2H] += d2h_idle * ratio
-        owned[ALLOC] += alloc_idle * ratio
-        owned[GC] += measured.gc_idle * ratio
-        left -= direct
     # The collector's other passes stop the host as its own code does: their time is idle where the host is what
     # the GPU waits for, which the sampled host activities (their samples landed after each pass) say.
     host_side = sum(part for name, part in sampled.items() if name not in activity.DATA_ACTIVITIES)

@@ -1,0 +1,103 @@
+"""The step model's owners measured by the hook itself: the collector, the allocator, device->host copies and a
+CPU-side optimizer, and the idle seen inside a blocking copy."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpumon.jobs.host_profile import HostProfile
+from gpumon.jobs.step_model import (
+    ALLOC,
+    CPU,
+    CPU_OPTIMIZER,
+    D2H,
+    GC,
+    GPU_BUSY,
+    H2D,
+    LAUNCH,
+    OWNERS,
+    SYNC_IDLE,
+    MeasuredHostTime,
+    step_model,
+)
+from gpumon.protocol import activity
+
+
+def profile(activities: dict[str, list[int]]) -> HostProfile:
+    host = {"hz": 20, "samples": sum(sum(c) for c in activities.values()), "gpu_state": None, "activities": activities}
+    parsed = HostProfile.from_state(host, 10.0)
+    assert parsed is not None
+    return parsed
+
+
+def adds_up(shares: dict[str, float]) -> None:
+    assert set(shares) == set(OWNERS)
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-9)
+    assert all(share >= -1e-12 for share in shares.values())
+
+
+LAUNCHING = profile({activity.FORWARD: [60, 20, 0], activity.BACKWARD: [20, 0, 0]})
+"""The host in torch's launches 100 samples, the stream idle at 80 of them."""
+
+
+def test_measured_idle_caps_gpu_util_busy() -> None:
+    """GPU-Util reads 95%, but the hook saw the stream empty during empty_cache's frees for 40% of the time: the GPU
+    idled then whatever NVML says, and the frees own that idle."""
+    model = step_model(LAUNCHING, nvml_busy=0.95, measured=MeasuredHostTime(alloc=0.5, alloc_idle=0.4))
+    assert model is not None
+    adds_up(dict(model.shares))
+    assert model.shares[GPU_BUSY] == pytest.approx(0.6)
+    assert model.shares[ALLOC] >= 0.4
+
+
+def test_without_measured_idle_gpu_util_stands() -> None:
+    model = step_model(LAUNCHING, nvml_busy=0.95)
+    assert model is not None
+    assert model.shares[GPU_BUSY] == pytest.approx(0.95)
+    assert model.shares[ALLOC] == 0.0
+
+
+def test_collector_passes_take_their_time_from_the_host_side_owners() -> None:
+    """A launch-bound job (GPU busy 20%) whose collector runs 30% of the time: the samples after each pass landed on
+    launches, so GC takes its 30% from them."""
+    model = step_model(LAUNCHING, nvml_busy=0.2, measured=MeasuredHostTime(gc=0.3))
+    assert model is not None
+    adds_up(dict(model.shares))
+    assert model.shares[GC] == pytest.approx(0.3)
+    assert model.shares[LAUNCH] == pytest.approx(0.5)
+
+
+def test_collector_time_on_a_busy_gpu_owns_no_more_than_the_idle() -> None:
+    model = step_model(LAUNCHING, nvml_busy=0.9, measured=MeasuredHostTime(gc=0.3))
+    assert model is not None
+    assert model.shares[GC] <= 0.1 + 1e-9
+
+
+def test_a_blocking_device_to_host_copy_owns_its_measured_idle() -> None:
+    syncing = profile({activity.SYNC: [30, 10, 0], activity.FORWARD: [20, 40, 0]})
+    model = step_model(syncing, nvml_busy=0.5, measured=MeasuredHostTime(d2h=0.35, d2h_idle=0.25))
+    assert model is not None
+    adds_up(dict(model.shares))
+    assert model.shares[D2H] >= 0.25
+    assert model.shares[D2H] > model.shares[SYNC_IDLE]
+
+
+def test_idle_seen_inside_a_host_to_device_copy_is_the_copy_s_before_the_drain() -> None:
+    """A pageable copy waits for the queue, then copies with the GPU idle: the budget times all of it as a sync wait
+    (72% of the step), but the idle samples inside the copy are the copy's."""
+    copying = profile({activity.H2D: [35, 30, 0], activity.FORWARD: [4, 31, 0]})
+    model = step_model(copying, nvml_busy=0.61, sync_wait=0.72)
+    assert model is not None
+    adds_up(dict(model.shares))
+    assert model.shares[H2D] > model.shares[SYNC_IDLE]
+    assert model.shares[H2D] == pytest.approx(0.39 * 35 / 39, abs=0.01)
+
+
+def test_the_optimizer_s_samples_are_cpu_math_when_its_parameters_live_on_the_cpu() -> None:
+    stepping = profile({activity.OPTIMIZER: [50, 0, 0], activity.CPU: [10, 0, 0], activity.FORWARD: [0, 40, 0]})
+    on_gpu = step_model(stepping, nvml_busy=0.4)
+    on_cpu = step_model(stepping, nvml_busy=0.4, measured=MeasuredHostTime(optimizer_on_cpu=True))
+    assert on_gpu is not None and on_cpu is not None
+    assert on_gpu.shares[CPU_OPTIMIZER] == 0.0 and on_gpu.shares[LAUNCH] == pytest.approx(0.5)
+    assert on_cpu.shares[CPU_OPTIMIZER] == pytest.approx(0.5) and on_cpu.shares[LAUNCH] == 0.0
+    assert on_cpu.shares[CPU] == pytest.approx(0.1)
