@@ -80,7 +80,7 @@ class SnapshotCollector(Collector):
                 )
                 if self.dcgm_names:
                     last_xid = {uuid: tally.last for uuid, tally in self.xid.tallies.items()}
-                    families.extend(dcgm_families(snapshot, host, last_xid))
+                    families.extend(dcgm_families(snapshot, host, last_xid, gpu_pods))
             if self.extra is not None:
                 families.extend(self.extra.families(host))
         yield from families

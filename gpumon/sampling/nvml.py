@@ -142,6 +142,10 @@ class _Device:
     energy: float | None = None
     """The latest energy counter reading, in mJ, repeated between two reads."""
     energy_read_at: float | None = None
+    pci_bus_id: str | None = None
+    """NVML's PCI bus id, e.g. "00000000:19:00.0" (read once: it never changes)."""
+    memory_reserved: int | None = None
+    """Bytes the driver reserves (the v2 memory call's `reserved`, read once)."""
 
 
 class GpuCollector:
@@ -364,6 +368,7 @@ class GpuCollector:
             power_limit = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
             if power_limit is None:
                 power_limit = self._optional(nvml.nvmlDeviceGetPowerManagementLimit, handle)
+            reserved = getattr(memory, "reserved", None) if memory_version is not None else None
             max_clock = getattr(nvml, "nvmlDeviceGetMaxClockInfo", None)
             clock_sm_max = self._optional(max_clock, handle, nvml.NVML_CLOCK_SM) if max_clock is not None else None
             device = _Device(
@@ -376,6 +381,8 @@ class GpuCollector:
                 memory_version=memory_version,
                 gpm=self._gpm_supported(handle),
                 clock_sm_max=int(clock_sm_max) if clock_sm_max is not None else None,
+                pci_bus_id=self._pci_bus_id(handle),
+                memory_reserved=int(reserved) if reserved is not None else None,
             )
         except (_DeviceLost, _LibraryFailed) as error:
             return None, f"unavailable ({error})"
@@ -384,6 +391,15 @@ class GpuCollector:
         if device.gpm:
             self._setup_gpm(device)
         return device, ""
+
+    def _pci_bus_id(self, handle: Any) -> str | None:
+        """NVML's PCI bus id ("00000000:19:00.0"), or None where it cannot be read."""
+        function = getattr(self._library, "nvmlDeviceGetPciInfo", None)
+        info = self._optional(function, handle) if function is not None else None
+        bus_id = getattr(info, "busId", None)
+        if isinstance(bus_id, bytes):
+            bus_id = bus_id.decode("ascii", "replace")
+        return bus_id if isinstance(bus_id, str) and bus_id else None
 
     def _gpm_supported(self, handle: Any) -> bool:
         query = getattr(self._library, "nvmlGpmQueryDeviceSupport", None)
@@ -593,6 +609,8 @@ class GpuCollector:
         return {
             "temperature": float(temperature) if temperature is not None else None,
             "throttle_reasons": decode_clock_events(int(mask)) if mask is not None else None,
+            "pci_bus_id": device.pci_bus_id,
+            "memory_reserved": device.memory_reserved,
             **self._health(device),
         }
 
@@ -644,7 +662,40 @@ class GpuCollector:
             **self._ecc_fields(device),
             **self._remapped_fields(device),
             **({} if device.gpm_nvlink else self._nvlink_rates(device)),
+            **self._device_field_values(device),
+            **self._codec_fields(device),
         }
+        return fields
+
+    def _device_field_values(self, device: _Device) -> dict[str, Any]:
+        """Memory temperature and PCIe replays, in one nvmlDeviceGetFieldValues call."""
+        nvml = self._library
+        ids = [getattr(nvml, name, None) for name in ("NVML_FI_DEV_MEMORY_TEMP", "NVML_FI_DEV_PCIE_REPLAY_COUNTER")]
+        absent: dict[str, Any] = {"memory_temperature": None, "pcie_replays": None}
+        if None in ids:
+            return absent
+        function = getattr(nvml, "nvmlDeviceGetFieldValues", None)
+        values = self._health_call(device, "device_fields", function, [(field_id, 0) for field_id in ids])
+        if values is None:
+            return absent
+        temperature, replays = _field_numbers(nvml, values)
+        if temperature is None and replays is None:
+            device.unsupported.add("device_fields")  # neither field exists on this GPU
+        return {
+            "memory_temperature": temperature if temperature is not None and temperature > 0 else None,
+            "pcie_replays": int(replays) if replays is not None else None,
+        }
+
+    def _codec_fields(self, device: _Device) -> dict[str, float | None]:
+        """Video encoder and decoder utilization (percent; NVML returns it with its sampling period)."""
+        nvml = self._library
+        fields: dict[str, float | None] = {}
+        for name, function in (
+            ("encoder_utilization", "nvmlDeviceGetEncoderUtilization"),
+            ("decoder_utilization", "nvmlDeviceGetDecoderUtilization"),
+        ):
+            value = self._health_call(device, name, getattr(nvml, function, None))
+            fields[name] = float(value[0]) if value is not None else None
         return fields
 
     def _pcie_link_fields(self, device: _Device) -> dict[str, int | None]:

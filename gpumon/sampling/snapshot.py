@@ -54,6 +54,8 @@ class GpuSample:
     index: int
     uuid: str
     name: str
+    pci_bus_id: str | None = None
+    """NVML's PCI bus id, e.g. "00000000:19:00.0" (read once; slow tier)."""
     utilization_gpu: float | None = None
     """Percent of time a kernel ran (nvidia-smi's GPU-Util; says nothing about how many SMs)."""
     utilization_memory: float | None = None
@@ -64,6 +66,8 @@ class GpuSample:
     """Bytes."""
     memory_free: int | None = None
     """Bytes NVML calls free: total less used and (with the v2 memory call) less what the driver reserves."""
+    memory_reserved: int | None = None
+    """Bytes the driver reserves (the v2 memory call; read once; slow tier)."""
     temperature: float | None = None
     """Degrees Celsius (slow tier)."""
     power: float | None = None
@@ -114,6 +118,14 @@ class GpuSample:
     """Bytes/s of NVLink data received, all links together."""
     nvlink_tx: float | None = None
     """Bytes/s of NVLink data sent, all links together."""
+    memory_temperature: float | None = None
+    """Degrees Celsius of the memory (HBM), where NVML reports it."""
+    pcie_replays: int | None = None
+    """PCIe replays (retries) counted by the GPU."""
+    encoder_utilization: float | None = None
+    """Percent of time the video encoder was busy."""
+    decoder_utilization: float | None = None
+    """Percent of time the video decoder was busy."""
     ecc_corrected_volatile: int | None = None
     """Corrected ECC errors since the last driver load."""
     ecc_uncorrected_volatile: int | None = None
@@ -365,11 +377,13 @@ def _xid_event(value: object, where: str) -> XidEvent:
 
 
 _GPU_FIGURES: dict[str, Checker] = {
+    "pci_bus_id": _text,
     "utilization_gpu": _percent,
     "utilization_memory": _percent,
     "memory_used": _count,
     "memory_total": _count,
     "memory_free": _count,
+    "memory_reserved": _count,
     "temperature": _number,
     "power": _non_negative,
     "power_limit": _non_negative,
@@ -393,6 +407,10 @@ _GPU_FIGURES: dict[str, Checker] = {
     "energy_total": _non_negative,
     "nvlink_rx": _non_negative,
     "nvlink_tx": _non_negative,
+    "memory_temperature": _number,
+    "pcie_replays": _count,
+    "encoder_utilization": _percent,
+    "decoder_utilization": _percent,
     "ecc_corrected_volatile": _count,
     "ecc_uncorrected_volatile": _count,
     "ecc_corrected_aggregate": _count,
