@@ -329,7 +329,7 @@ class GpumonApp(App[None]):
         if self.source.live:
             self._arm_stale_check()
         history = self.source.history
-        self._process_table.show(snapshot.processes)
+        self._process_table.show(snapshot.processes, gpus_seen=bool(snapshot.gpus))
         self._size_panes(self._terminal_size)
         self._gpu_pane.whole_cells = self.source.interval <= WHOLE_CELLS_UP_TO_S
         self._gpu_pane.show(snapshot, history)

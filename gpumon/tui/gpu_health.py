@@ -10,7 +10,7 @@ from rich.text import Text
 from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.history import active_throttle_reasons
-from gpumon.sampling.snapshot import GpuSample, MigSample
+from gpumon.sampling.snapshot import GpuSample, MigSample, Snapshot
 from gpumon.tui.bar import bar
 
 NOT_AVAILABLE = "N/A"
@@ -36,6 +36,19 @@ _HEALTH_FIELDS = (
     "xid_events",
     "mig_mode",
 )
+
+
+def no_gpu_line(snapshot: Snapshot) -> Text | None:
+    """Why the snapshot has no GPU figures, one line as the GPU pane shows it ('GPU: NVIDIA driver not loaded');
+    None where NVML works."""
+    if snapshot.gpu_error:
+        message = printable(snapshot.gpu_error)
+        if not message.lower().startswith("gpu"):
+            message = f"GPU: {message}"
+        return Text(message, style="bold yellow")
+    if not snapshot.gpus:
+        return Text("GPU: no NVIDIA GPU found", style="bold yellow")
+    return None
 
 
 def has_health(gpu: GpuSample) -> bool:

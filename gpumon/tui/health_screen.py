@@ -13,14 +13,17 @@ from textual.widgets import Static
 
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.tui.format import short_gpu_name
-from gpumon.tui.gpu_health import health_badge, health_detail_lines
+from gpumon.tui.gpu_health import health_badge, health_detail_lines, no_gpu_line
 from gpumon.tui.panel_screen import PanelScreen
 
 
 def detail_text(snapshot: Snapshot | None) -> Text:
-    """Each GPU's name and badge, then its health figures one to a line."""
-    if snapshot is None or not snapshot.gpus:
+    """Each GPU's name and badge, then its health figures one to a line; without GPUs, why (the GPU pane's line)."""
+    if snapshot is None:
         return Text("no GPU sample yet", style="bright_black")
+    missing = no_gpu_line(snapshot)
+    if missing is not None and not snapshot.gpus:
+        return missing
     lines: list[Text] = []
     for gpu in snapshot.gpus:
         head = Text(f"GPU{gpu.index} {short_gpu_name(gpu.name)}  ", style="bold", end="")

@@ -34,6 +34,9 @@ MAX_DEPTH = 32
 """Process trees are shown this many levels deep at most."""
 MIN_COMMAND_WIDTH = 12
 CELL_PADDING = 1
+NO_GPU_LIVE = "no GPU seen: v shows every process as a tree"
+"""The title's hint where no GPU is seen (no driver, no NVML): the GPU process list would stay empty."""
+NO_GPU_REPLAY = "no GPU in this sample"
 ALL_PROCESSES_EVERY_S = 1.0
 """With all processes shown, the process list is read this often (on a worker thread)."""
 
@@ -364,6 +367,8 @@ class ProcessTable(CellTable):
         self.all_processes = False
         """Every process with its tree (live only), else the GPU processes and their descendants."""
         self._gpu_processes: Sequence[ProcessSample] = ()
+        self.gpus_seen = True
+        """The newest snapshot had GPUs; without any, the title says how to list every process instead."""
         self._every_process: tuple[ProcessSample, ...] = ()
         self._tree_collector: ProcessTreeCollector | None = None
         self._all_timer: Timer | None = None
@@ -383,10 +388,14 @@ class ProcessTable(CellTable):
         """The pids in display order."""
         return list(self._order)
 
-    def show(self, processes: Sequence[ProcessSample]) -> None:
+    def show(self, processes: Sequence[ProcessSample], gpus_seen: bool = True) -> None:
         """Show these GPU processes; a no-op when they equal the ones shown (the sampler's slow tier repeats them).
+        `gpus_seen`: the snapshot had GPUs (without, the title points to `v`).
 
         With all processes on, they only lend their GPU columns to the process trees."""
+        if gpus_seen != self.gpus_seen:
+            self.gpus_seen = gpus_seen
+            self._update_title()
         if processes == self._gpu_processes and self._layout is not None:
             return
         self._gpu_processes = processes
@@ -581,10 +590,15 @@ class ProcessTable(CellTable):
             self.move_cursor(row=order.index(cursor_pid), animate=False)
         self._update_title()
 
+    def _gpu_count_text(self) -> str:
+        """'2 on GPU'; with no GPU seen, how to list every process instead (live) or that the recording has none."""
+        if self.gpus_seen or self.all_processes:
+            return f"{sum(1 for process in self._gpu_processes if process.gpu_indices)} on GPU"
+        return NO_GPU_LIVE if self.control.live else NO_GPU_REPLAY
+
     def _update_title(self) -> None:
         arrow = "▼" if self.sort_descending else "▲"
-        on_gpu = sum(1 for process in self._gpu_processes if process.gpu_indices)
-        title = f"Processes · {on_gpu} on GPU · sort {SORT_COLUMNS[self.sort_column].label} {arrow} (s, S)"
+        title = f"Processes · {self._gpu_count_text()} · sort {SORT_COLUMNS[self.sort_column].label} {arrow} (s, S)"
         if self.all_processes:
             title += " · all processes (v)"
         if self.filter_text:

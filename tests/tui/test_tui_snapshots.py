@@ -55,9 +55,12 @@ def test_dashboard(
 
 
 def test_dashboard_without_nvidia_driver_80x24(snap_compare, recording, recording_name) -> None:
+    """Live, as a machine without a driver is watched: no GPU processes, and the process table says how to list every
+    process."""
     error = "NVIDIA driver not found (libnvidia-ml.so.1 missing)"
-    snapshots = [replace(snapshot, gpus=(), gpu_error=error) for snapshot in recording[:SHOWN]]
-    app, source = dashboard(snapshots, recording_name)
+    snapshots = [replace(snapshot, gpus=(), gpu_error=error, processes=()) for snapshot in recording[:SHOWN]]
+    source = FakeSource(description="live", interval=0.5, live=True)
+    app = GpumonApp(source, clock=frozen_clock(snapshots))
     assert snap_compare(app, terminal_size=(80, 24), run_before=fed(source, snapshots))
 
 
