@@ -2,13 +2,16 @@
 
 Every method named `on_*` is called from a patched torch function on the training thread. They only
 do arithmetic and append to bounded structures; the server thread reads those structures and never
-calls back in here except through the `control` queue, which is drained at step boundaries.
+calls back in here except through the `control` queue, which is drained at step boundaries. What each step
+boundary does (budget, GPU timing, FLOP count, CUDA probe, and the next boundary with any of them) is planned by
+gpumon.hook.schedule, a pure function of the step number, the settings and the recent step times: the runtime
+executes the plan and holds the state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import sys
 import time
 import weakref
 from collections import deque
@@ -29,32 +32,17 @@ from gpumon.hook.knob_state import KnobState, apply_dataloader_knobs
 from gpumon.hook.loader_rebuild import LOADER_SETTINGS, not_live_reason, take_over
 from gpumon.hook.nvtx import DATA_WAIT, NvtxRanges, nvtx_requested
 from gpumon.hook.profiler_capture import ProfilerCapture
+from gpumon.hook.schedule import GPU_TIMING_EVERY, GPU_TIMING_MIN_GAP_S, NO_CANDIDATE, BoundaryPlan, Schedule
 
 MAX_RECORDS = 4096
 MAX_LOADERS = 8
 MAX_ITERATORS = 16
-CUDA_PROBE_EVERY = 8
-"""Steps between checks of torch.cuda.is_initialized() while the job has not touched CUDA, for its first
-CUDA_PROBE_RARELY_AFTER steps (a job usually initializes CUDA before its first step)..."""
-CUDA_PROBE_RARELY_AFTER = 64
-CUDA_PROBE_RARELY_EVERY = 64
-"""...and after those (a CPU job would otherwise pay for a probe, about 20 us on the VM, every 8 steps)."""
 LEAD_SWITCH_AFTER = 64
+"""Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
 MAX_OPTIMIZERS = 8
 """Optimizers described in the state (the first ones seen)."""
 MAX_PARAMS_WALKED = 100_000
 """Parameters looked at once per optimizer to tell where they live."""
-"""Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
-GPU_TIMING_EVERY = 8
-"""Default: CUDA events time one step in this many (events cost the job time on fast steps)..."""
-GPU_TIMING_MIN_GAP_S = 0.1
-"""...and, unless GPUMON_HOOK_GPU_TIMING names N, timed steps at least this far apart (by the last step's time: a
-timed step and the records waiting behind its events cost a fast step about 90 us on an H200, so at most ten a
-second bound it by 0.1%)..."""
-GPU_TIMING_MAX_STRIDE = 256
-"""...but never more steps apart than this (a freak short step cannot put the next timed one out of sight)..."""
-GPU_TIMING_SLOW_STEP_S = 0.020
-"""...and every step after one that took at least this long (there the cost is negligible)."""
 PROFILE_EXIT_WAIT_S = 10.0
 """At exit inside a profiler capture, how long the exit waits for its trace to be written."""
 
@@ -109,22 +97,6 @@ class LoaderEntry:
         self.not_live = not_live_reason(loader, iterator)
 
 
-def _cuda_probe_every(seq: int) -> int:
-    """Boundaries between CUDA probes around boundary `seq` (a job usually initializes CUDA before its first step)."""
-    return CUDA_PROBE_EVERY if seq <= CUDA_PROBE_RARELY_AFTER else CUDA_PROBE_RARELY_EVERY
-
-
-def _next_multiple(step: int, every: int) -> int:
-    """The first multiple of `every` at or after `step`."""
-    return -(-step // every) * every
-
-
-def _boundary_before_multiple(seq: int, every: int) -> int:
-    """After boundary `seq`, the next boundary that opens a step numbered a multiple of `every` (step N opens at
-    boundary N - 1)."""
-    return _next_multiple(seq + 2, every) - 1
-
-
 class HookRuntime:
     """Per-process hook state. `torch` is the imported torch module (passed in to keep imports lazy)."""
 
@@ -136,10 +108,20 @@ class HookRuntime:
         self.active = True
         self.records: deque[list[Any]] = deque(maxlen=MAX_RECORDS)
         self.seq = 0
+        # The plan's state (gpumon.hook.schedule): what the last busy boundary planned, for the ones after it.
         self._quiet_until = 0
-        """Boundaries before this seq are quiet (close_step); 0: the next one does everything..."""
+        """Boundaries before this seq are quiet (close_step; BoundaryPlan.next_busy); 0: the next one is busy..."""
         self._quiet_below_s = math.inf
         """...and only after steps shorter than this (with GPU timing, a slow step times the next one)."""
+        self._budget_candidate = NO_CANDIDATE
+        """The next busy boundary when only a budget candidate is due there; _other_due: the one after it with anything
+        else due. Within budget_min_gap_s of the last budgeted step, such a boundary is quiet too (most of them, on
+        fast steps)."""
+        self._other_due = 0
+        self._budgeted_at = -math.inf
+        """When the last step budgeted on schedule opened (-inf: none yet)."""
+        self._gpu_next_timed = 0
+        """The step GPU timing's regular schedule times next (slow steps and budgeted ones are timed besides)."""
         # Requests from the server thread, applied at step boundaries; results going back.
         self.control: deque[tuple[str, Any, Any]] = deque(maxlen=64)
         self.outbox: deque[protocol.Message] = deque(maxlen=64)
@@ -179,16 +161,8 @@ class HookRuntime:
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
         # GPU timing.
-        asked_gpu_every = env_count_given(protocol.GPU_TIMING_ENV, GPU_TIMING_EVERY)
-        self._gpu_every = GPU_TIMING_EVERY if asked_gpu_every is None else asked_gpu_every
-        self.gpu_min_gap_s = GPU_TIMING_MIN_GAP_S if asked_gpu_every is None else 0.0  # an explicit N: one in N
-        self._gpu_next_timed = 0
-        """The step the regular schedule times next (slow steps and budgeted ones are timed besides)."""
         self.gpu: GpuStepTimer | None = None
         self._cuda_device: int | None = None
-        version = getattr(torch, "version", None)
-        self._cuda_probes = version is None or bool(getattr(version, "cuda", None) or getattr(version, "hip", None))
-        """Whether to probe for CUDA: not with a torch built without it, where CUDA can never be initialized."""
         self._resolved: list[list[Any]] = []
         # DataLoaders.
         self.loaders: dict[int, LoaderEntry] = {}
@@ -207,16 +181,6 @@ class HookRuntime:
         self.diagnosis = SyncDiagnosis(torch, self.outbox)
         # Step time budget (sampled steps).
         is_compiling = self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _never
-        asked = env_count_given(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
-        self._budget_every = BUDGET_EVERY if asked is None else asked
-        self.budget_min_gap_s = BUDGET_MIN_GAP_S if asked is None else 0.0  # an explicit N: exactly one in N
-        self._budgeted_at: float | None = None
-        self._budget_candidate = -1
-        """The next busy boundary when only a budget candidate is due there (-1: not so); _due_after_candidate: the
-        one after it with anything else due. Within budget_min_gap_s of the last budgeted step, such a boundary is
-        quiet too (most of them, on fast steps)."""
-        self._due_after_candidate = 0
-        self._flops_due = 0
         self.gc_timer = GcTimer(clock)
         """Garbage-collector totals; its callback goes on when the hook installs (lifecycle) and off at uninstall."""
         self.budget = BudgetMeter(
@@ -234,6 +198,7 @@ class HookRuntime:
         self.flops = FlopSampler(torch, self.error)
         # Profiler capture (on request only).
         self.profiler_capture = ProfilerCapture(torch, self.outbox, self.error)
+        self._schedule = _schedule_from_env(torch, self.flops.every)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -522,39 +487,50 @@ class HookRuntime:
     def _close_busy_step(
         self, seq: int, now: float, wall: float, data_wait: float, samples: int | None, source: str
     ) -> None:
-        """close_step's boundary with work to do: sampled or timed steps, counts and probes due, requests."""
+        """close_step's boundary with work to do: it executes the schedule's plan for it (sampled or timed steps,
+        counts and probes due) and requests, then keeps the plan's next busy boundary for close_step."""
         self.training_thread = get_ident()
+        since = now - self._budgeted_at  # since the last step budgeted on schedule
         if (
             seq == self._budget_candidate
-            and self._budgeted_at is not None
-            and now - self._budgeted_at < self.budget_min_gap_s
+            and since < self._schedule.budget_min_gap_s
             and wall < self._quiet_below_s
             and not self.control
         ):
             # Only a budget candidate was due here, and the last budgeted step is too recent for it: as quiet as the
-            # boundaries around it (everything else _next_busy_boundary plans for is due later).
+            # boundaries around it (everything else the plan had is due later).
             self.records.append([seq, now, wall, data_wait, samples, None, None, source, None, None])
-            self._plan_after_candidate(seq + self._budget_every)
+            self._quiet_until, self._budget_candidate = self._schedule.skip_candidate(seq, self._other_due)
             return
-        syncs = self.diagnosis.syncs_since_last()
+        syncs = self.diagnosis.syncs_since_last()  # None unless a diagnosis window is counting
+        gpu = self.gpu
+        known = self._cuda_device is not None
+        # Positional (keywords cost a cold boundary more): then diagnosing, timing, next_timed, cuda_known.
+        plan = self._schedule.at(seq, wall, since, syncs is not None, gpu is not None, self._gpu_next_timed, known)
         budget = self.budget.record(wall, data_wait) if self.budget.active else None
         record = [seq, now, wall, data_wait, samples, None, syncs, source, budget, None]
         if self.nvtx is not None:
             self.nvtx.step()
-        sampled = self._budget_next_step()
-        if sampled or self.budget.active:
-            self.budget.begin(sampled)
-        if seq >= self._flops_due or self.flops.counting:
+        sampled = plan.budget
+        if sampled:
+            if plan.budget_on_schedule:
+                self._budgeted_at = now
+            self.budget.begin(True)
+        elif self.budget.active:
+            self.budget.begin(False)
+        if plan.count_flops or self.flops.counting:
             self.flops.boundary(seq, samples)
 
-        gpu = self.gpu
         if gpu is None:
             self.records.append(record)
-            if self._cuda_device is None and self._cuda_probes and seq % _cuda_probe_every(seq) == 0:
-                self._probe_cuda(wall)
+            if plan.cuda_probe:
+                device = self._probe_cuda()
+                if device is not None:
+                    plan = self._plan_with_cuda(device, seq, wall, since, syncs is not None)
         else:
             gpu.end_step(record)
-            gpu.begin_step(self._time_next_step(wall), start_at_boundary=not self._dataloader_ever)
+            self._gpu_next_timed = plan.next_timed
+            gpu.begin_step(plan.gpu_time, start_at_boundary=not self._dataloader_ever)
             resolved = self._resolved
             gpu.resolve(resolved, R_GPU, R_COMM)
             if resolved:
@@ -566,8 +542,23 @@ class HookRuntime:
             self.profiler_capture.step()
         if self.control or self.knobs.reapply:
             self._drain_control()
-        self._quiet_until = self._next_busy_boundary()
         gpu = self.gpu  # a CUDA probe may have started GPU timing above
+        self._quiet_below_s = plan.quiet_below_s
+        if (
+            (gpu is not None and not gpu.idle)
+            or self.nvtx is not None
+            or self.budget.active
+            or self.flops.counting
+            or self.profiler_capture.active
+            or self.knobs.reapply
+            or self.diagnosis.counting
+        ):  # something sampled, timed, waited for, counted or captured: the next boundary is busy too
+            self._quiet_until = seq + 1
+            self._budget_candidate = NO_CANDIDATE
+        else:
+            self._quiet_until = plan.next_busy
+            self._budget_candidate = plan.budget_candidate
+            self._other_due = plan.other_due
         self.plain_fetch = (
             (self._optimizer_seen or self._manual)
             and self._dataloader_ever
@@ -578,113 +569,83 @@ class HookRuntime:
             and not self._take_over_due
         )
 
-    def _next_busy_boundary(self) -> int:
-        """The seq of the next boundary with more to do than appending its record: a budget, FLOP count, timed GPU step
-        or CUDA probe due, or the next one while anything is sampled, timed, waited for, counted or captured.
-        `control` and slow steps (GPU timing) are checked at each boundary."""
-        seq = self.seq
-        gpu = self.gpu
-        if (
-            (gpu is not None and not gpu.idle)
-            or self.nvtx is not None
-            or self.budget.active
-            or self.flops.counting
-            or self.profiler_capture.active
-            or self.knobs.reapply
-            or self.diagnosis.counting
-        ):
-            self._budget_candidate = -1
-            return seq + 1
-        due = self._flops_due = self.flops.next_boundary(seq)
-        if gpu is not None and self._gpu_every > 0:  # a timed step (after slow ones: _quiet_below_s)
-            due = min(due, max(seq + 1, self._gpu_next_timed - 1))
-        if self._cuda_device is None and self._cuda_probes:
-            every = _cuda_probe_every(seq + 1)
-            due = min(due, _next_multiple(seq + 1, every))
-        self._due_after_candidate = due
-        if self._budget_every > 0:
-            return self._plan_after_candidate(_boundary_before_multiple(seq, self._budget_every))
-        self._budget_candidate = -1
-        return due
+    def _plan_with_cuda(
+        self, device: int, seq: int, wall: float, since_budgeted: float, diagnosing: bool
+    ) -> BoundaryPlan:
+        """The job's CUDA `device` was just found at boundary `seq`: its plan again with the device known (the same
+        budget: the plan is pure) and, unless GPU timing is off, GPU timing starting with the step opening here."""
+        schedule = self._schedule
+        timing = schedule.gpu_every > 0
+        first = schedule.first_timed(seq + 1)
+        plan = schedule.at(
+            seq, wall, since_budgeted, diagnosing=diagnosing, timing=timing, next_timed=first, cuda_known=True
+        )
+        if timing:
+            self.gpu = GpuStepTimer(self.torch, device)
+            self._gpu_next_timed = plan.next_timed
+            self.gpu.begin_step(plan.gpu_time, start_at_boundary=not self._dataloader_ever)
+        return plan
 
-    def _plan_after_candidate(self, candidate: int) -> int:
-        """Plan the next busy boundary, the budget candidate `candidate` or the one with anything else due."""
-        due = self._due_after_candidate
-        self._budget_candidate = candidate if candidate < due else -1
-        self._quiet_until = min(candidate, due)
-        return self._quiet_until
-
-    @property
-    def budget_every(self) -> int:
-        return self._budget_every
-
-    @budget_every.setter
-    def budget_every(self, every: int) -> None:
-        self._budget_every = every
-        self._replan()
-
-    def _replan(self) -> None:
-        """Make the next boundary a busy one, which plans the ones after it again."""
-        self._quiet_until = 0
-        self._budget_candidate = -1
-
-    @property
-    def gpu_every(self) -> int:
-        return self._gpu_every
-
-    @gpu_every.setter
-    def gpu_every(self, every: int) -> None:
-        """Time exactly one step in `every` from now on, as GPUMON_HOOK_GPU_TIMING=N does (no gap)."""
-        self._gpu_every = every
-        self.gpu_min_gap_s = 0.0
-        self._gpu_next_timed = _next_multiple(self.seq + 1, every) if every > 0 else sys.maxsize
-        self._replan()
-
-    def _time_next_step(self, last_wall: float) -> bool:
-        """Whether the step opening now is timed: on the regular schedule, budgeted, or after a slow step."""
-        step = self.seq + 1
-        if step >= self._gpu_next_timed and self._gpu_every > 0:
-            self._gpu_next_timed = self._next_timed_after(step, last_wall)
-            return True
-        return self.budget.active or last_wall >= GPU_TIMING_SLOW_STEP_S
-
-    def _next_timed_after(self, step: int, last_wall: float) -> int:
-        """The regular schedule's next timed step after `step`: the next multiple of gpu_every, or with the gap,
-        enough steps of `last_wall` to span it (at least gpu_every, at most GPU_TIMING_MAX_STRIDE)."""
-        every = self._gpu_every
-        if self.gpu_min_gap_s <= 0:
-            return _next_multiple(step + 1, every)
-        steps = math.ceil(self.gpu_min_gap_s / last_wall) if last_wall > 0 else GPU_TIMING_MAX_STRIDE
-        return step + max(every, min(GPU_TIMING_MAX_STRIDE, steps))
-
-    def _budget_next_step(self) -> bool:
-        """Budget one step in budget_every, at least budget_min_gap_s apart, and every step of a diagnosis window."""
-        if self.budget_every <= 0:
-            return False
-        if self.diagnosis.counting:
-            return True
-        if (self.seq + 1) % self.budget_every:
-            return False
-        now = self.clock()
-        if self._budgeted_at is not None and now - self._budgeted_at < self.budget_min_gap_s:
-            return False
-        self._budgeted_at = now
-        return True
-
-    def _probe_cuda(self, last_wall: float) -> None:
-        """Once the job has initialized CUDA: note its device, and start GPU timing (unless turned off)."""
+    def _probe_cuda(self) -> int | None:
+        """Once the job has initialized CUDA: note its device (the lead optimizer's, else the current one) and
+        return it; None while it has not."""
         cuda = self.torch.cuda
         if not cuda.is_initialized():
-            return
+            return None
         device = self._lead_device
         if device is None:
             device = cuda.current_device()
         self._cuda_device = device
-        if self._gpu_every > 0:
-            self.gpu = GpuStepTimer(self.torch, device)
-            self._gpu_next_timed = _next_multiple(self.seq + 1, self._gpu_every)
-            self._quiet_below_s = GPU_TIMING_SLOW_STEP_S
-            self.gpu.begin_step(self._time_next_step(last_wall), start_at_boundary=not self._dataloader_ever)
+        return device
+
+    @property
+    def schedule(self) -> Schedule:
+        """The step schedule's settings (gpumon.hook.schedule); setting it plans the next boundary anew."""
+        return self._schedule
+
+    @schedule.setter
+    def schedule(self, schedule: Schedule) -> None:
+        self._schedule = schedule
+        self._replan()
+
+    @property
+    def budget_every(self) -> int:
+        """Budget one step in this many (0: none); setting it keeps the gap (budget_min_gap_s)."""
+        return self._schedule.budget_every
+
+    @budget_every.setter
+    def budget_every(self, every: int) -> None:
+        self.schedule = dataclasses.replace(self._schedule, budget_every=every)
+
+    @property
+    def budget_min_gap_s(self) -> float:
+        """Budgeted steps on schedule at least this far apart (0: exactly one in budget_every)."""
+        return self._schedule.budget_min_gap_s
+
+    @budget_min_gap_s.setter
+    def budget_min_gap_s(self, gap_s: float) -> None:
+        self.schedule = dataclasses.replace(self._schedule, budget_min_gap_s=gap_s)
+
+    @property
+    def gpu_every(self) -> int:
+        """GPU-time one step in this many (0: only after slow and budgeted steps, once timing has started)."""
+        return self._schedule.gpu_every
+
+    @gpu_every.setter
+    def gpu_every(self, every: int) -> None:
+        """Time exactly one step in `every` from now on, as GPUMON_HOOK_GPU_TIMING=N does (no gap)."""
+        self.schedule = dataclasses.replace(self._schedule, gpu_every=every, gpu_min_gap_s=0.0)
+        self._gpu_next_timed = self._schedule.first_timed(self.seq + 1)
+
+    @property
+    def gpu_min_gap_s(self) -> float:
+        """GPU-timed steps on schedule at least this far apart, by the last step's time (0: exactly one in N)."""
+        return self._schedule.gpu_min_gap_s
+
+    def _replan(self) -> None:
+        """Make the next boundary a busy one, which plans the ones after it again."""
+        self._quiet_until = 0
+        self._budget_candidate = NO_CANDIDATE
 
     @property
     def cuda_device(self) -> int | None:
@@ -734,6 +695,22 @@ class HookRuntime:
         if self.diagnosis.counting:
             return True
         return any(item[0] == "diagnose" for item in copy_while_mutated(self.control))
+
+
+def _schedule_from_env(torch: Any, flops_every: int) -> Schedule:
+    """The schedule GPUMON_HOOK_BUDGET_EVERY and GPUMON_HOOK_GPU_TIMING ask for (an explicit N: exactly one in N, no
+    gap), no CUDA probes with a torch built without CUDA (or HIP), where CUDA can never be initialized."""
+    gpu_every = env_count_given(protocol.GPU_TIMING_ENV, GPU_TIMING_EVERY)
+    budget_every = env_count_given(protocol.BUDGET_EVERY_ENV, BUDGET_EVERY)
+    version = getattr(torch, "version", None)
+    return Schedule(
+        budget_every=BUDGET_EVERY if budget_every is None else budget_every,
+        budget_min_gap_s=BUDGET_MIN_GAP_S if budget_every is None else 0.0,
+        gpu_every=GPU_TIMING_EVERY if gpu_every is None else gpu_every,
+        gpu_min_gap_s=GPU_TIMING_MIN_GAP_S if gpu_every is None else 0.0,
+        flops_every=flops_every,
+        cuda_probes=version is None or bool(getattr(version, "cuda", None) or getattr(version, "hip", None)),
+    )
 
 
 def _never() -> bool:

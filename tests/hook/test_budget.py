@@ -18,7 +18,7 @@ from gpumon import protocol, units
 from gpumon.hook import budget as budget_module
 from gpumon.hook import env as hook_env
 from gpumon.hook.budget import BUDGET_EVERY, _classify
-from gpumon.hook.runtime import R_BUDGET, HookRuntime
+from gpumon.hook.runtime import R_BUDGET, R_SEQ, HookRuntime
 from gpumon.hook.sync_counter import SYNC_WARNING_TEXT, SyncCounter
 from gpumon.hook.user_frame import first_user_frame, is_library_file
 from gpumon.jobs.budget import PARTS as BUDGET_PART_NAMES
@@ -292,18 +292,21 @@ def test_sync_sites_name_the_jobs_line_not_torch() -> None:
 
 def test_default_budgeted_steps_are_at_least_the_gap_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fast loop is budgeted one step in 16 but at most ten times a second; an explicit N has no gap."""
+
+    def budgeted_steps(steps: int) -> list[int]:
+        now = [100.0]
+        runtime = HookRuntime(torch, clock=lambda: now[0])
+        try:
+            for _ in range(steps):  # 1 ms steps: 16 steps take 16 ms
+                now[0] += 0.001
+                runtime.on_manual_step(None)
+        finally:
+            runtime.budget.stop()
+        return [record[R_SEQ] for record in runtime.records if record[R_BUDGET] is not None]
+
     monkeypatch.delenv(protocol.BUDGET_EVERY_ENV, raising=False)
-    now = [100.0]
-    runtime = HookRuntime(torch, clock=lambda: now[0])
-    due = []
-    for seq in range(200):  # 1 ms steps: 16 steps take 16 ms
-        runtime.seq = seq
-        if runtime._budget_next_step():
-            due.append(seq + 1)
-        now[0] += 0.001
+    due = budgeted_steps(200)
     assert due[0] == BUDGET_EVERY and all(b - a >= 100 for a, b in pairwise(due)), due
     assert all(step % BUDGET_EVERY == 0 for step in due)
     monkeypatch.setenv(protocol.BUDGET_EVERY_ENV, "16")
-    explicit = HookRuntime(torch, clock=lambda: now[0])
-    explicit_due = [seq + 1 for seq in range(64) if (setattr(explicit, "seq", seq) or explicit._budget_next_step())]
-    assert explicit_due == [16, 32, 48, 64]
+    assert budgeted_steps(64) == [16, 32, 48, 64]

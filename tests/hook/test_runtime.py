@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import warnings
 from types import SimpleNamespace
@@ -15,9 +16,9 @@ from torch.utils.data import DataLoader
 from gpumon import protocol
 from gpumon.hook import gpu_timer, info
 from gpumon.hook import runtime as runtime_module
+from gpumon.hook import schedule as schedule_module
 from gpumon.hook.knob_state import apply_dataloader_knobs
 from gpumon.hook.runtime import (
-    CUDA_PROBE_EVERY,
     LEAD_SWITCH_AFTER,
     R_DATA,
     R_GPU,
@@ -28,6 +29,7 @@ from gpumon.hook.runtime import (
     R_WALL,
     HookRuntime,
 )
+from gpumon.hook.schedule import CUDA_PROBE_EVERY
 
 
 class Clock:
@@ -363,13 +365,13 @@ def test_by_default_timed_steps_are_a_tenth_of_a_second_apart(clock: Clock, monk
     rt.budget_every = 0  # only GPU timing's own schedule
     for _ in range(CUDA_PROBE_EVERY):
         optimizer_step(rt, OPT)
-    assert rt.gpu is not None and rt.gpu_min_gap_s == runtime_module.GPU_TIMING_MIN_GAP_S
+    assert rt.gpu is not None and rt.gpu_min_gap_s == schedule_module.GPU_TIMING_MIN_GAP_S
     fast = timed_steps(rt, fake.cuda, 1000, 0.002)  # 2 ms steps: one in 50
     gaps = [b - a for a, b in itertools.pairwise(fast)]
     assert 18 <= len(fast) <= 21 and gaps and all(gap in (50, 51) for gap in gaps), fast  # a float clock
     slower = timed_steps(rt, fake.cuda, 200, 0.015)  # 15 ms steps: 0.1 s is 7 of them, under GPU_TIMING_EVERY
     gaps = [b - a for a, b in itertools.pairwise(slower)]
-    assert gaps and all(gap == runtime_module.GPU_TIMING_EVERY for gap in gaps[1:]), slower
+    assert gaps and all(gap == schedule_module.GPU_TIMING_EVERY for gap in gaps[1:]), slower
     assert len(rt.records) <= 200 and fake.cuda.recorded <= 2 * (len(fast) + len(slower)) + 2
 
 
@@ -542,8 +544,8 @@ def test_quiet_boundaries_do_what_full_ones_do(
         rt = HookRuntime(make_torch(), clock=clock)
         if gpu_every is not None:
             rt.gpu_every = gpu_every
-        if full:
-            monkeypatch.setattr(rt, "_next_busy_boundary", lambda rt=rt: rt.seq + 1)
+        if full:  # every boundary a busy one
+            rt.schedule = dataclasses.replace(rt.schedule, quiet=False)
         plain_fetches = _drive(rt, clock, 300, plain=not full)
         assert full or plain_fetches > 150, "most fetches took the plain path"
         rt.flush()
