@@ -46,6 +46,8 @@ less sure: a print() of a CPU value reads the same)."""
 
 
 class StackFrame(Protocol):
+    """A stack frame as `classify` reads it: its file, function and line (the hook's Frame and py-spy's alike)."""
+
     @property
     def file(self) -> str: ...
     @property

@@ -75,6 +75,7 @@ def decode(line: bytes | str, *, limit: int = MAX_MESSAGE) -> dict[str, Any]:
 
 
 def error_message(code: str, message: str, request_id: Any = None) -> Error:
+    """An `error` message with `code` and `message`, answering request `request_id` if given."""
     msg = Error(type=ERROR, code=code, message=message)
     if request_id is not None:
         msg["id"] = request_id

@@ -9,6 +9,8 @@ from gpumon.protocol.names import E_BAD_KNOB, ProtocolError
 
 
 class KnobSpec(TypedDict):
+    """One knob's entry in KNOBS: its kind and bounds, whether set_knob may change it live, when it applies."""
+
     kind: str  # "bool" | "int" | "optional_int" | "choice"
     live: bool  # settable on a running job with set_knob
     applies: str  # "next_step" | "next_batch" | "next_dataloader_iter"

@@ -16,6 +16,8 @@ class _Typed(TypedDict):
 
 
 class CudaDevice(TypedDict, total=False):
+    """One CUDA device the job sees (hello's and state's `cuda.devices`)."""
+
     index: int
     name: str
     uuid: str | None  # "GPU-xxxxxxxx-...", as nvidia-smi and NVML print it
@@ -24,6 +26,8 @@ class CudaDevice(TypedDict, total=False):
 
 
 class CudaInfo(TypedDict, total=False):
+    """The job's CUDA as it sees it: initialized or not, its visible devices and the one its steps run on."""
+
     initialized: bool  # False until the job itself touches CUDA; the hook never initializes it
     visible_devices: str | None  # CUDA_VISIBLE_DEVICES as the job sees it
     torch_cuda: str | None  # torch.version.cuda
@@ -32,6 +36,8 @@ class CudaInfo(TypedDict, total=False):
 
 
 class DistInfo(TypedDict, total=False):
+    """The job's torch.distributed place (torchrun's variables, then the process group): how ranks group."""
+
     rank: int | None
     local_rank: int | None
     world_size: int | None
@@ -50,6 +56,8 @@ class _HelloFields(_Typed):
 
 
 class Hello(_HelloFields, total=False):
+    """`hello`: the first message on every connection: the job process, its command, torch, CUDA and ranks."""
+
     ppid: int
     uid: int
     hostname: str
@@ -67,6 +75,8 @@ class Hello(_HelloFields, total=False):
 
 
 class StepBudget(TypedDict, total=False):
+    """A step record's `budget`: where a sampled step's time went (data, copies, syncs, optimizer, GC)."""
+
     data_worker_ms: float  # data wait not spent collating: the workers' queue, or (no workers) Dataset.__getitem__
     data_collate_ms: float  # the main process's collate_fn (num_workers 0); 0 with workers, which collate themselves
     h2d_ms: float  # host time in host->device copy calls (Tensor.to / cuda / copy_)
@@ -98,6 +108,8 @@ class StepBudget(TypedDict, total=False):
 
 
 class StepRecord(TypedDict, total=False):
+    """One training step as the hook saw it: its number, times, samples, GPU time and what ended it."""
+
     seq: int  # 1, 2, 3, ... per process; consecutive
     t: float  # unix time at the end of the step
     wall_ms: float  # time since the previous step boundary
@@ -113,6 +125,8 @@ class StepRecord(TypedDict, total=False):
 
 
 class StepStats(TypedDict, total=False):
+    """A `steps` message's rolling rates and means over the last few seconds of steps."""
+
     window_s: float  # the span the rates are computed over (at most STATS_WINDOW_S)
     steps: int  # steps in the window
     steps_per_s: float | None
@@ -129,6 +143,8 @@ class _StepsFields(_Typed):
 
 
 class Steps(_StepsFields, total=False):
+    """`steps`: the step records new to this client, with the rolling statistics."""
+
     t: float
     last_seq: int  # all records up to this seq have now been sent to this client (0: no step yet)
     dropped: int  # records this client missed (overflow); rates in `stats` still count them
@@ -136,6 +152,8 @@ class Steps(_StepsFields, total=False):
 
 
 class DataLoaderInfo(TypedDict, total=False):
+    """One DataLoader of the job: its settings, worker pids and fetch totals (state's `dataloaders`)."""
+
     id: int  # id() of the DataLoader object, stable while it lives
     dataset: str  # the dataset's class name
     batch_size: int | None
@@ -151,6 +169,8 @@ class DataLoaderInfo(TypedDict, total=False):
 
 
 class MemoryInfo(TypedDict, total=False):
+    """The job's CUDA caching allocator on its device (state's `memory`)."""
+
     device: int
     allocated: int  # bytes, torch.cuda.memory_allocated
     reserved: int  # torch.cuda.memory_reserved
@@ -161,6 +181,8 @@ class MemoryInfo(TypedDict, total=False):
 
 
 class AutocastInfo(TypedDict, total=False):
+    """The autocast contexts the training thread entered: device type, dtype, how often, when last."""
+
     device_type: str
     dtype: str  # "torch.bfloat16"
     enabled: bool
@@ -169,6 +191,8 @@ class AutocastInfo(TypedDict, total=False):
 
 
 class PrecisionInfo(TypedDict, total=False):
+    """The job's precision settings: autocast seen, TF32, float32 matmul precision, cuDNN flags."""
+
     autocast: AutocastInfo | None  # None: no autocast context seen
     tf32_matmul: bool  # torch.backends.cuda.matmul.allow_tf32
     tf32_cudnn: bool  # torch.backends.cudnn.allow_tf32
@@ -178,6 +202,8 @@ class PrecisionInfo(TypedDict, total=False):
 
 
 class KnobState(TypedDict, total=False):
+    """The knobs in effect, waiting for a boundary, refused or left to the script (state's `knobs`)."""
+
     applied: dict[str, Any]  # knobs in effect, by name
     pending: dict[str, Any]  # accepted, not yet applied (waiting for a step boundary)
     errors: list[str]  # e.g. a bad GPUMON_KNOBS
@@ -185,11 +211,15 @@ class KnobState(TypedDict, total=False):
 
 
 class DiagnosisState(TypedDict, total=False):
+    """Whether a sync-count diagnosis window runs, and its steps left (state's `diagnosis`)."""
+
     active: bool
     steps_left: int
 
 
 class HookInfo(TypedDict, total=False):
+    """The hook's own health: exceptions swallowed, clients, server restarts (state's `hook`)."""
+
     errors: int  # exceptions inside the hook, swallowed
     last_error: str | None
     clients: int
@@ -199,6 +229,8 @@ class HookInfo(TypedDict, total=False):
 
 
 class FlopCount(TypedDict, total=False):
+    """The FLOPs of one sampled step, or why none were counted (state's `flops`, for MFU)."""
+
     available: bool  # False: not counted (reason says why); the count fields then absent
     reason: str | None
     flops_per_step: int  # FLOPs of the counted step, forward and backward (torch.utils.flop_counter)
@@ -209,6 +241,8 @@ class FlopCount(TypedDict, total=False):
 
 
 class SampledLine(TypedDict, total=False):
+    """One line of the job the stack sampler saw: its activity and samples by GPU state."""
+
     file: str
     line: int
     function: str
@@ -217,6 +251,8 @@ class SampledLine(TypedDict, total=False):
 
 
 class HostSamples(TypedDict, total=False):
+    """The stack sampler's counts: samples per activity and per line, by GPU idle, busy or unknown."""
+
     hz: float  # samples a second the sampler aims at
     samples: int  # samples taken since it started
     gpu_state: str | None  # why the GPU's state is not read (e.g. CUDA graphs in use); None: read at each sample
@@ -230,12 +266,16 @@ OptimizerInfo = TypedDict("OptimizerInfo", {"class": str, "params_device": str},
 
 
 class SyncSite(TypedDict):
+    """A line of the job and how many times it called something (syncs, empty_cache), most first."""
+
     file: str
     line: int
     count: int
 
 
 class State(_Typed, total=False):
+    """`state` (every second, and the reply to `get_state`): loaders, memory, precision, knobs, FLOPs, host samples."""
+
     t: float
     last_seq: int
     step_source: str | None  # which signal marks steps now (one of STEP_SOURCES), None: no step yet
@@ -254,11 +294,15 @@ class State(_Typed, total=False):
 
 
 class Pong(_Typed, total=False):
+    """`pong`: the answer to `ping`."""
+
     id: Any
     t: float
 
 
 class SubscribeOptions(TypedDict, total=False):
+    """The stream options a subscription runs with, after clamping (in `subscribed`)."""
+
     steps: bool
     state: bool
     steps_interval: float
@@ -266,6 +310,8 @@ class SubscribeOptions(TypedDict, total=False):
 
 
 class Subscribed(_Typed, total=False):
+    """`subscribed`: the answer to `subscribe`, with the options in effect."""
+
     id: Any
     options: SubscribeOptions  # the values in effect, after clamping
 
@@ -275,6 +321,8 @@ class _DiagnosingFields(_Typed):
 
 
 class Diagnosing(_DiagnosingFields, total=False):
+    """`diagnosing`: a diagnose request was accepted; a `diagnosis` follows after `steps` steps."""
+
     id: Any
 
 
@@ -283,6 +331,8 @@ class _DiagnosisFields(_Typed):
 
 
 class Diagnosis(_DiagnosisFields, total=False):
+    """`diagnosis`: a sync-count window's result: syncs per step and the lines that made them."""
+
     id: Any  # the `id` of the diagnose request that asked for it
     reason: str
     steps: int
@@ -296,6 +346,8 @@ class _KnobAckFields(_Typed):
 
 
 class KnobAck(_KnobAckFields, total=False):
+    """`knob_ack`: the reply to `set_knob`: the knobs accepted, when each applies, which loaders take them late."""
+
     id: Any
     applies: dict[str, str]  # name -> APPLIES_NEXT_STEP, APPLIES_NEXT_BATCH or APPLIES_NEXT_DATALOADER_ITER
     not_live: dict[str, str]  # DataLoader knob -> "not live: ..." where a loader takes it only at its next epoch
@@ -306,6 +358,8 @@ class _ProfilingFields(_Typed):
 
 
 class Profiling(_ProfilingFields, total=False):
+    """`profiling`: a profile request was accepted; the trace of `steps` steps goes to `path`."""
+
     id: Any
     path: str  # where the trace will be written
 
@@ -315,6 +369,8 @@ class _ProfileResultFields(_Typed):
 
 
 class ProfileResult(_ProfileResultFields, total=False):
+    """`profile_result`: the profiler trace written (or why not), with what capturing it cost."""
+
     id: Any  # the `id` of the profile request that asked for it
     reason: str
     path: str  # the trace: gzipped Chrome trace JSON (Perfetto, chrome://tracing), mode 0600
@@ -331,24 +387,34 @@ class _ErrorFields(_Typed):
 
 
 class Error(_ErrorFields, total=False):
+    """`error`: a request refused or failed: an error code (names.E_*) and a message."""
+
     id: Any
 
 
 class Bye(_Typed, total=False):
+    """`bye`: the job is exiting; EOF follows."""
+
     t: float
     last_seq: int
     reason: str  # "exit"
 
 
 class PingRequest(_Typed, total=False):
+    """`ping` request: answered by `pong`."""
+
     id: Any
 
 
 class GetStateRequest(_Typed, total=False):
+    """`get_state` request: answered by one `state`."""
+
     id: Any
 
 
 class SubscribeRequest(_Typed, total=False):
+    """`subscribe` request: stream `steps` and `state` messages at these intervals, with a backlog."""
+
     id: Any
     steps: bool  # stream `steps` (default true)
     state: bool  # stream `state` (default true)
@@ -362,6 +428,8 @@ class _DiagnoseRequestFields(_Typed):
 
 
 class DiagnoseRequest(_DiagnoseRequestFields, total=False):
+    """`diagnose` request: count the syncs of the next `steps` steps (answered by `diagnosis`)."""
+
     id: Any
 
 
@@ -370,6 +438,8 @@ class _ProfileRequestFields(_Typed):
 
 
 class ProfileRequest(_ProfileRequestFields, total=False):
+    """`profile` request: torch.profiler over the next `steps` steps, the trace written into `dir`."""
+
     id: Any
     dir: str  # absolute path of a directory for the trace (created 0700, or ours with no group/other access)
 
@@ -379,6 +449,8 @@ class _SetKnobRequestFields(_Typed):
 
 
 class SetKnobRequest(_SetKnobRequestFields, total=False):
+    """`set_knob` request: apply these knobs at the next step boundary (answered by `knob_ack`)."""
+
     id: Any
 
 

@@ -61,10 +61,12 @@ def candidate_socket_dirs(uid: int | None = None) -> list[str]:
 
 
 def socket_path(pid: int, uid: int | None = None) -> str:
+    """The socket a job of `pid` serves on in `uid`'s socket directory (socket_dir): PID.sock."""
     return os.path.join(socket_dir(uid), f"{pid}.sock")
 
 
 def pid_from_socket_path(path: str) -> int | None:
+    """The pid a socket's name gives (PID.sock), None for any other name."""
     name = os.path.basename(path)
     if not name.endswith(".sock"):
         return None
