@@ -10,7 +10,8 @@ Public API:
     install(lazy=None) -> bool   install explicitly (idempotent; importing already did)
     step(samples=None)           mark a step end yourself, for loops the hook cannot see
     uninstall()                  take the patches off and stop the server
-    is_installed() -> bool
+    is_installed() -> bool       whether the hook is installed in this process
+    HOOK_VERSION                 gpumon's version, as the hook reports it in hello (`hook_version`)
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ class EmptyCacheCounter:
         self.skipped = 0
 
     def wrap(self, original: Callable[..., Any], cuda: Any = None) -> Callable[..., Any]:
+        """torch.cuda.empty_cache (`original`) wrapped: each call timed and counted, or skipped."""
         counter = self
         clock = self._clock
 

@@ -77,6 +77,7 @@ class BudgetMeter:
         self.reset()
 
     def reset(self) -> None:
+        """Zero the open step's sums (each step's budget starts empty)."""
         self.collate_s = 0.0
         self.h2d_s = 0.0
         self.h2d_bytes = 0

@@ -24,6 +24,7 @@ class SyncDiagnosis:
 
     @property
     def counting(self) -> bool:
+        """Whether a window is counting syncs now."""
         counter = self.counter
         return counter is not None and counter.active
 
@@ -64,6 +65,7 @@ class SyncDiagnosis:
             self.finish()
 
     def finish(self) -> None:
+        """End the window: stop counting and put its `diagnosis` in the outbox."""
         counter = self.counter
         if counter is None:
             return

@@ -53,6 +53,7 @@ class FlopSampler:
 
     @property
     def counting(self) -> bool:
+        """Whether a step's FLOPs are being counted now (FlopCounterMode entered)."""
         return self._counter is not None
 
     def boundary(self, closed_seq: int, samples: int | None) -> None:

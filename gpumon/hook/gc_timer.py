@@ -38,12 +38,14 @@ class GcTimer:
         self._callback: Callable[[str, dict[str, Any]], None] | None = None
 
     def start(self) -> None:
+        """Put the callback on gc.callbacks (once)."""
         if self._callback is not None:
             return
         self._callback = self._on_gc
         gc.callbacks.append(self._callback)
 
     def stop(self) -> None:
+        """Take the callback off gc.callbacks."""
         callback = self._callback
         self._callback = None
         if callback is not None and callback in gc.callbacks:
@@ -51,6 +53,7 @@ class GcTimer:
 
     @property
     def running(self) -> bool:
+        """Whether the callback is on."""
         return self._callback is not None
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:

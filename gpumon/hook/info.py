@@ -61,6 +61,7 @@ def _torch_version() -> str | None:
 
 
 def cuda_info(runtime: HookRuntime | None) -> protocol.CudaInfo:
+    """The job's CUDA as hello and state report it: never initializes CUDA (devices only once the job did)."""
     torch = sys.modules.get("torch")
     info = protocol.CudaInfo(
         initialized=False,
@@ -100,6 +101,7 @@ def cuda_info(runtime: HookRuntime | None) -> protocol.CudaInfo:
 
 
 def dist_info() -> protocol.DistInfo:
+    """The job's torch.distributed place: torchrun's variables, then the process group's rank and size."""
     info = protocol.DistInfo(
         rank=_int_env("RANK"),
         local_rank=_int_env("LOCAL_RANK"),
@@ -127,6 +129,7 @@ def dist_info() -> protocol.DistInfo:
 def hello(
     runtime: HookRuntime | None, *, started: float, injected: bool, socket_refused: str | None = None
 ) -> protocol.Hello:
+    """The `hello` message every connection starts with: the process, its command, torch, CUDA and ranks."""
     try:
         cwd = escape_surrogates(os.getcwd())
     except OSError:
@@ -153,6 +156,7 @@ def hello(
 
 
 def record_dict(runtime: HookRuntime, record: list[Any]) -> protocol.StepRecord:
+    """One step record (the runtime's list, R_* indices) as the protocol's StepRecord."""
     out = protocol.StepRecord(
         seq=record[R_SEQ],
         t=round(runtime.unix_time(record[R_END]), 4),
@@ -253,6 +257,7 @@ def step_stats(runtime: HookRuntime, records: list[list[Any]], now_perf: float) 
 
 
 def memory_info(runtime: HookRuntime, devices: list[protocol.CudaDevice]) -> protocol.MemoryInfo | None:
+    """The caching allocator's figures on the job's device (host-side counters: no sync); None without CUDA."""
     torch = runtime.torch
     if not torch.cuda.is_initialized():
         return None
@@ -273,6 +278,7 @@ def memory_info(runtime: HookRuntime, devices: list[protocol.CudaDevice]) -> pro
 
 
 def precision_info(runtime: HookRuntime) -> protocol.PrecisionInfo:
+    """The job's precision settings as they stand, with the autocast contexts seen."""
     torch = runtime.torch
     backends = torch.backends
     autocast = None
@@ -296,6 +302,7 @@ def precision_info(runtime: HookRuntime) -> protocol.PrecisionInfo:
 
 
 def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
+    """The job's DataLoaders (at most MAX_LOADERS), the most recently used first."""
     entries = sorted(copy_while_mutated(runtime.loaders.values()), key=lambda e: e.last_used, reverse=True)
     return [
         protocol.DataLoaderInfo(
@@ -332,6 +339,7 @@ def state(
     server_restarts: int = 0,
     socket_refused: str | None = None,
 ) -> protocol.State:
+    """The `state` message: loaders, memory, precision, knobs, diagnosis, FLOPs, host samples, the hook's health."""
     cuda = cuda_info(runtime)
     pending: dict[str, Any] = {}
     for kind, payload, _id in copy_while_mutated(runtime.control):

@@ -87,11 +87,13 @@ class KnobState:
         return True
 
     def reapply_pending(self) -> None:
+        """Apply again the GPUMON_KNOBS left for the first step boundary (`reapply`)."""
         knobs, self.reapply = self.reapply, {}
         if knobs:
             self.apply(knobs)
 
     def error(self, text: str) -> None:
+        """Note a knob error for the state (cut at 300 characters; the last MAX_ERRORS kept)."""
         self.errors.append(text[:300])
         del self.errors[:-MAX_ERRORS]
 
@@ -106,6 +108,7 @@ class GcFreeze:
         self.job_froze = False
 
     def set(self, on: bool) -> None:
+        """Turn gc_freeze on (freeze what is alive now, raise the thresholds) or off (as the job had them)."""
         if on:
             if self.previous is None:
                 self.previous = gc.get_threshold()

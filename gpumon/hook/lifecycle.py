@@ -37,6 +37,7 @@ class _HookState:
 
 
 def disabled_by_env() -> bool:
+    """Whether GPUMON_HOOK turns the hook off (0, false, off, no)."""
     return os.environ.get(HOOK_ENV, "").strip().lower() in ("0", "false", "off", "no")
 
 
@@ -123,6 +124,7 @@ def step(samples: int | None = None) -> None:
 
 
 def is_installed() -> bool:
+    """Whether the hook is installed in this process (not a forked child that inherited it)."""
     state = _state
     return state is not None and not state.forked_child and state.pid == os.getpid()
 

@@ -53,6 +53,7 @@ def wanted_settings(loader: Any, knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def set_settings(loader: Any, settings: Mapping[str, Any]) -> None:
+    """Set DataLoader attributes as they are, past DataLoader.__setattr__'s checks after init."""
     for name, value in settings.items():
         object.__setattr__(loader, name, value)  # DataLoader.__setattr__ refuses persistent_workers after init
 

@@ -27,6 +27,7 @@ MAX_OPEN = 8
 
 
 def nvtx_requested() -> bool:
+    """Whether GPUMON_NVTX asks for the NVTX ranges."""
     return env_switch(protocol.NVTX_ENV)
 
 
@@ -122,6 +123,7 @@ class NvtxRanges:
 
     @property
     def depth(self) -> int:
+        """How many ranges are open now."""
         return len(self._open)
 
     # -- forward and optimizer, seen through torch's global hooks ---------------------------------

@@ -29,6 +29,7 @@ class Patches:
         self._restore.append(lambda: setattr(owner, name, original))
 
     def remove(self) -> None:
+        """Put the originals back, the last patched first (best effort: one that fails is skipped)."""
         while self._restore:
             try:
                 self._restore.pop()()

@@ -28,6 +28,7 @@ class TokenBucket:
         return True
 
     def spend(self, now: float, amount: float) -> None:
+        """Take `amount` tokens at time `now` (the bucket may go below zero: a debt)."""
         self._refill(now)
         self.tokens -= amount
 

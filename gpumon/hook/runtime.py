@@ -86,6 +86,7 @@ class LoaderEntry:
         """Why its iterator cannot take DataLoader knobs mid-epoch (loader_rebuild); None: it can."""
 
     def update(self, loader: Any, iterator: Any) -> None:
+        """Read a DataLoader's settings and worker pids from it and its new iterator."""
         self.dataset = type(getattr(loader, "dataset", None)).__name__
         self.batch_size = getattr(loader, "batch_size", None)
         self.num_workers = int(getattr(loader, "num_workers", 0))
@@ -208,6 +209,7 @@ class HookRuntime:
         self.last_error = f"{type(exc).__name__}: {exc}"[:300]
 
     def unix_time(self, perf: float) -> float:
+        """A time of `clock` (perf_counter) as unix time."""
         return self.unix0 + (perf - self.perf0)
 
     def snapshot_records(self) -> list[list[Any]]:
@@ -316,6 +318,7 @@ class HookRuntime:
         return started, batch
 
     def on_fetch_begin(self) -> float:
+        """Before a DataLoader fetch that is not plain: a step may end here; returns the clock."""
         if not self._began:
             self._begin()
         if self._fetched and not self._manual and not self._optimizer_seen:
@@ -326,6 +329,7 @@ class HookRuntime:
         return self.clock()
 
     def on_backward(self) -> None:
+        """A backward() call: it ends the step where backward marks the steps."""
         if not self._began:
             self._begin()
         if self._backward_since and not self._dataloader_ever and not self._manual and not self._optimizer_seen:
@@ -352,6 +356,7 @@ class HookRuntime:
             self.error(exc)
 
     def on_optimizer_step(self, optimizer: Any) -> None:
+        """An optimizer's step() ended: the lead optimizer's ends the step."""
         self._plain_optimizer = 0
         key = id(optimizer)
         if key not in self.optimizers and len(self.optimizers) < MAX_OPTIMIZERS:
@@ -377,6 +382,7 @@ class HookRuntime:
         self._plain_optimizer = key
 
     def on_manual_step(self, samples: int | None) -> None:
+        """gpumon.hook.step(): the script marks the step end itself (from then on, only it does)."""
         self._manual = True
         self._plain_optimizer = 0
         self.close_step(protocol.SOURCE_MANUAL, samples)
@@ -384,6 +390,7 @@ class HookRuntime:
             self._activity()
 
     def on_autocast_enter(self, autocast: Any) -> None:
+        """An autocast context entered: its device type, dtype and when, for the precision state."""
         info = self.autocast
         if info is None:
             info = self.autocast = {"entered": 0}
@@ -394,11 +401,13 @@ class HookRuntime:
         info["last"] = self.clock()
 
     def on_loader_iter_begin(self, loader: Any) -> None:
+        """A DataLoader's iter() begins: give it the DataLoader knobs in effect."""
         knobs = self.knobs.dataloader
         if knobs:
             apply_dataloader_knobs(loader, knobs)
 
     def on_loader_iter_end(self, loader: Any, iterator: Any) -> None:
+        """A DataLoader's iter() made `iterator`: note its settings, follow its fetches."""
         loader_id = id(loader)
         entry = self.loaders.get(loader_id)
         if entry is None:
@@ -649,6 +658,7 @@ class HookRuntime:
 
     @property
     def cuda_device(self) -> int | None:
+        """The job's CUDA device: the one found at a probe, else the lead optimizer's; None: unknown."""
         return self._cuda_device if self._cuda_device is not None else self._lead_device
 
     def flush(self) -> None:
@@ -692,6 +702,7 @@ class HookRuntime:
 
     @property
     def diagnosing(self) -> bool:
+        """Whether a diagnosis window counts or waits to start (server thread)."""
         if self.diagnosis.counting:
             return True
         return any(item[0] == "diagnose" for item in copy_while_mutated(self.control))

@@ -132,11 +132,13 @@ class HookServer:
 
     @property
     def clients(self) -> int:
+        """How many clients are connected."""
         return len(self._clients)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> bool:
+        """Listen in the chosen socket directory and start the server thread; False (why: `failure`) if not."""
         if not self._choose_directory():
             return False
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -70,6 +70,7 @@ class StackSampler:
     # -- the thread -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the sampler thread (once), guarding CUDA graph captures first."""
         if self._thread is not None:
             return
         self._guard_graphs()
@@ -111,6 +112,7 @@ class StackSampler:
     # -- one sample -----------------------------------------------------------------------------
 
     def sample_once(self) -> None:
+        """Read the training thread's stack once, classify it, and count it by GPU state."""
         thread = self._runtime.training_thread
         if not thread:
             return
@@ -227,6 +229,7 @@ class StackSampler:
     # -- what the state message carries ---------------------------------------------------------
 
     def result(self) -> protocol.HostSamples:
+        """The counts so far as the state's `host` (the lines with the most samples, most first)."""
         with self._lock:
             counts = {name: list(values) for name, values in self._counts.items() if any(values)}
             lines = sorted(self._lines.items(), key=_most_idle_first)[:SAMPLED_LINES_SENT]

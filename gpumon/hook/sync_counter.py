@@ -79,6 +79,7 @@ class SyncCounter:
                 warnings.showwarning = self._original_showwarning
 
     def top_sites(self) -> list[dict[str, Any]]:
+        """The lines that synced most, most first (at most MAX_SITES)."""
         return [{"file": file, "line": line, "count": n} for (file, line), n in self.sites.most_common(MAX_SITES)]
 
     def _showwarning(
