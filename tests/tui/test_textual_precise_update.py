@@ -8,6 +8,7 @@ import io
 
 import pyte
 import pytest
+from frames import settle, show
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
@@ -53,15 +54,20 @@ def _look(cell: pyte.screens.Char) -> tuple[object, ...]:
     return (cell.data, cell.fg, cell.bg, cell.bold, cell.italics, cell.underscore, cell.strikethrough, cell.reverse)
 
 
-async def frames_of(snapshots: list[Snapshot], interval: float) -> list[tuple[str, str, str]]:
-    """Each frame the dashboard rendered while showing `snapshots` one by one: (as Textual renders it, as gpumon's
-    screen does, the whole screen redrawn at that moment). A full frame (after a layout) is the same in all three."""
+async def frames_of(snapshots: list[Snapshot], interval: float) -> tuple[str, list[tuple[str, str, str]]]:
+    """The whole screen once the dashboard has started, then each frame it rendered while showing `snapshots` one by
+    one, each pushed once the last has been applied and every frame it led to drawn: (as Textual renders it, as
+    gpumon's screen does, the whole screen redrawn at that moment). A full frame (after a layout) is the same in all
+    three."""
     source = FakeSource(interval=interval)
     app = GpumonApp(source, clock=frozen_clock(snapshots))
     frames: list[tuple[str, str, str]] = []
     async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        await settle(pilot)
         compositor = app.screen._compositor
         assert isinstance(compositor, PreciseCompositor)
+        # Where the comparison starts: Textual's start-up frames, drawn before this, are not compared.
+        start = compositor.render_full_update().render_segments(app.console)
         render_update = compositor.render_update
 
         def captured(*args: object, **kwargs: object) -> object:
@@ -78,18 +84,18 @@ async def frames_of(snapshots: list[Snapshot], interval: float) -> list[tuple[st
 
         compositor.render_update = captured  # type: ignore[method-assign]
         for snapshot in snapshots:
-            source.push(snapshot)
-            await pilot.pause()
-        await pilot.pause(0.05)
-    return frames
+            await show(pilot, source, snapshot, frames)
+    return start, frames
 
 
 @pytest.mark.parametrize("interval", [1.0, 0.25])
 async def test_every_frame_shows_what_textuals_frame_shows_with_fewer_bytes(two_gpu_recording, interval) -> None:
-    frames = await frames_of(two_gpu_recording, interval)
+    start, frames = await frames_of(two_gpu_recording, interval)
     partial = [frame for frame in frames if frame[0] != frame[1]]
     assert len(partial) > len(two_gpu_recording) // 2, "most frames must be cut for the test to mean anything"
     textuals, gpumons, redrawn = Terminal(), Terminal(), Terminal()
+    for terminal in (textuals, gpumons, redrawn):
+        terminal.feed(start)
     for index, (textual_frame, gpumon_frame, whole) in enumerate(frames):
         textuals.feed(textual_frame)
         gpumons.feed(gpumon_frame)

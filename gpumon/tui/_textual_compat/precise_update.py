@@ -16,7 +16,7 @@ left edge: a crop there could cut a wide character in two.
 bounding box of the changed regions for all its visible lines (the panes, the process table, and the containers and
 screen behind them, whose lines their children cover), then sends only the pieces in the changed spans. It asks each
 widget only for the rows where it is the front widget of a piece that is sent, and none once every piece is filled
-(issue 26 item 7: 5.5 -> 4.8 ms of frame work a snapshot, benchmarks/tui_render_cost.py on the 2x H200 recording).
+(5.5 -> 4.8 ms of frame work a snapshot, benchmarks/tui_render_cost.py on the 2x H200 recording).
 
 It subclasses the private `ChopsUpdate` and `Compositor` (its `cuts`, `visible_widgets` and `_dirty_regions`) and sets
 the private `Screen._compositor`, so it is used only with the Textual versions it was written against.
