@@ -57,6 +57,7 @@ def visible_devices(environ: Mapping[str, str]) -> frozenset[str] | None:
 
 
 def is_chosen(gpu: GpuSample, gpus: Collection[str]) -> bool:
+    """Whether `gpu` is among `gpus`: by index, or by a UUID prefix (a key that is not all digits)."""
     return str(gpu.index) in gpus or any(not key.isdigit() and gpu.uuid.startswith(key) for key in gpus)
 
 

@@ -51,6 +51,7 @@ class RingBuffer:
         self._count = 0
 
     def append(self, value: float | None) -> None:
+        """Add a value (None: missing), overwriting the oldest once full."""
         self._values[self._next] = math.nan if value is None else float(value)
         self._next = (self._next + 1) % self.capacity
         self._count = min(self._count + 1, self.capacity)
@@ -147,6 +148,7 @@ class History:
         """Snapshots added since the start (the buffers keep the newest `capacity` of them)."""
 
     def add(self, snapshot: Snapshot) -> None:
+        """Append a snapshot's metrics and each GPU's event bits (metrics it lacks are recorded as missing)."""
         metrics = snapshot_metrics(snapshot)
         pids, xids = gpu_pids(snapshot), latest_xids(snapshot)
         for index, bits in gpu_events(snapshot, pids, self._gpu_pids, xids, self._gpu_xids).items():
@@ -185,10 +187,12 @@ class History:
         return [None] * (first - start) + values + [None] * (end - last)
 
     def timestamps(self, count: int, skip: int = 0) -> list[float | None]:
+        """The newest `count` snapshot times, oldest first, leaving out the `skip` newest."""
         with self._lock:
             return self._timestamps.last(count, skip)
 
     def keys(self) -> list[str]:
+        """The names of the metrics kept, sorted."""
         with self._lock:
             return sorted(self._series)
 

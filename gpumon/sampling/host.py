@@ -150,6 +150,7 @@ class HostCollector:
         self._block_disks_listed_at = 0.0
 
     def collect(self) -> tuple[CpuSample, tuple[DiskSample, ...]]:
+        """The host's CPU and memory figures, and one sample per shown disk."""
         return self._cpu(), self._disks()
 
     # ---- CPU and memory ----------------------------------------------------------------------

@@ -71,7 +71,9 @@ def decode_clock_events(mask: int) -> tuple[str, ...]:
 class NvmlModule(Protocol):
     """The part of pynvml that GpuCollector calls directly (pynvml has no type hints); optional ones go via getattr.
 
-    NVML handles, structs and GPM buffers are opaque ctypes objects, hence Any.
+    Each method and constant mirrors pynvml's of the same name (NVML's C function, nvmlDeviceGetName and so on: see
+    NVIDIA's NVML API reference), typed as gpumon calls it. NVML handles, structs and GPM buffers are opaque ctypes
+    objects, hence Any.
     """
 
     NVMLError: type[Exception]
@@ -136,9 +138,11 @@ class NvmlModule(Protocol):
 
 
 def import_pynvml() -> NvmlModule:
+    """pynvml, typed as NvmlModule (an ImportError where it is not installed)."""
     return cast(NvmlModule, importlib.import_module("pynvml"))
 
 
 def describe_error(error: BaseException) -> str:
+    """An NVML error (or any exception) as one line: its text's first line, else its type's name."""
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0]

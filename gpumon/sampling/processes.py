@@ -60,6 +60,7 @@ class ProcessCollector:
         self._parents = ParentMap()
 
     def collect(self, gpu_processes: Iterable[GpuProcess], extra_pids: Iterable[int] = ()) -> tuple[ProcessSample, ...]:
+        """The processes on the GPUs (and `extra_pids`), each with its descendants as children."""
         gpu_use = _group_by_pid(gpu_processes)
         roots = set(gpu_use) | {int(pid) for pid in extra_pids}
         if not roots:

@@ -6,11 +6,12 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from gpumon.printable import printable
 from gpumon.sampling.history import History
-from gpumon.sampling.recording import RecordingError
+from gpumon.sampling.recording import RecordedSample, RecordingError
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SPEED_STEPS, SnapshotCallback, next_step
 
@@ -21,22 +22,38 @@ MAX_WAIT_S = 60.0
 GAP_SAMPLE = 32
 """The recorded interval is the median of the first this many gaps (read ahead once, then let go)."""
 
+JobEntriesCallback = Callable[[float, tuple[Mapping[str, Any], ...]], None]
+"""Called with a snapshot's timestamp and the job entries recorded beside it, as the replay reaches it."""
+
+
+def _samples(items: Iterable[Snapshot] | Iterable[RecordedSample]) -> Iterable[RecordedSample]:
+    for item in items:
+        yield item if isinstance(item, RecordedSample) else RecordedSample(item)
+
 
 class Replayer:
     """Plays snapshots with their recorded spacing divided by `speed`; stops after the last one.
 
-    The snapshots are an iterable (iter_recording streams a file): the replayer holds only the next one (the first
-    GAP_SAMPLE+1 at the start), so memory does not grow with the recording. A bad line met mid-replay ends the replay;
-    `error` names it. `total`, when known (a list, or recording.count_snapshots), shows in the description.
+    The snapshots are an iterable (iter_recording streams a file; iter_samples with the job entries beside them):
+    the replayer holds only the next one (the first GAP_SAMPLE+1 at the start), so memory does not grow with the
+    recording. A bad line met mid-replay ends the replay; `error` names it. `total`, when known (a list, or
+    recording.count_snapshots), shows in the description. Job entries go to the `on_jobs` callbacks as each snapshot
+    is stepped over (skip_to too), before it is delivered.
     """
 
     live = False
 
     def __init__(
-        self, snapshots: Iterable[Snapshot], speed: float = 1.0, name: str = "recording", total: int | None = None
+        self,
+        snapshots: Iterable[Snapshot] | Iterable[RecordedSample],
+        speed: float = 1.0,
+        name: str = "recording",
+        total: int | None = None,
     ) -> None:
-        self._source = iter(snapshots)
-        self._ahead: deque[Snapshot] = deque(itertools.islice(self._source, GAP_SAMPLE + 1))
+        self._source = iter(_samples(snapshots))
+        self._ahead: deque[RecordedSample] = deque(itertools.islice(self._source, GAP_SAMPLE + 1))
+        self.on_jobs: list[JobEntriesCallback] = []
+        """Called with each stepped snapshot's job entries (where it has some)."""
         if not self._ahead:
             raise ValueError("a replay needs at least one snapshot")
         self._median_gap = self._typical_gap(self._ahead)
@@ -46,7 +63,7 @@ class Replayer:
         self.name = name
         self.history = History()
         self.position = 0
-        self.first_timestamp = self._latest = self._ahead[0].timestamp
+        self.first_timestamp = self._latest = self._ahead[0].snapshot.timestamp
         self._paused = threading.Event()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -54,6 +71,7 @@ class Replayer:
 
     @property
     def description(self) -> str:
+        """The title bar's line: the file, the position in it, the speed or how it ended."""
         state = "ended" if self.finished else f"{self.speed:g}x"
         if self.error is not None:
             state = f"ended at a bad line: {self.error}"
@@ -71,6 +89,7 @@ class Replayer:
 
     @property
     def finished(self) -> bool:
+        """Whether the recording has no snapshot left to replay."""
         return not self._ahead
 
     @property
@@ -79,20 +98,24 @@ class Replayer:
         return self._median_gap
 
     @staticmethod
-    def _typical_gap(snapshots: Iterable[Snapshot]) -> float:
-        gaps = sorted(later.timestamp - earlier.timestamp for earlier, later in itertools.pairwise(snapshots))
+    def _typical_gap(samples: Iterable[RecordedSample]) -> float:
+        times = (sample.snapshot.timestamp for sample in samples)
+        gaps = sorted(later - earlier for earlier, later in itertools.pairwise(times))
         median = gaps[len(gaps) // 2] if gaps else 0.0
         return median if median > 0 else 1.0
 
     @property
     def interval(self) -> float:
+        """Seconds between snapshots: the recorded spacing divided by the speed."""
         return self.recorded_interval / self.speed
 
     @property
     def paused(self) -> bool:
+        """Whether the replay is paused."""
         return self._paused.is_set()
 
     def start(self, on_snapshot: SnapshotCallback) -> None:
+        """Start the replay thread, which calls `on_snapshot` with each snapshot in turn."""
         self._thread = threading.Thread(target=self._run, args=(on_snapshot,), name="gpumon-replay", daemon=True)
         self._thread.start()
 
@@ -100,12 +123,16 @@ class Replayer:
         """Advance by one snapshot synchronously (used by tests and by the threaded loop)."""
         if self.finished:
             return None
-        snapshot = self._ahead.popleft()
+        sample = self._ahead.popleft()
         if not self._ahead:
             self._read_ahead()
+        snapshot = sample.snapshot
         self.position += 1
         self._latest = snapshot.timestamp
         self.history.add(snapshot)
+        if sample.jobs:
+            for callback in self.on_jobs:
+                callback(snapshot.timestamp, sample.jobs)
         return snapshot
 
     def _read_ahead(self) -> None:
@@ -126,10 +153,10 @@ class Replayer:
                 self._read_ahead()
             if len(self._ahead) < 2:
                 break
-            if seconds is not None and self._ahead[1].timestamp - self.first_timestamp > seconds:
+            if seconds is not None and self._ahead[1].snapshot.timestamp - self.first_timestamp > seconds:
                 return
             self.step()
-        if seconds is not None and self._ahead and seconds > (span := self._ahead[0].timestamp - self.first_timestamp):
+        if seconds is not None and self._ahead and seconds > (span := self._time_ahead() - self.first_timestamp):
             raise ValueError(f"--at {seconds:g} is past the recording's end ({span:.1f} s after its first snapshot)")
 
     def end_after_next(self) -> None:
@@ -151,27 +178,36 @@ class Replayer:
             on_snapshot(snapshot)
             if self.finished:
                 break
-            gap = self._ahead[0].timestamp - snapshot.timestamp
+            gap = self._time_ahead() - snapshot.timestamp
             self._wake.wait(max(0.0, min(gap, MAX_WAIT_S)) / self.speed)
             self._wake.clear()
 
+    def _time_ahead(self) -> float:
+        """The timestamp of the next snapshot to come."""
+        return self._ahead[0].snapshot.timestamp
+
     def stop(self) -> None:
+        """Stop the replay thread (waits up to 2 s for it, unless called from it)."""
         self._stopped.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
 
     def pause(self) -> None:
+        """Hold the replay where it is until `resume`."""
         self._paused.set()
 
     def resume(self) -> None:
+        """Go on replaying, at once."""
         self._paused.clear()
         self._wake.set()
 
     def faster(self) -> None:
+        """The next speed up (SPEED_STEPS)."""
         self.speed = next_step(SPEED_STEPS, self.speed, 1)
         self._wake.set()
 
     def slower(self) -> None:
+        """The next speed down (SPEED_STEPS)."""
         self.speed = next_step(SPEED_STEPS, self.speed, -1)
         self._wake.set()

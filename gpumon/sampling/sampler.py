@@ -76,6 +76,7 @@ class Sampler:
 
     @property
     def interval(self) -> float:
+        """Seconds between fast-tier snapshots."""
         return self._interval
 
     @property
@@ -85,10 +86,12 @@ class Sampler:
 
     @property
     def paused(self) -> bool:
+        """Whether sampling is paused."""
         return self._paused
 
     @property
     def description(self) -> str:
+        """The title bar's word for a live source: 'live'."""
         return "live"
 
     def start(self, on_snapshot: SnapshotCallback) -> None:
@@ -115,9 +118,11 @@ class Sampler:
             self.gpu.close()
 
     def pause(self) -> None:
+        """Take no snapshots until `resume` (the threads wait)."""
         self._paused = True
 
     def resume(self) -> None:
+        """Sample again, at once."""
         self._paused = False
         self._wake()
 
@@ -127,14 +132,17 @@ class Sampler:
         self.gpu.energy_interval = self.gpu.health_interval if often else QUIET_ENERGY_INTERVAL
 
     def faster(self) -> None:
+        """The next shorter interval (INTERVAL_STEPS)."""
         self.set_interval(next_step(INTERVAL_STEPS, self._interval, -1))
 
     def slower(self) -> None:
+        """The next longer interval (INTERVAL_STEPS)."""
         self.set_interval(next_step(INTERVAL_STEPS, self._interval, 1))
 
     # ---- extras for the CLI and the attach layer -----------------------------------------------
 
     def set_interval(self, seconds: float) -> None:
+        """Sample every `seconds` (clamped to the interval's range), from the next snapshot on."""
         self._interval = clamp_interval(seconds)
         self._wake()
 

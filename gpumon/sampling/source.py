@@ -31,16 +31,20 @@ class SnapshotSource(Protocol):
         """Seconds between snapshots (for a replay: the recorded spacing divided by the speed)."""
 
     @property
-    def paused(self) -> bool: ...
+    def paused(self) -> bool:
+        """Whether it is paused (the dashboard's pause): no new snapshots."""
 
-    def start(self, on_snapshot: SnapshotCallback) -> None: ...
+    def start(self, on_snapshot: SnapshotCallback) -> None:
+        """Start the thread that calls `on_snapshot` with each snapshot (from that thread)."""
 
     def stop(self) -> None:
         """Stop the thread and release NVML; safe to call twice."""
 
-    def pause(self) -> None: ...
+    def pause(self) -> None:
+        """Take no more snapshots (a replay stops where it is) until `resume`."""
 
-    def resume(self) -> None: ...
+    def resume(self) -> None:
+        """Take snapshots again, the next one at once."""
 
     def faster(self) -> None:
         """Live: shorter interval (down to sampling.interval.MIN_INTERVAL_S). Replay: higher speed."""

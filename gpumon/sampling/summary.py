@@ -8,6 +8,7 @@ from gpumon.units import percent, rate, size
 
 
 def describe_gpu(gpu: GpuSample) -> str:
+    """One line for a GPU: name, utilization, memory, SM and tensor activity, power, temperature, throttling."""
     parts = [
         f"GPU {gpu.index} {printable(gpu.name)}",
         f"util {percent(gpu.utilization_gpu)}",
@@ -26,6 +27,7 @@ def describe_gpu(gpu: GpuSample) -> str:
 
 
 def describe_process(process: ProcessSample, indent: str = "") -> list[str]:
+    """A GPU process and its children, one line each, the children indented under it."""
     gpus = ",".join(str(index) for index in process.gpu_indices) or "-"
     line = (
         f"{indent}{process.pid:>7} {printable(process.user or '?'):<10} gpu {gpus:<3} "
@@ -38,6 +40,7 @@ def describe_process(process: ProcessSample, indent: str = "") -> list[str]:
 
 
 def describe_snapshot(snapshot: Snapshot) -> str:
+    """The whole snapshot as text: host and driver, each GPU, CPU and memory, disks, GPU processes."""
     lines = [f"{printable(snapshot.hostname)}  driver {printable(snapshot.driver_version or 'N/A')}"]
     if snapshot.gpu_error:
         lines.append(f"GPU: {printable(snapshot.gpu_error)}")

@@ -62,6 +62,7 @@ class XidWatcher:
 
     @property
     def running(self) -> bool:
+        """Whether the watching thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
     def events(self, index: int) -> tuple[XidEvent, ...] | None:
