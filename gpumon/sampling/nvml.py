@@ -203,6 +203,7 @@ class GpuCollector:
 
     @property
     def gpu_count(self) -> int:
+        """How many GPUs NVML found."""
         return len(self._devices)
 
     @property

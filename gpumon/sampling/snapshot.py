@@ -32,6 +32,7 @@ class MigSample:
 
     @property
     def memory_percent(self) -> float | None:
+        """Memory used as a percentage of the instance's total; None where either is unknown."""
         if self.memory_used is None or not self.memory_total:
             return None
         return 100.0 * self.memory_used / self.memory_total
@@ -150,12 +151,14 @@ class GpuSample:
 
     @property
     def memory_percent(self) -> float | None:
+        """Memory used as a percentage of the total; None where either is unknown."""
         if self.memory_used is None or not self.memory_total:
             return None
         return 100.0 * self.memory_used / self.memory_total
 
     @property
     def has_gpm(self) -> bool:
+        """Whether the GPM metrics (SM and tensor activity, ...) were read on this GPU."""
         return self.sm_activity is not None
 
 
@@ -182,6 +185,7 @@ class CpuSample:
 
     @property
     def memory_percent(self) -> float | None:
+        """Host memory used as a percentage of the total; None without a total."""
         return 100.0 * self.memory_used / self.memory_total if self.memory_total else None
 
 
@@ -238,6 +242,7 @@ class Snapshot:
     hostname: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The snapshot as plain JSON-ready data (from_dict reads it back)."""
         return asdict(self)
 
     @classmethod
