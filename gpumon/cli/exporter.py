@@ -128,7 +128,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert is not None else None
     source = _source(args)
     replay = args.replay is not None
-    jobs = None if args.no_jobs or replay else _job_metrics(args.full_command, source)
+    jobs = None if args.no_jobs else _job_metrics(args.full_command, source)
     watcher = PodResourcesWatcher(args.pod_resources_socket) if args.pod_resources_socket and not replay else None
     collector = SnapshotCollector(
         args.host_label,
@@ -182,6 +182,10 @@ def run_exporter(args: argparse.Namespace) -> int:
     return EXIT_DAMAGED if damage_said else 0
 
 
+REPLAY_UPDATE_S = 1.0
+"""How often a replay's job figures are worked out again (the recording's entries arrive with each snapshot)."""
+
+
 def _wait(stop: threading.Event) -> None:
     """Until SIGTERM (exit 0) or Ctrl+C (exit 130); woken now and then so Python sees the signal."""
     while not stop.wait(0.5):
@@ -194,11 +198,11 @@ def _source(args: argparse.Namespace) -> SnapshotSource:
         from gpumon.sampling.sampler import Sampler
 
         return Sampler(interval=args.interval, gpu=GpuCollector(graphics_activity=args.dcgm_names))
-    from gpumon.sampling.recording import RecordingError, iter_recording
+    from gpumon.sampling.recording import RecordingError, iter_samples
     from gpumon.sampling.replay import Replayer
 
     try:
-        return Replayer(iter_recording(args.replay), speed=args.speed, name=args.replay.name)
+        return Replayer(iter_samples(args.replay), speed=args.speed, name=args.replay.name)
     except (RecordingError, ValueError) as error:  # ValueError: no snapshots
         raise CliError(str(error)) from None
 
@@ -207,6 +211,20 @@ def _job_metrics(full_command: bool, source: SnapshotSource) -> JobMetrics:
     from gpumon.exporter.jobs import JobMetrics
     from gpumon.exporter.labels import PlacementCache
     from gpumon.exporter.pods import ContainerNames
+    from gpumon.sampling.replay import Replayer
+
+    if isinstance(source, Replayer):  # the jobs the recording holds, fed as the replay reaches them
+        from gpumon.exporter.replayed_jobs import ReplayedJobMetrics
+        from gpumon.jobs.recorded import RecordedJobs
+
+        recorded = RecordedJobs()
+        source.on_jobs.append(recorded.add)
+        return ReplayedJobMetrics(
+            recorded,
+            full_command=full_command,
+            placements=PlacementCache(enabled=False),
+            update_interval=REPLAY_UPDATE_S,
+        )
 
     track = getattr(source, "track_pids", None)  # the live Sampler follows the jobs' processes
     placements = PlacementCache(complete=ContainerNames().fill)  # its own: the jobs thread reads it

@@ -50,6 +50,12 @@ def register(subparsers: Subparsers) -> None:
         "readable file); replay and exporter --replay read both",
     )
     parser.add_argument("--note", default="", help="free text stored in the header (device, workload...)")
+    parser.add_argument(
+        "--no-jobs",
+        action="store_true",
+        help="do not record the hooked jobs (by default their steps, budgets, stack samples and the advisor's finding "
+        "go with each sample, so a replay shows the job pane and the finding)",
+    )
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
 
@@ -99,6 +105,8 @@ def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:
     """Write samples to `stream` until the duration passes, Ctrl+C or SIGTERM; (samples written, seconds).
 
     An OSError writing a sample stops the recording and is raised here, on the main thread."""
+    from gpumon.cli.record_jobs import JobRecorder
+    from gpumon.jobs.recorded import JOB_DATA_VERSION
     from gpumon.sampling.nvml import GpuCollector
     from gpumon.sampling.recording import RecordingWriter
     from gpumon.sampling.sampler import Sampler
@@ -106,14 +114,17 @@ def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:
     done = threading.Event()
     failures: list[OSError] = []
     count = 0
-    writer = RecordingWriter(stream, note=args.note, compress=args.compress)
+    job_data = None if args.no_jobs else JOB_DATA_VERSION
+    writer = RecordingWriter(stream, note=args.note, compress=args.compress, job_data=job_data)
+    sampler = Sampler(interval=args.interval, gpu=GpuCollector(graphics_activity=True))  # every field, for replays
+    jobs = None if args.no_jobs else JobRecorder(track=sampler.track_pids)
 
     def write(snapshot: Snapshot) -> None:
         nonlocal count
         if failures:
             return
         try:
-            writer.write(snapshot)
+            writer.write(snapshot, jobs.entries(snapshot) if jobs is not None else ())
         except OSError as error:
             failures.append(error)
             done.set()
@@ -121,7 +132,8 @@ def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:
         count += 1
 
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    sampler = Sampler(interval=args.interval, gpu=GpuCollector(graphics_activity=True))  # every field, for replays
+    if jobs is not None:
+        jobs.start()
     sampler.start(write)
     started = time.monotonic()
     try:
@@ -130,6 +142,8 @@ def _record(stream: BinaryIO, args: argparse.Namespace) -> tuple[int, float]:
         pass
     finally:
         sampler.stop()
+        if jobs is not None:
+            jobs.stop()
     if failures:
         raise failures[0]
     writer.close()

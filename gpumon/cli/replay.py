@@ -89,17 +89,20 @@ def damage(replayer: Replayer) -> str | None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from gpumon.sampling.recording import RecordingError, count_snapshots, iter_recording
+    from gpumon.jobs.recorded import RecordedJobs
+    from gpumon.sampling.recording import RecordingError, count_snapshots, iter_samples
     from gpumon.sampling.replay import Replayer
-    from gpumon.tui.app import GpumonApp
+    from gpumon.tui.replay_app import ReplayApp
 
     if args.screenshot is not None:
         check_not_the_recording(args.file, args.screenshot)
+    recorded = RecordedJobs()
     try:
-        replayer = Replayer(iter_recording(args.file), speed=args.speed, name=args.file.name)
+        replayer = Replayer(iter_samples(args.file), speed=args.speed, name=args.file.name)
         replayer.total = count_snapshots(args.file)
     except (RecordingError, ValueError) as error:
         raise CliError(str(error)) from None
+    replayer.on_jobs.append(recorded.add)
     try:
         if args.at is not None or args.screenshot is not None:
             replayer.skip_to(args.at)  # the history behind the graphs; a screenshot without --at: the last snapshot
@@ -113,7 +116,7 @@ def run_replay(args: argparse.Namespace) -> int:
             print(f"gpumon: {damaged}: no screenshot written", file=sys.stderr)
             return EXIT_DAMAGED
         replayer.end_after_next()  # the app is shown the moment's snapshot when it starts
-    app = GpumonApp(replayer, options=view_options(args), clock=replayer.latest_timestamp)
+    app = ReplayApp(replayer, recorded, options=view_options(args), clock=replayer.latest_timestamp)
     if args.screenshot is None:
         app.run()
         if (damaged := damage(replayer)) is not None:

@@ -17,8 +17,8 @@ import platform
 import re
 import time
 import zlib
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,8 +37,23 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 """Recognised only to say so: zstd has no module in the standard library before Python 3.14."""
 
 
+JOB_DATA_VERSIONS = frozenset({1})
+"""The formats of job entries (gpumon/jobs/recorded.py) this reader hands on; others are left out, the snapshots
+replayed without them."""
+MAX_JOB_ENTRIES = 64
+"""Job entries a snapshot line may hold (one per hooked process)."""
+
+
 class RecordingError(ValueError):
     """A recording that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSample:
+    """One snapshot line: the snapshot and the hooked jobs' entries written beside it (none in older recordings)."""
+
+    snapshot: Snapshot
+    jobs: tuple[Mapping[str, Any], ...] = ()
 
 
 class RecordingWriter:
@@ -52,7 +67,7 @@ class RecordingWriter:
     the gzip trailer.
     """
 
-    def __init__(self, stream: IO[Any], note: str = "", compress: bool = False) -> None:
+    def __init__(self, stream: IO[Any], note: str = "", compress: bool = False, job_data: int | None = None) -> None:
         self._stream = stream
         stream.flush()
         self._fd = _descriptor(stream)
@@ -71,10 +86,16 @@ class RecordingWriter:
             "created": time.time(),
             "note": note,
         }
+        if job_data is not None:
+            header["job_data"] = job_data
         self._write(header)
 
-    def write(self, snapshot: Snapshot) -> None:
-        self._write({"type": "snapshot", **snapshot.to_dict()})
+    def write(self, snapshot: Snapshot, jobs: Sequence[Mapping[str, Any]] = ()) -> None:
+        """One snapshot line, with the hooked jobs' entries (`job_data` in the header says their format)."""
+        record = {"type": "snapshot", **snapshot.to_dict()}
+        if jobs:
+            record["jobs"] = list(jobs)
+        self._write(record)
 
     def close(self) -> None:
         """End a compressed stream with its gzip trailer (the file stays the caller's to close)."""
@@ -150,6 +171,12 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def iter_recording(path: str | Path) -> Iterator[Snapshot]:
     """Yield the snapshots of a recording; raise RecordingError naming the first bad line and field."""
+    return (sample.snapshot for sample in iter_samples(path))
+
+
+def iter_samples(path: str | Path) -> Iterator[RecordedSample]:
+    """Yield each snapshot of a recording with its job entries (where the header's `job_data` is a format this reader
+    knows); raise RecordingError naming the first bad line and field."""
     path = Path(path)
     try:
         raw = path.open("rb")
@@ -158,11 +185,13 @@ def iter_recording(path: str | Path) -> Iterator[Snapshot]:
     with raw:
         line_number = 0
         previous: tuple[int, float] | None = None
+        with_jobs = False
         try:
             for line_number, line in _lines(_decoded(raw, path), path):
                 record = _parse(path, line_number, line)
                 if line_number == 1:
                     _check_header(path, record)
+                    with_jobs = record.get("job_data") in JOB_DATA_VERSIONS
                     continue
                 snapshot = _snapshot(path, line_number, record)
                 if previous is not None and snapshot.timestamp < previous[1]:
@@ -171,7 +200,7 @@ def iter_recording(path: str | Path) -> Iterator[Snapshot]:
                         f"{previous[0]}'s {previous[1]!r} (timestamps must not go back)"
                     )
                 previous = (line_number, snapshot.timestamp)
-                yield snapshot
+                yield RecordedSample(snapshot, _job_entries(path, line_number, record) if with_jobs else ())
         except (gzip.BadGzipFile, zlib.error) as error:
             raise RecordingError(f"{path} line {line_number + 1}: corrupt gzip data ({error})") from None
         except OSError as error:
@@ -327,6 +356,24 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         value = record.get(name)
         if name in record and (not isinstance(value, kind) or isinstance(value, bool)):
             raise RecordingError(f"{path} line 1: {name}: expected {expected}, got {repr(value)[:40]}")
+
+
+def _job_entries(path: Path, line_number: int, record: dict[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """The line's job entries: a list of objects, each with its process's pid; what they hold is read later as the
+    hook's messages are (a field of the wrong kind left out)."""
+    entries = record.get("jobs", [])
+    where = f"{path} line {line_number}: jobs"
+    if not isinstance(entries, list):
+        raise RecordingError(f"{where}: expected a list, got {type(entries).__name__}")
+    if len(entries) > MAX_JOB_ENTRIES:
+        raise RecordingError(f"{where}: {len(entries)} entries, at most {MAX_JOB_ENTRIES}")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise RecordingError(f"{where}[{index}]: expected an object")
+        pid = entry.get("pid")
+        if type(pid) is not int or not 0 < pid < 1 << 63:
+            raise RecordingError(f"{where}[{index}].pid: expected a pid, got {repr(pid)[:40]}")
+    return tuple(entries)
 
 
 def _snapshot(path: Path, line_number: int, record: dict[str, Any]) -> Snapshot:
