@@ -16,11 +16,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from textual import on
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.message import Message
 
 from gpumon.advisor.catalogue import experiments_for
@@ -37,6 +37,7 @@ from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
+from gpumon.tui import keys
 from gpumon.tui.advisor_panel import AdvisorPanel
 from gpumon.tui.app import GpumonApp, ReadsEnergy, TracksPids
 
@@ -163,13 +164,6 @@ RunnerFactory = Callable[["AdvisorApp", threading.Event], Runner | None]
 """Makes the runner of a guided run (tests inject a fake one); None when this job cannot be experimented on."""
 
 
-def _dashboard_bindings() -> list[Binding]:
-    """GpumonApp's keys less its a and g (the advisor's own replace them); + and - stay keys but leave the footer
-    to a and g, so that it fits 80 columns."""
-    kept = [binding for binding in GpumonApp.BINDINGS if isinstance(binding, Binding) and binding.key not in ("a", "g")]
-    return [replace(binding, show=False) if binding.key in ("plus", "minus") else binding for binding in kept]
-
-
 class AdvisorApp(GpumonApp):
     """GpumonApp with the advisor side panel.
 
@@ -177,26 +171,7 @@ class AdvisorApp(GpumonApp):
     runner_factory: overrides how the guided run's runner is made.
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        *_dashboard_bindings(),
-        Binding("a", "toggle_advisor", "Advisor", id="advisor", tooltip="Show or hide the advisor panel"),
-        Binding(
-            "g",
-            "guided",
-            "Guided run",
-            id="guided",
-            tooltip="Run the guided experiments on the job (g again stops them)",
-        ),
-        Binding(
-            "ctrl+c",
-            "quit",
-            "Quit",
-            show=False,
-            priority=True,
-            id="interrupt",
-            tooltip="Quit (a demo or trial run started here is stopped)",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keys.bindings(advisor=True))
     HAS_ADVISOR = True
 
     def __init__(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from textual import events, on
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.driver import Driver
 from textual.geometry import Size
 from textual.message import Message
@@ -24,6 +24,7 @@ from gpumon.config import save_setting
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
+from gpumon.tui import keys
 from gpumon.tui._textual_compat import driver_class
 from gpumon.tui.cached_widgets import CachedContainer, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
@@ -43,8 +44,8 @@ from gpumon.tui.title_bar import TitleBar
 from gpumon.tui.view_options import ViewOptions
 
 if TYPE_CHECKING:
-    # What the first frame does not need is imported where it is used (issue 26 item 6: start-up CPU): the job
-    # layer's client, the job pane and the advisor it draws on, the picker, help, the profiler capture, the palette.
+    # What the first frame does not need is imported where it is used (start-up CPU): the job layer's client, the
+    # job pane and the advisor it draws on, the picker, help, the profiler capture, the palette.
     from textual.command import Provider
 
     from gpumon.jobs.job_info import JobGroup
@@ -131,77 +132,7 @@ class GpumonApp(App[None]):
     TITLE = "gpumon"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]  # noqa: RUF012 - Textual types it `ClassVar[...] | None`, which mypy cannot narrow
     COMMANDS = App.COMMANDS | {_gpumon_commands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit", id="quit", tooltip="Stop sampling and leave gpumon"),
-        Binding("p", "toggle_pause", "Pause", id="pause", tooltip="Freeze the dashboard; p again resumes"),
-        Binding("plus", "faster", "Faster", key_display="+", id="faster", tooltip="Shorter interval (replay: faster)"),
-        Binding("minus", "slower", "Slower", key_display="-", id="slower", tooltip="Longer interval (replay: slower)"),
-        Binding("s", "cycle_sort", "Sort", id="sort", tooltip="Sort processes by the next column"),
-        Binding("S", "reverse_sort", "Reverse", id="reverse-sort", show=False, tooltip="Reverse the process order"),
-        Binding(
-            "t",
-            "toggle_graph_style",
-            "Graph style",
-            id="graph-style",
-            show=False,
-            tooltip="GPU graphs in braille (2x4 dots a cell) or block characters",
-        ),
-        Binding(
-            "left",
-            "scroll_graphs(1)",
-            "Back",
-            key_display="←",
-            id="graphs-back",
-            priority=True,
-            tooltip="While paused: scroll the GPU graphs back through the history",
-        ),
-        Binding(
-            "right",
-            "scroll_graphs(-1)",
-            "Forward",
-            key_display="→",
-            id="graphs-forward",
-            priority=True,
-            tooltip="While paused: scroll the GPU graphs forward",
-        ),
-        Binding(
-            "end",
-            "scroll_graphs(0)",
-            "Newest",
-            id="graphs-newest",
-            show=False,
-            priority=True,
-            tooltip="While paused: back to the newest samples",
-        ),
-        Binding(
-            "h",
-            "toggle_host_graphs",
-            "Host graphs",
-            id="host-graphs",
-            show=False,
-            tooltip="CPU and memory history graphs beside the GPU graphs (wide terminals)",
-        ),
-        Binding(
-            "e",
-            "health",
-            "Health",
-            id="health",
-            show=False,
-            tooltip="Each GPU's health in full: XID errors, ECC, memory repairs, PCIe link, clock events, MIG",
-        ),
-        Binding("question_mark", "help", "Help", key_display="?", id="help", tooltip="Keys and what each field means"),
-        Binding("j", "pick_job", "Jobs", id="jobs", show=False, tooltip="Pick a hooked training job to watch"),
-        Binding(
-            "c",
-            "capture_profile",
-            "Profile",
-            id="profile",
-            show=False,
-            tooltip="Capture the job's next steps with torch.profiler: a trace and its summary (needs the hook)",
-        ),
-        Binding("a", "toggle_advisor", "Advisor", id="advisor", show=False, tooltip="The advisor (needs a job)"),
-        Binding("g", "guided", "Guided run", id="guided", show=False, tooltip="The guided run (needs a job)"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keys.bindings())
     HAS_ADVISOR = False
     """Whether `a` and `g` work here (the advisor's app); the plain dashboard only says where to find them."""
 
@@ -513,10 +444,6 @@ class GpumonApp(App[None]):
 
     def action_reverse_sort(self) -> None:
         self._process_table.reverse_sort()
-
-    def sort_processes_by(self, column: str) -> None:
-        """Sort the process table by a SORT_COLUMNS key (the command palette's 'Sort processes by ...')."""
-        self._process_table.sort_by(column)
 
     def _apply_settings(self) -> None:
         """The config file's theme, graph style, sort and hidden panes; its problems as notifications."""

@@ -1,4 +1,4 @@
-"""The help screen: the keys, and what each pane and field means."""
+"""The help screen: the keys (gpumon.tui.keys), and what each pane and field means."""
 
 from __future__ import annotations
 
@@ -11,29 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from gpumon.tui.keys import help_lines
 from gpumon.tui.panel_screen import PanelScreen
-
-KEYS = (
-    ("q", "quit"),
-    ("p", "pause / resume sampling (the screen freezes, history keeps its place)"),
-    ("+ / -", "sample faster / slower (replay: play faster / slower)"),
-    ("s / S", "sort processes by the next column / reverse the order"),
-    ("t", "GPU graphs in braille (2x4 dots a cell) or block characters"),
-    ("h", "CPU and memory history graphs beside the GPU graphs (wide terminals; host_graphs in the config)"),
-    ("e", "each GPU's health in full: XID errors with their times, ECC, memory repairs, PCIe link, clock events, MIG"),
-    ("← → End", "while paused: scroll the GPU graphs back / forward through the history (10 min) / to the newest"),
-    ("↑ ↓ PgUp PgDn", "move in the process table; the highlight stays on its process"),
-    ("/", "filter processes by command line, user or pid as you type; Enter keeps it, Esc clears it"),
-    ("v", "GPU processes only / every process with its tree (live only)"),
-    (
-        "I T K",
-        "send SIGINT / SIGTERM / SIGKILL to the highlighted process, or to its whole job (its launcher, ranks "
-        "and DataLoader workers), after a confirm (p: process, j: job, n or escape: nothing); your own "
-        "processes unless root; never with --read-only or on a replay",
-    ),
-    ("?", "this help (escape closes it)"),
-    ("ctrl+p", "command palette: every action by name"),
-)
 
 FIELDS = (
     (
@@ -81,24 +60,6 @@ FIELDS = (
     ("Disk", "read and write bytes/s per disk, IOPS (reads + writes per second)."),
 )
 
-
-JOB_KEYS = (
-    ("j", "look for hooked training jobs and pick one to watch"),
-    (
-        "c",
-        "capture the job's next 5 steps with torch.profiler (hooked jobs; a DDP job's primary rank): the trace "
-        "(.json.gz for Perfetto) and its summary: top kernels, GPU idle gaps, copies, NCCL overlap",
-    ),
-)
-
-ADVISOR_KEYS = (
-    ("a", "show / hide the advisor panel: what holds the job back, and the experiments to try"),
-    ("g", "start the guided run: each experiment measured on the job, the winner kept (g again stops it)"),
-)
-"""Where the advisor runs (gpumon run, gpumon attach, gpumon demo); the plain dashboard tells where to find it."""
-
-ADVISOR_ELSEWHERE = (("a g", "the advisor and its guided run: they need a job (gpumon run -- CMD, attach PID, demo)"),)
-"""What the plain dashboard's help says of a and g."""
 
 JOB_FIELDS = (
     (
@@ -166,9 +127,8 @@ class HelpScreen(PanelScreen):
         """Also list the advisor's keys (a, g)."""
 
     def compose(self) -> ComposeResult:
-        keys: tuple[tuple[str, str], ...] = KEYS + JOB_KEYS if self.job else KEYS
+        keys = help_lines(job=self.job, advisor=self.advisor)
         fields: tuple[tuple[str, str], ...] = FIELDS + JOB_FIELDS if self.job else FIELDS
-        keys += ADVISOR_KEYS if self.advisor else ADVISOR_ELSEWHERE
         with VerticalScroll() as scroll:
             scroll.border_title = "gpumon help"
             scroll.border_subtitle = "escape closes"

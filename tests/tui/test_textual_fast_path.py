@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from frames import show
+from frames import settle, show
 from rich.console import Console
 from rich.padding import Padding
 from rich.segment import Segment
@@ -15,6 +14,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.geometry import Region
+from textual.pilot import Pilot
 from textual.renderables.styled import Styled
 from textual.widget import Widget
 from textual.widgets import DataTable
@@ -204,7 +204,7 @@ async def test_process_table_in_a_plain_box_draws_what_styles_cache_draws(record
                 table.focus()
             else:
                 app.set_focus(None)
-            await asyncio.sleep(0.1)
+            await settle(Pilot(app))  # the focus change's restyle and repaint
             whole = table.region.reset_offset
             for crop in (whole, Region(0, 1, whole.width, 2), Region(3, 0, 30, whole.height)):
                 drawn = [list(strip) for strip in table.render_lines(crop)]
@@ -233,23 +233,25 @@ async def test_cached_lines_follow_a_theme_or_style_change(recording) -> None:
     """cached_lines keeps its filtered lines while StylesCache's lines are the same objects: a new theme, or a new
     style of the widget's own, must still come out as Textual draws it."""
     async with _replaying(recording, (160, 50)) as app:
+        pilot = Pilot(app)
         widgets = [app.screen, app.query_one("#top"), app.query_one("#side"), app.query_one(KeyBar)]
         for theme in ("textual-light", "nord", "textual-dark"):
+            app.export_screenshot()  # a frame of the whole screen: every line of every widget cached
             for widget in widgets:  # kept, for the whole widget, under the theme before
                 assert _textual_fast_path.cached_lines(widget, widget.region.reset_offset) is not None
             app.theme = theme
-            await asyncio.sleep(0.2)  # the stylesheet update and the repaint
+            await settle(pilot)  # the stylesheet update and the repaint
             for widget in widgets:
                 whole = widget.region.reset_offset
                 drawn = [list(strip) for strip in widget.render_lines(whole)]
                 widget._styles_cache.clear()
                 assert drawn == [list(strip) for strip in Widget.render_lines(widget, whole)], (theme, widget)
-        await asyncio.sleep(0.1)
+        await settle(pilot)
         for widget in widgets:  # a style of the widget's own, with the same filters: new cached lines
             widget.render_lines(widget.region.reset_offset)
             assert _textual_fast_path.cached_lines(widget, widget.region.reset_offset) is not None, widget
             widget.styles.background = "darkred"
-        await asyncio.sleep(0.2)
+        await settle(pilot)
         for widget in widgets:
             whole = widget.region.reset_offset
             drawn = [list(strip) for strip in widget.render_lines(whole)]
