@@ -77,7 +77,7 @@ def node_snapshot(jobs: int, workers_per_job: int, epoch: int) -> Snapshot:
 def rank_figures(jobs: int) -> tuple[RankFigures, ...]:
     """Every rank with every job family set: step figures, the 9 step-model shares and a finding."""
     ranks_per_job = GPUS // jobs
-    signals = Signals(
+    signals = Signals.of(
         step_ms=100.0,
         data_share=0.3,
         gpu_share=0.6,

@@ -209,7 +209,7 @@ class Results:
 
 def observed_workers(baseline: VariantResult) -> int | None:
     signals = baseline.signals
-    return signals.num_workers if signals is not None else None
+    return signals.loader.num_workers if signals is not None else None
 
 
 def markdown(data: Mapping[str, Any]) -> str:

@@ -28,7 +28,7 @@ def capture_reason(signals: Signals, world_size: int | None) -> str | None:
     """Why this diagnosis should capture the GPU's timeline, None when it need not."""
     if world_size is not None and world_size > 1:
         return f"the job is distributed ({world_size} ranks): its communication runs where the host cannot see it"
-    unexplained = signals.step_shares.get("other")
+    unexplained = signals.step_model.step_shares.get("other")
     if unexplained is not None and unexplained >= UNEXPLAINED_IDLE:
         return f"{unexplained:.0%} of the time the GPU idles with no host activity behind it"
     return None
@@ -44,4 +44,4 @@ def with_capture(
         captured = capture(client, AUTO_CAPTURE_STEPS, directory=trace_dir)
     except CaptureError as error:
         return signals, None, str(error)
-    return replace(signals, **captured.summary.signal_values()), captured, None
+    return replace(signals, comm=replace(signals.comm, **captured.summary.signal_values())), captured, None

@@ -201,14 +201,14 @@ def worker_target(signals: Signals, cores: int | None, *, climbing: bool = False
 
     climbing: the current count won its step; the next is twice it, up to the cores less two and the cores still
     idle beside the current workers, and none once no core is idle."""
-    cores = signals.cores or cores
-    current = signals.num_workers or 0
+    cores = signals.host.cores or cores
+    current = signals.loader.num_workers or 0
     if not cores:
         return None
     if climbing and current > 0:
         ceiling = max(2, cores - 2)
-        if signals.idle_cores is not None:
-            ceiling = min(ceiling, current + signals.idle_cores)
+        if signals.host.idle_cores is not None:
+            ceiling = min(ceiling, current + signals.host.idle_cores)
         target = min(ceiling, 2 * current)
     else:
         ceiling = max(2, min(FIRST_WORKERS_CAP, cores - 2))
@@ -242,13 +242,13 @@ def halfway_back(experiment: Experiment, kept: Mapping[str, Any]) -> Experiment 
 def batch_target(signals: Signals, *, climbing: bool = False) -> int | None:
     """The batch size to try: a first jump to 256 (2x to 8x); climbing (the current one won its step), twice the
     current while twice its peak memory fits the GPU (where both are known)."""
-    current = signals.batch_size
+    current = signals.loader.batch_size
     if not current:
         return None
     if not climbing:
         return max(2 * current, min(8 * current, 256))
-    totals = [gpu.memory_total for gpu in signals.gpus if gpu.memory_total]
-    if signals.peak_memory and totals and 2 * signals.peak_memory > BATCH_MEMORY_SHARE * min(totals):
+    totals = [gpu.memory_total for gpu in signals.gpu.gpus if gpu.memory_total]
+    if signals.memory.peak_memory and totals and 2 * signals.memory.peak_memory > BATCH_MEMORY_SHARE * min(totals):
         return None
     return 2 * current
 
@@ -257,10 +257,12 @@ def _candidates_for(
     category: str, signals: Signals, cores: int | None, climbing: Mapping[str, Any] | None = None
 ) -> list[tuple[str, Any]]:
     cuda = signals.has_gpu
-    workers = signals.num_workers or 0
+    workers = signals.loader.num_workers or 0
     pairs: list[tuple[str, Any]] = []
     climbing = climbing or {}
-    loader = replace(signals, **climbing) if climbing else signals  # a climb goes on from the value kept
+    loader = (
+        replace(signals, loader=replace(signals.loader, **climbing)) if climbing else signals
+    )  # a climb goes on from the value kept
 
     def add_workers() -> None:
         target = worker_target(loader, cores, climbing="num_workers" in climbing)
@@ -268,15 +270,15 @@ def _candidates_for(
             pairs.append(("num_workers", target))
 
     def add_pin() -> None:
-        if cuda and signals.pin_memory is not True:
+        if cuda and signals.loader.pin_memory is not True:
             pairs.append(("pin_memory", True))
 
     def add_prefetch() -> None:
-        if workers > 0 and (signals.prefetch_factor or 2) < 4:
+        if workers > 0 and (signals.loader.prefetch_factor or 2) < 4:
             pairs.append(("prefetch_factor", 4))
 
     def add_persistent() -> None:
-        if workers > 0 and signals.persistent_workers is not True:
+        if workers > 0 and signals.loader.persistent_workers is not True:
             pairs.append(("persistent_workers", True))
 
     if category == INPUT_BOUND:
@@ -306,15 +308,15 @@ def _candidates_for(
         target = batch_target(loader, climbing="batch_size" in climbing)
         if target:
             pairs.append(("batch_size", target))
-        if cuda and not signals.cudnn_benchmark:
+        if cuda and not signals.precision.cudnn_benchmark:
             pairs.append(("cudnn_benchmark", True))
     elif category in (LOW_PRECISION, HEALTHY) and cuda:
-        if not signals.autocast:
+        if not signals.precision.autocast:
             pairs.append(("amp_bf16", True))
-        if not signals.tf32_matmul and not signals.autocast:
+        if not signals.precision.tf32_matmul and not signals.precision.autocast:
             pairs.append(("tf32", True))
         pairs.append(("channels_last", True))
-        if not signals.cudnn_benchmark:
+        if not signals.precision.cudnn_benchmark:
             pairs.append(("cudnn_benchmark", True))
         target = batch_target(loader, climbing="batch_size" in climbing)
         if target and category == HEALTHY:
@@ -343,7 +345,7 @@ def experiments_for(
     pairs = [
         (category, pair) for category in categories for pair in _candidates_for(category, signals, cores, climbing)
     ]
-    if signals.has_gpu and signals.num_workers is not None:
+    if signals.has_gpu and signals.loader.num_workers is not None:
         # A GPU job with a DataLoader: its loader refinements are worth a try once the bigger fixes are in.
         pairs += [
             (INPUT_BOUND, pair)
@@ -362,14 +364,14 @@ def experiments_for(
 def observed_value(name: str, signals: Signals) -> Any:
     """The knob's value as the job runs now, where the signals show it."""
     return {
-        "num_workers": signals.num_workers,
-        "pin_memory": signals.pin_memory,
-        "prefetch_factor": signals.prefetch_factor if signals.num_workers else None,
-        "persistent_workers": signals.persistent_workers,
-        "batch_size": signals.batch_size,
-        "cudnn_benchmark": signals.cudnn_benchmark,
-        "tf32": signals.tf32_matmul,
-        "amp_bf16": signals.autocast,
+        "num_workers": signals.loader.num_workers,
+        "pin_memory": signals.loader.pin_memory,
+        "prefetch_factor": signals.loader.prefetch_factor if signals.loader.num_workers else None,
+        "persistent_workers": signals.loader.persistent_workers,
+        "batch_size": signals.loader.batch_size,
+        "cudnn_benchmark": signals.precision.cudnn_benchmark,
+        "tf32": signals.precision.tf32_matmul,
+        "amp_bf16": signals.precision.autocast,
         "gc_freeze": False,
         "skip_empty_cache": False,
     }.get(name)

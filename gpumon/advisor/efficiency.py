@@ -191,8 +191,8 @@ def with_efficiency(
     if view is not None and measurement.seconds > 0 and measurement.steps:
         value = job_mfu(view, measurement.steps / measurement.seconds).value
     joules = None
-    if measurement.unit == "samples/s" and signals.gpus:
-        power = snapshot_power(snapshots, [gpu.index for gpu in signals.gpus])
+    if measurement.unit == "samples/s" and signals.gpu.gpus:
+        power = snapshot_power(snapshots, [gpu.index for gpu in signals.gpu.gpus])
         joules = joules_per_sample(power, measurement.rate)
     return replace(measurement, mfu=value, joules_per_sample=joules)
 

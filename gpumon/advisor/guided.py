@@ -97,9 +97,9 @@ def default_planner(cores: int | None = None) -> Planner:
 
 
 def describe_machine(signals: Signals | None) -> str:
-    if signals is not None and signals.gpus:
-        names = sorted({gpu.name for gpu in signals.gpus if gpu.name})
-        return ", ".join(names) + f" x{len(signals.gpus)}" if len(signals.gpus) > 1 else ", ".join(names)
+    if signals is not None and signals.gpu.gpus:
+        names = sorted({gpu.name for gpu in signals.gpu.gpus if gpu.name})
+        return ", ".join(names) + f" x{len(signals.gpu.gpus)}" if len(signals.gpu.gpus) > 1 else ", ".join(names)
     return f"CPU only ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
@@ -134,8 +134,8 @@ def trial_offer(experiment: Experiment, why: str, command: JobCommand | None, si
     """The trial run that can measure `experiment` where it could not be measured live: `gpumon experiment --try`
     on the job's own command (a job `gpumon run` started), on the GPU the job uses."""
     shares = ""
-    if signals is not None and signals.gpus:
-        shares = ", ".join(f"GPU {gpu.index}" + (f" ({gpu.name})" if gpu.name else "") for gpu in signals.gpus)
+    if signals is not None and signals.gpu.gpus:
+        shares = ", ".join(f"GPU {gpu.index}" + (f" ({gpu.name})" if gpu.name else "") for gpu in signals.gpu.gpus)
     tries: list[str] = []
     for name, value in experiment.knobs.items():
         tries += ["--try", f"{name}={json.dumps(value)}"]
@@ -384,7 +384,7 @@ def rules_out(finding: Finding, best: VariantResult, experiment: Experiment) -> 
     knobs = set(experiment.knobs)
     if finding.category in (INPUT_BOUND, IO_BOUND) and knobs <= MATH_KNOBS:
         return f"ruled out while {finding.category}: the GPU waits for its input, faster math cannot help"
-    share = best.signals.data_share if best.signals is not None else None
+    share = best.signals.step.data_share if best.signals is not None else None
     if share is not None and share < LITTLE_DATA_WAIT and knobs <= DATA_WAIT_KNOBS:
         return f"ruled out: the step waits for data only {share:.0%} of the time"
     return None

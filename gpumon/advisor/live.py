@@ -232,9 +232,9 @@ class LiveRunner:
         memory = view.memory
         measurement = measurement_from(
             windows,
-            gpu_util=signals.gpu_util,
-            sm_activity=signals.sm_activity,
-            tensor_activity=signals.tensor_activity,
+            gpu_util=signals.gpu.gpu_util,
+            sm_activity=signals.gpu.sm_activity,
+            tensor_activity=signals.gpu.tensor_activity,
             peak_memory=memory.get("max_allocated") if memory else None,
             stopped=plan.why_stopped(windows, against),
         )

@@ -146,14 +146,14 @@ def finding_text(finding: Finding) -> str:
 def step_model_lines(signals: Signals | None) -> list[str]:
     """'Step time: GPU busy 74%, ...' and 'GPU idle at: train.py:42 (preprocess) 77%, ...' (none without a step
     model)."""
-    if signals is None or not signals.step_shares:
+    if signals is None or not signals.step_model.step_shares:
         return []
-    busy_from = "GPU-Util" if signals.step_busy_from == BY_NVML else "the training stream"
-    parts = ", ".join(f"{LABELS[owner]} {share:.0%}" for owner, share in shown_shares(signals.step_shares))
+    busy_from = "GPU-Util" if signals.step_model.step_busy_from == BY_NVML else "the training stream"
+    parts = ", ".join(f"{LABELS[owner]} {share:.0%}" for owner, share in shown_shares(signals.step_model.step_shares))
     lines = [f"Step time: {parts} (GPU busy from {busy_from})"]
     idle = [
         f"{printable(where)} {share:.0%}"
-        for where, share in zip(signals.idle_lines, signals.idle_line_shares, strict=False)
+        for where, share in zip(signals.step_model.idle_lines, signals.step_model.idle_line_shares, strict=False)
         if share >= SHOWN_MIN
     ][:IDLE_LINES_SHOWN]
     if idle:

@@ -189,7 +189,7 @@ def diagnose_pid(
             signals = build_signals(log.between(start, end), view, pid=pid, start=start, end=end, diagnosis=diagnosis)
             captured, capture_error = _profile(job, pid, profile_steps, trace_dir, progress)
             if captured is not None:
-                signals = replace(signals, **captured.summary.signal_values())
+                signals = replace(signals, comm=replace(signals.comm, **captured.summary.signal_values()))
             elif not profile_steps and notice is not None and client is not None and hooked is not None:
                 world = hooked.info.world_size if hooked.info is not None else None
                 reason = capture_reason(signals, world)

@@ -10,16 +10,32 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from gpumon import protocol
+from gpumon.advisor.signal_figures import (
+    BudgetFigures,
+    CommFigures,
+    GpuFigures,
+    GpuSignals,
+    HostFigures,
+    LoaderFigures,
+    MemoryFigures,
+    PrecisionFigures,
+    PyspyFigures,
+    StepFigures,
+    StepModelFigures,
+    StragglerFigures,
+    flat_name,
+)
 from gpumon.jobs.budget import BudgetShares
 from gpumon.jobs.host_profile import window_profile
 from gpumon.jobs.job_view import JobView
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
 from gpumon.jobs.pyspy.categories import USER_CODE
-from gpumon.jobs.step_model import MeasuredHostTime, estimate_step_model, step_model
+from gpumon.jobs.pyspy.estimate import EstimateView
+from gpumon.jobs.step_model import estimate_step_model, step_model
 from gpumon.jobs.step_sums import WindowSums, window_sums
 from gpumon.sampling.snapshot import GpuSample, ProcessSample, Snapshot
 
@@ -33,43 +49,6 @@ SATURATED_CPU = 85.0
 """A process (one thread's worth) at or above this percent of a core is CPU-bound."""
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSignals:
-    """One GPU the job uses, averaged over the window."""
-
-    index: int
-    name: str = ""
-    utilization: float | None = None
-    sm_activity: float | None = None
-    tensor_activity: float | None = None
-    dram_bandwidth: float | None = None
-    memory_used: float | None = None
-    """Bytes (every process on the GPU, as NVML counts it)."""
-    memory_total: float | None = None
-    pcie_rx: float | None = None
-    """Bytes/s host to device."""
-    pcie_tx: float | None = None
-    # -- clocks and throttling (NVML slow tier); shares are of the samples whose throttle reasons are known
-    throttle_thermal: float | None = None
-    """Share of the window with a thermal slowdown (sw_thermal, hw_thermal)."""
-    throttle_power: float | None = None
-    """Share of the window held at the power limit (sw_power_cap): a problem only where the limit was lowered."""
-    throttle_slowdown: float | None = None
-    """Share of the window with a hardware clock slowdown (hw_slowdown, hw_power_brake, board_limit, reliability)."""
-    throttled_temperature: float | None = None
-    """Mean degrees C while throttled (or over the window when never throttled)."""
-    throttled_clock_sm: float | None = None
-    """Mean SM clock in MHz while throttled (or over the window when never throttled)."""
-    clock_sm_max: float | None = None
-    """MHz: the GPU's highest SM clock."""
-    power: float | None = None
-    """Mean watts."""
-    power_limit: float | None = None
-    """Mean watts of the enforced power limit."""
-    power_limit_default: float | None = None
-    """Watts: the card's default power limit (None where NVML does not say, and in older recordings)."""
-
-
 THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
 POWER_REASONS = frozenset({"sw_power_cap"})
 """The card holds its power draw at its power limit (the enforced one, which may be its default)."""
@@ -79,7 +58,7 @@ SLOWDOWN_REASONS = frozenset({"hw_slowdown", "hw_power_brake", "board_limit", "r
 
 @dataclass(frozen=True, slots=True)
 class Signals:
-    """Everything the rules look at, for one job over one window."""
+    """Everything the rules look at, for one job over one window: where it comes from, and one record per source."""
 
     source: str = SOURCE_NONE
     """Where the job-side figures come from: "hook", "py-spy" (an estimate) or "none"."""
@@ -90,195 +69,102 @@ class Signals:
     """"cuda" or "cpu": what the job computes on; None when unknown."""
     gpu_error: str | None = None
     """Why there are no GPU figures (no NVML...), from the sampler."""
-    # -- the job's GPUs (means over the window, over the GPUs the job uses)
-    gpus: tuple[GpuSignals, ...] = ()
-    gpu_util: float | None = None
-    sm_activity: float | None = None
-    tensor_activity: float | None = None
-    dram_bandwidth: float | None = None
-    pcie_rx: float | None = None
-    pcie_tx: float | None = None
-    # -- steps (hook)
-    steps: int | None = None
-    step_ms: float | None = None
-    data_share: float | None = None
-    """Share of each step's wall time spent blocked on the next batch."""
-    gpu_share: float | None = None
-    """Share of each step covered by GPU work (CUDA events); None when not measured."""
-    rest_share: float | None = None
-    steps_per_s: float | None = None
-    samples_per_s: float | None = None
-    samples_per_step: float | None = None
-    syncs_per_step: float | None = None
-    """Host-device synchronizations per step, from a diagnosis window; None when not counted."""
-    sync_sites: tuple[str, ...] = ()
-    """"file:line (count)" of the most frequent sync sites."""
-    # -- the step time budget (hook, sampled steps): shares of their wall time, the first five add up to 1
-    budget_steps: int | None = None
-    """Budgeted steps in the window; None: no budget (an older hook, or no sampled step yet)."""
-    data_worker_share: float | None = None
-    data_collate_share: float | None = None
-    h2d_share: float | None = None
-    sync_wait_share: float | None = None
-    python_share: float | None = None
-    """The rest of the Python step (launches, optimizer, the script's code)."""
-    h2d_bytes_per_step: float | None = None
-    h2d_pageable: float | None = None
-    """Share of the copied bytes from pageable host memory."""
-    h2d_rate: float | None = None
-    """Bytes/s while copying host->device."""
-    budget_syncs_per_step: float | None = None
-    """Calls that waited on the GPU per budgeted step (.item(), .cpu(), synchronize...)."""
-    # -- host time the hook timed itself (shares of the wall time; `*_idle`: the part with the training stream idle)
-    gc_share: float | None = None
-    """Python's garbage collector: its passes' time over the window."""
-    gc_idle_share: float | None = None
-    gc_passes_per_s: float | None = None
-    gc_gen2_per_s: float | None = None
-    gc_ms_per_pass: float | None = None
-    empty_cache_share: float | None = None
-    """torch.cuda.empty_cache(): its calls' time over the window."""
-    empty_cache_idle_share: float | None = None
-    empty_cache_per_step: float | None = None
-    empty_cache_sites: tuple[str, ...] = ()
-    device_allocs_per_step: float | None = None
-    """The caching allocator's cudaMalloc calls per step (torch.cuda.memory_stats, budgeted steps)."""
-    d2h_share: float | None = None
-    """Device->host copies (.cpu(), .to("cpu")): the host's time in them, budgeted steps."""
-    d2h_idle_share: float | None = None
-    d2h_bytes_per_step: float | None = None
-    optimizer_share: float | None = None
-    """The host's time in optimizer.step(), budgeted steps."""
-    optimizer_on_cpu: bool | None = None
-    """The optimizer's parameters live on the CPU while the job computes on a GPU."""
-    # -- the step model (hook: the stack sampler with the GPU's state; jobs.step_model): shares of the time
-    step_shares: Mapping[str, float] = field(default_factory=dict)
-    """Owner -> share of the step time (gpu_busy, data, h2d, sync_wait, sync_idle, comm, launch, cpu, other; they add
-    up to 1); empty without a step model."""
-    step_busy_from: str | None = None
-    """How GPU busy was read: "stream" (the training stream at each sample) or "nvml" (GPU-Util)."""
-    step_samples: int | None = None
-    idle_lines: tuple[str, ...] = ()
-    """The job's lines where the GPU idled most: "file:line (function)"..."""
-    idle_line_shares: tuple[float, ...] = ()
-    """...and the share of the time it idled at each."""
-    idle_line_activities: tuple[str, ...] = ()
-    # -- the DataLoader (hook)
-    num_workers: int | None = None
-    pin_memory: bool | None = None
-    prefetch_factor: int | None = None
-    persistent_workers: bool | None = None
-    batch_size: int | None = None
-    # -- processes and host (sampler)
-    main_cpu: float | None = None
-    """The job's main process, percent of one core."""
-    worker_cpu: tuple[float, ...] = ()
-    """Each DataLoader worker (or child process), percent of one core."""
-    workers_in_disk_wait: float | None = None
-    """Share of worker samples in uninterruptible (disk) sleep."""
-    job_read_bytes_per_s: float | None = None
-    """Reads of the job and its children from storage."""
-    cores: int | None = None
-    idle_cores: int | None = None
-    cpu_total: float | None = None
-    iowait: float | None = None
-    disk_read_bytes_per_s: float | None = None
-    # -- precision (hook)
-    autocast: bool | None = None
-    """An enabled autocast context was seen; None when the hook cannot say."""
-    autocast_dtype: str | None = None
-    tf32_matmul: bool | None = None
-    tf32_cudnn: bool | None = None
-    float32_matmul_precision: str | None = None
-    cudnn_benchmark: bool | None = None
-    # -- memory (hook, CUDA)
-    peak_memory: int | None = None
-    """torch.cuda.max_memory_allocated, bytes."""
-    reserved_memory: int | None = None
-    alloc_retries: int | None = None
-    ooms: int | None = None
-    # -- a profiler capture (gpumon profile / diagnose --profile; advisor.trace_summary.TraceSummary.signal_values)
-    capture_steps: int | None = None
-    """Steps in the capture; None: no capture."""
-    capture_step_ms: float | None = None
-    """Mean step time during the capture (its ProfilerStep marks)."""
-    comm_ms_per_step: float | None = None
-    """NCCL kernel time per captured step; None without NCCL kernels."""
-    comm_exposed_ms_per_step: float | None = None
-    """Of it, the time no compute kernel ran beside it on the same GPU."""
-    comm_overlap_share: float | None = None
-    """Share of the NCCL time hidden behind compute kernels."""
-    # -- torch.distributed collectives timed live by the hook (GPU-timed steps; hook.comm_timer)
-    comm_live_share: float | None = None
-    """Share of the timed steps' time the training stream waited in collectives; None: no timed step made one."""
-    comm_live_ms_per_step: float | None = None
-    comm_live_steps: int | None = None
-    """Timed steps that made collectives, in the window."""
-    # -- a distributed job's straggler (the hook's ranks; jobs.jobstate.find_straggler)
-    ranks: int | None = None
-    """Ranks seen; None: not a distributed job (or its ranks were not attached)."""
-    straggler_rank: int | None = None
-    straggler_pid: int | None = None
-    straggler_step_ms: float | None = None
-    straggler_data_share: float | None = None
-    straggler_gpu_share: float | None = None
-    straggler_rest_share: float | None = None
-    others_step_ms: float | None = None
-    """Median mean step time of the other live ranks."""
-    others_data_share: float | None = None
-    """Median data-wait share of the other live ranks."""
-    # -- py-spy estimate
-    pyspy: Mapping[str, float] = field(default_factory=dict)
-    """Share of main-thread samples per py-spy category (data_wait, cuda_sync, forward, ...)."""
-    pyspy_samples: int | None = None
-    pyspy_native: bool | None = None
-    """py-spy sampled with --native (C/C++ frames: a sync inside .item() seen as such)."""
-    pyspy_user_line: str | None = None
-    """The job's own frame most often sampled in its own code."""
-    pyspy_sync_evidence: Mapping[str, int] = field(default_factory=dict)
-    """py-spy CUDA sync samples by how they were recognised (native frame, torch function, source text only)."""
+    gpu: GpuFigures = field(default_factory=GpuFigures)
+    step: StepFigures = field(default_factory=StepFigures)
+    budget: BudgetFigures = field(default_factory=BudgetFigures)
+    step_model: StepModelFigures = field(default_factory=StepModelFigures)
+    loader: LoaderFigures = field(default_factory=LoaderFigures)
+    host: HostFigures = field(default_factory=HostFigures)
+    precision: PrecisionFigures = field(default_factory=PrecisionFigures)
+    memory: MemoryFigures = field(default_factory=MemoryFigures)
+    comm: CommFigures = field(default_factory=CommFigures)
+    straggler: StragglerFigures = field(default_factory=StragglerFigures)
+    pyspy: PyspyFigures = field(default_factory=PyspyFigures)
 
     @property
     def has_gpm(self) -> bool:
-        return self.sm_activity is not None
+        return self.gpu.has_gpm
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.gpus) or self.device == "cuda"
+        return bool(self.gpu.gpus) or self.device == "cuda"
 
-    @property
-    def workers(self) -> int:
-        return len(self.worker_cpu)
+    @classmethod
+    def of(cls, **flat: Any) -> Signals:
+        """Signals from their flat names (as `to_dict` gives them); an unknown name is a TypeError."""
+        unknown = flat.keys() - _TOP_LEVEL - _RECORD_OF_FLAT.keys()
+        if unknown:
+            raise TypeError(f"unknown signals: {', '.join(sorted(unknown))}")
+        records: dict[str, dict[str, Any]] = {attribute: {} for attribute, _ in _RECORDS}
+        for name, value in flat.items():
+            if name in _RECORD_OF_FLAT:
+                attribute, field_name = _RECORD_OF_FLAT[name]
+                records[attribute][field_name] = value
+        return cls(
+            **{name: value for name, value in flat.items() if name in _TOP_LEVEL},
+            **{attribute: record(**records[attribute]) for attribute, record in _RECORDS},
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["pyspy"] = dict(self.pyspy)
-        data["pyspy_sync_evidence"] = dict(self.pyspy_sync_evidence)
-        data["step_shares"] = dict(self.step_shares)
+        """The flat JSON of `diagnose --json`'s `signals`: every figure under its flat name."""
+        data: dict[str, Any] = {name: getattr(self, name) for name in _TOP_LEVEL_ORDER}
+        for attribute, record in _RECORDS:
+            values = getattr(self, attribute)
+            for record_field in fields(record):
+                value = getattr(values, record_field.name)
+                if isinstance(value, Mapping):
+                    value = dict(value)
+                elif record_field.name == "gpus":
+                    value = tuple(asdict(gpu) for gpu in value)
+                data[flat_name(record_field)] = value
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Signals:
-        known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {key: value for key, value in data.items() if key in known}
+        """Signals from their flat JSON (unknown names are left out: a recording may be newer or older)."""
+        values: dict[str, Any] = {
+            key: value for key, value in data.items() if key in _TOP_LEVEL or key in _RECORD_OF_FLAT
+        }
         values["gpus"] = tuple(
             GpuSignals(**{k: v for k, v in gpu.items() if k in _GPU_FIELDS}) for gpu in data.get("gpus") or ()
         )
-        for name in (
-            "worker_cpu",
-            "sync_sites",
-            "idle_lines",
-            "idle_line_shares",
-            "idle_line_activities",
-            "empty_cache_sites",
-        ):
+        for name in _TUPLE_FIELDS:
             values[name] = tuple(data.get(name) or ())
-        values["pyspy"] = dict(data.get("pyspy") or {})
-        values["pyspy_sync_evidence"] = dict(data.get("pyspy_sync_evidence") or {})
-        values["step_shares"] = dict(data.get("step_shares") or {})
-        return cls(**values)
+        for name in _MAPPING_FIELDS:
+            values[name] = dict(data.get(name) or {})
+        return cls.of(**values)
 
 
+_RECORDS: tuple[tuple[str, type[Any]], ...] = (
+    ("gpu", GpuFigures),
+    ("step", StepFigures),
+    ("budget", BudgetFigures),
+    ("step_model", StepModelFigures),
+    ("loader", LoaderFigures),
+    ("host", HostFigures),
+    ("precision", PrecisionFigures),
+    ("memory", MemoryFigures),
+    ("comm", CommFigures),
+    ("straggler", StragglerFigures),
+    ("pyspy", PyspyFigures),
+)
+_RECORD_OF_FLAT: dict[str, tuple[str, str]] = {
+    flat_name(record_field): (attribute, record_field.name)
+    for attribute, record in _RECORDS
+    for record_field in fields(record)
+}
+"""Flat name -> (the record's attribute on Signals, its field in the record)."""
+_TOP_LEVEL_ORDER = ("source", "window_s", "pid", "command", "device", "gpu_error")
+_TOP_LEVEL = frozenset(_TOP_LEVEL_ORDER)
+_TUPLE_FIELDS = (
+    "worker_cpu",
+    "sync_sites",
+    "idle_lines",
+    "idle_line_shares",
+    "idle_line_activities",
+    "empty_cache_sites",
+)
+_MAPPING_FIELDS = ("pyspy", "pyspy_sync_evidence", "step_shares")
 _GPU_FIELDS = {f.name for f in fields(GpuSignals)}
 
 
@@ -349,28 +235,31 @@ def job_gpu_indices(snapshots: Sequence[Snapshot], pids: Sequence[int], uuids: S
     return sorted(indices)
 
 
-def _throttle_values(samples: Sequence[GpuSample]) -> dict[str, float | None]:
-    """Shares of the samples with each kind of throttling, and the temperature and SM clock while throttled."""
-    known = [gpu for gpu in samples if gpu.throttle_reasons is not None]
+def _throttled(gpu: GpuSignals, samples: Sequence[GpuSample]) -> GpuSignals:
+    """The GPU with the shares of the samples with each kind of throttling, and the temperature and SM clock while
+    throttled."""
+    known = [sample for sample in samples if sample.throttle_reasons is not None]
     if not known:
-        return {}
-    values: dict[str, float | None] = {}
-    for name, reasons in (
-        ("throttle_thermal", THERMAL_REASONS),
-        ("throttle_power", POWER_REASONS),
-        ("throttle_slowdown", SLOWDOWN_REASONS),
-    ):
-        values[name] = sum(1 for gpu in known if reasons & set(gpu.throttle_reasons or ())) / len(known)
+        return gpu
+
+    def share(reasons: frozenset[str]) -> float:
+        return sum(1 for sample in known if reasons & set(sample.throttle_reasons or ())) / len(known)
+
     every = THERMAL_REASONS | POWER_REASONS | SLOWDOWN_REASONS
-    throttled = [gpu for gpu in known if every & set(gpu.throttle_reasons or ())] or known
-    values["throttled_temperature"] = _mean(gpu.temperature for gpu in throttled)
-    values["throttled_clock_sm"] = _mean(gpu.clock_sm for gpu in throttled)
-    return values
+    throttled = [sample for sample in known if every & set(sample.throttle_reasons or ())] or known
+    return replace(
+        gpu,
+        throttle_thermal=share(THERMAL_REASONS),
+        throttle_power=share(POWER_REASONS),
+        throttle_slowdown=share(SLOWDOWN_REASONS),
+        throttled_temperature=_mean(sample.temperature for sample in throttled),
+        throttled_clock_sm=_mean(sample.clock_sm for sample in throttled),
+    )
 
 
 def gpu_signals(snapshots: Sequence[Snapshot], index: int) -> GpuSignals:
     samples = [gpu for snapshot in snapshots for gpu in snapshot.gpus if gpu.index == index]
-    return GpuSignals(
+    gpu = GpuSignals(
         index=index,
         name=samples[-1].name if samples else "",
         utilization=_mean(g.utilization_gpu for g in samples),
@@ -387,41 +276,51 @@ def gpu_signals(snapshots: Sequence[Snapshot], index: int) -> GpuSignals:
         power_limit_default=max(
             (g.power_limit_default for g in samples if g.power_limit_default is not None), default=None
         ),
-        **_throttle_values(samples),
+    )
+    return _throttled(gpu, samples)
+
+
+def gpu_figures(gpus: tuple[GpuSignals, ...]) -> GpuFigures:
+    """The job's GPUs with their means (PCIe: their sums)."""
+    if not gpus:
+        return GpuFigures()
+    return GpuFigures(
+        gpus=gpus,
+        gpu_util=_mean(g.utilization for g in gpus),
+        sm_activity=_mean(g.sm_activity for g in gpus),
+        tensor_activity=_mean(g.tensor_activity for g in gpus),
+        dram_bandwidth=_mean(g.dram_bandwidth for g in gpus),
+        pcie_rx=_sum_or_none(g.pcie_rx for g in gpus),
+        pcie_tx=_sum_or_none(g.pcie_tx for g in gpus),
     )
 
 
-def _host_values(snapshots: Sequence[Snapshot]) -> dict[str, Any]:
+def _host_figures(snapshots: Sequence[Snapshot], pid: int | None, worker_pids: Sequence[int]) -> HostFigures:
+    """The machine's CPUs and disks, with the job's processes."""
     # The first snapshot of a sampler has zero rates (its counters were just primed): skip all-zero CPU readings.
     cpu_samples = [s.cpu for s in snapshots if s.cpu.per_core and any(s.cpu.per_core)]
-    values: dict[str, Any] = {
-        "cores": None,
-        "idle_cores": None,
-        "cpu_total": None,
-        "iowait": None,
-        "disk_read_bytes_per_s": None,
-    }
+    machine = HostFigures(
+        disk_read_bytes_per_s=_mean(sum(d.read_bytes_per_s for d in s.disks) for s in snapshots) if snapshots else None
+    )
     if cpu_samples:
         cores = max(len(c.per_core) for c in cpu_samples)
         per_core = [_mean(c.per_core[i] for c in cpu_samples if i < len(c.per_core)) or 0.0 for i in range(cores)]
-        values["cores"] = cores
-        values["idle_cores"] = sum(1 for busy in per_core if busy < IDLE_CORE_BUSY)
-        values["cpu_total"] = _mean(c.total for c in cpu_samples)
-        values["iowait"] = _mean(c.iowait for c in cpu_samples)
-    if snapshots:
-        values["disk_read_bytes_per_s"] = _mean(sum(d.read_bytes_per_s for d in s.disks) for s in snapshots)
-    return values
+        machine = replace(
+            machine,
+            cores=cores,
+            idle_cores=sum(1 for busy in per_core if busy < IDLE_CORE_BUSY),
+            cpu_total=_mean(c.total for c in cpu_samples),
+            iowait=_mean(c.iowait for c in cpu_samples),
+        )
+    return _with_processes(machine, snapshots, pid, worker_pids)
 
 
-def _process_values(snapshots: Sequence[Snapshot], pid: int | None, worker_pids: Sequence[int]) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "main_cpu": None,
-        "worker_cpu": (),
-        "workers_in_disk_wait": None,
-        "job_read_bytes_per_s": None,
-    }
+def _with_processes(
+    machine: HostFigures, snapshots: Sequence[Snapshot], pid: int | None, worker_pids: Sequence[int]
+) -> HostFigures:
+    """The machine's figures with the job's main process and its workers (or child processes)."""
     if pid is None:
-        return values
+        return machine
     main: list[ProcessSample] = []
     children: dict[int, list[ProcessSample]] = {}
     reads: list[float] = []
@@ -439,17 +338,18 @@ def _process_values(snapshots: Sequence[Snapshot], pid: int | None, worker_pids:
                 total_read = (total_read or 0.0) + child.read_bytes_per_s
         if total_read is not None:
             reads.append(total_read)
-    values["main_cpu"] = _mean(p.cpu_percent for p in main)
     worker_cpu = [_mean(p.cpu_percent for p in samples) for samples in children.values()]
-    values["worker_cpu"] = tuple(round(c, 1) for c in worker_cpu if c is not None)
     states = [p.state for samples in children.values() for p in samples if p.state is not None]
-    if states:
-        values["workers_in_disk_wait"] = sum(1 for s in states if s == "disk-sleep") / len(states)
-    values["job_read_bytes_per_s"] = _mean(reads)
-    return values
+    return replace(
+        machine,
+        main_cpu=_mean(p.cpu_percent for p in main),
+        worker_cpu=tuple(round(c, 1) for c in worker_cpu if c is not None),
+        workers_in_disk_wait=sum(1 for s in states if s == "disk-sleep") / len(states) if states else None,
+        job_read_bytes_per_s=_mean(reads),
+    )
 
 
-def _step_values(view: HookedView, start: float | None, end: float | None) -> dict[str, Any]:
+def _step_figures(view: HookedView, start: float | None, end: float | None) -> StepFigures:
     """Step figures over the whole window: from the view's step records where they reach back to its start, else
     from its per-second sums (a fast job's records cover only its last second or two)."""
     window = steps_in_window(view.steps, start, end)
@@ -459,7 +359,7 @@ def _step_values(view: HookedView, start: float | None, end: float | None) -> di
         span = window[-1].t - window[0].t + window[0].wall_ms / 1e3
         breakdown = Breakdown.of(window)
         samples = [s.samples for s in window if s.samples is not None]
-        return dict(
+        return StepFigures(
             steps=len(window),
             step_ms=sum(s.wall_ms for s in window) / len(window),
             data_share=breakdown.data,
@@ -471,9 +371,9 @@ def _step_values(view: HookedView, start: float | None, end: float | None) -> di
         )
     sums = window_sums(view.step_sums, start, end)
     if round(sums.steps) >= 2 and sums.wall_ms > 0:
-        return _values_from_sums(sums)
+        return _step_figures_from_sums(sums)
     stats = view.stats
-    return dict(
+    return StepFigures(
         steps=stats.steps or None,
         step_ms=stats.wall_ms,
         data_share=stats.breakdown.data,
@@ -487,7 +387,7 @@ def _step_values(view: HookedView, start: float | None, end: float | None) -> di
     )
 
 
-def _values_from_sums(sums: WindowSums) -> dict[str, Any]:
+def _step_figures_from_sums(sums: WindowSums) -> StepFigures:
     """The same figures as from step records (see Breakdown.of), from sums."""
     data = min(1.0, sums.data_ms / sums.wall_ms)
     gpu: float | None = None
@@ -496,7 +396,7 @@ def _values_from_sums(sums: WindowSums) -> dict[str, Any]:
         gpu = max(0.0, min(1.0 - data, sums.gpu_busy_ms / sums.timed_wall_ms))
         rest = max(0.0, 1.0 - data - gpu)
     span = sums.span_s
-    return dict(
+    return StepFigures(
         steps=round(sums.steps),
         step_ms=sums.wall_ms / sums.steps,
         data_share=data,
@@ -508,13 +408,30 @@ def _values_from_sums(sums: WindowSums) -> dict[str, Any]:
     )
 
 
-def _budget_values(view: HookedView, start: float | None, end: float | None) -> dict[str, Any]:
-    """The step time budget over the window's budgeted steps (else the view's latest ones)."""
+def _with_syncs(step: StepFigures, diagnosis: protocol.Diagnosis | None) -> StepFigures:
+    """The step figures with a diagnosis window's sync count and its most frequent sites."""
+    if not diagnosis or not diagnosis.get("available") or not diagnosis.get("steps"):
+        return step
+    return replace(
+        step,
+        syncs_per_step=float(diagnosis.get("syncs_total", 0)) / float(diagnosis["steps"]),
+        sync_sites=tuple(
+            f"{site.get('file')}:{site.get('line')} ({site.get('count')})"
+            for site in (diagnosis.get("sites") or [])[:5]
+        ),
+    )
+
+
+def _budget_figures(view: HookedView, start: float | None, end: float | None) -> BudgetFigures:
+    """The step time budget over the window's budgeted steps (else the view's latest ones), with the host time the
+    hook timed itself."""
+    known = BudgetFigures(optimizer_on_cpu=view.optimizer_on_cpu, empty_cache_sites=view.empty_cache_sites)
     budgets = [s.budget for s in steps_in_window(view.steps, start, end) if s.budget is not None]
     shares = BudgetShares.of(budgets) if budgets else view.budget
     if not shares.steps:
-        return {}
-    return dict(
+        return known
+    budget = replace(
+        known,
         budget_steps=shares.steps,
         data_worker_share=shares.data_worker,
         data_collate_share=shares.data_collate,
@@ -529,16 +446,19 @@ def _budget_values(view: HookedView, start: float | None, end: float | None) -> 
         d2h_idle_share=shares.d2h_idle,
         d2h_bytes_per_step=shares.d2h_bytes_per_step,
         optimizer_share=shares.optimizer_share,
-        **_host_cost_rates(view, shares, start, end),
     )
+    return _with_host_costs(budget, view, shares, start, end)
 
 
-def _host_cost_rates(view: HookedView, shares: BudgetShares, start: float | None, end: float | None) -> dict[str, Any]:
+def _with_host_costs(
+    budget: BudgetFigures, view: HookedView, shares: BudgetShares, start: float | None, end: float | None
+) -> BudgetFigures:
     """The collector's and the allocator's figures over the whole window (the per-second sums reach back further
     than the kept step records), else over the budgeted steps' records."""
     rates = window_sums(view.step_sums, start, end).rates
     if rates.gc_share is None and rates.empty_cache_share is None:
-        return dict(
+        return replace(
+            budget,
             gc_share=shares.gc_share,
             gc_passes_per_s=shares.gc_passes_per_s,
             gc_gen2_per_s=shares.gc_gen2_per_s,
@@ -547,7 +467,8 @@ def _host_cost_rates(view: HookedView, shares: BudgetShares, start: float | None
             empty_cache_per_step=shares.empty_cache_per_step,
             device_allocs_per_step=shares.device_allocs_per_step,
         )
-    return dict(
+    return replace(
+        budget,
         gc_share=rates.gc_share,
         gc_idle_share=rates.gc_idle_share,
         gc_passes_per_s=rates.gc_passes_per_s,
@@ -560,87 +481,131 @@ def _host_cost_rates(view: HookedView, shares: BudgetShares, start: float | None
     )
 
 
-def _straggler_values(view: HookedView) -> dict[str, Any]:
+def _straggler_figures(view: HookedView) -> StragglerFigures:
     """The straggling rank with its own budget, against the median of the other live ranks."""
     if not view.ranks:
-        return {}
-    values: dict[str, Any] = {"ranks": len(view.ranks)}
+        return StragglerFigures()
     straggler = next((rank for rank in view.ranks if rank.pid == view.straggler), None)
     if straggler is None or not straggler.wall_ms:
-        return values
+        return StragglerFigures(ranks=len(view.ranks))
     others = [r for r in view.ranks if r is not straggler and not r.ended and r.wall_ms]
     walls = sorted(r.wall_ms or 0.0 for r in others)
     data_shares = sorted((r.data_ms or 0.0) / (r.wall_ms or 1.0) for r in others)
-    values.update(
-        straggler_rank=straggler.rank,
-        straggler_pid=straggler.pid,
-        straggler_step_ms=straggler.wall_ms,
-        straggler_data_share=straggler.breakdown.data
+    return StragglerFigures(
+        ranks=len(view.ranks),
+        rank=straggler.rank,
+        pid=straggler.pid,
+        step_ms=straggler.wall_ms,
+        data_share=straggler.breakdown.data
         if straggler.breakdown.data is not None
         else (straggler.data_ms or 0.0) / straggler.wall_ms,
-        straggler_gpu_share=straggler.breakdown.gpu,
-        straggler_rest_share=straggler.breakdown.rest,
+        gpu_share=straggler.breakdown.gpu,
+        rest_share=straggler.breakdown.rest,
         others_step_ms=walls[len(walls) // 2] if walls else None,
         others_data_share=data_shares[len(data_shares) // 2] if data_shares else None,
     )
-    return values
 
 
-def _hook_values(
-    view: HookedView, start: float | None, end: float | None, diagnosis: protocol.Diagnosis | None
-) -> dict[str, Any]:
-    values: dict[str, Any] = _step_values(view, start, end)
-    values.update(_budget_values(view, start, end))
-    values.update(_comm_values(view, start, end))
-    diagnosis = diagnosis if diagnosis is not None else view.diagnosis
-    if diagnosis and diagnosis.get("available") and diagnosis.get("steps"):
-        values["syncs_per_step"] = float(diagnosis.get("syncs_total", 0)) / float(diagnosis["steps"])
-        values["sync_sites"] = tuple(
-            f"{site.get('file')}:{site.get('line')} ({site.get('count')})"
-            for site in (diagnosis.get("sites") or [])[:5]
-        )
-    values.update(_straggler_values(view))
-    values["optimizer_on_cpu"] = view.optimizer_on_cpu
-    values["empty_cache_sites"] = view.empty_cache_sites
-    loaders = view.dataloaders
-    if loaders:
-        loader = loaders[0]
-        values.update(
-            num_workers=loader.get("num_workers"),
-            pin_memory=loader.get("pin_memory"),
-            prefetch_factor=loader.get("prefetch_factor"),
-            persistent_workers=loader.get("persistent_workers"),
-            batch_size=loader.get("batch_size"),
-        )
+def _loader_figures(view: HookedView) -> LoaderFigures:
+    """The settings of the job's first DataLoader."""
+    if not view.dataloaders:
+        return LoaderFigures()
+    loader = view.dataloaders[0]
+    return LoaderFigures(
+        num_workers=loader.get("num_workers"),
+        pin_memory=loader.get("pin_memory"),
+        prefetch_factor=loader.get("prefetch_factor"),
+        persistent_workers=loader.get("persistent_workers"),
+        batch_size=loader.get("batch_size"),
+    )
+
+
+def _precision_figures(view: HookedView) -> PrecisionFigures:
+    """The job's autocast, TF32, matmul precision and cudnn.benchmark."""
     precision = view.precision
-    if precision:
-        autocast = precision.get("autocast")
-        if autocast is not None:
-            values["autocast"] = bool(autocast.get("enabled"))
-            values["autocast_dtype"] = autocast.get("dtype") or None
-        elif view.state is not None:
-            values["autocast"] = False  # the hook sees every autocast entry: none means none
-        values.update(
-            tf32_matmul=precision.get("tf32_matmul"),
-            tf32_cudnn=precision.get("tf32_cudnn"),
-            float32_matmul_precision=precision.get("float32_matmul_precision"),
-            cudnn_benchmark=precision.get("cudnn_benchmark"),
-        )
+    if not precision:
+        return PrecisionFigures()
+    autocast = precision.get("autocast")
+    enabled: bool | None = None
+    dtype: str | None = None
+    if autocast is not None:
+        enabled = bool(autocast.get("enabled"))
+        dtype = autocast.get("dtype") or None
+    elif view.state is not None:
+        enabled = False  # the hook sees every autocast entry: none means none
+    return PrecisionFigures(
+        autocast=enabled,
+        autocast_dtype=dtype,
+        tf32_matmul=precision.get("tf32_matmul"),
+        tf32_cudnn=precision.get("tf32_cudnn"),
+        float32_matmul_precision=precision.get("float32_matmul_precision"),
+        cudnn_benchmark=precision.get("cudnn_benchmark"),
+    )
+
+
+def _memory_figures(view: HookedView) -> MemoryFigures:
+    """The job's peak and reserved CUDA memory, the allocator's retries and the OOMs."""
     memory = view.memory
-    if memory:
-        values.update(
-            peak_memory=memory.get("max_allocated"),
-            reserved_memory=memory.get("reserved"),
-            alloc_retries=memory.get("alloc_retries"),
-            ooms=memory.get("ooms"),
-        )
+    if not memory:
+        return MemoryFigures()
+    return MemoryFigures(
+        peak_memory=memory.get("max_allocated"),
+        reserved_memory=memory.get("reserved"),
+        alloc_retries=memory.get("alloc_retries"),
+        ooms=memory.get("ooms"),
+    )
+
+
+def _hook_device(view: HookedView) -> str | None:
+    """What the hooked job computes on: "cuda" where its CUDA is initialized, "cpu" where it steps without."""
     cuda = view.cuda
     timed = any(s.gpu_ms is not None for s in view.steps)
     if cuda.get("initialized") and (cuda.get("device") is not None or timed):
-        values["device"] = "cuda"
-    elif view.steps:
-        values["device"] = "cpu"
-    return values
+        return "cuda"
+    return "cpu" if view.steps else None
+
+
+def _pyspy_figures(job: EstimateView) -> PyspyFigures:
+    """The py-spy estimate's shares of the main thread's samples (its recent ones where there are)."""
+    recent = bool(job.recent_samples)
+    fractions = job.recent_fractions if recent else job.fractions
+    return PyspyFigures(
+        shares={k: round(v, 4) for k, v in fractions.items()},
+        samples=job.recent_samples or job.samples,
+        sync_evidence=dict(job.recent_sync_evidence if recent else job.sync_evidence),
+        native=job.native,
+        user_line=job.hot_frames.get(USER_CODE),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _JobFigures:
+    """What the job's own view (hook or py-spy) gives, before the GPUs are known."""
+
+    device: str | None = None
+    step: StepFigures = field(default_factory=StepFigures)
+    budget: BudgetFigures = field(default_factory=BudgetFigures)
+    loader: LoaderFigures = field(default_factory=LoaderFigures)
+    precision: PrecisionFigures = field(default_factory=PrecisionFigures)
+    memory: MemoryFigures = field(default_factory=MemoryFigures)
+    comm: CommFigures = field(default_factory=CommFigures)
+    straggler: StragglerFigures = field(default_factory=StragglerFigures)
+    pyspy: PyspyFigures = field(default_factory=PyspyFigures)
+
+
+def _hook_figures(
+    view: HookedView, start: float | None, end: float | None, diagnosis: protocol.Diagnosis | None
+) -> _JobFigures:
+    return _JobFigures(
+        device=_hook_device(view),
+        step=_with_syncs(_step_figures(view, start, end), diagnosis if diagnosis is not None else view.diagnosis),
+        budget=_budget_figures(view, start, end),
+        loader=_loader_figures(view),
+        precision=_precision_figures(view),
+        memory=_memory_figures(view),
+        comm=_comm_figures(view, start, end),
+        straggler=_straggler_figures(view),
+    )
 
 
 def build_signals(
@@ -661,7 +626,7 @@ def build_signals(
     """
     training_from = training_start(job) if isinstance(job, HookedView) else None
     window = in_window(snapshots, _after_startup(snapshots, start, training_from), end)
-    values: dict[str, Any] = {}
+    figures = _JobFigures()
     source = SOURCE_NONE
     worker_pids: list[int] = []
     uuids: list[str] = []
@@ -672,47 +637,50 @@ def build_signals(
         worker_pids = job.worker_pids
         uuids = job.device_uuids
         command = job.command
-        values.update(_hook_values(job, start, end, diagnosis))
+        figures = _hook_figures(job, start, end, diagnosis)
     elif job is not None:  # an EstimateView: mypy narrows the JobView union, so a new kind would not type-check here
         source = SOURCE_PYSPY
         pid = job.pid if pid is None else pid
         command = job.command
-        fractions = job.recent_fractions if job.recent_samples else job.fractions
-        values["pyspy"] = {k: round(v, 4) for k, v in fractions.items()}
-        values["pyspy_samples"] = job.recent_samples or job.samples
-        values["pyspy_sync_evidence"] = dict(job.recent_sync_evidence if job.recent_samples else job.sync_evidence)
-        values["pyspy_native"] = job.native
-        values["pyspy_user_line"] = job.hot_frames.get(USER_CODE)
+        figures = _JobFigures(pyspy=_pyspy_figures(job))
     pids = [pid] if pid is not None else []
     # A hooked job whose CUDA is not initialized computes on the CPU: the machine's GPUs are not its GPUs.
-    indices = [] if values.get("device") == "cpu" else job_gpu_indices(window, pids, uuids)
-    gpus = tuple(gpu_signals(window, index) for index in indices)
-    if gpus:
-        values.update(
-            gpu_util=_mean(g.utilization for g in gpus),
-            sm_activity=_mean(g.sm_activity for g in gpus),
-            tensor_activity=_mean(g.tensor_activity for g in gpus),
-            dram_bandwidth=_mean(g.dram_bandwidth for g in gpus),
-            pcie_rx=_sum_or_none(g.pcie_rx for g in gpus),
-            pcie_tx=_sum_or_none(g.pcie_tx for g in gpus),
-        )
-        values.setdefault("device", "cuda")
+    indices = [] if figures.device == "cpu" else job_gpu_indices(window, pids, uuids)
+    gpu = gpu_figures(tuple(gpu_signals(window, index) for index in indices))
+    device = figures.device or ("cuda" if gpu.gpus else None)
+    model = StepModelFigures()
     if isinstance(job, HookedView):
-        values.update(_step_model_values(job, start, end, values))
+        model = _step_model_figures(job, start, end, gpu, figures.budget, figures.comm)
     elif job is not None:
-        values.update(estimate_model_values(values))
-    values.update(_host_values(window))
-    values.update(_process_values(window, pid, worker_pids))
+        model = estimate_model_figures(gpu, figures.pyspy)
+    window_s: float | None = None
     if window:
         span = window[-1].timestamp - window[0].timestamp
-        values["window_s"] = round(span, 2) if span > 0 else None
-        values["gpu_error"] = window[-1].gpu_error
+        window_s = round(span, 2) if span > 0 else None
     elif start is not None and end is not None:
-        values["window_s"] = round(end - start, 2)
-    return Signals(source=source, pid=pid, command=command, gpus=gpus, **values)
+        window_s = round(end - start, 2)
+    return Signals(
+        source=source,
+        window_s=window_s,
+        pid=pid,
+        command=command,
+        device=device,
+        gpu_error=window[-1].gpu_error if window else None,
+        gpu=gpu,
+        step=figures.step,
+        budget=figures.budget,
+        step_model=model,
+        loader=figures.loader,
+        host=_host_figures(window, pid, worker_pids),
+        precision=figures.precision,
+        memory=figures.memory,
+        comm=figures.comm,
+        straggler=figures.straggler,
+        pyspy=figures.pyspy,
+    )
 
 
-def _comm_values(view: HookedView, start: float | None, end: float | None) -> dict[str, Any]:
+def _comm_figures(view: HookedView, start: float | None, end: float | None) -> CommFigures:
     """The collectives the hook timed live: over the window's GPU-timed steps (else the view's), the share of their
     time the training stream waited in them."""
     timed = [s for s in steps_in_window(view.steps, start, end) if s.gpu_ms is not None] or [
@@ -721,35 +689,34 @@ def _comm_values(view: HookedView, start: float | None, end: float | None) -> di
     with_comm = [s for s in timed if s.comm_ms is not None]
     wall = sum(s.wall_ms for s in timed)
     if not with_comm or wall <= 0:
-        return {}
+        return CommFigures()
     comm = sum(s.comm_ms or 0.0 for s in with_comm)
-    return dict(
+    return CommFigures(
         comm_live_share=min(1.0, comm / wall),
         comm_live_ms_per_step=comm / len(timed),
         comm_live_steps=len(with_comm),
     )
 
 
-def _step_model_values(
-    view: HookedView, start: float | None, end: float | None, values: Mapping[str, Any]
-) -> dict[str, Any]:
+def _step_model_figures(
+    view: HookedView, start: float | None, end: float | None, gpu: GpuFigures, budget: BudgetFigures, comm: CommFigures
+) -> StepModelFigures:
     """The step model over the window: the sampler's counts, with GPU-Util where it could not read the stream, and
     the budget's measured sync wait where there is one."""
     if not view.host_profiles:
-        return {}
+        return StepModelFigures()
     window_end = end if end is not None else view.host_profiles[-1].t
     window_start = start if start is not None else view.host_profiles[0].t - 1.0
-    util = values.get("gpu_util")
     model = step_model(
         window_profile(view.host_profiles, window_start, window_end),
-        nvml_busy=util / 100.0 if isinstance(util, (int, float)) else None,
-        sync_wait=values.get("sync_wait_share"),
-        comm_wait=values.get("comm_live_share"),
-        measured=measured_host_time(values),
+        nvml_busy=gpu.gpu_util / 100.0 if gpu.gpu_util is not None else None,
+        sync_wait=budget.sync_wait_share,
+        comm_wait=comm.comm_live_share,
+        measured=budget.measured_host_time(),
     )
     if model is None:
-        return {}
-    return dict(
+        return StepModelFigures()
+    return StepModelFigures(
         step_shares={owner: round(share, 4) for owner, share in model.shares.items()},
         step_busy_from=model.busy_from,
         step_samples=model.samples,
@@ -759,32 +726,14 @@ def _step_model_values(
     )
 
 
-def measured_host_time(values: Mapping[str, Any]) -> MeasuredHostTime:
-    """The host time the hook timed itself, as the step model takes it (0 where not measured)."""
-
-    def share(name: str) -> float:
-        value = values.get(name)
-        return float(value) if isinstance(value, (int, float)) else 0.0
-
-    return MeasuredHostTime(
-        gc=share("gc_share"),
-        gc_idle=share("gc_idle_share"),
-        alloc=share("empty_cache_share"),
-        alloc_idle=share("empty_cache_idle_share"),
-        d2h=share("d2h_share"),
-        d2h_idle=share("d2h_idle_share"),
-        optimizer_on_cpu=values.get("optimizer_on_cpu") is True,
-    )
-
-
-def estimate_model_values(values: Mapping[str, Any]) -> dict[str, Any]:
+def estimate_model_figures(gpu: GpuFigures, pyspy: PyspyFigures) -> StepModelFigures:
     """The step model of a py-spy estimate: its fractions with GPU-Util's busy, where there is a GPU figure."""
-    util, sm, fractions = values.get("gpu_util"), values.get("sm_activity"), values.get("pyspy")
-    if not isinstance(util, (int, float)) or not fractions:
-        return {}
-    fill = sm / util if isinstance(sm, (int, float)) and util > 0 else None
-    model = estimate_step_model(fractions, util / 100.0, int(values.get("pyspy_samples") or 0), fill)
-    return dict(
+    util, sm = gpu.gpu_util, gpu.sm_activity
+    if util is None or not pyspy.shares:
+        return StepModelFigures()
+    fill = sm / util if sm is not None and util > 0 else None
+    model = estimate_step_model(pyspy.shares, util / 100.0, int(pyspy.samples or 0), fill)
+    return StepModelFigures(
         step_shares={owner: round(share, 4) for owner, share in model.shares.items()},
         step_busy_from=model.busy_from,
         step_samples=model.samples,

@@ -492,9 +492,9 @@ class TrialRunner:
         memory = view.memory if view is not None else None
         measurement = measurement_from(
             windows,
-            gpu_util=signals.gpu_util,
-            sm_activity=signals.sm_activity,
-            tensor_activity=signals.tensor_activity,
+            gpu_util=signals.gpu.gpu_util,
+            sm_activity=signals.gpu.sm_activity,
+            tensor_activity=signals.gpu.tensor_activity,
             peak_memory=memory.get("max_allocated") if memory else None,
             stopped=self.plan.why_stopped(windows, against),
         )

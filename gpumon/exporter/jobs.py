@@ -177,8 +177,8 @@ class JobMetrics:
 
     def _figures(self, view: HookedView, snapshots: list[Snapshot], start: float, end: float) -> RankFigures:
         signals = build_signals(snapshots, view, start=start, end=end)
-        finding = diagnose(signals) if signals.steps else None
-        syncs = signals.syncs_per_step
+        finding = diagnose(signals) if signals.step.steps else None
+        syncs = signals.step.syncs_per_step
         if syncs is None:
             counted = [step.syncs for step in steps_in_window(view.steps, start, end) if step.syncs is not None]
             syncs = sum(counted) / len(counted) if counted else None
@@ -196,8 +196,8 @@ class JobMetrics:
             _text(info.world_size if info else None),
             *(getattr(placement, name) for name in _FROM_PLACEMENT),
         )
-        peak = signals.peak_memory
-        power = snapshot_power(snapshots, [gpu.index for gpu in signals.gpus]) if signals.gpus else None
+        peak = signals.memory.peak_memory
+        power = snapshot_power(snapshots, [gpu.index for gpu in signals.gpu.gpus]) if signals.gpu.gpus else None
         return RankFigures(
             labels=labels,
             signals=signals,
@@ -205,8 +205,8 @@ class JobMetrics:
             peak_memory=None if peak is None else float(peak),
             steps_total=view.last_seq,
             finding=finding,
-            mfu=job_mfu(view, signals.steps_per_s).value if signals.steps_per_s else None,
-            joules_per_sample=joules_per_sample(power, signals.samples_per_s),
+            mfu=job_mfu(view, signals.step.steps_per_s).value if signals.step.steps_per_s else None,
+            joules_per_sample=joules_per_sample(power, signals.step.samples_per_s),
         )
 
     # ---- the scrape ----------------------------------------------------------------------------
@@ -214,22 +214,22 @@ class JobMetrics:
     def families(self, host: str) -> Iterator[Metric]:
         figures = self.figures
         gauges: list[tuple[str, str, Callable[[RankFigures], float | None]]] = [
-            ("gpumon_job_step_seconds", "Mean step time over the window.", lambda f: _ms(f.signals.step_ms)),
+            ("gpumon_job_step_seconds", "Mean step time over the window.", lambda f: _ms(f.signals.step.step_ms)),
             (
                 "gpumon_job_data_wait_ratio",
                 "Share of each step spent waiting for the next batch, 0-1.",
-                lambda f: f.signals.data_share,
+                lambda f: f.signals.step.data_share,
             ),
             (
                 "gpumon_job_gpu_ratio",
                 "Share of each step covered by GPU work (CUDA events), 0-1.",
-                lambda f: f.signals.gpu_share,
+                lambda f: f.signals.step.gpu_share,
             ),
-            ("gpumon_job_steps_per_second", "Training steps a second.", lambda f: f.signals.steps_per_s),
+            ("gpumon_job_steps_per_second", "Training steps a second.", lambda f: f.signals.step.steps_per_s),
             (
                 "gpumon_job_samples_per_second",
                 "Samples a second, where the batch size is known.",
-                lambda f: f.signals.samples_per_s,
+                lambda f: f.signals.step.samples_per_s,
             ),
             (
                 "gpumon_job_syncs_per_step",
@@ -239,7 +239,7 @@ class JobMetrics:
             (
                 "gpumon_job_dataloader_workers",
                 "DataLoader worker processes configured.",
-                lambda f: f.signals.num_workers,
+                lambda f: f.signals.loader.num_workers,
             ),
             (
                 "gpumon_job_peak_memory_bytes",
@@ -282,7 +282,7 @@ class JobMetrics:
         for rank in figures:
             steps.add_metric((host, *rank.labels), float(rank.steps_total))
             for owner in OWNERS:
-                share = rank.signals.step_shares.get(owner)
+                share = rank.signals.step_model.step_shares.get(owner)
                 if share is not None:
                     step_share.add_metric((host, *rank.labels, owner), float(share))
             if rank.finding is not None:

@@ -140,12 +140,12 @@ def has_no_data(finding: Finding, signals: Signals | None) -> bool:
     with no step in the window: still starting), which the panel shows as "measuring" instead."""
     if finding.confidence <= 0:
         return True
-    return signals is not None and signals.source == SOURCE_HOOK and not signals.steps
+    return signals is not None and signals.source == SOURCE_HOOK and not signals.step.steps
 
 
 def measuring_text(signals: Signals | None) -> Text:
     """'Measuring: 1 of 3 steps': what the first verdict waits for."""
-    steps = (signals.steps or 0) if signals is not None else 0
+    steps = (signals.step.steps or 0) if signals is not None else 0
     text = Text()
     if steps < MEASURING_STEPS:
         text.append(f"Measuring: {steps} of {MEASURING_STEPS} steps\n", style="bold")

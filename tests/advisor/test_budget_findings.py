@@ -144,7 +144,7 @@ def test_failure_1_pageable_copies_and_collate_share_the_step() -> None:
             snapshots, wall_ms=100.0, data_ms=45.0, gpu_ms=6.0, budget=PAGEABLE_BUDGET, loader=PAGEABLE_LOADER
         ),
     )
-    assert signals.budget_steps and signals.h2d_share == pytest.approx(0.47, abs=0.01)
+    assert signals.budget.budget_steps and signals.budget.h2d_share == pytest.approx(0.47, abs=0.01)
     finding = diagnose(signals)
     found = shares(finding)
     assert finding.category == INPUT_BOUND
@@ -166,7 +166,7 @@ def test_failure_1_without_a_budget_the_transfer_is_still_named() -> None:
         snapshots,
         hook_messages(snapshots, wall_ms=100.0, data_ms=55.0, gpu_ms=40.0, budget=None, loader=PAGEABLE_LOADER),
     )
-    assert signals.budget_steps is None and signals.data_share == pytest.approx(0.55, abs=0.01)
+    assert signals.budget.budget_steps is None and signals.step.data_share == pytest.approx(0.55, abs=0.01)
     found = shares(diagnose(signals))
     assert TRANSFER_BOUND in found and found[TRANSFER_BOUND] == pytest.approx(0.45, abs=0.01)
     assert sum(found.values()) <= 1.0 + 1e-9
@@ -247,7 +247,8 @@ def test_failure_4_fp32_resnet_evidence_is_true_to_the_letter() -> None:
             loader={"num_workers": 8, "pin_memory": True},
         ),
     )
-    assert signals.tf32_cudnn is True and signals.tf32_matmul is False and signals.autocast is False
+    precision = signals.precision
+    assert precision.tf32_cudnn is True and precision.tf32_matmul is False and precision.autocast is False
     finding = diagnose(signals)
     assert finding.category == LOW_PRECISION
     assert "TF32 off)" not in finding.evidence

@@ -21,13 +21,18 @@ def test_an_input_bound_job_first_gets_more_workers(demo_signals: Signals) -> No
 
 
 def test_worker_target_leaves_two_cores_and_doubles_existing_workers(demo_signals: Signals) -> None:
-    assert worker_target(replace(demo_signals, cores=16, num_workers=0), None) == 14
-    assert worker_target(replace(demo_signals, cores=16, num_workers=4), None) == 8
-    assert worker_target(replace(demo_signals, cores=16, num_workers=14), None) is None
+    on_16_cores = replace(demo_signals, host=replace(demo_signals.host, cores=16))
+
+    def with_workers(count: int) -> Signals:
+        return replace(on_16_cores, loader=replace(demo_signals.loader, num_workers=count))
+
+    assert worker_target(with_workers(0), None) == 14
+    assert worker_target(with_workers(4), None) == 8
+    assert worker_target(with_workers(14), None) is None
 
 
 def test_a_busy_gpu_gets_the_precision_knobs_flagged() -> None:
-    signals = Signals(
+    signals = Signals.of(
         source="hook",
         device="cuda",
         gpu_util=99,
@@ -52,7 +57,7 @@ def test_kept_knobs_are_not_proposed_again_and_labels_start_from_them(demo_signa
 
 
 def test_findings_no_knob_fixes_get_no_experiment() -> None:
-    signals = Signals(source="hook", device="cuda", gpu_util=60)
+    signals = Signals.of(source="hook", device="cuda", gpu_util=60)
     assert experiments_for(Finding("memory_imbalance", "", 0.8), signals) == []
 
 
@@ -93,7 +98,12 @@ def test_a_cpu_bound_job_tries_moving_its_transforms_into_the_workers() -> None:
         for c in json.loads(fixture.read_text())["cases"]
         if c["scenario"] == "two_cause_cpu_sync" and c["source"] == "hook"
     )
-    signals = replace(Signals.from_dict(case["signals"]), num_workers=0, cores=16, idle_cores=14)
+    recorded = Signals.from_dict(case["signals"])
+    signals = replace(
+        recorded,
+        loader=replace(recorded.loader, num_workers=0),
+        host=replace(recorded.host, cores=16, idle_cores=14),
+    )
     finding = diagnose(signals)
     assert finding.category == "cpu_bound"
     names = [next(iter(e.knobs)) for e in experiments_for(finding, signals, cores=16)]

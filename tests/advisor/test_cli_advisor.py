@@ -74,7 +74,7 @@ def test_diagnose_prints_the_step_model_under_the_finding(
 ) -> None:
     from gpumon.advisor import session
 
-    signals = Signals(
+    signals = Signals.of(
         source="hook",
         step_shares={"gpu_busy": 0.2, "data": 0.0, "cpu": 0.77, "launch": 0.03},
         step_busy_from="stream",

@@ -32,7 +32,7 @@ GPU_RATE = 1000.0
 def augmenting_job(workers: int, rate: float, idle_cores: int | None = None) -> Signals:
     """Signals of a job at `rate` samples/s whose workers each keep a core busy with augmentation (the main process
     one more)."""
-    return Signals(
+    return Signals.of(
         source=SOURCE_HOOK,
         device="cuda",
         gpus=(GpuSignals(index=0, name="NVIDIA H100 80GB HBM3", utilization=100 * rate / GPU_RATE),),
@@ -205,15 +205,15 @@ def test_a_climb_ends_when_the_finding_is_no_longer_input_bound() -> None:
 
 
 def test_the_first_jump_stays_capped_and_a_climb_never_passes_the_cores_less_two() -> None:
-    assert worker_target(Signals(cores=64, num_workers=0), None) == 16, "an unmeasured first jump: 16 at most"
-    assert worker_target(Signals(cores=64, num_workers=16, idle_cores=47), None, climbing=True) == 32
-    assert worker_target(Signals(cores=64, num_workers=32, idle_cores=31), None, climbing=True) == 62
-    assert worker_target(Signals(cores=64, num_workers=62, idle_cores=1), None, climbing=True) is None
+    assert worker_target(Signals.of(cores=64, num_workers=0), None) == 16, "an unmeasured first jump: 16 at most"
+    assert worker_target(Signals.of(cores=64, num_workers=16, idle_cores=47), None, climbing=True) == 32
+    assert worker_target(Signals.of(cores=64, num_workers=32, idle_cores=31), None, climbing=True) == 62
+    assert worker_target(Signals.of(cores=64, num_workers=62, idle_cores=1), None, climbing=True) is None
 
 
 def launch_bound_job(batch: int) -> Signals:
     """Tiny kernels (SM activity 15% at GPU-Util 90%); the peak memory grows with the batch (synthetic)."""
-    return Signals(
+    return Signals.of(
         source=SOURCE_HOOK,
         device="cuda",
         gpus=(GpuSignals(index=0, name="NVIDIA H100 80GB HBM3", memory_total=80 * GIB),),

@@ -224,13 +224,13 @@ def test_the_energy_log_gives_the_pane_gpu_util_over_the_recent_seconds() -> Non
 
 def test_a_measurement_gets_its_mfu_and_joules_per_sample() -> None:
     measured = measurement(4000.0, 4000.0, 4000.0)  # 30 steps in 12 s
-    signals = Signals(gpus=(GpuSignals(index=0),))
+    signals = Signals.of(gpus=(GpuSignals(index=0),))
     result = with_efficiency(measured, snapshots_with_energy(612.0, 45), signals, gpu_view(COUNT))
     assert result.mfu == pytest.approx(3e12 * 30 / 12.0 / 989.5e12)
     assert result.joules_per_sample == pytest.approx(612.0 / 4000.0)
     assert result.to_dict()["joules_per_sample"] == pytest.approx(0.153)
     assert type(result).from_dict(result.to_dict()).mfu == pytest.approx(result.mfu, abs=1e-4)
-    cpu = with_efficiency(measured, [], Signals(), None)
+    cpu = with_efficiency(measured, [], Signals.of(), None)
     assert (cpu.mfu, cpu.joules_per_sample) == (None, None)
 
 
@@ -303,9 +303,9 @@ def test_the_exporter_exports_a_ranks_mfu_and_joules_per_sample() -> None:
     snapshots = snapshots_with_energy(612.0, int(end - start) + 1, every=2, start=start)
     metrics = JobMetrics()
     figures = metrics._figures(replace(view, pid=42), snapshots, start, end)
-    assert figures.signals.steps_per_s and figures.signals.samples_per_s
-    assert figures.mfu == pytest.approx(3e12 * figures.signals.steps_per_s / 989.5e12)
-    assert figures.joules_per_sample == pytest.approx(612.0 / figures.signals.samples_per_s, rel=0.01)
+    assert figures.signals.step.steps_per_s and figures.signals.step.samples_per_s
+    assert figures.mfu == pytest.approx(3e12 * figures.signals.step.steps_per_s / 989.5e12)
+    assert figures.joules_per_sample == pytest.approx(612.0 / figures.signals.step.samples_per_s, rel=0.01)
     metrics.figures = (figures,)
     exported = {family.name: family.samples for family in metrics.families("h")}
     (mfu,) = exported["gpumon_job_mfu_ratio"]

@@ -139,9 +139,8 @@ def test_cancel_stops_between_variants_and_still_finishes() -> None:
 def test_the_plan_comes_from_the_diagnosis_of_the_best_variant(demo_signals) -> None:  # type: ignore[no-untyped-def]
     events: list[tuple[str, object]] = []
     runner = FakeRunner(measurement(60, 61, 59), {}, signals=demo_signals)
-    runner.outcomes = {
-        key(num_workers=demo_signals.cores and max(2, min(16, demo_signals.cores - 2))): measurement(150, 150, 150)
-    }
+    cores = demo_signals.host.cores
+    runner.outcomes = {key(num_workers=cores and max(2, min(16, cores - 2))): measurement(150, 150, 150)}
     report = GuidedRun(runner, listener=lambda event, payload: events.append((event, payload))).run()
     assert report.finding is not None and report.finding.category == "input_bound"
     first_plan = next(payload for event, payload in events if event == "plan")
@@ -174,7 +173,7 @@ def test_loader_knobs_are_ruled_out_when_the_step_hardly_waits_for_data(demo_sig
     waits = VariantResult(label="b", change={}, knobs={}, kind="trial", signals=demo_signals)
     finding = diagnose(demo_signals)
     assert rules_out(finding, waits, PREFETCH) is None, "the demo waits for data: prefetching may help"
-    hardly = replace(waits, signals=replace(demo_signals, data_share=0.01))
+    hardly = replace(waits, signals=replace(demo_signals, step=replace(demo_signals.step, data_share=0.01)))
     healthy = replace(finding, category="healthy")
     assert rules_out(healthy, hardly, PREFETCH) == "ruled out: the step waits for data only 1% of the time"
     assert rules_out(healthy, hardly, PIN) is None, "pinning speeds the copy, not the wait"

@@ -25,7 +25,7 @@ def loader_bound_job(workers: int) -> Signals:
     """A GPU job waiting for its augmenting workers (each a busy core), with the DataLoader's other knobs at their
     defaults, so the full plan also proposes prefetch_factor and persistent_workers."""
     rate = 50.0 * workers
-    return Signals(
+    return Signals.of(
         source=SOURCE_HOOK,
         device="cuda",
         gpus=(GpuSignals(index=0, name="NVIDIA H200", utilization=rate / 10),),

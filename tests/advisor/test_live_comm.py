@@ -28,7 +28,7 @@ def view_of(comm_ms: float | None, steps: int = 40) -> HookedView:
 
 def test_collectives_the_stream_waited_in_make_the_job_comm_bound() -> None:
     signals = build_signals([], view_of(40.0), start=1000.0, end=1004.0)
-    assert signals.comm_live_share == 0.4 and signals.comm_live_steps == 20
+    assert signals.comm.comm_live_share == 0.4 and signals.comm.comm_live_steps == 20
     finding = diagnose(signals)
     assert finding.category == COMM_BOUND and finding.severity == 0.4
     assert "40%" in finding.evidence and "timed live on 20 steps" in finding.evidence
@@ -37,4 +37,4 @@ def test_collectives_the_stream_waited_in_make_the_job_comm_bound() -> None:
 def test_a_little_communication_or_none_is_not_a_finding() -> None:
     assert diagnose(build_signals([], view_of(5.0), start=1000.0, end=1004.0)).category != COMM_BOUND
     signals = build_signals([], view_of(None), start=1000.0, end=1004.0)
-    assert signals.comm_live_share is None
+    assert signals.comm.comm_live_share is None

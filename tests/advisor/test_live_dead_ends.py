@@ -24,7 +24,7 @@ HELLO = {
     "cwd": "/home/me/my job",
     "injected": True,
 }
-ON_H200 = Signals(source="hook", device="cuda", gpus=(GpuSignals(index=0, name="NVIDIA H200"),))
+ON_H200 = Signals.of(source="hook", device="cuda", gpus=(GpuSignals(index=0, name="NVIDIA H200"),))
 
 
 class LiveFake(FakeRunner):

@@ -42,7 +42,7 @@ def snapshots() -> Iterator[SnapshotLog]:
 
 @pytest.mark.parametrize(("category", "knob"), [(GC_BOUND, "gc_freeze"), (ALLOCATOR_CHURN, "skip_empty_cache")])
 def test_each_owner_gets_its_knob_first(category: str, knob: str) -> None:
-    signals = Signals(source="hook", device="cuda", gpu_util=40)
+    signals = Signals.of(source="hook", device="cuda", gpu_util=40)
     (first, *_rest) = experiments_for(Finding(category, "", 0.8), signals)
     assert first.knobs == {knob: True} and first.reason == category
     assert first.live and first.hook_only and not first.flags
@@ -67,7 +67,7 @@ def test_gc_freeze_tried_live_names_its_owner_and_is_rolled_back(sock_dir: str, 
         )
         client.start()
         assert live.baseline().status == OK
-        signals = Signals(source="hook", device="cuda", gpu_util=40)
+        signals = Signals.of(source="hook", device="cuda", gpu_util=40)
         (experiment, *_rest) = experiments_for(Finding(GC_BOUND, "", 0.8), signals)
         assert live.supports(experiment) is None
         result = live.run(experiment, {})

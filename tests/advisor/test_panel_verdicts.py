@@ -75,12 +75,12 @@ async def test_every_column_and_each_reason_shows_at_120_and_160_columns(columns
 
 
 async def test_measuring_shows_until_the_finding_has_data() -> None:
-    no_data = diagnose(Signals(source="hook", steps=0))
+    no_data = diagnose(Signals.of(source="hook", steps=0))
     assert no_data.confidence == 0.0
     app = AdvisorApp(QuietSource())
     async with app.run_test(size=(120, 40)) as pilot:
         panel = app.query_one(AdvisorPanel)
-        panel.show_finding(no_data, Signals(source="hook", steps=0))
+        panel.show_finding(no_data, Signals.of(source="hook", steps=0))
         await pilot.pause()
         screen = "\n".join(screen_rows(app))
         assert "Measuring: 0 of 3 steps" in screen

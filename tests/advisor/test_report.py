@@ -100,7 +100,7 @@ def test_the_report_shows_the_code_change_for_what_was_kept() -> None:
     assert "**Diagnosis**: `input_bound` (90%)" in markdown
 
 
-STEP_SIGNALS = Signals(
+STEP_SIGNALS = Signals.of(
     step_shares={
         "gpu_busy": 0.7412,
         "data": 0.004,
@@ -132,9 +132,14 @@ def test_the_step_model_is_one_line_of_owners_and_one_of_idle_lines() -> None:
 
 
 def test_no_step_model_lines_without_a_model_and_no_idle_line_without_lines() -> None:
-    assert step_model_lines(Signals()) == []
+    assert step_model_lines(Signals.of()) == []
     assert step_model_lines(None) == []
-    (only,) = step_model_lines(replace(STEP_SIGNALS, idle_lines=(), idle_line_shares=(), step_busy_from="stream"))
+    (only,) = step_model_lines(
+        replace(
+            STEP_SIGNALS,
+            step_model=replace(STEP_SIGNALS.step_model, idle_lines=(), idle_line_shares=(), step_busy_from="stream"),
+        )
+    )
     assert only.endswith("(GPU busy from the training stream)")
 
 

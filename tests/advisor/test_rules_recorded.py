@@ -40,16 +40,16 @@ def test_each_recorded_case_gets_its_category(path: Path) -> None:
 def test_input_bound_evidence_names_the_wait_the_loader_and_the_cores(demo_signals: Signals) -> None:
     finding = diagnose(demo_signals)
     assert finding.category == INPUT_BOUND and finding.source == SOURCE_HOOK
-    share = round(demo_signals.data_share * 100)
+    share = round(demo_signals.step.data_share * 100)
     assert f"waits for data {share}% of each step" in finding.evidence
     assert "no DataLoader workers" in finding.evidence
     assert "cores idle" in finding.evidence
-    assert finding.numbers["data_share"] == pytest.approx(demo_signals.data_share, abs=1e-3)
+    assert finding.numbers["data_share"] == pytest.approx(demo_signals.step.data_share, abs=1e-3)
 
 
 def test_the_py_spy_estimate_gives_the_same_finding_with_less_confidence(demo_signals: Signals) -> None:
     _, spied = load_case(REPO / "tests/fixtures/advisor/demo_pyspy-cpu.json")
-    assert spied.source == SOURCE_PYSPY and spied.data_share is None
+    assert spied.source == SOURCE_PYSPY and spied.step.data_share is None
     hooked, estimated = diagnose(demo_signals), diagnose(spied)
     assert estimated.category == hooked.category == INPUT_BOUND
     assert estimated.confidence < hooked.confidence
@@ -62,7 +62,7 @@ def test_io_bound_is_told_from_input_bound_by_the_disk() -> None:
     assert finding.category == IO_BOUND
     assert "from disk" in finding.evidence
     # The same data wait without the reads and the waiting is plain input-bound.
-    quiet = replace(signals, job_read_bytes_per_s=0.0, iowait=0.0, workers_in_disk_wait=0.0)
+    quiet = replace(signals, host=replace(signals.host, job_read_bytes_per_s=0.0, iowait=0.0, workers_in_disk_wait=0.0))
     assert diagnose(quiet).category == INPUT_BOUND
 
 
@@ -70,7 +70,7 @@ def test_a_job_computing_on_the_cpu_is_not_given_a_problem() -> None:
     _, signals = load_case(REPO / "tests/fixtures/advisor/cpu_compute-cpu.json")
     finding = diagnose(signals)
     assert finding.category == HEALTHY and signals.device == "cpu"
-    assert signals.gpus == ()
+    assert signals.gpu.gpus == ()
 
 
 @pytest.mark.parametrize("name", ["h100-demo-slow.jsonl", "h100-training.jsonl"])
@@ -79,16 +79,16 @@ def test_gpu_figures_alone_do_not_make_up_a_bottleneck(name: str) -> None:
     said as such (never healthy), at low confidence, with what would tell more."""
     snapshots = read_recording(REPO / "assets" / "recordings" / name)
     signals = build_signals(snapshots, None)
-    assert signals.gpu_util is not None and signals.gpu_util < 60 and signals.has_gpm
+    assert signals.gpu.gpu_util is not None and signals.gpu.gpu_util < 60 and signals.has_gpm
     finding = diagnose(signals)
     assert finding.category == UNEXPLAINED_IDLE
     assert finding.confidence <= 0.5
     assert "no single cause owns it" in finding.evidence and "--native" in finding.evidence
-    assert finding.severity == pytest.approx(1.0 - signals.gpu_util / 100.0, abs=1e-3)
+    assert finding.severity == pytest.approx(1.0 - signals.gpu.gpu_util / 100.0, abs=1e-3)
 
 
 def test_no_data_at_all_is_healthy_with_no_confidence() -> None:
-    finding = diagnose(Signals())
+    finding = diagnose(Signals.of())
     assert finding.category == HEALTHY and finding.confidence == 0.0
     assert "not enough data" in finding.evidence
 
@@ -115,7 +115,7 @@ def test_a_cpu_job_syncing_every_step_gets_advice_that_fits_its_evidence() -> No
 
 def test_no_healthy_advice_says_the_gpu_is_busy_unless_the_evidence_does() -> None:
     for path in [*CASES, None]:
-        signals = load_case(path)[1] if path is not None else Signals()
+        signals = load_case(path)[1] if path is not None else Signals.of()
         finding = diagnose(signals)
         if finding.category == HEALTHY:
             assert ("GPU is busy" in finding.advice) == ("the GPU is busy" in finding.evidence), path
@@ -147,9 +147,9 @@ def test_the_start_up_reads_before_the_first_step_are_left_out() -> None:
     """The first verdict on a job that had just imported torch said io_bound ("reads 41.9 MB/s", the import)."""
     case = json.loads((REPO / "tests/fixtures/advisor/input_bound-cpu.json").read_text())
     starting = signals_of(with_startup(case, first_step_after_s=4.0))
-    assert starting.steps and starting.job_read_bytes_per_s == 0.0
+    assert starting.step.steps and starting.host.job_read_bytes_per_s == 0.0
     assert diagnose(starting).category == INPUT_BOUND
     # The same reads while the job trains are its own: I/O-bound.
     reading = signals_of(with_startup(case, first_step_after_s=0.0))
-    assert reading.job_read_bytes_per_s is not None and reading.job_read_bytes_per_s > 20e6
+    assert reading.host.job_read_bytes_per_s is not None and reading.host.job_read_bytes_per_s > 20e6
     assert diagnose(reading).category == IO_BOUND

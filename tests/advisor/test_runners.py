@@ -87,13 +87,14 @@ def test_a_demo_trial_run_measures_the_baseline_and_more_workers(sock_dir: str, 
     assert baseline.status == OK, baseline.reason
     assert baseline.measurement is not None and baseline.measurement.unit == "samples/s"
     assert len(baseline.measurement.rates) == 2 and all(rate > 0 for rate in baseline.measurement.rates)
-    assert baseline.signals is not None and baseline.signals.num_workers == 0 and baseline.signals.device == "cpu"
-    assert baseline.signals.batch_size == 8
+    assert baseline.signals is not None and baseline.signals.device == "cpu"
+    assert baseline.signals.loader.num_workers == 0
+    assert baseline.signals.loader.batch_size == 8
     workers = trials.run(Experiment({"num_workers": 2}, previous={"num_workers": 0}), {})
     assert workers.status == OK, workers.reason
     assert workers.applied == {"num_workers": "script"}, "the demo acknowledges the knobs it reads"
-    assert workers.signals is not None and workers.signals.num_workers == 2
-    assert len(workers.signals.worker_cpu) == 2, "both workers seen in the job's process tree"
+    assert workers.signals is not None and workers.signals.loader.num_workers == 2
+    assert len(workers.signals.host.worker_cpu) == 2, "both workers seen in the job's process tree"
     assert group_gone(baseline.pid) and group_gone(workers.pid), "each trial's process group is gone"
 
 
@@ -228,14 +229,14 @@ def test_the_guided_demo_changes_knobs_on_the_running_trial(  # type: ignore[no-
     workers = variants["num_workers 0 -> 2"]
     assert workers.status == OK and workers.applied == {"num_workers": "hook"}, workers.reason
     assert workers.pid == report.baseline.pid, "measured on the baseline's own process"
-    assert workers.signals is not None and workers.signals.num_workers == 2, "in effect before it was measured"
+    assert workers.signals is not None and workers.signals.loader.num_workers == 2, "in effect before it was measured"
     assert workers.measurement is not None and 2 <= len(workers.measurement.rates) <= 3
     batch = variants["batch_size 8 -> 16"]
     assert batch.status == OK and batch.applied == {"batch_size": "script"}, batch.reason
     assert batch.pid == report.baseline.pid, "the trainer made a new DataLoader in-process"
     assert list(batch.phases) == ["apply", "warmup", "measure", "after"] and batch.phases["measure"] > 0
-    assert batch.signals is not None and batch.signals.batch_size == 16, "the hook saw the new loader's batches"
-    assert batch.signals.num_workers == (2 if workers.kept else 0), "the new loader has the hook's worker count"
+    assert batch.signals is not None and batch.signals.loader.batch_size == 16, "the hook saw the new loader's batches"
+    assert batch.signals.loader.num_workers == (2 if workers.kept else 0), "the new loader has the hook's worker count"
     logging_change = variants["log_every 1 -> 50"]
     assert logging_change.status == OK and logging_change.applied == {"log_every": "script"}, logging_change.reason
     assert logging_change.pid == report.baseline.pid
@@ -264,7 +265,8 @@ def test_a_losing_or_refused_script_change_is_rolled_back_before_the_next_is_mea
     refused, bigger, logging_change = report.variants
     assert refused.status == FAILED and "dataset size 20000" in refused.reason, refused.reason
     assert bigger.status == OK and not bigger.kept and bigger.signals is not None, bigger.reason
-    assert bigger.signals.batch_size == 16
+    assert bigger.signals.loader.batch_size == 16
     assert logging_change.status == OK and logging_change.signals is not None, logging_change.reason
-    assert logging_change.signals.batch_size == 8, "the losing batch size was rolled back before this was measured"
+    rolled_back = logging_change.signals.loader.batch_size
+    assert rolled_back == 8, "the losing batch size was rolled back before this was measured"
     assert {v.pid for v in report.variants} == {report.baseline.pid} and len(starts) == 1

@@ -87,26 +87,26 @@ def test_a_logging_sync_costs_the_idle_it_causes_not_the_wait_in_it() -> None:
     finding = diagnose(signals)
     assert finding.category == HOST_SYNC
     # The host waited in the syncs 31% of the step; removing them gained 24%, which is what the finding says.
-    assert signals.sync_wait_share is not None and signals.sync_wait_share > 0.3
+    assert signals.budget.sync_wait_share is not None and signals.budget.sync_wait_share > 0.3
     assert abs(finding.severity - 0.239) <= 0.05
 
 
 def test_captured_communication_is_a_share_of_the_step_timed_live_not_of_the_profiled_one() -> None:
     case = next(c for c in CASES if c["scenario"] == "ddp_manual_allreduce" and c["run"] == "batch2048")
     signals = Signals.from_dict(case["signals"])
-    assert signals.capture_step_ms is not None and signals.step_ms is not None
-    assert signals.capture_step_ms > 1.5 * signals.step_ms  # the profiler stretched the captured steps
+    assert signals.comm.capture_step_ms is not None and signals.step.step_ms is not None
+    assert signals.comm.capture_step_ms > 1.5 * signals.step.step_ms  # the profiler stretched the captured steps
     finding = diagnose(signals)
     assert finding.category == COMM_BOUND
-    assert signals.comm_exposed_ms_per_step is not None
-    assert finding.severity == pytest.approx(signals.comm_exposed_ms_per_step / signals.step_ms, abs=0.01)
+    assert signals.comm.comm_exposed_ms_per_step is not None
+    assert finding.severity == pytest.approx(signals.comm.comm_exposed_ms_per_step / signals.step.step_ms, abs=0.01)
 
 
 def test_communication_under_the_bar_is_healthy_with_the_live_share_measured() -> None:
     case = next(c for c in CASES if c["scenario"] == "ddp_manual_allreduce" and c["run"] == "batch8192")
     signals = Signals.from_dict(case["signals"])
-    assert signals.comm_live_share is not None
-    assert abs(signals.comm_live_share - case["truth"]["no_comm"]) <= 0.02  # 13.1% timed live, 13.0% by ablation
+    assert signals.comm.comm_live_share is not None
+    assert abs(signals.comm.comm_live_share - case["truth"]["no_comm"]) <= 0.02  # 13.1% timed live, 13.0% by ablation
     assert diagnose(signals).category == HEALTHY
 
 
@@ -133,10 +133,10 @@ def test_the_py_spy_step_model_names_each_case(case: dict[str, Any]) -> None:
     """The py-spy cases with their step model built as build_signals builds it now (the recordings predate it)."""
     from dataclasses import replace
 
-    from gpumon.advisor.signals import estimate_model_values
+    from gpumon.advisor.signals import estimate_model_figures
 
     signals = Signals.from_dict(case["signals"])
-    signals = replace(signals, **estimate_model_values(case["signals"]))
-    assert signals.step_shares, "a py-spy estimate with GPU-Util has a step model"
+    signals = replace(signals, step_model=estimate_model_figures(signals.gpu, signals.pyspy))
+    assert signals.step_model.step_shares, "a py-spy estimate with GPU-Util has a step model"
     finding = diagnose(signals)
     assert finding.category == case["expected"], finding.evidence

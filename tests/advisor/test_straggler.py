@@ -35,7 +35,7 @@ def test_ranks_in_lockstep_name_the_one_waiting_for_its_data_with_its_budget() -
         rank(3, 40.1, 1.2),
     )
     signals = build_signals([], group(ranks))
-    assert (signals.ranks, signals.straggler_rank, signals.straggler_pid) == (4, 1, 1001)
+    assert (signals.straggler.ranks, signals.straggler.rank, signals.straggler.pid) == (4, 1, 1001)
     candidate = rule_straggler(signals)
     assert candidate is not None and candidate.category == STRAGGLER
     assert abs(candidate.severity - (0.6 - 0.8 / 40.2)) < 1e-9  # beyond the others' median data share
@@ -58,10 +58,10 @@ def test_ranks_out_of_step_name_the_slow_one_by_its_excess() -> None:
 def test_no_straggler_no_finding_and_shares_stay_within_the_step() -> None:
     even = (rank(0, 20.0, 1.0), rank(1, 20.5, 1.2))
     assert rule_straggler(build_signals([], group(even))) is None
-    assert rule_straggler(Signals()) is None  # one process, no ranks
+    assert rule_straggler(Signals.of()) is None  # one process, no ranks
     ranks = (rank(0, 40.0, 0.4), rank(1, 40.5, 34.0), rank(2, 40.2, 0.8))
     signals = build_signals([], group(ranks))
-    busy = Signals(**{**signals.to_dict(), "gpus": (), "data_share": 0.7, "step_ms": 40.0, "steps": 100})
+    busy = Signals.of(**{**signals.to_dict(), "gpus": (), "data_share": 0.7, "step_ms": 40.0, "steps": 100})
     finding = diagnose(busy)
     shares = [finding.severity, *(f.severity for f in finding.secondary)]
     assert STRAGGLER in {finding.category, *(f.category for f in finding.secondary)}
@@ -72,4 +72,4 @@ def test_straggler_signals_round_trip_through_json() -> None:
     ranks = (rank(0, 40.0, 0.4), rank(1, 40.5, 24.0), rank(2, 40.2, 0.8))
     signals = build_signals([], group(ranks))
     again = Signals.from_dict(signals.to_dict())
-    assert again.straggler_pid == 1001 and diagnose(again).category == STRAGGLER
+    assert again.straggler.pid == 1001 and diagnose(again).category == STRAGGLER

@@ -82,7 +82,7 @@ def test_a_power_limit_set_below_the_cards_default_is_throttled_and_says_its_wat
     """nvidia-smi -pl 400 on a 700 W card: the clocks it loses are lost to the lowered limit."""
     run = throttled_run(("sw_power_cap",), 0.9, 1200, power=398.0, power_limit=400.0, power_limit_default=700.0)
     signals = recorded(build_signals(run, None))
-    (gpu,) = signals.gpus
+    (gpu,) = signals.gpu.gpus
     assert gpu.power_limit_default == pytest.approx(700.0)
     finding = diagnose(signals)
     assert finding.category == THROTTLED
@@ -113,7 +113,7 @@ def h200_at_full_load(
         power_limit=power_limit,
         power_limit_default=power_limit_default,
     )
-    signals = Signals(
+    signals = Signals.of(
         source=SOURCE_HOOK,
         device="cuda",
         gpus=(gpu,),
@@ -169,13 +169,13 @@ def test_a_hardware_slowdown_counts_at_the_default_power_limit_too() -> None:
 
 def test_the_external_power_brake_is_a_hardware_slowdown_not_the_power_limit() -> None:
     signals = recorded(build_signals(throttled_run(("hw_power_brake",), 0.5, 990, power_limit_default=700.0), None))
-    (gpu,) = signals.gpus
+    (gpu,) = signals.gpu.gpus
     assert gpu.throttle_slowdown == pytest.approx(0.5, abs=0.01) and gpu.throttle_power == 0.0
     assert diagnose(signals).category == THROTTLED
 
 
 def test_a_recording_without_the_default_limit_reads_it_as_unknown() -> None:
-    (gpu,) = build_signals(read_recording(RECORDING), None).gpus
+    (gpu,) = build_signals(read_recording(RECORDING), None).gpu.gpus
     assert gpu.power_limit == pytest.approx(700.0) and gpu.power_limit_default is None
 
 
@@ -188,19 +188,19 @@ def test_a_gpu_at_its_power_cap_with_its_clock_nearly_full_is_not_a_problem() ->
 def test_throttling_of_a_gpu_that_is_not_the_limit_is_not_named() -> None:
     """The recording's own GPU-Util (13-49%): the job waits elsewhere, so the clock is not what holds it back."""
     signals = recorded(build_signals(throttled_run(("hw_thermal",), 0.8, 1100, busy=False), None))
-    assert signals.gpu_util is not None and signals.gpu_util < 60
+    assert signals.gpu.gpu_util is not None and signals.gpu.gpu_util < 60
     finding = diagnose(signals)
     assert THROTTLED not in {finding.category, *(f.category for f in finding.secondary)}
 
 
 def test_the_hooks_gpu_share_also_makes_the_job_gpu_bound() -> None:
     signals = recorded(build_signals(throttled_run(("hw_thermal",), 0.8, 1100, busy=False), None))
-    assert diagnose(replace(signals, gpu_share=0.9, data_share=0.02)).category == THROTTLED
+    assert diagnose(replace(signals, step=replace(signals.step, gpu_share=0.9, data_share=0.02))).category == THROTTLED
 
 
 def test_the_real_recording_as_it_is_shows_no_throttling() -> None:
     signals = build_signals(read_recording(RECORDING), None)
-    (gpu,) = signals.gpus
+    (gpu,) = signals.gpu.gpus
     assert gpu.throttle_thermal == gpu.throttle_power == gpu.throttle_slowdown == 0.0
     assert diagnose(signals).category != THROTTLED
 

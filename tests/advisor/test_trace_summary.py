@@ -139,9 +139,11 @@ def test_interval_union_and_intersection() -> None:
 # -- comm_bound ---------------------------------------------------------------------------------------------------
 
 
-def _with_capture(**values: object) -> Signals:
-    base = Signals(source="hook", device="cuda", steps=50, step_ms=40.0, gpu_util=95.0, gpu_share=0.9, data_share=0.0)
-    return replace(base, **values)  # type: ignore[arg-type]
+def _with_capture(**capture: object) -> Signals:
+    base = Signals.of(
+        source="hook", device="cuda", steps=50, step_ms=40.0, gpu_util=95.0, gpu_share=0.9, data_share=0.0
+    )
+    return replace(base, comm=replace(base.comm, **capture))  # type: ignore[arg-type]
 
 
 def test_comm_bound_fires_on_exposed_nccl_time_with_its_evidence() -> None:
@@ -167,7 +169,7 @@ def test_comm_bound_stays_quiet_below_its_threshold_and_without_a_capture(gz_fix
     hidden = _with_capture(capture_step_ms=40.0, comm_ms_per_step=20.0, comm_exposed_ms_per_step=2.0)
     assert rule_comm(hidden) is None  # 5% of the step exposed
     # The synthetic trace: 1.25 ms exposed of a 10 ms step = 12.5%, under the 15% bar.
-    from_trace = replace(_with_capture(), **summarize_file(gz_fixture).signal_values())
+    from_trace = _with_capture(**summarize_file(gz_fixture).signal_values())
     assert COMM_EXPOSED_SHARE > 1.25 / 10.0 and rule_comm(from_trace) is None
 
 

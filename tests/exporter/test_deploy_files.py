@@ -99,7 +99,7 @@ def _everything_snapshot() -> Snapshot:
 def exported() -> dict[str, set[str]]:
     """Every sample name the exporter can export -> its label names."""
     jobs = JobMetrics()
-    signals = Signals(
+    signals = Signals.of(
         step_ms=100.0,
         data_share=0.5,
         gpu_share=0.4,

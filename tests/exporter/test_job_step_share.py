@@ -43,6 +43,6 @@ def test_a_rank_without_the_sampler_has_no_step_share_series() -> None:
     end = state_times()[-1]
     metrics = JobMetrics()
     figures = metrics._figures(view, [], end - 30.0, end)
-    assert figures.signals.steps  # the rank's other figures are there
+    assert figures.signals.step.steps  # the rank's other figures are there
     metrics.figures = (figures,)
     assert exported_shares(metrics) == {}

@@ -54,9 +54,10 @@ def test_dataloader_knobs_go_live_on_the_running_cuda_trial(tmp_path: Path, monk
     assert [v.kind for v in report.variants] == ["live", "live"], rows
     assert runner.runs == 1, "the baseline's process served both variants"
     workers_row, pin_row = report.variants
-    assert workers_row.status == OK and workers_row.signals is not None and workers_row.signals.num_workers == workers
+    assert workers_row.status == OK and workers_row.signals is not None
+    assert workers_row.signals.loader.num_workers == workers
     assert workers_row.kept, f"{workers} workers beat none on the demo: {workers_row.measurement}"
-    assert pin_row.status == OK and pin_row.signals is not None and pin_row.signals.pin_memory is True
+    assert pin_row.status == OK and pin_row.signals is not None and pin_row.signals.loader.pin_memory is True
     for row in (workers_row, pin_row):
         assert row.measurement is not None and 2 <= len(row.measurement.rates) <= 5
     print(
@@ -93,7 +94,7 @@ def test_the_demos_own_knobs_go_live_on_the_running_cuda_trial_and_measure_what_
         peaks = [v.measurement.peak_memory if v.measurement else None for v in report.variants]
         assert all(peak is not None for peak in peaks), peaks
         assert peaks[1] < peaks[0] and peaks[3] > peaks[2], f"each change's own peak (reset when applied): {peaks}"
-        assert batch_row.signals is not None and batch_row.signals.batch_size == 256
+        assert batch_row.signals is not None and batch_row.signals.loader.batch_size == 256
         assert report.best is batch_row, f"batch 256 won, as in every H200 ladder: {rows}"
         live = batch_row.measurement
         fresh_runner = demo_trial_runner(env, log, sampler.track_pids, live_on_trial=False)

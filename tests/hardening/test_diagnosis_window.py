@@ -73,23 +73,23 @@ def test_a_fast_job_gets_the_share_of_its_whole_window() -> None:
     assert len(view.steps) == RECENT_STEPS  # the records reach back 1.8 s: the second half only
     assert Breakdown.of(view.steps).data == pytest.approx(0.05)
     signals = build_signals([], view, start=START, end=START + 16.0)
-    assert signals.data_share == pytest.approx(0.425, abs=0.01)  # (8 s at 80% + 8 s at 5%) / 16 s
-    assert signals.steps == pytest.approx(16 * RATE, abs=2)
-    assert signals.steps_per_s == pytest.approx(RATE, rel=0.01)
-    assert signals.samples_per_step == pytest.approx(32)
-    assert signals.step_ms == pytest.approx(WALL_MS)
+    assert signals.step.data_share == pytest.approx(0.425, abs=0.01)  # (8 s at 80% + 8 s at 5%) / 16 s
+    assert signals.step.steps == pytest.approx(16 * RATE, abs=2)
+    assert signals.step.steps_per_s == pytest.approx(RATE, rel=0.01)
+    assert signals.step.samples_per_step == pytest.approx(32)
+    assert signals.step.step_ms == pytest.approx(WALL_MS)
     assert diagnose(signals).category == INPUT_BOUND
 
 
 def test_a_window_inside_the_run_adds_up_only_its_own_steps() -> None:
     view = fed(fast_job_messages(16.0, data_bound_then_not)).view()
     second_half = build_signals([], view, start=START + 8.0, end=START + 16.0)
-    assert second_half.data_share == pytest.approx(0.05, abs=0.01)
+    assert second_half.step.data_share == pytest.approx(0.05, abs=0.01)
     assert diagnose(second_half).category == HEALTHY
     first_half = build_signals([], view, start=START + 0.5, end=START + 7.5)
-    assert first_half.data_share == pytest.approx(0.8, abs=0.01)
+    assert first_half.step.data_share == pytest.approx(0.8, abs=0.01)
     # The window cuts seconds in the middle: their steps are prorated.
-    assert first_half.steps == pytest.approx(7 * RATE, abs=RATE * 0.02)
+    assert first_half.step.steps == pytest.approx(7 * RATE, abs=RATE * 0.02)
 
 
 def test_a_slow_job_still_uses_its_exact_step_records() -> None:
@@ -118,8 +118,8 @@ def test_a_slow_job_still_uses_its_exact_step_records() -> None:
     records = [StepPoint.from_record(m["records"][0]) for m in messages]
     window = [r for r in records if r is not None and START + 3.0 <= r.t <= START + 14.2]
     signals = build_signals([], view, start=START + 3.0, end=START + 14.2)
-    assert signals.steps == len(window)
-    assert signals.data_share == pytest.approx(Breakdown.of(window).data)
+    assert signals.step.steps == len(window)
+    assert signals.step.data_share == pytest.approx(Breakdown.of(window).data)
 
 
 def test_the_sums_stay_bounded() -> None:
@@ -197,5 +197,5 @@ def test_a_real_job_whose_data_gets_fast_is_judged_on_its_whole_run(sock_dir: st
     # The premise: the kept steps read differently from the whole run, by more than the check below allows (on a
     # loaded 2-core machine the fast half's loader overhead keeps its data share near 0.75, the whole near 0.83).
     assert whole is not None and recent is not None and recent < whole - 0.05
-    assert signals.data_share == pytest.approx(whole, abs=0.02)
-    assert signals.steps == pytest.approx(len(every), abs=2)
+    assert signals.step.data_share == pytest.approx(whole, abs=0.02)
+    assert signals.step.steps == pytest.approx(len(every), abs=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumon.advisor.signals import measured_host_time
+from gpumon.advisor.signal_figures import BudgetFigures
 from gpumon.jobs.budget import BudgetShares, CumulativeMark, CumulativeRates, StepTimeBudget
 
 
@@ -51,9 +51,9 @@ def test_device_to_host_idle_is_a_share_of_the_budgeted_steps() -> None:
 
 
 def test_the_step_model_takes_what_was_measured_and_zero_for_what_was_not() -> None:
-    measured = measured_host_time(
-        {"gc_share": 0.2, "gc_idle_share": None, "empty_cache_idle_share": 0.1, "optimizer_on_cpu": True}
-    )
+    measured = BudgetFigures(
+        gc_share=0.2, gc_idle_share=None, empty_cache_idle_share=0.1, optimizer_on_cpu=True
+    ).measured_host_time()
     assert measured.gc == 0.2 and measured.gc_idle == 0.0 and measured.alloc_idle == 0.1
     assert measured.optimizer_on_cpu and measured.known_idle == pytest.approx(0.1)
-    assert not measured_host_time({"optimizer_on_cpu": None}).optimizer_on_cpu
+    assert not BudgetFigures(optimizer_on_cpu=None).measured_host_time().optimizer_on_cpu

@@ -139,40 +139,40 @@ def source_factor(signals: Signals) -> float:
 
 
 def gpu_part(signals: Signals) -> str | None:
-    if signals.gpu_util is None:
+    if signals.gpu.gpu_util is None:
         return None
-    text = f"GPU-Util {pct100(signals.gpu_util)}"
-    if signals.sm_activity is not None:
-        text += f", SM activity {pct100(signals.sm_activity)}"
+    text = f"GPU-Util {pct100(signals.gpu.gpu_util)}"
+    if signals.gpu.sm_activity is not None:
+        text += f", SM activity {pct100(signals.gpu.sm_activity)}"
     return text
 
 
 def cores_part(signals: Signals) -> str | None:
-    if signals.idle_cores is None or signals.cores is None:
+    if signals.host.idle_cores is None or signals.host.cores is None:
         return None
-    return f"{signals.idle_cores} of {signals.cores} cores idle"
+    return f"{signals.host.idle_cores} of {signals.host.cores} cores idle"
 
 
 def nvml_idle(signals: Signals) -> float | None:
     """Share of the time the GPU does nothing, from NVML (GPU-Util)."""
-    if signals.gpu_util is None:
+    if signals.gpu.gpu_util is None:
         return None
-    return max(0.0, 1.0 - signals.gpu_util / 100.0)
+    return max(0.0, 1.0 - signals.gpu.gpu_util / 100.0)
 
 
 def step_model_confidence(signals: Signals) -> float:
-    base = STEP_MODEL_CONFIDENCE if signals.step_busy_from == "nvml" else STREAM_STEP_MODEL_CONFIDENCE
+    base = STEP_MODEL_CONFIDENCE if signals.step_model.step_busy_from == "nvml" else STREAM_STEP_MODEL_CONFIDENCE
     return base * source_factor(signals)
 
 
 def gpu_busy(signals: Signals) -> bool:
-    util, sm = signals.gpu_util, signals.sm_activity
+    util, sm = signals.gpu.gpu_util, signals.gpu.sm_activity
     return util is not None and util >= BUSY_UTIL and (sm is None or sm >= BUSY_SM)
 
 
 def gpu_bound(signals: Signals) -> bool:
     """The GPU is what limits the job: busy by NVML, or covering most of each step by the hook's CUDA events."""
-    return gpu_busy(signals) or (signals.gpu_share is not None and signals.gpu_share >= GPU_BOUND_SHARE)
+    return gpu_busy(signals) or (signals.step.gpu_share is not None and signals.step.gpu_share >= GPU_BOUND_SHARE)
 
 
 def as_finding(candidate: Candidate, source: str) -> Finding:

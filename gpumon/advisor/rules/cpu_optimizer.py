@@ -16,15 +16,19 @@ def cpu_optimizer_evidence(signals: Signals, share: float) -> Candidate:
     evidence = join_parts(
         f"the optimizer's parameters live on the CPU: the GPU idles {pct(share)} of the time while it runs there "
         "and its gradients are copied down",
-        f"optimizer.step() takes {pct(signals.optimizer_share)} of the step" if signals.optimizer_share else None,
-        f"{units.size(signals.d2h_bytes_per_step)} copied device->host a step" if signals.d2h_bytes_per_step else None,
-        f"{units.size(signals.h2d_bytes_per_step)} host->device" if signals.h2d_bytes_per_step else None,
+        f"optimizer.step() takes {pct(signals.budget.optimizer_share)} of the step"
+        if signals.budget.optimizer_share
+        else None,
+        f"{units.size(signals.budget.d2h_bytes_per_step)} copied device->host a step"
+        if signals.budget.d2h_bytes_per_step
+        else None,
+        f"{units.size(signals.budget.h2d_bytes_per_step)} host->device" if signals.budget.h2d_bytes_per_step else None,
     )
     numbers = {
         "cpu_optimizer_idle": rounded(share),
-        "optimizer_share": rounded(signals.optimizer_share),
-        "d2h_bytes_per_step": rounded(signals.d2h_bytes_per_step, 0),
-        "h2d_bytes_per_step": rounded(signals.h2d_bytes_per_step, 0),
+        "optimizer_share": rounded(signals.budget.optimizer_share),
+        "d2h_bytes_per_step": rounded(signals.budget.d2h_bytes_per_step, 0),
+        "h2d_bytes_per_step": rounded(signals.budget.h2d_bytes_per_step, 0),
     }
     return Candidate(CPU_OPTIMIZER, share, step_model_confidence(signals), evidence, numbers)
 
@@ -38,9 +42,9 @@ def rule_cpu_optimizer(signals: Signals) -> Candidate | None:
     """cpu_optimizer without a step model (too few samples: a step of hundreds of ms): the optimizer's parameters on
     the CPU while the GPU idles; its share is the budget's optimizer and copy time where measured, else the idle."""
     idle = nvml_idle(signals)
-    if not signals.optimizer_on_cpu or idle is None:
+    if not signals.budget.optimizer_on_cpu or idle is None:
         return None
-    parts = [signals.optimizer_share, signals.d2h_share, signals.h2d_share]
+    parts = [signals.budget.optimizer_share, signals.budget.d2h_share, signals.budget.h2d_share]
     measured = sum(part for part in parts if part is not None) if any(part is not None for part in parts) else None
     share = min(idle, measured) if measured else idle
     return replace(cpu_optimizer_evidence(signals, share), confidence=MODEL_FREE_CONFIDENCE)

@@ -10,21 +10,23 @@ from gpumon.advisor.signals import Signals
 
 def gc_evidence(signals: Signals, share: float) -> Candidate:
     """The collector's share of the step, with how often it runs and how long a pass takes."""
-    passes, full = signals.gc_passes_per_s, signals.gc_gen2_per_s
+    passes, full = signals.budget.gc_passes_per_s, signals.budget.gc_gen2_per_s
     evidence = join_parts(
         f"the GPU idles {pct(share)} of the time while Python's garbage collector runs",
-        f"collections take {pct(signals.gc_share)} of the wall time" if signals.gc_share is not None else None,
-        f"{passes:.0f} passes a second ({full:.1f} full ones), {units.milliseconds(signals.gc_ms_per_pass)} each"
+        f"collections take {pct(signals.budget.gc_share)} of the wall time"
+        if signals.budget.gc_share is not None
+        else None,
+        f"{passes:.0f} passes a second ({full:.1f} full ones), {units.milliseconds(signals.budget.gc_ms_per_pass)} each"
         if passes is not None and full is not None
         else None,
         "a heap of long-lived objects (per-sample records kept for the run) makes each pass longer",
     )
     numbers = {
         "gc_idle": rounded(share),
-        "gc_share": rounded(signals.gc_share),
-        "gc_idle_share": rounded(signals.gc_idle_share),
+        "gc_share": rounded(signals.budget.gc_share),
+        "gc_idle_share": rounded(signals.budget.gc_idle_share),
         "gc_passes_per_s": rounded(passes),
         "gc_gen2_per_s": rounded(full),
-        "gc_ms_per_pass": rounded(signals.gc_ms_per_pass),
+        "gc_ms_per_pass": rounded(signals.budget.gc_ms_per_pass),
     }
     return Candidate(GC_BOUND, share, step_model_confidence(signals), evidence, numbers)

@@ -36,20 +36,20 @@ HEALTHY_ADVICE_NO_DATA = "Not enough data yet: let the job run some steps, then 
 
 def healthy_finding(signals: Signals) -> Finding:
     numbers = {
-        "gpu_util": rounded(signals.gpu_util),
-        "sm_activity": rounded(signals.sm_activity),
-        "tensor_activity": rounded(signals.tensor_activity),
-        "data_share": rounded(signals.data_share),
-        "samples_per_s": rounded(signals.samples_per_s),
+        "gpu_util": rounded(signals.gpu.gpu_util),
+        "sm_activity": rounded(signals.gpu.sm_activity),
+        "tensor_activity": rounded(signals.gpu.tensor_activity),
+        "data_share": rounded(signals.step.data_share),
+        "samples_per_s": rounded(signals.step.samples_per_s),
     }
     parts = [gpu_part(signals)]
-    if signals.tensor_activity is not None:
-        parts.append(f"tensor activity {pct100(signals.tensor_activity)}")
-    if signals.data_share is not None:
-        parts.append(f"waits for data {pct(signals.data_share)} of each step")
+    if signals.gpu.tensor_activity is not None:
+        parts.append(f"tensor activity {pct100(signals.gpu.tensor_activity)}")
+    if signals.step.data_share is not None:
+        parts.append(f"waits for data {pct(signals.step.data_share)} of each step")
     parts.extend(power_limit_lines(signals))
     factor = source_factor(signals)
-    if signals.has_gpu and signals.gpu_util is not None:
+    if signals.has_gpu and signals.gpu.gpu_util is not None:
         advice = ""
         if gpu_busy(signals):
             confidence = (0.85 if signals.has_gpm else 0.65) * factor
@@ -60,7 +60,7 @@ def healthy_finding(signals: Signals) -> Finding:
                 "no bottleneck stands out",
                 *parts,
                 PYSPY_BLIND
-                if signals.source == SOURCE_PYSPY and not signals.pyspy_native
+                if signals.source == SOURCE_PYSPY and not signals.pyspy.native
                 else "watch longer, or attach the hook for step data"
                 if signals.source != SOURCE_HOOK
                 else None,
@@ -70,7 +70,7 @@ def healthy_finding(signals: Signals) -> Finding:
         confidence = 0.6 * factor
         evidence = join_parts("computes on the CPU (no GPU in use) and is not waiting for data", *parts)
         advice = HEALTHY_ADVICE_CPU
-    elif signals.source == SOURCE_HOOK and signals.steps:
+    elif signals.source == SOURCE_HOOK and signals.step.steps:
         confidence = 0.3
         evidence = join_parts("no GPU figures (NVML unavailable) and no data wait", *parts)
         advice = HEALTHY_ADVICE_NO_GPU_FIGURES

@@ -19,7 +19,7 @@ IMBALANCE_BYTES = 1 << 30
 
 
 def rule_memory_imbalance(signals: Signals) -> Candidate | None:
-    gpus = [g for g in signals.gpus if g.memory_used is not None]
+    gpus = [g for g in signals.gpu.gpus if g.memory_used is not None]
     if len(gpus) < 2:
         return None
     heaviest = max(gpus, key=lambda g: g.memory_used or 0.0)

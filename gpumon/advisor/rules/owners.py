@@ -39,7 +39,7 @@ optimizer on the CPU, the copies both ways are its gradients going down and its 
 
 def category_of(owner: str, signals: Signals) -> str:
     """The category that names an owner's share of the step, for this job."""
-    if owner in (step_model.D2H, step_model.H2D) and signals.optimizer_on_cpu:
+    if owner in (step_model.D2H, step_model.H2D) and signals.budget.optimizer_on_cpu:
         return CPU_OPTIMIZER
     return CATEGORY_OF_OWNER[owner]
 
@@ -49,14 +49,14 @@ def category_shares(signals: Signals, bar: float) -> dict[str, float]:
     host sets the pace and the kernels it launches are tiny (SM activity a fraction of GPU-Util): the busy time those
     kernels leave their SMs empty is launch overhead too, which fusing them or a CUDA graph gives back."""
     shares: dict[str, float] = {}
-    for owner, share in signals.step_shares.items():
+    for owner, share in signals.step_model.step_shares.items():
         if owner == step_model.GPU_BUSY or owner not in CATEGORY_OF_OWNER or share <= 0:
             continue
         category = category_of(owner, signals)
         shares[category] = shares.get(category, 0.0) + share
-    util, sm = signals.gpu_util, signals.sm_activity
+    util, sm = signals.gpu.gpu_util, signals.gpu.sm_activity
     if shares.get(LAUNCH_BOUND, 0.0) >= bar and util and sm is not None:
-        busy = signals.step_shares.get(step_model.GPU_BUSY, 0.0)
+        busy = signals.step_model.step_shares.get(step_model.GPU_BUSY, 0.0)
         shares[LAUNCH_BOUND] += busy * max(0.0, 1.0 - sm / util)
     return shares
 
@@ -66,7 +66,10 @@ def lines_of(signals: Signals, activities: frozenset[str]) -> list[tuple[str, fl
     return [
         (where, share)
         for where, share, kind in zip(
-            signals.idle_lines, signals.idle_line_shares, signals.idle_line_activities, strict=False
+            signals.step_model.idle_lines,
+            signals.step_model.idle_line_shares,
+            signals.step_model.idle_line_activities,
+            strict=False,
         )
         if kind in activities
     ]

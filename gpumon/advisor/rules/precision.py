@@ -26,11 +26,11 @@ nothing is told to use them."""
 
 def _reduced_precision(signals: Signals) -> bool | None:
     """True when the job uses bf16/fp16 autocast or TF32 matmuls; None when nothing says."""
-    if signals.autocast:
+    if signals.precision.autocast:
         return True
-    if signals.tf32_matmul or signals.float32_matmul_precision in ("high", "medium"):
+    if signals.precision.tf32_matmul or signals.precision.float32_matmul_precision in ("high", "medium"):
         return True
-    if signals.autocast is None and signals.tf32_matmul is None:
+    if signals.precision.autocast is None and signals.precision.tf32_matmul is None:
         return None
     return False
 
@@ -38,11 +38,11 @@ def _reduced_precision(signals: Signals) -> bool | None:
 def precision_flags(signals: Signals) -> str:
     """The job's precision settings, each as it is: 'no autocast, TF32 off for matmuls, on for cuDNN convolutions'."""
     parts = []
-    if signals.autocast is False:
+    if signals.precision.autocast is False:
         parts.append("no autocast")
-    matmul = signals.tf32_matmul or signals.float32_matmul_precision in ("high", "medium")
-    matmul_known = signals.tf32_matmul is not None or signals.float32_matmul_precision is not None
-    cudnn = signals.tf32_cudnn
+    matmul = signals.precision.tf32_matmul or signals.precision.float32_matmul_precision in ("high", "medium")
+    matmul_known = signals.precision.tf32_matmul is not None or signals.precision.float32_matmul_precision is not None
+    cudnn = signals.precision.tf32_cudnn
     if matmul_known and cudnn is not None and bool(matmul) == cudnn:
         parts.append(f"TF32 {'on' if cudnn else 'off'}")
     else:
@@ -65,13 +65,17 @@ def _precision_gain(signals: Signals) -> tuple[float, str | None]:
     """(severity, its reason): the GPU's busy time, were it all matmul math now at fp32 (or TF32), would run at the
     bf16 tensor-core peak instead: it shrinks by the ratio of the two dense peaks (H200: fp32 67, bf16 989 TFLOP/s,
     so a fully busy fp32 job can gain up to 93%). An upper bound: elementwise kernels gain less."""
-    peaks = gpu_peaks(signals.gpus[0].name) if signals.gpus else None
-    busy = signals.step_shares.get("gpu_busy")
-    if busy is None and signals.gpu_util is not None:
-        busy = signals.gpu_util / 100.0
+    peaks = gpu_peaks(signals.gpu.gpus[0].name) if signals.gpu.gpus else None
+    busy = signals.step_model.step_shares.get("gpu_busy")
+    if busy is None and signals.gpu.gpu_util is not None:
+        busy = signals.gpu.gpu_util / 100.0
     if peaks is None or not busy:
         return PRECISION_SEVERITY_UNKNOWN, None
-    current = TF32 if signals.tf32_matmul or signals.float32_matmul_precision in ("high", "medium") else FP32
+    current = (
+        TF32
+        if signals.precision.tf32_matmul or signals.precision.float32_matmul_precision in ("high", "medium")
+        else FP32
+    )
     ratio = peaks.tflops(current) / peaks.bf16
     share = busy * (1.0 - ratio)
     return (
@@ -84,31 +88,31 @@ def rule_precision(signals: Signals) -> Candidate | None:
     if not signals.has_gpu or not gpu_busy(signals):
         return None
     reduced = _reduced_precision(signals)
-    tensor = signals.tensor_activity
+    tensor = signals.gpu.tensor_activity
     if tensor is not None:
         if tensor >= TENSOR_LOW or reduced is True or (reduced is None and tensor >= TENSOR_NONE):
             return None
         flags = f"fp32 math ({precision_flags(signals)})" if reduced is False else "no reduced-precision math seen"
         severity, gain = _precision_gain(signals)
         evidence = join_parts(
-            f"GPU-Util {pct100(signals.gpu_util)} but tensor-core activity {pct100(tensor)}", flags, gain
+            f"GPU-Util {pct100(signals.gpu.gpu_util)} but tensor-core activity {pct100(tensor)}", flags, gain
         )
         confidence = (0.85 if reduced is False else 0.6) * source_factor(signals)
     else:
         if reduced is not False:
             return None
         evidence = join_parts(
-            f"GPU-Util {pct100(signals.gpu_util)} with fp32 math ({precision_flags(signals)})",
+            f"GPU-Util {pct100(signals.gpu.gpu_util)} with fp32 math ({precision_flags(signals)})",
             "no tensor-core figures on this GPU",
         )
         confidence = 0.45
         severity = 0.35
     numbers = {
-        "gpu_util": rounded(signals.gpu_util),
-        "sm_activity": rounded(signals.sm_activity),
+        "gpu_util": rounded(signals.gpu.gpu_util),
+        "sm_activity": rounded(signals.gpu.sm_activity),
         "tensor_activity": rounded(tensor),
-        "autocast": signals.autocast,
-        "tf32_matmul": signals.tf32_matmul,
-        "tf32_cudnn": signals.tf32_cudnn,
+        "autocast": signals.precision.autocast,
+        "tf32_matmul": signals.precision.tf32_matmul,
+        "tf32_cudnn": signals.precision.tf32_cudnn,
     }
     return Candidate(LOW_PRECISION, severity, confidence, evidence, numbers)

@@ -13,7 +13,8 @@ from gpumon.advisor.rules.common import (
     pct,
     rounded,
 )
-from gpumon.advisor.signals import GpuSignals, Signals
+from gpumon.advisor.signal_figures import GpuSignals
+from gpumon.advisor.signals import Signals
 
 THROTTLE_SHARE = 0.2
 """Throttled this share of the window (or more) is worth a look."""
@@ -53,14 +54,14 @@ def power_limit_lines(signals: Signals) -> list[str]:
     """Evidence lines for the job's GPUs held at a power limit that is not lowered, which rule_throttled leaves out:
     e.g. "at its power limit (693 of 700 W, the card's default) 100% of the window"."""
     lines = []
-    for gpu in signals.gpus:
+    for gpu in signals.gpu.gpus:
         share = gpu.throttle_power
         if share is None or share < THROTTLE_SHARE:
             continue
         lowered = power_limit_lowered(gpu)
         if lowered:
             continue
-        where = f"GPU {gpu.index} " if len(signals.gpus) > 1 else ""
+        where = f"GPU {gpu.index} " if len(signals.gpu.gpus) > 1 else ""
         if lowered is None:
             why = "; the card's default limit is unknown, so not counted as throttling"
         elif (
@@ -79,7 +80,7 @@ def rule_throttled(signals: Signals) -> Candidate | None:
     """throttled: a GPU-bound job whose GPU lowers its clocks (thermal, power or hardware slowdown)."""
     if not signals.has_gpu or not gpu_bound(signals):
         return None
-    throttled = [(gpu, *_worst_throttle(gpu)) for gpu in signals.gpus]
+    throttled = [(gpu, *_worst_throttle(gpu)) for gpu in signals.gpu.gpus]
     throttled = [entry for entry in throttled if entry[3] >= THROTTLE_SHARE]
     if not throttled:
         return None
@@ -91,7 +92,7 @@ def rule_throttled(signals: Signals) -> Candidate | None:
         detail = f" at {gpu.throttled_temperature:.0f} C"
     elif kind == "power" and gpu.power_limit_default is not None:
         detail = f" at {_watts(gpu)}, lowered from the card's default {gpu.power_limit_default:.0f} W"
-    where = f"GPU {gpu.index}: " if len(signals.gpus) > 1 else ""
+    where = f"GPU {gpu.index}: " if len(signals.gpu.gpus) > 1 else ""
     clock_text = f"SM clock {clock:.0f} of {top:.0f} MHz" if clock is not None and top else None
     evidence = join_parts(f"{where}{text} {pct(share)} of the window{detail or ''}", clock_text, gpu_part(signals))
     numbers = {
@@ -104,8 +105,8 @@ def rule_throttled(signals: Signals) -> Candidate | None:
         "power": rounded(gpu.power),
         "power_limit": rounded(gpu.power_limit),
         "power_limit_default": rounded(gpu.power_limit_default),
-        "gpu_util": rounded(signals.gpu_util),
-        "gpu_share": rounded(signals.gpu_share),
+        "gpu_util": rounded(signals.gpu.gpu_util),
+        "gpu_share": rounded(signals.step.gpu_share),
     }
     severity = share * (loss if loss is not None else UNKNOWN_CLOCK_LOSS)
     return Candidate(THROTTLED, severity, 0.8 if loss is not None else 0.5, evidence, numbers)

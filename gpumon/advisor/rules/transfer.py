@@ -30,9 +30,9 @@ TRANSFER_UTIL = 70.0
 
 def _budget_transfer(signals: Signals) -> Candidate | None:
     """transfer_bound from the hook's step budget: the host's time in host->device copies is their cost."""
-    share = signals.h2d_share or 0.0
-    pageable = signals.h2d_pageable
-    copied = signals.h2d_bytes_per_step or 0.0
+    share = signals.budget.h2d_share or 0.0
+    pageable = signals.budget.h2d_pageable
+    copied = signals.budget.h2d_bytes_per_step or 0.0
     where = None
     if pageable is not None:
         where = (
@@ -42,17 +42,17 @@ def _budget_transfer(signals: Signals) -> Candidate | None:
         )
     evidence = join_parts(
         f"host->device copies take {pct(share)} of each step",
-        f"{gib(copied)} per step at {rate(signals.h2d_rate)}",
+        f"{gib(copied)} per step at {rate(signals.budget.h2d_rate)}",
         where,
         gpu_part(signals),
     )
     numbers = {
         "h2d_share": rounded(share),
         "h2d_bytes_per_step": rounded(copied, 0),
-        "h2d_rate": rounded(signals.h2d_rate, 0),
+        "h2d_rate": rounded(signals.budget.h2d_rate, 0),
         "h2d_pageable": rounded(pageable),
-        "pin_memory": signals.pin_memory,
-        "gpu_util": rounded(signals.gpu_util),
+        "pin_memory": signals.loader.pin_memory,
+        "gpu_util": rounded(signals.gpu.gpu_util),
     }
     confidence = 0.85 if pageable is not None and pageable >= 0.5 else 0.7
     return Candidate(TRANSFER_BOUND, share, confidence, evidence, numbers)
@@ -62,56 +62,60 @@ def rule_transfer(signals: Signals) -> Candidate | None:
     """transfer_bound: from the step budget where the hook measured one, else from PCIe traffic of an idle GPU."""
     if not signals.has_gpu:
         return None
-    if signals.budget_steps and signals.h2d_share is not None:
+    if signals.budget.budget_steps and signals.budget.h2d_share is not None:
         return _budget_transfer(signals)
-    if signals.gpu_util is None:
+    if signals.gpu.gpu_util is None:
         return None
-    traffic = (signals.pcie_rx or 0.0) + (signals.pcie_tx or 0.0)
-    if signals.pcie_rx is None and signals.pcie_tx is None:
+    traffic = (signals.gpu.pcie_rx or 0.0) + (signals.gpu.pcie_tx or 0.0)
+    if signals.gpu.pcie_rx is None and signals.gpu.pcie_tx is None:
         return None
-    threshold = PCIE_TRANSFER_PAGEABLE if signals.pin_memory is False else PCIE_TRANSFER
-    if traffic < threshold or signals.gpu_util >= TRANSFER_UTIL:
+    threshold = PCIE_TRANSFER_PAGEABLE if signals.loader.pin_memory is False else PCIE_TRANSFER
+    if traffic < threshold or signals.gpu.gpu_util >= TRANSFER_UTIL:
         return None
     # The idle time the data wait does not explain is what the copies can cost (both can share a step).
-    severity = min((1.0 - signals.gpu_util / 100.0) * 0.9, max(0.0, 1.0 - (signals.data_share or 0.0)))
-    direction = "host->device" if (signals.pcie_rx or 0.0) >= (signals.pcie_tx or 0.0) else "device->host"
+    severity = min((1.0 - signals.gpu.gpu_util / 100.0) * 0.9, max(0.0, 1.0 - (signals.step.data_share or 0.0)))
+    direction = "host->device" if (signals.gpu.pcie_rx or 0.0) >= (signals.gpu.pcie_tx or 0.0) else "device->host"
     pinned = None
-    if signals.pin_memory is False:
+    if signals.loader.pin_memory is False:
         pinned = "pin_memory off (pageable copies)"
     evidence = join_parts(
-        f"PCIe {direction} {rate(traffic)} while GPU-Util is {pct100(signals.gpu_util)}",
+        f"PCIe {direction} {rate(traffic)} while GPU-Util is {pct100(signals.gpu.gpu_util)}",
         pinned,
-        f"SM activity {pct100(signals.sm_activity)}" if signals.sm_activity is not None else None,
+        f"SM activity {pct100(signals.gpu.sm_activity)}" if signals.gpu.sm_activity is not None else None,
     )
     numbers = {
-        "pcie_rx": rounded(signals.pcie_rx, 0),
-        "pcie_tx": rounded(signals.pcie_tx, 0),
-        "gpu_util": rounded(signals.gpu_util),
-        "pin_memory": signals.pin_memory,
+        "pcie_rx": rounded(signals.gpu.pcie_rx, 0),
+        "pcie_tx": rounded(signals.gpu.pcie_tx, 0),
+        "gpu_util": rounded(signals.gpu.gpu_util),
+        "pin_memory": signals.loader.pin_memory,
     }
-    confidence = (0.8 if signals.pin_memory is False else 0.65) * source_factor(signals)
+    confidence = (0.8 if signals.loader.pin_memory is False else 0.65) * source_factor(signals)
     return Candidate(TRANSFER_BOUND, severity, confidence, evidence, numbers)
 
 
 def transfer_evidence(signals: Signals, share: float) -> Candidate:
     """transfer_bound from the step model: copies both ways, each with its share, bytes and memory kind."""
-    h2d = _budget_transfer(signals) if signals.budget_steps and signals.h2d_share else rule_transfer(signals)
+    h2d = (
+        _budget_transfer(signals)
+        if signals.budget.budget_steps and signals.budget.h2d_share
+        else rule_transfer(signals)
+    )
     d2h = None
-    if signals.d2h_share:
-        d2h = f"device->host copies (.cpu(), .to('cpu')) take {pct(signals.d2h_share)} of each step" + (
-            f", {gib(signals.d2h_bytes_per_step)} a step" if signals.d2h_bytes_per_step else ""
+    if signals.budget.d2h_share:
+        d2h = f"device->host copies (.cpu(), .to('cpu')) take {pct(signals.budget.d2h_share)} of each step" + (
+            f", {gib(signals.budget.d2h_bytes_per_step)} a step" if signals.budget.d2h_bytes_per_step else ""
         )
     evidence = join_parts(
         f"the GPU idles {pct(share)} of the time on copies between host and device",
-        h2d.evidence if h2d is not None and signals.h2d_share else None,
+        h2d.evidence if h2d is not None and signals.budget.h2d_share else None,
         d2h,
-        None if h2d is not None and signals.h2d_share else gpu_part(signals),
+        None if h2d is not None and signals.budget.h2d_share else gpu_part(signals),
     )
     numbers = dict(h2d.numbers) if h2d is not None else {}
     numbers.update(
         transfer_idle=rounded(share),
-        d2h_share=rounded(signals.d2h_share),
-        d2h_bytes_per_step=rounded(signals.d2h_bytes_per_step, 0),
+        d2h_share=rounded(signals.budget.d2h_share),
+        d2h_bytes_per_step=rounded(signals.budget.d2h_bytes_per_step, 0),
     )
     confidence = h2d.confidence if h2d is not None else step_model_confidence(signals)
     return Candidate(TRANSFER_BOUND, share, confidence, evidence, numbers)

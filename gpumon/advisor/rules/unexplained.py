@@ -13,7 +13,8 @@ UNEXPLAINED_CONFIDENCE = 0.5
 def unexplained_evidence(signals: Signals, share: float, owners: str = "") -> Candidate:
     """The idle share no owner takes, its top lines, and how to learn more."""
     lines = ", ".join(
-        f"{where} ({pct(line)})" for where, line in zip(signals.idle_lines, signals.idle_line_shares, strict=False)
+        f"{where} ({pct(line)})"
+        for where, line in zip(signals.step_model.idle_lines, signals.step_model.idle_line_shares, strict=False)
     )
     tell_more = (
         "`gpumon diagnose --native --pid PID` sees C/C++ frames; `gpumon run` measures each step"
@@ -27,5 +28,5 @@ def unexplained_evidence(signals: Signals, share: float, owners: str = "") -> Ca
         gpu_part(signals),
         tell_more,
     )
-    numbers = {"unexplained_idle": rounded(share), "lines": list(signals.idle_lines[:3])}
+    numbers = {"unexplained_idle": rounded(share), "lines": list(signals.step_model.idle_lines[:3])}
     return Candidate(UNEXPLAINED_IDLE, share, UNEXPLAINED_CONFIDENCE * source_factor(signals), evidence, numbers)

@@ -115,15 +115,15 @@ def _owner_candidates(signals: Signals) -> list[Candidate]:
 
 def _idle_of(signals: Signals) -> float | None:
     """The step's GPU idle share: the step model's, else GPU-Util's."""
-    if signals.step_shares:
-        return max(0.0, 1.0 - signals.step_shares.get(step_model.GPU_BUSY, 0.0))
+    if signals.step_model.step_shares:
+        return max(0.0, 1.0 - signals.step_model.step_shares.get(step_model.GPU_BUSY, 0.0))
     return nvml_idle(signals)
 
 
 def _spread(signals: Signals) -> str:
     """The owners' shares in one line, largest first: 'launch 12%, cpu 10%, data 8%'."""
     owners = sorted(
-        ((owner, share) for owner, share in signals.step_shares.items() if owner != step_model.GPU_BUSY),
+        ((owner, share) for owner, share in signals.step_model.step_shares.items() if owner != step_model.GPU_BUSY),
         key=lambda pair: -pair[1],
     )
     parts = [f"{LABELS.get(owner, owner)} {pct(share)}" for owner, share in owners if share >= 0.01]
@@ -164,7 +164,7 @@ def diagnose(signals: Signals) -> Finding:
     """The dominant bottleneck of the job (or `healthy`), with the other problems found as secondary findings."""
     owner_rules = (
         _owner_candidates(signals)
-        if signals.step_shares
+        if signals.step_model.step_shares
         else [c for rule in MODEL_FREE_RULES if (c := rule(signals)) is not None]
     )
     side = [c for rule in SIDE_RULES if (c := rule(signals)) is not None]
