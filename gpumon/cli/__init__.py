@@ -22,9 +22,8 @@ from gpumon.cli import (
     run,
     snapshot,
 )
-from gpumon.cli.base import EXIT_USAGE, CliError, Parser, guard_stdout, output_failed, run_handler
+from gpumon.cli.base import CliError, Parser, guard_stdout, output_failed, run_handler
 from gpumon.cli.dashboard import add_dashboard_arguments, run_dashboard
-from gpumon.cli.textual_range import textual_problem
 
 COMMANDS = (
     snapshot,
@@ -70,9 +69,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
     except OSError as exc:
         return output_failed(exc)
-    problem = textual_problem()
-    if problem is not None:
-        print(f"gpumon: error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
     log.configure()
     return run_handler(args.handler, args)

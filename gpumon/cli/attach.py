@@ -18,6 +18,7 @@ from gpumon.cli.base import (
     print_json_line,
     subcommand,
 )
+from gpumon.cli.textual_range import require_textual
 
 if TYPE_CHECKING:  # the jobs layer is imported where a command runs, not on every start (the dashboard's too)
     from gpumon.jobs.host_profile import HostProfile
@@ -80,6 +81,7 @@ def run_attach(args: argparse.Namespace) -> int:
     job = open_job_or_fail(args.pid, native=args.native)
     if args.json:
         return stream_json(job, args.duration)
+    require_textual()
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.advisor_app import AdvisorApp
 

@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 
 from gpumon.cli.base import add_interval_argument
+from gpumon.cli.textual_range import require_textual
 from gpumon.config import config_path, load_settings
 from gpumon.sampling.gpu_choice import add_gpu_choice_arguments, chosen_gpus
 from gpumon.tui.glyphs import wants_ascii
@@ -56,6 +57,7 @@ def view_options(args: argparse.Namespace) -> ViewOptions:
 
 def run_dashboard(args: argparse.Namespace) -> int:
     """The dashboard; when this user's hooked jobs run, it first offers them in a picker (escape: plain)."""
+    require_textual()
     from gpumon.jobs.discovery import scan
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.app import GpumonApp

@@ -19,6 +19,7 @@ from gpumon.cli.reporting import (
     signals_as_interrupt,
     write_markdown,
 )
+from gpumon.cli.textual_range import require_textual
 from gpumon.printable import printable
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ def run_demo_guided(args: argparse.Namespace, device: str) -> int:
 
 def run_demo_dashboard(args: argparse.Namespace, device: str, notice: str | None = None) -> int:
     """The demo under the hook, the dashboard attached with the advisor panel; the demo stops with the app."""
+    require_textual()
     from gpumon.jobs.launch import LaunchedJob, LaunchError, new_log_path
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.advisor_app import AdvisorApp, DemoOwner

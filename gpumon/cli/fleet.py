@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpumon.cli.base import CliError, Subparsers, interval_seconds, positive_float, subcommand
+from gpumon.cli.textual_range import require_textual
 
 DEFAULT_INTERVAL = 5.0
 DESCRIPTION = (
@@ -75,6 +76,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         auth = read_auth(base, args.bearer_token_file, args.basic_auth_file, args.ca_file, args.header)
     except ValueError as error:  # FilterError, AuthError and a bad URL: one line each
         raise CliError(str(error)) from None
+    require_textual()
     from gpumon.tui.fleet_app import FleetApp
 
     stale_after = STALE_AFTER if args.stale_after is None else args.stale_after

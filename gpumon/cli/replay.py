@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpumon.cli.base import CliError, Subparsers, non_negative_float, positive_float, subcommand
 from gpumon.cli.dashboard import add_view_arguments, view_options
+from gpumon.cli.textual_range import require_textual
 from gpumon.printable import printable
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def damage(replayer: Replayer) -> str | None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    require_textual()
     from gpumon.jobs.recorded import RecordedJobs
     from gpumon.sampling.recording import RecordingError, count_snapshots, iter_samples
     from gpumon.sampling.replay import Replayer

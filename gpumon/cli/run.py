@@ -17,6 +17,7 @@ from gpumon.cli.base import (
     command_of,
     subcommand,
 )
+from gpumon.cli.textual_range import require_textual
 
 if TYPE_CHECKING:  # the jobs layer is imported where the command runs, not on every gpumon start
     from gpumon.jobs.launch import LaunchedJob
@@ -85,6 +86,7 @@ def run_launch(args: argparse.Namespace) -> int:
         with launched(command, nvtx=args.nvtx) as job:
             return exit_status(job.wait_forwarding_signals())
 
+    require_textual()
     from gpumon.sampling.sampler import Sampler
     from gpumon.tui.advisor_app import AdvisorApp
 

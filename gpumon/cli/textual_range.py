@@ -62,3 +62,13 @@ def textual_problem() -> str | None:
     if in_range(version):
         return None
     return f"gpumon needs {REQUIREMENT}, this environment has textual {version} ({where}); {INSTALL_BESIDE}"
+
+
+def require_textual() -> None:
+    """Before a command imports Textual: a Textual missing or outside the range is one line and exit 2 (headless
+    commands never get here, so they run beside any Textual, or none)."""
+    problem = textual_problem()
+    if problem is not None:
+        from gpumon.cli.base import CliError
+
+        raise CliError(problem)
