@@ -1,411 +1,48 @@
-"""The dashboard with the advisor side panel: a periodic diagnosis of the attached job, and the guided run.
-
-AdvisorApp is GpumonApp plus the panel (`a` shows or hides it, `g` starts or stops a guided run). Every piece of
-advisor work runs on a background thread and reaches the UI as a message: the diagnosis every few seconds (one
-at a time, the next scheduled after the last one finished) and the guided run's events and progress.
-
-The guided run measures the job it can: the demo's command in trial runs when the app owns it (`gpumon demo`:
-the demo is stopped, each variant runs and is followed in the job pane, then the demo restarts with the knobs
-that won), else live experiments on the attached hooked job (math-neutral knobs, rolled back unless they win).
-"""
+"""The dashboard with the advisor: GpumonApp that owns an Advisor (gpumon/tui/advisor_component.py) and binds its
+keys (`a` the panel, `g` the guided run, ctrl+c quits and stops what it started)."""
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from textual import on
 from textual.binding import BindingType
-from textual.message import Message
 
-from gpumon.advisor.catalogue import experiments_for
-from gpumon.advisor.guided import GuidedRun, JobCommand, Runner
-from gpumon.advisor.live import LiveRunner
-from gpumon.advisor.measure import SnapshotLog
-from gpumon.advisor.results import GuidedReport
-from gpumon.advisor.rules import Finding, diagnose
-from gpumon.advisor.signals import Signals, build_signals
-from gpumon.advisor.trial import TrialRunner
-from gpumon.jobs.launch import LaunchedJob, new_log_path
-from gpumon.jobs.session import AttachedJob
-from gpumon.jobs.source import JobSource
-from gpumon.printable import printable
-from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
 from gpumon.tui import keys
-from gpumon.tui.advisor_panel import AdvisorPanel
-from gpumon.tui.app import GpumonApp, ReadsEnergy, TracksPids
+from gpumon.tui.advisor_component import (
+    DIAGNOSE_EVERY_S,
+    Advisor,
+    DemoOwner,
+    LoggingSource,
+    RunnerFactory,
+)
+from gpumon.tui.app import GpumonApp
 
-log = logging.getLogger(__name__)
-
-DIAGNOSE_EVERY_S = 5.0
-DIAGNOSIS_WINDOW_S = 10.0
-FIRST_DIAGNOSIS_S = 3.0
-GUIDED_JOIN_S = 20.0
-"""On quit, how long the app waits for a running guided run to stop its trial process."""
-
-
-class LoggingSource:
-    """A SnapshotSource that forwards everything to `inner` and also keeps every snapshot in `log`."""
-
-    def __init__(self, inner: SnapshotSource, log: SnapshotLog) -> None:
-        self.inner = inner
-        self.log = log
-        self.history = inner.history
-        self.live = inner.live
-
-    def start(self, on_snapshot: Callable[[Snapshot], None]) -> None:
-        def deliver(snapshot: Snapshot) -> None:
-            self.log.add(snapshot)
-            on_snapshot(snapshot)
-
-        self.inner.start(deliver)
-
-    @property
-    def description(self) -> str:
-        return self.inner.description
-
-    @property
-    def interval(self) -> float:
-        return self.inner.interval
-
-    @property
-    def paused(self) -> bool:
-        return self.inner.paused
-
-    def stop(self) -> None:
-        self.inner.stop()
-
-    def pause(self) -> None:
-        self.inner.pause()
-
-    def resume(self) -> None:
-        self.inner.resume()
-
-    def faster(self) -> None:
-        self.inner.faster()
-
-    def slower(self) -> None:
-        self.inner.slower()
-
-    def track_pids(self, pids: Iterable[int]) -> None:
-        if isinstance(self.inner, TracksPids):
-            self.inner.track_pids(pids)
-
-    def read_energy_often(self, often: bool) -> None:
-        if isinstance(self.inner, ReadsEnergy):
-            self.inner.read_energy_often(often)
-
-
-@dataclass
-class DemoOwner:
-    """The demo trainer the app started (`gpumon demo`): what trial runs run, and the jobs to stop at the end."""
-
-    command: list[str]
-    current: LaunchedJob | None = None
-    started: list[LaunchedJob] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.current is not None:
-            self.started.append(self.current)
-
-    def stop_current(self) -> None:
-        for job in self.started:
-            job.close()
-
-    def restart(self, knobs: Mapping[str, Any]) -> LaunchedJob:
-        """Start the demo again with `knobs` (what the guided run kept), hooked; LaunchError for a bad knob."""
-        job = LaunchedJob(self.command, knobs=knobs, log=new_log_path("gpumon-demo-")).start()
-        self.current = job
-        self.started.append(job)
-        return job
-
-    def stop_all(self) -> None:
-        self.stop_current()
-
-
-class AdvisorFinding(Message):
-    """A diagnosis of the attached job (posted from the diagnosis thread)."""
-
-    def __init__(self, finding: Finding | None, signals: Signals | None) -> None:
-        super().__init__()
-        self.finding = finding
-        self.signals = signals
-
-
-class GuidedEvent(Message):
-    """An event of the guided run (see gpumon.advisor.guided.Listener), posted from its thread."""
-
-    def __init__(self, event: str, payload: Any) -> None:
-        super().__init__()
-        self.event = event
-        self.payload = payload
-
-
-class GuidedProgress(Message):
-    def __init__(self, message: str, fraction: float | None) -> None:
-        super().__init__()
-        self.message = message
-        self.fraction = fraction
-
-
-class GuidedFinished(Message):
-    def __init__(self, error: str | None = None) -> None:
-        super().__init__()
-        self.error = error
-
-
-RunnerFactory = Callable[["AdvisorApp", threading.Event], Runner | None]
-"""Makes the runner of a guided run (tests inject a fake one); None when this job cannot be experimented on."""
+__all__ = ["AdvisorApp", "DemoOwner", "LoggingSource"]
 
 
 class AdvisorApp(GpumonApp):
-    """GpumonApp with the advisor side panel.
+    """GpumonApp with the advisor's keys, owning `advisor` (its panel, diagnosis and guided run) over its source.
 
     owner: the demo the app started (trial runs then run its command); show_advisor: the panel visible at start;
-    runner_factory: overrides how the guided run's runner is made.
+    runner_factory: overrides how the guided run's runner is made; notice: said once at start.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = list(keys.bindings(advisor=True))
-    HAS_ADVISOR = True
 
     def __init__(
         self,
         source: SnapshotSource,
         *,
-        job: JobSource | None = None,
         owner: DemoOwner | None = None,
         show_advisor: bool = True,
         runner_factory: RunnerFactory | None = None,
         diagnose_every: float = DIAGNOSE_EVERY_S,
-        clock: Callable[[], float] = time.time,
         notice: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self.advisor_log = SnapshotLog()
-        super().__init__(LoggingSource(source, self.advisor_log), clock=clock, job=job, **kwargs)
-        self.owner = owner
-        self.show_advisor = show_advisor
-        self.runner_factory = runner_factory or default_runner_factory
-        self.diagnose_every = diagnose_every
-        self.advisor_panel: AdvisorPanel | None = None
-        self.latest_finding: Finding | None = None
-        self.latest_signals: Signals | None = None
-        self._guided_thread: threading.Thread | None = None
-        self._guided_cancel = threading.Event()
-        self._diagnosing = False
-        self.notice = notice
-        """Said once at start (e.g. that the demo runs on the CPU)."""
-
-    def compose(self):  # type: ignore[no-untyped-def]
-        yield from super().compose()
-        self.advisor_panel = AdvisorPanel(id="advisor", classes="" if self.show_advisor else "-hidden")
-        yield self.advisor_panel
-
-    def on_mount(self) -> None:
-        self.set_timer(FIRST_DIAGNOSIS_S, self._diagnose_tick)
-        if self.notice:
-            self.notify(self.notice, timeout=10)
-
-    def on_unmount(self) -> None:
-        self._guided_cancel.set()
-        thread = self._guided_thread
-        if thread is not None and thread.is_alive():
-            thread.join(GUIDED_JOIN_S)
-
-    @property
-    def guided_running(self) -> bool:
-        return self._guided_thread is not None and self._guided_thread.is_alive()
-
-    # -- the panel -------------------------------------------------------------------------------
-
-    def action_toggle_advisor(self) -> None:
-        panel = self.advisor_panel
-        if panel is not None:
-            panel.set_class(not panel.has_class("-hidden"), "-hidden")
-
-    # -- periodic diagnosis ----------------------------------------------------------------------
-
-    def _diagnose_tick(self) -> None:
-        if self._diagnosing or self.guided_running or self.job is None:
-            self.set_timer(self.diagnose_every, self._diagnose_tick)
-            return
-        self._diagnosing = True
-        self.run_worker(self._diagnose_now, thread=True, exclusive=True, group="advisor-diagnosis")
-
-    def _diagnose_now(self) -> None:
-        """On a worker thread: the job's signals over the last seconds, diagnosed."""
-        try:
-            job = self.job
-            if job is None:
-                self.post_message(AdvisorFinding(None, None))
-                return
-            end = time.time()
-            start = end - DIAGNOSIS_WINDOW_S
-            view = job.view()
-            signals = build_signals(self.advisor_log.between(start, end), view, start=start, end=end)
-            self.post_message(AdvisorFinding(diagnose(signals), signals))
-        except Exception:  # a failed diagnosis is retried at the next tick
-            log.warning("the live diagnosis failed", exc_info=True)
-            self.post_message(AdvisorFinding(None, None))
-
-    @on(AdvisorFinding)
-    def _show_finding(self, message: AdvisorFinding) -> None:
-        self._diagnosing = False
-        if message.finding is not None and message.signals is not None and not self.guided_running:
-            panel = self.advisor_panel
-            if panel is not None:
-                panel.show_finding(message.finding, message.signals)
-                plan = (
-                    [] if panel.measuring else experiments_for(message.finding, message.signals, cores=os.cpu_count())
-                )
-                panel.show_plan(plan)
-            if panel is None or not panel.measuring:
-                self.latest_finding, self.latest_signals = message.finding, message.signals
-        self.set_timer(self.diagnose_every, self._diagnose_tick)
-
-    # -- the guided run --------------------------------------------------------------------------
-
-    def action_guided(self) -> None:
-        panel = self.advisor_panel
-        if self.guided_running:
-            self._guided_cancel.set()
-            if panel is not None:
-                panel.show_progress("stopping the guided run…", None)
-            return
-        self._guided_cancel = threading.Event()
-        runner = self.runner_factory(self, self._guided_cancel)
-        if runner is None:
-            self.notify(
-                "guided runs need a job with the gpumon hook (import gpumon.hook, gpumon run) or gpumon demo",
-                severity="warning",
-                timeout=6,
-            )
-            return
-        if panel is not None:
-            panel.set_class(False, "-hidden")
-            panel.start_run()
-        self._guided_thread = threading.Thread(
-            target=self._guided_main, args=(runner,), name="gpumon-guided", daemon=True
+        advisor = Advisor(
+            owner=owner, show=show_advisor, runner_factory=runner_factory, diagnose_every=diagnose_every, notice=notice
         )
-        self._guided_thread.start()
-
-    def _guided_main(self, runner: Runner) -> None:
-        error = None
-        try:
-            if self.owner is not None:
-                self.post_message(GuidedProgress("stopping the demo to run the trials…", 0.0))
-                self.owner.stop_current()
-            run = GuidedRun(
-                runner,
-                cancel=self._guided_cancel,
-                listener=self._guided_listener,
-                meta={"command": " ".join(self.owner.command) if self.owner else ""},
-                job_command=self._job_command(),
-            )
-            report = run.run()
-            if self.owner is not None and not self._guided_cancel.is_set():
-                self._restart_demo(report)
-        except Exception as exc:  # noqa: BLE001 - shown in the panel, never raised into the UI
-            error = f"{type(exc).__name__}: {exc}"
-        self.post_message(GuidedFinished(error))
-
-    def _job_command(self) -> JobCommand | None:
-        """The attached job's own command (its hook's hello): what a knob that cannot apply live is offered as a
-        trial run of. None for the demo the app owns (its trials are the command already)."""
-        job = self.job
-        if self.owner is not None or job is None or job.primary is None:
-            return None
-        info = job.primary.view().info
-        return JobCommand.from_hello(info.hello if info is not None else None)
-
-    def _guided_listener(self, event: str, payload: Any) -> None:
-        self.post_message(GuidedEvent(event, payload))
-
-    def guided_progress(self, message: str, fraction: float) -> None:
-        """The runner's progress callback (any thread)."""
-        self.post_message(GuidedProgress(message, fraction))
-
-    def _restart_demo(self, report: GuidedReport) -> None:
-        owner = self.owner
-        assert owner is not None
-        demo = owner.restart(report.kept)
-        self.follow_job(demo.follow(), [demo.pid])
-
-    def follow_job(self, job: AttachedJob | None, pids: Sequence[int] = ()) -> None:
-        """From any thread: show `job` in the job pane (a trial run, or the restarted demo)."""
-        if job is None or self._guided_cancel.is_set():
-            return  # while quitting the UI loop may be waiting for this thread: do not wait for it
-        try:
-            self.call_from_thread(self._follow_now, job, list(pids))
-        except RuntimeError:
-            pass  # the app is shutting down
-
-    def _follow_now(self, job: AttachedJob, pids: list[int]) -> None:
-        if isinstance(self.source, TracksPids) and pids:
-            self.source.track_pids(pids)
-        self._switch_to(job)
-
-    @on(GuidedEvent)
-    def _guided_event(self, message: GuidedEvent) -> None:
-        panel = self.advisor_panel
-        if panel is None:
-            return
-        event, payload = message.event, message.payload
-        if event in ("baseline", "result"):
-            panel.add_result(payload)
-        elif event == "finding":
-            self.latest_finding = payload
-            panel.show_finding(payload)
-        elif event == "plan":
-            panel.show_plan(payload)
-        elif event == "start":
-            panel.show_progress(f"running: {payload.label}", 0.0)
-        elif event == "done":
-            panel.show_report(payload)
-
-    @on(GuidedProgress)
-    def _guided_progress(self, message: GuidedProgress) -> None:
-        if self.advisor_panel is not None and self.guided_running:
-            self.advisor_panel.show_progress(message.message, message.fraction)
-
-    @on(GuidedFinished)
-    def _guided_finished(self, message: GuidedFinished) -> None:
-        panel = self.advisor_panel
-        if panel is not None:
-            panel.end_run()
-            if message.error:
-                panel.show_progress(f"the guided run failed: {message.error}", None)
-        if message.error:
-            self.notify(
-                f"guided run failed: {printable(str(message.error))}", severity="error", timeout=8, markup=False
-            )
-
-
-def default_runner_factory(app: AdvisorApp, cancel: threading.Event) -> Runner | None:
-    """Trial runs of the demo's command when the app owns it; live experiments on a hooked attached job."""
-    if app.owner is not None:
-
-        def on_job(job: AttachedJob | None, _label: str) -> None:
-            if job is not None:
-                app.follow_job(job, [job.launched_pid] if job.launched_pid else [])
-
-        track = app.source.track_pids if isinstance(app.source, TracksPids) else None
-        return TrialRunner(
-            app.owner.command,
-            log=app.advisor_log,
-            track=track,
-            cancel=cancel,
-            progress=app.guided_progress,
-            on_job=on_job,
-            warmup_s=8.0,
-        )
-    job = app.job
-    if job is not None and job.primary is not None:
-        return LiveRunner(job.primary, log=app.advisor_log, cancel=cancel, progress=app.guided_progress)
-    return None
+        super().__init__(advisor.logging(source), extension=advisor, **kwargs)
+        self.advisor = advisor

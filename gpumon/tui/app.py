@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from textual import events, on
+from textual.actions import ActionParseResult
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
+from textual.dom import DOMNode
 from textual.driver import Driver
 from textual.geometry import Size
 from textual.message import Message
@@ -29,6 +31,7 @@ from gpumon.tui._textual_compat import driver_class
 from gpumon.tui.cached_widgets import CachedContainer, CachedScreen, CachedVertical
 from gpumon.tui.cpu_pane import CpuPane
 from gpumon.tui.disk_pane import DiskPane
+from gpumon.tui.extension import AdvisorElsewhere, Extension
 from gpumon.tui.filter_input import FilterInput
 from gpumon.tui.first_frame import report_after_first_frame
 from gpumon.tui.glyphs import use_ascii
@@ -72,7 +75,6 @@ STALE_MIN_SECONDS = 3.0
 """A live source that has not delivered for STALE_AFTER_INTERVALS intervals, and at least this long, is stale."""
 STALE_CHECK_SLACK = 0.05
 """Seconds past the stale threshold at which the check runs (so the silence it measures is past the threshold)."""
-ADVISOR_NEEDS_A_JOB = "the advisor needs a job: gpumon run -- python train.py … or gpumon attach PID"
 
 
 def _gpumon_commands() -> type[Provider]:
@@ -126,6 +128,7 @@ class GpumonApp(App[None]):
     sampled by py-spy) a job pane too, its processes highlighted and its GPU marked.
 
     job: the job to follow from the start. jobs: hooked jobs to offer in a picker at start (plain `gpumon`).
+    extension: what the app owns besides its panes (the advisor; gpumon/tui/extension.py), else AdvisorElsewhere.
     """
 
     CSS_PATH = "gpumon.tcss"
@@ -133,8 +136,6 @@ class GpumonApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]  # noqa: RUF012 - Textual types it `ClassVar[...] | None`, which mypy cannot narrow
     COMMANDS = App.COMMANDS | {_gpumon_commands}
     BINDINGS: ClassVar[list[BindingType]] = list(keys.bindings())
-    HAS_ADVISOR = False
-    """Whether `a` and `g` work here (the advisor's app); the plain dashboard only says where to find them."""
 
     paused: reactive[bool] = reactive(False)
     """Mirrors the source's paused state; shown as PAUSED in the title bar."""
@@ -150,8 +151,10 @@ class GpumonApp(App[None]):
         jobs: Sequence[JobGroup] = (),
         open_job: JobOpener | None = None,
         options: ViewOptions | None = None,
+        extension: Extension | None = None,
     ) -> None:
         super().__init__()
+        self.extension: Extension = extension or AdvisorElsewhere()
         self.source = source
         self.options = options or ViewOptions()
         """Settings, the user and GPUs shown, where a picked theme is saved (process_actions, view_options)."""
@@ -208,8 +211,10 @@ class GpumonApp(App[None]):
         yield FilterInput(self._process_table, id="filter")
         yield self._process_table
         yield KeyBar()
+        yield from self.extension.widgets()
 
     def on_mount(self) -> None:
+        self.extension.start(self)
         freeze_after_first_frame(self)
         self._apply_settings()
         self._size_panes(self.size)
@@ -225,6 +230,7 @@ class GpumonApp(App[None]):
             self._push_picker(self.offered_jobs)
 
     def on_unmount(self) -> None:
+        self.extension.stop()
         if self._stale_deadline is not None:
             self._stale_deadline.cancel()
         self.source.stop()
@@ -494,7 +500,8 @@ class GpumonApp(App[None]):
         from gpumon.tui.help_screen import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(job=self.job is not None or bool(self.offered_jobs), advisor=self.HAS_ADVISOR))
+            job = self.job is not None or bool(self.offered_jobs)
+            self.push_screen(HelpScreen(job=job, advisor=self.extension.keys is keys.Where.ADVISOR))
 
     def action_health(self) -> None:
         from gpumon.tui.health_screen import HealthScreen
@@ -502,17 +509,18 @@ class GpumonApp(App[None]):
         if not isinstance(self.screen, HealthScreen):
             self.push_screen(HealthScreen(self.snapshot))
 
-    def action_toggle_advisor(self) -> None:
-        """The plain dashboard has no advisor: say where it is."""
-        self.notify(self._where_the_advisor_is(), timeout=6)
-
-    def action_guided(self) -> None:
-        self.notify(self._where_the_advisor_is(), timeout=6)
-
-    def _where_the_advisor_is(self) -> str:
-        if self.job is None:
-            return ADVISOR_NEEDS_A_JOB
-        return f"the advisor is in gpumon attach {self.job.view().pid}, not this plain dashboard (a and g work there)"
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """An action of the app's that it has no method for goes to its extension (the key table's a and g)."""
+        if await super().run_action(action, default_namespace, namespaces):
+            return True
+        if default_namespace not in (None, self) or not isinstance(action, str):
+            return False
+        return self.extension.run_action(action)
 
     # -- the attached job ----------------------------------------------------------------------
 
@@ -585,9 +593,10 @@ class GpumonApp(App[None]):
                 self.notify, f"cannot attach: {printable(str(error))}", severity="error", timeout=8, markup=False
             )
             return
-        self.call_from_thread(self._switch_to, job)
+        self.call_from_thread(self.switch_to, job)
 
-    def _switch_to(self, job: JobSource) -> None:
+    def switch_to(self, job: JobSource) -> None:
+        """Follow `job` instead of the job followed now (which is stopped)."""
         previous = self.job
         if previous is not None:
             previous.stop()

@@ -18,9 +18,9 @@ class Where(Enum):
     PLAIN = "plain"
     """The dashboard without the advisor only (its a and g say where the advisor is)."""
     ADVISOR = "advisor"
-    """AdvisorApp only."""
+    """AdvisorApp only (its a and g run by the Advisor it owns: gpumon/tui/extension.py)."""
     PROCESSES = "processes"
-    """The process table's own BINDINGS (gpumon/tui/process_table.py); listed here for the help and the palette."""
+    """The process table's own BINDINGS (process_bindings(); gpumon/tui/process_table.py adds its filter's Esc)."""
     TEXTUAL = "textual"
     """Bound by Textual itself (the palette's key, the table's cursor keys): help lines only."""
 
@@ -229,51 +229,69 @@ KEYS: tuple[Key, ...] = (
         "slash",
         "open_filter",
         "Filter",
-        help=("/", "filter processes by command line, user or pid as you type; Enter keeps it, Esc clears it"),
+        "filter",
+        "Filter processes by command line, user or pid (Esc clears)",
+        ("/", "filter processes by command line, user or pid as you type; Enter keeps it, Esc clears it"),
         palette="Filter processes",
         palette_help="/: by command line, user or pid; Esc clears",
         palette_place=7,
         where=Where.PROCESSES,
+        key_display="/",
+        show=False,
+        # Priority: run while the app takes the key, so the keys typed right after it reach the open line.
+        priority=True,
     ),
     Key(
         "v",
         "toggle_all_processes",
         "All processes",
-        help=("v", "GPU processes only / every process with its tree (live only)"),
+        "all-processes",
+        "GPU processes only, or every process with its tree",
+        ("v", "GPU processes only / every process with its tree (live only)"),
         palette="All processes / GPU processes only",
         palette_help="v: every process as trees",
         palette_place=8,
         where=Where.PROCESSES,
+        show=False,
     ),
     Key(
         "I",
         "signal('SIGINT')",
         "Interrupt",
-        help=_SIGNALS,
+        "signal-int",
+        "Send SIGINT (Ctrl+C) to the highlighted process or its whole job, after a confirm",
+        _SIGNALS,
         palette="Interrupt process or job (SIGINT)",
         palette_help="I: after a confirm",
         palette_place=9,
         where=Where.PROCESSES,
+        show=False,
     ),
     Key(
         "T",
         "signal('SIGTERM')",
         "Terminate",
-        help=_SIGNALS,
+        "signal-term",
+        "Send SIGTERM to the highlighted process or its whole job, after a confirm",
+        _SIGNALS,
         palette="Terminate process or job (SIGTERM)",
         palette_help="T: after a confirm",
         palette_place=10,
         where=Where.PROCESSES,
+        show=False,
     ),
     Key(
         "K",
         "signal('SIGKILL')",
         "Kill",
-        help=_SIGNALS,
+        "signal-kill",
+        "Send SIGKILL to the highlighted process or its whole job, after a confirm",
+        _SIGNALS,
         palette="Kill process or job (SIGKILL)",
         palette_help="K: after a confirm",
         palette_place=11,
         where=Where.PROCESSES,
+        show=False,
     ),
     Key(
         "question_mark",
@@ -374,6 +392,11 @@ def bindings(*, advisor: bool = False) -> list[Binding]:
     """The app's bindings: the plain dashboard's, or (advisor) AdvisorApp's."""
     wanted = (Where.DASHBOARD, Where.ADVISOR if advisor else Where.PLAIN)
     return [key.binding(advisor=advisor) for key in KEYS if key.where in wanted]
+
+
+def process_bindings() -> list[Binding]:
+    """The process table's keys (its BINDINGS, less the filter's Esc)."""
+    return [key.binding() for key in KEYS if key.where is Where.PROCESSES]
 
 
 def help_lines(*, job: bool = False, advisor: bool = False) -> tuple[tuple[str, str], ...]:

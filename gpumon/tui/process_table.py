@@ -18,6 +18,7 @@ from gpumon import units
 from gpumon.printable import printable
 from gpumon.sampling.process_tree import ProcessTreeCollector
 from gpumon.sampling.snapshot import ProcessSample
+from gpumon.tui import keys
 from gpumon.tui._textual_compat import CellTable
 from gpumon.tui.command_text import command_shown
 from gpumon.tui.format import format_state, state_letter
@@ -292,50 +293,8 @@ class ProcessTable(CellTable):
     its pid. `/` filters the rows live; I, T, K signal the highlighted process or its whole job (process_actions)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "I",
-            "signal('SIGINT')",
-            "Interrupt",
-            show=False,
-            id="signal-int",
-            tooltip="Send SIGINT (Ctrl+C) to the highlighted process or its whole job, after a confirm",
-        ),
-        Binding(
-            "T",
-            "signal('SIGTERM')",
-            "Terminate",
-            show=False,
-            id="signal-term",
-            tooltip="Send SIGTERM to the highlighted process or its whole job, after a confirm",
-        ),
-        Binding(
-            "K",
-            "signal('SIGKILL')",
-            "Kill",
-            show=False,
-            id="signal-kill",
-            tooltip="Send SIGKILL to the highlighted process or its whole job, after a confirm",
-        ),
-        Binding(
-            "slash",
-            "open_filter",
-            "Filter",
-            key_display="/",
-            show=False,
-            id="filter",
-            # Priority: run while the app takes the key, so the keys typed right after it reach the open line.
-            priority=True,
-            tooltip="Filter processes by command line, user or pid (Esc clears)",
-        ),
+        *keys.process_bindings(),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="filter-clear"),
-        Binding(
-            "v",
-            "toggle_all_processes",
-            "All processes",
-            show=False,
-            id="all-processes",
-            tooltip="GPU processes only, or every process with its tree",
-        ),
     ]
 
     DEFAULT_CSS = """

@@ -14,6 +14,7 @@ from gpumon.advisor.rules import diagnose
 from gpumon.advisor.signals import Signals
 from gpumon.sampling.history import History
 from gpumon.tui.advisor_app import AdvisorApp, LoggingSource
+from gpumon.tui.advisor_component import Advisor
 from gpumon.tui.advisor_panel import AdvisorPanel
 from gpumon.tui.app import GpumonApp
 
@@ -53,7 +54,7 @@ def static_text(app: AdvisorApp, selector: str) -> str:
 
 
 def factory(runner: FakeRunner, seen: list[threading.Thread]):  # type: ignore[no-untyped-def]
-    def make(app: AdvisorApp, cancel: threading.Event) -> FakeRunner:
+    def make(advisor: Advisor, cancel: threading.Event) -> FakeRunner:
         seen.append(threading.current_thread())
         return runner
 
@@ -82,7 +83,8 @@ async def test_a_guided_run_fills_the_table_and_shows_the_code_change(demo_signa
         assert "DataLoader(..., num_workers=2)" in static_text(app, "#advisor-code")
         assert "Input-bound" in static_text(app, "#advisor-finding")
         assert runner.calls[0] == ("baseline", {}) and runner.calls[-1] == ("finish", {"num_workers": 2})
-        assert app._guided_thread is not None and app._guided_thread is not threading.main_thread()
+        thread = app.advisor._guided_thread
+        assert thread is not None and thread is not threading.main_thread()
 
 
 async def test_the_panel_shows_a_finding_and_its_experiments_and_toggles(demo_signals: Signals) -> None:
@@ -113,7 +115,7 @@ async def test_g_without_a_job_says_what_it_needs() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("g")
         await pilot.pause()
-        assert not app.guided_running
+        assert not app.advisor.guided_running
         assert any("guided runs need a job" in str(n.message) for n in app._notifications)
 
 

@@ -14,7 +14,8 @@ from tui_support import FakeSource, process, snapshot, widget_text
 from gpumon.sampling.sampler import Sampler
 from gpumon.sampling.snapshot import DiskSample
 from gpumon.tui.advisor_app import AdvisorApp
-from gpumon.tui.app import ADVISOR_NEEDS_A_JOB, GpumonApp
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.extension import ADVISOR_NEEDS_A_JOB
 from gpumon.tui.help_screen import HelpScreen
 from gpumon.tui.key_bar import KeyBar
 from gpumon.tui.machine_line import MachineLine

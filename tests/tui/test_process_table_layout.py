@@ -8,8 +8,9 @@ from textual.widgets import Label
 from tui_support import FakeSource, process, snapshot, widget_text
 
 from gpumon.jobs.job_info import JobGroup, JobInfo
-from gpumon.tui.app import ADVISOR_NEEDS_A_JOB, GpumonApp
+from gpumon.tui.app import GpumonApp
 from gpumon.tui.command_text import command_shown, what_matters
+from gpumon.tui.extension import ADVISOR_NEEDS_A_JOB
 from gpumon.tui.format import plural, state_letter
 from gpumon.tui.job_picker import JobPicker
 from gpumon.tui.process_table import ProcessTable, row_cells, tree_order
