@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 class TokenBucket:
-    """`rate` tokens a second, at most `burst` saved up. `spend` may go into debt; `take` never does."""
+    """`rate` tokens a second, at most `burst` saved up. `spend` may go into debt, at most `burst` deep; `take` never
+    does. A deeper debt would only mean a longer blackout: one long piece of work (a full collection of the job's
+    heap run on the server's thread) must not silence the server for tens of seconds."""
 
     __slots__ = ("burst", "rate", "stamp", "tokens")
 
@@ -28,9 +30,9 @@ class TokenBucket:
         return True
 
     def spend(self, now: float, amount: float) -> None:
-        """Take `amount` tokens at time `now` (the bucket may go below zero: a debt)."""
+        """Take `amount` tokens at time `now` (the bucket may go below zero: a debt of at most `burst`)."""
         self._refill(now)
-        self.tokens -= amount
+        self.tokens = max(-self.burst, self.tokens - amount)
 
     def wait_s(self, now: float, amount: float = 1.0) -> float:
         """Seconds until `amount` tokens are there (0: now)."""

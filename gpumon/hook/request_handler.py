@@ -108,6 +108,7 @@ def subscribe(client: Client, msg: dict[str, Any], seq: int) -> dict[str, Any]:
             wait = client.replays.wait_s(now, client.cursor - cursor)
             raise RequestError(protocol.E_OVER_BUDGET, f"backlog replay budget spent: ask again in {wait:.1f} s")
         client.cursor = cursor
+        client.replay_until = seq
         client.next_steps = now
     if "steps" in msg:
         client.steps = msg["steps"]

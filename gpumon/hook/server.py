@@ -26,7 +26,7 @@ from gpumon.hook import info
 from gpumon.hook.ratelimit import TokenBucket
 from gpumon.hook.request_handler import RequestError, RequestHandler
 from gpumon.hook.runtime import R_SEQ, HookRuntime
-from gpumon.hook.server_client import CPU_RESUME, Client
+from gpumon.hook.server_client import CPU_RESUME, STREAM_RESERVE, Client
 from gpumon.hook.socket_dir import choose_socket_dir, prepare_socket_dir
 from gpumon.hook.steps_lines import StepsLines
 
@@ -372,6 +372,12 @@ class HookServer:
         now = time.monotonic()
         return self._cpu.wait_s(now, 0.0) > 0 or (client is not None and client.cpu.wait_s(now, 0.0) > 0)
 
+    def _may_stream(self, client: Client) -> bool:
+        """A client's streams go on while it has more than STREAM_RESERVE of its budget: the rest is for its
+        requests (and the server has budget)."""
+        now = time.monotonic()
+        return self._cpu.wait_s(now, 0.0) <= 0 and client.cpu.wait_s(now, STREAM_RESERVE) <= 0
+
     def _budget_resumes_at(self, client: Client, now: float) -> float:
         """When `client` may be served again: both its budget and the server's have some CPU back."""
         return now + max(client.cpu.wait_s(now, CPU_RESUME), self._cpu.wait_s(now, SERVER_CPU_RESUME))
@@ -381,7 +387,7 @@ class HookServer:
         if not self._clients and not due:
             return None
         for client in self._clients.values():
-            ready = now + client.cpu.wait_s(now, 0.0)
+            ready = now + client.cpu.wait_s(now, STREAM_RESERVE)
             if client.steps:
                 due.append(max(ready, client.next_steps))
             if client.state:
@@ -621,11 +627,11 @@ class HookServer:
                     client.paused_until = 0.0
                     self._handle_lines(client, now)
                     self._update_events(client)
-                if client.steps and now >= client.next_steps and not self._over_budget(client):
+                if client.steps and now >= client.next_steps and self._may_stream(client):
                     if records is None:
                         records = self.runtime.snapshot_records()
                     self._stream_steps(client, records, now)
-                if client.state and now >= client.next_state and not self._over_budget(client):
+                if client.state and now >= client.next_state and self._may_stream(client):
                     client.next_state = now + client.state_interval
                     if state is None:
                         state = self._encode(self._state())
@@ -645,15 +651,17 @@ class HookServer:
         client.next_steps = now + client.steps_interval
 
     def _send_steps(self, client: Client, records: list[list[Any]], stats_json: bytes, *, budgeted: bool) -> bool:
-        """Send `client` the `steps` lines after its cursor; budgeted, only while it has budget. True: all sent."""
+        """Send `client` the `steps` lines after its cursor; budgeted, only while it has budget (past a backlog it
+        asked for, the newest records only). True: all sent."""
         while True:
-            line, client.cursor, more = self._steps_lines.next_line(client.cursor, records, stats_json)
+            newest = budgeted and client.cursor >= client.replay_until
+            line, client.cursor, more = self._steps_lines.next_line(client.cursor, records, stats_json, newest)
             self._send_bytes(client, line)
             if not more:
                 return True
             if budgeted:
                 self._charge(client)
-                if self._over_budget(client):
+                if not self._may_stream(client):
                     return False
 
     def _stats_json(self, records: list[list[Any]], now: float) -> bytes:

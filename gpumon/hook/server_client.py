@@ -24,6 +24,9 @@ CPU_BURST = 0.02
 """The server thread's CPU one client's requests and streams may use: share of a core, and seconds at once. In debt,
 its socket is not read and its streams wait until it has CPU_RESUME again."""
 CPU_RESUME = 0.002
+STREAM_RESERVE = 0.001
+"""CPU seconds of a client's budget its streams leave to its requests: a subscriber to a fast job, whose `steps`
+would spend all of its budget, still gets its pings, knob changes and states answered."""
 
 
 class Client:
@@ -47,6 +50,7 @@ class Client:
         "out",
         "out_bytes",
         "paused_until",
+        "replay_until",
         "replays",
         "requests",
         "sock",
@@ -75,6 +79,9 @@ class Client:
         self.last_steps_sent = now
         self.cursor = cursor
         """The last step record sent to this client (its next `steps` starts after it)."""
+        self.replay_until = cursor
+        """The newest record of a backlog it asked for: those are all sent; beyond them, a client that falls behind
+        the job gets the newest records (the others counted as dropped), so its stream stays current."""
         self.closed = False
         self.events = 0
         """The selector events registered now (0: not registered)."""

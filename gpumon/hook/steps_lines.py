@@ -32,10 +32,13 @@ class StepsLines:
             self.runtime.error(exc)
             return b"{}"
 
-    def next_line(self, cursor: int, records: list[list[Any]], stats_json: bytes) -> tuple[bytes, int, bool]:
+    def next_line(
+        self, cursor: int, records: list[list[Any]], stats_json: bytes, newest: bool = False
+    ) -> tuple[bytes, int, bool]:
         """The `steps` line for a client at `cursor`: the records after it (at most MAX_RECORDS_PER_MESSAGE, records
-        already gone from the runtime counted as dropped), or just the stats when there are none. Returns the line,
-        the client's cursor after it and whether more records wait for another line."""
+        already gone from the runtime counted as dropped; with `newest`, the newest of them, the older ones counted as
+        dropped too), or just the stats when there are none. Returns the line, the client's cursor after it and
+        whether more records wait for another line."""
         last_seq = records[-1][R_SEQ] if records else 0
         chunk: list[list[Any]] = []
         dropped = 0
@@ -43,6 +46,9 @@ class StepsLines:
             first_seq = records[0][R_SEQ]
             dropped = max(0, first_seq - (cursor + 1))
             start = max(0, cursor + 1 - first_seq)
+            if newest:
+                start = max(start, len(records) - info.MAX_RECORDS_PER_MESSAGE)
+                dropped = max(0, records[start][R_SEQ] - (cursor + 1))
             chunk = records[start : start + info.MAX_RECORDS_PER_MESSAGE]
         sent_to = chunk[-1][R_SEQ] if chunk else last_seq
         head = _dumps({"type": protocol.STEPS, "t": round(time.time(), 4), "last_seq": sent_to, "dropped": dropped})
