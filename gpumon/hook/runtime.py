@@ -614,6 +614,7 @@ class HookRuntime:
 
     @schedule.setter
     def schedule(self, schedule: Schedule) -> None:
+        """A new plan of the hook's work per step; the next boundary with work is planned again."""
         self._schedule = schedule
         self._replan()
 
@@ -624,6 +625,7 @@ class HookRuntime:
 
     @budget_every.setter
     def budget_every(self, every: int) -> None:
+        """Budget one step in `every` (0: never)."""
         self.schedule = dataclasses.replace(self._schedule, budget_every=every)
 
     @property
@@ -633,6 +635,7 @@ class HookRuntime:
 
     @budget_min_gap_s.setter
     def budget_min_gap_s(self, gap_s: float) -> None:
+        """At least this many seconds between budgeted steps."""
         self.schedule = dataclasses.replace(self._schedule, budget_min_gap_s=gap_s)
 
     @property

@@ -352,6 +352,7 @@ class _Bucket:
         self.steps: list[StepPoint] = []
 
     def point(self) -> TimelinePoint:
+        """The timeline point of the steps seen so far this second."""
         steps = self.steps
         samples = [step.samples for step in steps if step.samples is not None]
         return TimelinePoint(

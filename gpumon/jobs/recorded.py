@@ -229,6 +229,7 @@ class RecordedJobs:
             listener(protocol.STEPS)
 
     def add_listener(self, listener: Listener) -> None:
+        """Call `listener` when the recorded jobs change."""
         with self._lock:
             self._listeners.append(listener)
 
@@ -268,16 +269,20 @@ class RecordedJob:
 
     @property
     def pid(self) -> int:
+        """The process this job source follows."""
         return self._pid
 
     @property
     def ended(self) -> bool:
+        """Whether every rank of the job had ended by this point of the recording."""
         return all(view.ended for view in self._rank_views())
 
     def add_listener(self, listener: Listener) -> None:
+        """Call `listener` when the recorded job changes."""
         self.jobs.add_listener(listener)
 
     def start(self, listener: Listener | None = None) -> None:
+        """Begin following the recorded job (nothing to connect to: the replay feeds it)."""
         if listener is not None:
             self.add_listener(listener)
 
@@ -285,6 +290,7 @@ class RecordedJob:
         """Nothing runs: the replay feeds the recorded jobs."""
 
     def view(self) -> HookedView:
+        """The job as recorded, its ranks grouped, this process first."""
         views = self._rank_views()
         return group_view(views, primary=next(i for i, view in enumerate(views) if view.pid == self._pid))
 

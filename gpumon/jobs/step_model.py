@@ -126,9 +126,11 @@ class StepModel:
 
     @property
     def idle(self) -> float:
+        """The share of the step the GPU idles: 1 minus GPU busy."""
         return 1.0 - self.shares.get(GPU_BUSY, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
+        """The model as JSON: the shares of every owner, how busy was read, the samples, the idle lines."""
         return {
             "shares": {owner: round(self.shares.get(owner, 0.0), 4) for owner in OWNERS},
             "busy_from": self.busy_from,
@@ -157,6 +159,7 @@ class MeasuredHostTime:
 
     @property
     def known_idle(self) -> float:
+        """The GPU idle measured outright, whatever GPU-Util says: at most 1."""
         return min(1.0, self.gc_idle + self.alloc_idle + self.d2h_idle)
 
 
