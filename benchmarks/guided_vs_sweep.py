@@ -64,6 +64,7 @@ from gpumon.advisor.results import GuidedReport, VariantResult
 from gpumon.advisor.session import experiment_command, sampling
 from gpumon.advisor.trial import TrialRunner, outcome_line
 from gpumon.cli.reporting import signals_as_interrupt
+from gpumon.jobs.launch import LaunchedJob
 from gpumon.printable import printable
 
 JOB = REPO / "benchmarks" / "scenarios" / "loader_bound.py"
@@ -262,6 +263,7 @@ def run_guided(
     started = time.monotonic()
     report = experiment_command(
         command,
+        launcher=LaunchedJob,
         window_s=args.window,
         repeats=args.repeats,
         warmup_s=args.warmup,
@@ -293,6 +295,7 @@ def run_sweep(
     with sampling() as (sampler, log):
         runner = TrialRunner(
             command,
+            launcher=LaunchedJob,
             log=log,
             track=sampler.track_pids,
             base_env=env,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from gpumon.advisor.capture import Capture, CaptureError, capture
 from gpumon.advisor.signals import Signals
+from gpumon.jobs.job_control import HookRequests
 
 AUTO_CAPTURE_STEPS = 10
 """Steps captured: a few, so the capture costs the job little (profiled steps run slower)."""
@@ -35,7 +35,7 @@ def capture_reason(signals: Signals, world_size: int | None) -> str | None:
 
 
 def with_capture(
-    signals: Signals, client: Any, reason: str, notice: Notice | None, trace_dir: str | None = None
+    signals: Signals, client: HookRequests, reason: str, notice: Notice | None, trace_dir: str | None = None
 ) -> tuple[Signals, Capture | None, str | None]:
     """(signals with the capture's figures, the capture, why there is none) after capturing AUTO_CAPTURE_STEPS."""
     if notice is not None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.advisor.trace_summary import TraceError, TraceSummary, summarize_file
-from gpumon.jobs.client import JobClient, JobRequestError
+from gpumon.jobs.job_control import HookRequests, JobRequestError
 from gpumon.printable import printable
 from gpumon.private_files import make_private_dirs
 
@@ -53,7 +53,7 @@ def prepare_trace_parent(directory: str) -> None:
 
 
 def capture(
-    client: JobClient,
+    client: HookRequests,
     steps: int,
     *,
     directory: str | None = None,

@@ -45,7 +45,7 @@ from gpumon.advisor.results import (
 )
 from gpumon.advisor.script_knobs import ScriptKnobs, ScriptRefused
 from gpumon.advisor.signals import build_signals
-from gpumon.jobs.client import JobClient, JobRequestError
+from gpumon.jobs.job_control import HookRequests, JobRequestError
 from gpumon.jobs.jobstate import HookedView
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class LiveRunner:
 
     def __init__(
         self,
-        client: JobClient,
+        client: HookRequests,
         *,
         log: SnapshotLog,
         warmup_s: float = WARMUP_S,
@@ -159,7 +159,7 @@ class LiveRunner:
         return self.client.ended
 
     def _alive(self) -> str | None:
-        return f"the job ended ({self.client.state.end_reason})" if self.client.ended else None
+        return f"the job ended ({self.client.view().end_reason})" if self.client.ended else None
 
     def supports(self, experiment: Experiment) -> str | None:
         if self.loader_waits is not None and set(experiment.knobs) & set(LOADER_KNOBS):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,11 +23,18 @@ from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
-from gpumon.jobs.client import JobRequestError
-from gpumon.jobs.discovery import AttachError
-from gpumon.jobs.session import AttachedJob, no_hook_reason, open_job, unseen_reason
+from gpumon.jobs.job_control import (
+    AttachError,
+    AttachHooked,
+    JobRequestError,
+    LaunchTrial,
+    NoHook,
+    OpenJob,
+    WatchedJob,
+)
 
 SAMPLE_INTERVAL = 0.5
+LIVE_NEEDS_HOOK = "live experiments need it (`import gpumon.hook`, or `gpumon experiment -- CMD` for trial runs)"
 
 
 class AdvisorError(Exception):
@@ -93,6 +100,7 @@ def windows_for(duration: float, warmup_s: float) -> tuple[float, int]:
 def diagnose_command(
     command: Sequence[str],
     *,
+    launcher: LaunchTrial,
     duration: float = 20.0,
     warmup_s: float = 5.0,
     cwd: str | None = None,
@@ -102,14 +110,15 @@ def diagnose_command(
     cancel: threading.Event | None = None,
     notice: Notice | None = None,
 ) -> Diagnosis:
-    """Run `command` hooked, measure it for `duration` seconds after its first step (warm-up included), stop it
-    and diagnose it. With `notice`, a distributed job or one whose GPU idles with no cause in the step model is
-    also profiled for a few steps first (told through `notice`). Raises AdvisorError when it could not be
-    measured."""
+    """Run `command` hooked (made by `launcher`: jobs.launch.LaunchedJob), measure it for `duration` seconds after
+    its first step (warm-up included), stop it and diagnose it. With `notice`, a distributed job or one whose GPU
+    idles with no cause in the step model is also profiled for a few steps first (told through `notice`). Raises
+    AdvisorError when it could not be measured."""
     window_s, repeats = windows_for(duration, warmup_s)
     with sampling() as (sampler, log):
         runner = TrialRunner(
             command,
+            launcher=launcher,
             log=log,
             track=sampler.track_pids,
             cwd=cwd,
@@ -139,16 +148,17 @@ def diagnose_command(
 def diagnose_pid(
     pid: int,
     *,
+    opener: OpenJob,
     duration: float = 20.0,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     native: bool = False,
-    opener: Callable[..., Any] = open_job,
     profile_steps: int = 0,
     trace_dir: str | None = None,
     notice: Notice | None = None,
 ) -> Diagnosis:
-    """Watch a running job for `duration` seconds (its hook, else py-spy, with --native if `native`) and diagnose it.
+    """Watch a running job for `duration` seconds and diagnose it; `opener` opens it (jobs.session.open_job: its
+    hook, else py-spy, with --native if `native`).
 
     profile_steps: also capture that many steps with torch.profiler (hooked jobs; its NCCL figures feed comm_bound).
     notice: without profile_steps, a hooked job that is distributed or whose GPU idles with no cause in the step
@@ -209,7 +219,7 @@ def diagnose_pid(
 
 
 def _profile(
-    job: Any, pid: int, steps: int, trace_dir: str | None, progress: Progress | None
+    job: WatchedJob, pid: int, steps: int, trace_dir: str | None, progress: Progress | None
 ) -> tuple[Capture | None, str | None]:
     """(the profiler capture, or why there is none); (None, None) when none was asked for."""
     if not steps:
@@ -230,6 +240,7 @@ def _profile(
 def experiment_command(
     command: Sequence[str],
     *,
+    launcher: LaunchTrial,
     window_s: float = 4.0,
     repeats: int = 3,
     warmup_s: float = 5.0,
@@ -246,14 +257,16 @@ def experiment_command(
     live_on_trial: bool = False,
     planner: Planner | None = None,
 ) -> GuidedReport:
-    """The guided run over trial runs of `command` (or the `only` experiments, in order). min_repeats: measure
-    adaptively, from that many windows up to `repeats`; live_on_trial: math-neutral knobs tried on the running
-    trial through its hook instead of a restart (TrialRunner); planner: what to try next (default: the catalogue's
-    plan for the finding; benchmarks/guided_vs_sweep.py narrows it to one knob, its climb kept)."""
+    """The guided run over trial runs of `command` made by `launcher` (jobs.launch.LaunchedJob), or the `only`
+    experiments, in order. min_repeats: measure adaptively, from that many windows up to `repeats`; live_on_trial:
+    math-neutral knobs tried on the running trial through its hook instead of a restart (TrialRunner); planner: what
+    to try next (default: the catalogue's plan for the finding; benchmarks/guided_vs_sweep.py narrows it to one knob,
+    its climb kept)."""
     cancel = cancel if cancel is not None else threading.Event()
     with sampling() as (sampler, log):
         runner = TrialRunner(
             command,
+            launcher=launcher,
             log=log,
             track=sampler.track_pids,
             cwd=cwd,
@@ -283,6 +296,7 @@ def experiment_command(
 def experiment_pid(
     pid: int,
     *,
+    attach: AttachHooked,
     window_s: float = 4.0,
     repeats: int = 3,
     warmup_s: float = 3.0,
@@ -294,24 +308,22 @@ def experiment_pid(
     answer_timeout_s: float = ANSWER_TIMEOUT_S,
     restore_timeout_s: float = RESTORE_TIMEOUT_S,
 ) -> GuidedReport:
-    """The guided run as live experiments on a running hooked job (math-neutral knobs only, rolled back unless they
-    win; the report lists any the job did not take back: LiveRunner)."""
-    reason = unseen_reason(pid)
-    if reason is not None:
-        raise AdvisorError(reason)
+    """The guided run as live experiments on a running hooked job, connected by `attach` (jobs.session.hooked_job):
+    math-neutral knobs only, rolled back unless they win; the report lists any the job did not take back
+    (LiveRunner)."""
     try:
-        job = AttachedJob.for_pid(pid)
+        job = attach(pid)
+    except NoHook as error:
+        raise AdvisorError(f"{error}: {LIVE_NEEDS_HOOK}") from None
     except AttachError as error:
         raise AdvisorError(str(error)) from None
-    if job is None or job.primary is None:
-        raise AdvisorError(
-            f"{no_hook_reason(pid)}: live experiments need it (`import gpumon.hook`, or "
-            "`gpumon experiment -- CMD` for trial runs)"
-        )
+    client = job.primary
+    if client is None:
+        raise AdvisorError(f"pid {pid} has no gpumon hook: {LIVE_NEEDS_HOOK}")
     cancel = cancel if cancel is not None else threading.Event()
     with sampling(pids=[pid]) as (_sampler, log):
         runner = LiveRunner(
-            job.primary,
+            client,
             log=log,
             warmup_s=warmup_s,
             window_s=window_s,
@@ -323,7 +335,7 @@ def experiment_pid(
         )
         job.start()
         try:
-            info = job.primary.view().info
+            info = client.view().info
             guided = GuidedRun(
                 runner,
                 cancel=cancel,

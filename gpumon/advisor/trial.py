@@ -56,9 +56,8 @@ from gpumon.advisor.results import (
 )
 from gpumon.advisor.script_knobs import ScriptKnobs
 from gpumon.advisor.signals import build_signals
+from gpumon.jobs.job_control import LaunchError, LaunchTrial, TrialJob, TrialProcess
 from gpumon.jobs.jobstate import HookedView
-from gpumon.jobs.launch import LaunchedJob, LaunchError
-from gpumon.jobs.session import AttachedJob
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ LIVE_APPLY_TIMEOUT_S = 15.0
 """How long a live change may take to show in the running trial before it gets a trial run instead."""
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
 
-JobCallback = Callable[[AttachedJob | None, str], None]
+JobCallback = Callable[[TrialJob | None, str], None]
 """Told about each trial's job as it starts (the job, its label) and None when it stopped (the TUI follows it)."""
 
 
@@ -87,8 +86,8 @@ class RunningTrial:
 
     label: str
     knobs: dict[str, Any]
-    launch: LaunchedJob
-    job: AttachedJob
+    launch: TrialProcess
+    job: TrialJob
     steps: StepLog
     out_path: Path
     ack_path: Path
@@ -183,8 +182,9 @@ def _observed(name: str, value: Any, loaders: Sequence[Mapping[str, Any]], preci
 class TrialRunner:
     """Runs the command once per variant, measures it, stops it.
 
-    log: the sampler's SnapshotLog (GPU-Util, SM activity, process CPU); track: the sampler's track_pids, so each
-    trial's processes are sampled. cancel: set it to stop the current trial at once (cleanly).
+    launcher: makes each trial (jobs.launch.LaunchedJob). log: the sampler's SnapshotLog (GPU-Util, SM activity,
+    process CPU); track: the sampler's track_pids, so each trial's processes are sampled. cancel: set it to stop the
+    current trial at once (cleanly).
     """
 
     kind = KIND_TRIAL
@@ -193,6 +193,7 @@ class TrialRunner:
         self,
         command: Sequence[str],
         *,
+        launcher: LaunchTrial,
         log: SnapshotLog,
         track: Callable[[list[int]], None] | None = None,
         cwd: str | None = None,
@@ -216,6 +217,7 @@ class TrialRunner:
         if not command:
             raise ValueError("a trial run needs a command")
         self.command = list(command)
+        self.launcher = launcher
         self.log = log
         self.track = track
         self.cwd = cwd
@@ -354,7 +356,7 @@ class TrialRunner:
         script = ScriptKnobs(self.log_dir / f"{stem}.live.json", self.log_dir / f"{stem}.live-ack.json")
         self.logs.append(out_path)
         try:
-            launch = LaunchedJob(
+            launch = self.launcher(
                 self.command,
                 knobs=knobs,
                 base_env=self.base_env,

@@ -166,6 +166,7 @@ def guided_windows(measured_s: float, window_s: float) -> tuple[float, int]:
 
 def run_demo_guided(args: argparse.Namespace, device: str) -> int:
     from gpumon.advisor.session import experiment_command
+    from gpumon.jobs.launch import LaunchedJob
 
     measured = args.duration if args.duration is not None else GUIDED_MEASURED_S
     window_s, repeats = guided_windows(measured, args.window)
@@ -173,6 +174,7 @@ def run_demo_guided(args: argparse.Namespace, device: str) -> int:
     with signals_as_interrupt():
         report = experiment_command(
             command,
+            launcher=LaunchedJob,
             window_s=window_s,
             repeats=repeats,
             min_repeats=None if args.trials_only else 2,

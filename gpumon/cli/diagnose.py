@@ -92,6 +92,7 @@ def say(message: str) -> None:
 def run_diagnose(args: argparse.Namespace) -> int:
     from gpumon.advisor.report import finding_text, step_model_lines
     from gpumon.advisor.session import AdvisorError, diagnose_command, diagnose_pid
+    from gpumon.jobs.launch import LaunchedJob
     from gpumon.jobs.session import open_job
 
     command = target_command(args, "diagnose")
@@ -117,6 +118,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
             else:
                 result = diagnose_command(
                     command,
+                    launcher=LaunchedJob,
                     duration=args.duration,
                     warmup_s=min(args.warmup, args.duration / 2),
                     progress=progress,

@@ -104,6 +104,8 @@ def parse_tries(items: Sequence[str]) -> list[Experiment]:
 
 def run_experiment(args: argparse.Namespace) -> int:
     from gpumon.advisor.session import AdvisorError, experiment_command, experiment_pid
+    from gpumon.jobs.launch import LaunchedJob
+    from gpumon.jobs.session import hooked_job
 
     command = target_command(args, "experiment")
     if args.repeats < 1:
@@ -119,6 +121,7 @@ def run_experiment(args: argparse.Namespace) -> int:
             with signals_as_cancel(cancel):
                 report = experiment_pid(
                     args.pid,
+                    attach=hooked_job,
                     window_s=args.window,
                     repeats=args.repeats,
                     warmup_s=args.warmup,
@@ -131,6 +134,7 @@ def run_experiment(args: argparse.Namespace) -> int:
             with signals_as_interrupt():
                 report = experiment_command(
                     command,
+                    launcher=LaunchedJob,
                     window_s=args.window,
                     repeats=args.repeats,
                     warmup_s=args.warmup,

@@ -10,6 +10,7 @@ opens sockets. No Textual here: the dashboard, the CLI and the advisor all use t
     open_job(pid) / AttachedJob              session.py: what `gpumon attach` and `gpumon run` follow
     JobSource / JobView                      source.py, job_view.py: a followed job and the union of its views
     LaunchedJob(command)                     launch.py: a hooked job started, its group stopped as a whole
+    AttachError / JobRequestError / ...      job_control.py: what the advisor asks of a job, no socket or process code
 """
 
 from __future__ import annotations
@@ -18,24 +19,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpumon.jobs.client import JobClient, JobRequestError
-    from gpumon.jobs.discovery import AttachError, Discovery, list_jobs, scan
+    from gpumon.jobs.client import JobClient
+    from gpumon.jobs.discovery import Discovery, list_jobs, scan
+    from gpumon.jobs.job_control import AttachError, JobRequestError, LaunchError
     from gpumon.jobs.job_info import JobGroup, JobInfo, group_jobs
     from gpumon.jobs.job_view import JobView
     from gpumon.jobs.jobstate import HookedView, JobState, RankSummary, StepPoint, TimelinePoint, find_straggler
-    from gpumon.jobs.launch import LaunchedJob, LaunchError
+    from gpumon.jobs.launch import LaunchedJob
     from gpumon.jobs.pyspy.estimate import EstimateView
     from gpumon.jobs.pyspy.sampler import PySpySampler
     from gpumon.jobs.session import AttachedJob, open_job
     from gpumon.jobs.source import JobSource
 
 _MODULES = {
-    "client": ("JobClient", "JobRequestError"),
-    "discovery": ("AttachError", "Discovery", "list_jobs", "scan"),
+    "client": ("JobClient",),
+    "discovery": ("Discovery", "list_jobs", "scan"),
     "job_info": ("JobGroup", "JobInfo", "group_jobs"),
     "job_view": ("JobView",),
     "jobstate": ("HookedView", "JobState", "RankSummary", "StepPoint", "TimelinePoint", "find_straggler"),
-    "launch": ("LaunchedJob", "LaunchError"),
+    "job_control": ("AttachError", "JobRequestError", "LaunchError"),
+    "launch": ("LaunchedJob",),
     "pyspy.estimate": ("EstimateView",),
     "pyspy.sampler": ("PySpySampler",),
     "session": ("AttachedJob", "open_job"),

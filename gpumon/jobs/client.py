@@ -17,7 +17,8 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.jobs.connection import HookClosed, LineReader, open_hook
-from gpumon.jobs.discovery import AttachError
+from gpumon.jobs.job_control import AttachError, MessageListener
+from gpumon.jobs.job_control import JobRequestError as JobRequestError
 from gpumon.jobs.job_info import JobInfo
 from gpumon.jobs.jobstate import END_CLOSED, HookedView, JobState
 from gpumon.jobs.listener import Listener
@@ -34,8 +35,6 @@ MAX_PROTOCOL_ERRORS = 50
 """Malformed lines tolerated before the client gives up on a job."""
 SUBSCRIPTION = {"steps_interval": 0.2, "state_interval": 1.0}
 
-MessageListener = Callable[[dict[str, Any]], None]
-"""Called on the client's thread with every message read after the hello, as decoded."""
 ENDED = "ended"
 
 
@@ -52,14 +51,6 @@ class _Pending:
 
 class HookUnanswered(AttachError):
     """A hook that did not answer the connection in time (a connect flood, a stopped job): worth another try."""
-
-
-class JobRequestError(Exception):
-    """A request the job refused (its `error` reply), or one that got no reply in time."""
-
-    def __init__(self, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class JobClient:

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.jobs.connection import open_hook, privileged
+from gpumon.jobs.job_control import AttachError as AttachError
 from gpumon.jobs.job_info import JobGroup, JobInfo, group_jobs
 from gpumon.jobs.peers import UntrustedHook
 from gpumon.jobs.procfs import descends_from
@@ -21,10 +22,6 @@ from gpumon.protocol.paths import socket_files
 HELLO_TIMEOUT = 0.5
 """Seconds a live socket gets to answer with its hello during a scan."""
 _MAX_PARALLEL_PROBES = 8
-
-
-class AttachError(Exception):
-    """A user-facing attach failure (no such job, wrong protocol, no permission): one line, shown as is."""
 
 
 @dataclass(frozen=True, slots=True)

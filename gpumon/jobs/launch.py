@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from gpumon import protocol
+from gpumon.jobs.job_control import LaunchError as LaunchError
 from gpumon.jobs.session import AttachedJob
 
 STOP_GRACE_S = 10.0
@@ -42,15 +43,6 @@ PRIVATE_DIR_PREFIX = "gpumon-{uid}-"
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 """A shell's exit statuses for a command it could not find, and one it found but could not run."""
-
-
-class LaunchError(Exception):
-    """A job that could not be started (a bad knob, a missing command, an unwritable log): one line, and the exit
-    status a shell would give (127 not found, 126 not runnable; None: a usage error)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 IMPORT_CHECK_TIMEOUT_S = 120.0

@@ -2,6 +2,7 @@
 
 `open_job(pid)` is what `gpumon attach PID` does: the hooked job with its ranks when the pid has a hook socket,
 else the py-spy sampler once py-spy has proved it can read the pid; one-line AttachError otherwise.
+`hooked_job(pid)` is what live experiments need: the hooked job, NoHook when the pid has no hook.
 `AttachedJob.launched(pid)` follows what `gpumon run` started, waiting for its socket(s) to appear.
 """
 
@@ -17,7 +18,8 @@ from dataclasses import replace
 from gpumon import protocol
 from gpumon.jobs.client import ENDED, HookUnanswered, JobClient
 from gpumon.jobs.connection import privileged
-from gpumon.jobs.discovery import HELLO_TIMEOUT, AttachError, jobs_launched_by, scan
+from gpumon.jobs.discovery import HELLO_TIMEOUT, jobs_launched_by, scan
+from gpumon.jobs.job_control import AttachError, NoHook
 from gpumon.jobs.job_info import JobGroup, JobInfo
 from gpumon.jobs.jobstate import HookedView, group_view
 from gpumon.jobs.listener import Listener
@@ -295,3 +297,15 @@ def open_job(pid: int, *, native: bool = False) -> JobSource:
     sampler = PySpySampler(pid, native=native)
     sampler.probe()
     return sampler
+
+
+def hooked_job(pid: int) -> AttachedJob:
+    """The hooked job `pid` is part of, every local rank connected; AttachError (one line) when gpumon cannot see
+    the pid or use its hook, NoHook when it has none."""
+    reason = unseen_reason(pid)
+    if reason is not None:
+        raise AttachError(reason)
+    job = AttachedJob.for_pid(pid)
+    if job is None or job.primary is None:
+        raise NoHook(no_hook_reason(pid))
+    return job

@@ -27,6 +27,7 @@ from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
 from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
+from gpumon.jobs.job_control import TrialJob
 from gpumon.jobs.launch import LaunchedJob, new_log_path
 from gpumon.jobs.session import AttachedJob
 from gpumon.printable import printable
@@ -373,14 +374,15 @@ def default_runner_factory(advisor: Advisor, cancel: threading.Event) -> Runner 
     """Trial runs of the demo's command when the app owns it; live experiments on a hooked attached job."""
     if advisor.owner is not None:
 
-        def on_job(job: AttachedJob | None, _label: str) -> None:
-            if job is not None:
+        def on_job(job: TrialJob | None, _label: str) -> None:
+            if isinstance(job, AttachedJob):  # what LaunchedJob.follow gives
                 advisor.follow_job(job, [job.launched_pid] if job.launched_pid else [])
 
         source = advisor.app.source
         track = source.track_pids if isinstance(source, TracksPids) else None
         return TrialRunner(
             advisor.owner.command,
+            launcher=LaunchedJob,
             log=advisor.log,
             track=track,
             cancel=cancel,

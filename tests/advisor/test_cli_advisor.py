@@ -59,6 +59,28 @@ def test_diagnosing_a_pid_that_does_not_exist_is_one_line(capsys: pytest.Capture
     assert err[-1].startswith("gpumon: error: ") and "999999" in err[-1]
 
 
+def test_live_experiments_on_a_pid_without_the_hook_say_what_they_need(
+    sock_dir: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert main(["experiment", "--pid", str(job.pid)]) == 2
+    finally:
+        job.kill()
+        job.wait()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"gpumon: error: pid {job.pid} has no gpumon hook: live experiments need it (`import gpumon.hook`, or "
+        "`gpumon experiment -- CMD` for trial runs)"
+    ]
+
+
+def test_live_experiments_on_a_pid_that_does_not_exist_say_only_that(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["experiment", "--pid", "999999"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gpumon: error: no process with pid 999999"]
+
+
 def test_diagnose_runs_the_command_hooked_and_prints_the_finding(
     sock_dir: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,11 +7,13 @@ from typing import Any
 
 from gpumon.advisor.measure import DIAGNOSIS_STEPS, MeasurementPlan, SnapshotLog
 from gpumon.advisor.trial import TrialRunner
+from gpumon.jobs.launch import LaunchedJob
 
 
 def test_a_live_change_on_a_trial_keeps_the_trials_windows_with_its_own_warm_up() -> None:
     runner = TrialRunner(
         ["python", "train.py"],
+        launcher=LaunchedJob,
         log=SnapshotLog(),
         warmup_s=7.0,
         window_s=2.5,

@@ -22,6 +22,7 @@ from gpumon.advisor.report import result_text
 from gpumon.advisor.results import FAILED, OK, OOM, TIMEOUT
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.client import JobClient
+from gpumon.jobs.launch import LaunchedJob
 from gpumon.sampling.sampler import Sampler
 
 PLAIN = [sys.executable, str(Path(__file__).parent / "jobs" / "plain_train.py"), "--seconds", "120"]
@@ -54,7 +55,15 @@ def runner(command: list[str], sampled: tuple[Sampler, SnapshotLog], **options: 
     sampler, log = sampled
     settings = dict(warmup_s=0.5, window_s=1.5, repeats=2, startup_timeout_s=90.0, stop_grace_s=5.0)
     settings.update(options)
-    return TrialRunner(command, log=log, track=sampler.track_pids, cwd=str(REPO), base_env=base_env(), **settings)  # type: ignore[arg-type]
+    return TrialRunner(
+        command,
+        launcher=LaunchedJob,
+        log=log,
+        track=sampler.track_pids,
+        cwd=str(REPO),
+        base_env=base_env(),
+        **settings,  # type: ignore[arg-type]
+    )
 
 
 def group_gone(pid: int | None) -> bool:
@@ -181,16 +190,14 @@ DEMO = [
 
 
 def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    from gpumon.advisor import trial as trial_module
-
     starts: list[list[str]] = []
-    original_start = trial_module.LaunchedJob.start
+    original_start = LaunchedJob.start
 
     def counted_start(self):  # type: ignore[no-untyped-def]
         starts.append(list(self.command))
         return original_start(self)
 
-    monkeypatch.setattr(trial_module.LaunchedJob, "start", counted_start)
+    monkeypatch.setattr(LaunchedJob, "start", counted_start)
     return starts
 
 

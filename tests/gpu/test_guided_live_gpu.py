@@ -18,6 +18,7 @@ from gpumon.advisor.measure import beats
 from gpumon.advisor.results import OK
 from gpumon.advisor.session import sampling
 from gpumon.advisor.trial import TrialRunner
+from gpumon.jobs.launch import LaunchedJob
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = [sys.executable, "-m", "gpumon_demo", "--duration", "600", "--device", "cuda", "--progress-interval", "0"]
@@ -34,7 +35,7 @@ def demo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def demo_trial_runner(env: dict[str, str], log: Any, track: Any, live_on_trial: bool = True) -> TrialRunner:
     """A runner of demo trials (live knobs unless told), the guided run's windows (3 s, 2 to 5 of them after 5 s)."""
     return TrialRunner(
-        DEMO, log=log, track=track, cwd=str(REPO), base_env=env, warmup_s=5.0, window_s=3.0,
+        DEMO, launcher=LaunchedJob, log=log, track=track, cwd=str(REPO), base_env=env, warmup_s=5.0, window_s=3.0,
         repeats=5, min_repeats=2, live_on_trial=live_on_trial, sync_diagnosis=False,
     )  # fmt: skip
 
