@@ -1,5 +1,5 @@
 """The guided run's num_workers climb scored against a manual sweep of that knob, on a real loader-bound job
-(issue 24 item 8: the guided run reaches >= 90% of the sweep's best speed-up, in < 3 min).
+(the target: the guided run reaches >= 90% of the sweep's best speed-up, in < 3 min).
 
 Usage (repo root; on the GPU machine with CUDA_VISIBLE_DEVICES=0, see gpu_session.sh's part `sweep`):
 

@@ -182,7 +182,7 @@ def test_bad_interval_is_refused(interval):
 
 
 def test_diagnose_help_names_every_finding_category() -> None:
-    """Issue 27 item 9: the help listed nine of the categories; comm_bound and straggler were missing."""
+    """The help listed nine of the categories; comm_bound and straggler were missing."""
     from gpumon.advisor.categories import CATEGORIES
 
     text = " ".join(gpumon("diagnose", "--help").stdout.split())

@@ -145,7 +145,7 @@ def test_the_choices_match_the_dashboards() -> None:
 
 
 def test_a_config_nested_too_deeply_for_the_parser_is_one_line_and_defaults(tmp_path: Path) -> None:
-    """Issue 27 item 3: 100k nested `[` raised RecursionError out of tomllib (a traceback at start)."""
+    """100k nested `[` raised RecursionError out of tomllib (a traceback at start)."""
     path = tmp_path / "config.toml"
     path.write_text("theme = " + "[" * 100_000 + "\n")
     settings, warnings = load_settings(path)
@@ -156,7 +156,7 @@ def test_a_config_nested_too_deeply_for_the_parser_is_one_line_and_defaults(tmp_
 
 
 def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path: Path) -> None:
-    """Issue 27 item 3: a FIFO at the config's path blocked the start forever, waiting for a writer."""
+    """A FIFO at the config's path blocked the start forever, waiting for a writer."""
     path = tmp_path / "config.toml"
     os.mkfifo(path)
     done: list[tuple[Settings, list[str]]] = []
@@ -174,7 +174,7 @@ def test_a_fifo_in_place_of_the_file_never_blocks(tmp_path: Path) -> None:
 
 
 def test_booleans_are_strict_and_a_bad_read_only_is_read_only_with_a_warning(tmp_path: Path) -> None:
-    """Issue 26 item 5: `read_only = "yes"` read as false (process control on) without the user noticing."""
+    """`read_only = "yes"` read as false (process control on) without the user noticing."""
     path = tmp_path / "config.toml"
     for bad in ('"yes"', '"true"', "1", "0", '"no"', "[]"):
         path.write_text(f"read_only = {bad}\nhost_graphs = {bad}\n")

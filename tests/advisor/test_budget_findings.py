@@ -1,4 +1,4 @@
-"""The four failures of issue #12 as recorded-signal tests: the real H100 training recording's snapshots with the
+"""Four failures seen on real jobs as recorded-signal tests: the real H100 training recording's snapshots with the
 GPU figures each failing job showed laid over them, and hook messages (or a py-spy estimate) shaped like that job's
 (the step budget on one step in 16, as the hook sends it). Each finding's severity is its share of the step; the
 shares add up to at most 100%."""

@@ -1,6 +1,6 @@
 """The guided run climbs a knob that wins (num_workers 2 -> 4 -> 8 -> 14 on 16 cores; batch size doubling) while the
 finding holds and the resource is not used up, stops at the first step that does not win, and goes halfway back after
-a step that ran slower (an overshoot). Issue 24: a job with
+a step that ran slower (an overshoot). A job with
 heavy augmentation and 2 workers on a 16-core host stopped after 4 workers (1.84x) with 12 cores idle.
 
 The runner is a fake whose speed and signals follow a synthetic curve of the knob's value; nothing here is measured."""
@@ -52,7 +52,7 @@ def augmenting_job(workers: int, rate: float, idle_cores: int | None = None) -> 
 
 
 def worker_rate(workers: int) -> float:
-    """Synthetic: each worker adds the same, about like issue 24's job (4 workers 1.84x of 2, 14 workers 5.7x)."""
+    """Synthetic: each worker adds the same, like a loader-bound job seen (4 workers 1.84x of 2, 14 workers 5.7x)."""
     return 100.0 * workers / 2
 
 

@@ -96,7 +96,7 @@ def h200_at_full_load(
     power_limit: float, power_limit_default: float | None, power: float = 693.0, **throttles: float
 ) -> Signals:
     """A bf16 job at full load on one H200, as recorded signals: the SM clock while capped is set low enough that the
-    old rule (any power cap counted) named it `throttled` (severity 1.0 x 29% >= MIN_SEVERITY); watts from issue 24."""
+    old rule (any power cap counted) named it `throttled` (severity 1.0 x 29% >= MIN_SEVERITY); watts as measured."""
     gpu = GpuSignals(
         index=0,
         name="NVIDIA H200",
@@ -129,7 +129,7 @@ def h200_at_full_load(
 
 
 def test_an_h200_at_its_default_power_limit_under_full_load_is_healthy_with_that_evidence() -> None:
-    """Issue 24: `throttled` 0.8, "power cap 100% of the window at 693 of 700 W" on a well-built bf16 job; 700 W is
+    """`throttled` 0.8, "power cap 100% of the window at 693 of 700 W" on a well-built bf16 job; 700 W is
     that card's default limit, so the cap is the card running as built."""
     signals = h200_at_full_load(700.0, 700.0)
     assert rule_throttled(signals) is None

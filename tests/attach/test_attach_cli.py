@@ -195,7 +195,7 @@ RUNUSER = shutil.which("runuser")
 def test_attach_to_another_users_job_says_only_its_owner_or_root_can_watch_it(
     shared_spy_job: Any, sock_dir: str
 ) -> None:
-    """nobody attaching to root's job: no setcap or ptrace_scope lets it (issue 27 item 7), so none is advised."""
+    """nobody attaching to root's job: no setcap or ptrace_scope lets it, so none is advised."""
     job = shared_spy_job
     pyspy = find_pyspy()
     assert pyspy is not None

@@ -286,7 +286,7 @@ def _one_shot_hook(path: str, first_line: dict[str, Any], held: int) -> tuple[so
 
 
 def test_a_full_backlog_is_retried_within_the_deadline(tmp_path: Any) -> None:
-    """Issue 27 item 7: a bare EAGAIN (the hook's backlog full under a flood) failed the attach at once."""
+    """A bare EAGAIN (the hook's backlog full under a flood) failed the attach at once."""
     from gpumon.jobs.connection import HookConnection
 
     path = str(tmp_path / f"{os.getpid()}.sock")
@@ -302,7 +302,7 @@ def test_a_full_backlog_is_retried_within_the_deadline(tmp_path: Any) -> None:
 
 
 def test_a_hook_that_refuses_says_why(tmp_path: Any) -> None:
-    """Issue 27 item 7: "sent 'error' instead of a hello" hid the hook's own reason (too many clients)."""
+    """The line "sent 'error' instead of a hello" hid the hook's own reason (too many clients)."""
     from gpumon.jobs.connection import HookConnection
 
     path = str(tmp_path / f"{os.getpid()}.sock")

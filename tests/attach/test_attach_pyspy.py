@@ -301,7 +301,7 @@ def test_a_real_native_record_of_a_cuda_job_names_its_item_line() -> None:
 
 
 def test_another_users_job_is_never_answered_with_setcap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 27 item 7: for another user's process, setcap or ptrace_scope cannot help; say who may watch it."""
+    """For another user's process, setcap or ptrace_scope cannot help; say who may watch it."""
     from gpumon.jobs.pyspy import target as pyspy
 
     owner_uid = os.stat(f"/proc/{os.getpid()}").st_uid

@@ -93,7 +93,7 @@ def test_good_url_loses_its_trailing_slash() -> None:
 
 
 def test_an_answer_that_trickles_in_is_cut_at_the_timeout() -> None:
-    """Issue 27 item 5: the timeout bounded each read, not the answer: one byte a while kept a query forever."""
+    """The timeout bounded each read, not the answer: one byte a while kept a query forever."""
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 

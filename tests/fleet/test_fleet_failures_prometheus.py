@@ -1,4 +1,4 @@
-"""Issue 25 end to end: simulated exporters (the real collector on a real recording) scraped by a real Prometheus;
+"""The fleet end to end: simulated exporters (the real collector on a real recording) scraped by a real Prometheus;
 one exporter dies, one host's NVML fails, one GPU falls off the bus, one sampler sticks, one GPU reports XIDs: the
 fleet lists every host with its failure, and every other GPU as healthy."""
 

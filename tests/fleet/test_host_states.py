@@ -1,4 +1,4 @@
-"""Issue 25: every host Prometheus knows is in the fleet, with its failure: DOWN (scrape failing, no longer scraped,
+"""Every host Prometheus knows is in the fleet, with its failure: DOWN (scrape failing, no longer scraped,
 a stuck sampler), NVML FAILED with the error, a lost GPU off the bus; and each GPU's health from its series."""
 
 from __future__ import annotations

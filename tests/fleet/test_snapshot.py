@@ -123,7 +123,7 @@ def test_poller_delivers_snapshots_from_its_own_thread() -> None:
 
 
 def test_a_deeply_nested_answer_is_one_line_and_the_poller_goes_on() -> None:
-    """Issue 27 item 5: one answer nested deeper than json's recursion killed the poller thread (RecursionError):
+    """One answer nested deeper than json's recursion killed the poller thread (RecursionError):
     the view said "reading ..." forever, even once Prometheus answered well again."""
     answers = fleet_answers()
     good = answers["gpumon_gpu_utilization_ratio"]

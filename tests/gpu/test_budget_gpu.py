@@ -1,4 +1,4 @@
-"""On a GPU: jobs shaped like issue #12's failures, diagnosed end to end (`gpumon diagnose --json -- CMD`, and
+"""On a GPU: jobs shaped like failures seen on real jobs, diagnosed end to end (`gpumon diagnose --json -- CMD`, and
 `--pid` with py-spy for a job without the hook). Small shapes: each job is watched for 12 s after a 3 s warm-up.
 
 tests/gpu/conftest.py skips these tests, saying why, on machines without a GPU.

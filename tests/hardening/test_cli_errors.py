@@ -74,7 +74,7 @@ def test_record_to_a_full_disk_is_one_line() -> None:
 def test_record_into_a_directory_it_cannot_search_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 27 item 3: the existence check raised PermissionError (a traceback). Root searches any directory, so
+    """The existence check raised PermissionError (a traceback). Root searches any directory, so
     the refusal is played by the one call that met it."""
     from gpumon.cli import main
 
@@ -111,7 +111,7 @@ OUTPUT_COMMANDS = [["snapshot", "--json"], ["jobs"], ["--help"], ["snapshot"]]
 
 @pytest.mark.parametrize("args", OUTPUT_COMMANDS, ids=lambda args: " ".join(args))
 def test_a_reader_that_left_is_a_quiet_exit_141(args: list[str]) -> None:
-    """Issue 27 item 3: `gpumon snapshot --json | head -c 10` was a BrokenPipeError traceback."""
+    """`gpumon snapshot --json | head -c 10` was a BrokenPipeError traceback."""
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader has gone before anything is written: every write is EPIPE
     try:
@@ -125,7 +125,7 @@ def test_a_reader_that_left_is_a_quiet_exit_141(args: list[str]) -> None:
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
 @pytest.mark.parametrize("args", OUTPUT_COMMANDS, ids=lambda args: " ".join(args))
 def test_output_to_a_full_disk_is_one_line(args: list[str]) -> None:
-    """Issue 27 item 3: `gpumon jobs > /dev/full` was an OSError traceback."""
+    """`gpumon jobs > /dev/full` was an OSError traceback."""
     with open("/dev/full", "w") as full:
         done = gpumon_to(full.fileno(), *args)
     assert done.returncode == 1, done.stderr
@@ -134,7 +134,7 @@ def test_output_to_a_full_disk_is_one_line(args: list[str]) -> None:
 
 @pytest.mark.parametrize("args", [["snapshot", "--json"], ["jobs"]], ids=lambda args: " ".join(args))
 def test_a_closed_stdout_is_one_line(args: list[str]) -> None:
-    """Issue 27 item 3: `gpumon snapshot --json >&-` was an AttributeError traceback (sys.stdout is None)."""
+    """`gpumon snapshot --json >&-` was an AttributeError traceback (sys.stdout is None)."""
     done = gpumon_to(-1, *args)
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == ["gpumon: error: cannot write output: standard output is closed"]
@@ -146,7 +146,7 @@ def test_a_closed_stdout_is_one_line(args: list[str]) -> None:
     ids=["markdown-no-directory", "markdown-a-directory", "try-bad-value"],
 )
 def test_experiment_checks_markdown_and_tries_before_anything_runs(tmp_path: Path, bad: list[str]) -> None:
-    """Issue 27 item 6: a bad --markdown path was found after the whole run (the results lost), a bad --try value
+    """A bad --markdown path was found after the whole run (the results lost), a bad --try value
     after the baseline had run."""
     marker = tmp_path / "ran"
     done = gpumon("experiment", *bad, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
@@ -160,7 +160,7 @@ def test_demo_guided_checks_markdown_before_anything_runs() -> None:
 
 
 def test_run_without_a_command_leaves_no_log_file(tmp_path: Path) -> None:
-    """Issue 27 item 7: `gpumon run` with no command made an empty /tmp/gpumon-run-*.log before refusing."""
+    """`gpumon run` with no command made an empty /tmp/gpumon-run-*.log before refusing."""
     done = subprocess.run(
         [sys.executable, "-m", "gpumon", "run"],
         capture_output=True,

@@ -20,7 +20,7 @@ from gpumon.jobs.step_sums import SUM_SECONDS
 from tests.attach.attach_helpers import HOOKED_JOB, Job
 
 RATE = 286
-"""Steps per second, as the job of issue #13 item 9 ran."""
+"""Steps per second, as the job it was found on ran."""
 WALL_MS = 1000 / RATE
 START = 1_800_000_000.0
 

@@ -1,4 +1,4 @@
-"""A job whose argv, working directory and environment hold bytes that are not UTF-8 (issue 27 item 1): its hook
+"""A job whose argv, working directory and environment hold bytes that are not UTF-8: its hook
 still greets every client, with each such byte written out as `\\xff`, and `gpumon attach --json` and `gpumon jobs
 --json` read it. Before, encoding the hello raised and the hook closed every connection."""
 
@@ -102,7 +102,7 @@ def test_a_job_with_undecodable_argv_cwd_and_env_bytes_still_greets_with_them_wr
 
 
 def test_attach_json_to_a_reader_that_left_is_a_quiet_exit_141(byte_job: ByteJob) -> None:
-    """Issue 27 item 3: attach --json's broken pipe exits non-zero (141) with nothing on stderr (it exited 0)."""
+    """`attach --json`'s broken pipe exits non-zero (141) with nothing on stderr (it exited 0)."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:

@@ -92,7 +92,7 @@ assert not [t for t in threading.enumerate() if t.name.startswith("gpumon-hook")
 
 @pytest.mark.parametrize("problem", ["symlink", "cannot_create", "other_owner"])
 def test_an_unusable_socket_dir_is_said_once_on_the_jobs_stderr(problem: str, tmp_path: Path) -> None:
-    """Issue 27 item 2: a GPUMON_SOCKET_DIR the hook cannot serve in left the job unseen with nothing in its log."""
+    """A GPUMON_SOCKET_DIR the hook cannot serve in left the job unseen with nothing in its log."""
     directory = tmp_path / "s"
     if problem == "symlink":
         (tmp_path / "target").mkdir(mode=0o700)

@@ -64,7 +64,7 @@ def test_encode_refuses_what_is_not_json() -> None:
 
 
 def test_encode_writes_out_lone_surrogates_as_utf8() -> None:
-    """An undecodable byte of argv or a path (U+DCFF as Python holds it) is sent as `\\xff` (issue 27 item 1)."""
+    """An undecodable byte of argv or a path (U+DCFF as Python holds it) is sent as `\\xff`."""
     line = protocol.encode({"type": "x", "argv": ['a\udcff"b', "\ud801", "\u00e9"], "k\udc80": 1})
     line.decode("utf-8")
     assert protocol.decode(line) == {"type": "x", "argv": ['a\\xff"b', "\\ud801", "\u00e9"], "k\\x80": 1}

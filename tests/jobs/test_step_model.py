@@ -44,7 +44,7 @@ def assert_adds_up(shares: dict[str, float]) -> None:
 
 
 def test_main_thread_preprocessing_is_cpu_with_its_line() -> None:
-    # Issue 24's first job: 99% of the step in the main thread's Python, the GPU idle at 0.2% GPU-Util.
+    # A job seen on an H100: 99% of the step in the main thread's Python, the GPU idle at 0.2% GPU-Util.
     model = step_model(
         profile(
             {activity.CPU: [396, 0, 0], activity.FORWARD: [2, 1, 0], activity.DATA_WAIT: [1, 0, 0]},

@@ -153,7 +153,7 @@ async def test_the_theme_picked_is_saved_and_other_lines_kept(tmp_path: Path) ->
 
 
 async def test_the_filter_line_shows_what_is_typed_keeps_keys_typed_at_once_and_its_arrows_edit() -> None:
-    """Issue 26 item 3: the focused one-line box drew no text (a focus border took its row), keys that arrived with
+    """The focused one-line box drew no text (a focus border took its row), keys that arrived with
     `/` went to the table, and while paused the arrows scrolled the graphs instead of moving the cursor."""
     source = FakeSource(live=True)
     app = GpumonApp(source)

@@ -1,4 +1,4 @@
-"""The dashboard's layout (issue 26): no blank rows at 160x50 and 220x60 for 1, 2, 4 and 8 GPUs, the health badge
+"""The dashboard's layout: no blank rows at 160x50 and 220x60 for 1, 2, 4 and 8 GPUs, the health badge
 at every size with the detail on `e`, time-axis labels beside event marks, a paused pane's title after a resize,
 and the ASCII fallback. Fed from the real recordings (4 and 8 GPUs: tests/fixtures/make_many_gpus.py)."""
 

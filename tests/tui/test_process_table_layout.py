@@ -1,4 +1,4 @@
-"""The process table at 80x24 and its trees (issue 26 items 4 and 5): user and script shown narrow, commands from
+"""The process table at 80x24 and its trees: user and script shown narrow, commands from
 what matters, deep trees drawn whole, a header click sorts, `a` beside a followed job, counted nouns."""
 
 from __future__ import annotations
