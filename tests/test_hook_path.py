@@ -1,12 +1,15 @@
 """`gpumon hook-path`: a job in another environment imports gpumon's hook through it, and nothing else of gpumon's.
 
-Only this Python's minor version is on the test machine: the job's venv is made from the same interpreter, so a job
-on another Python minor version is not tested here.
+The served job runs on this interpreter (torch is installed for it alone). Jobs on the other Python minor versions
+the machine has (3.10+, on PATH or under pyenv) import the hook and every module of it through hook-path; without a
+torch of their own the hook waits for `import torch` there, so those jobs are not served.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -141,3 +144,80 @@ def test_a_job_in_another_venv_imports_the_hook_through_hook_path(tmp_path: Path
             job.proc.kill()
             job.proc.wait()
     assert _tree(site / "textual") | _tree(site / f"textual-{FAKE_TEXTUAL_VERSION}.dist-info") == textual_before
+
+
+IMPORT_EVERY_HOOK_MODULE = """\
+import importlib, json, pkgutil, sys
+import gpumon.hook
+import gpumon, textual
+names = [module.name for module in pkgutil.walk_packages(gpumon.hook.__path__, "gpumon.hook.")]
+for name in names:
+    importlib.import_module(name)
+heavy = sorted(name for name in ("torch", "textual.app", "rich", "psutil", "pynvml") if name in sys.modules)
+print(json.dumps({"version": list(sys.version_info[:2]), "modules": len(names), "heavy": heavy,
+                  "installed": gpumon.hook.is_installed(), "gpumon_path": list(gpumon.__path__),
+                  "textual": textual.__version__}))
+"""
+
+
+def _other_pythons() -> list[str]:
+    """Interpreters of Python 3.10+ minor versions other than this one's that run here: on PATH, else under pyenv."""
+    found: dict[tuple[int, int], str] = {}
+    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    for minor in range(10, 16):
+        if minor == sys.version_info.minor:
+            continue
+        candidates = [shutil.which(f"python3.{minor}") or ""]
+        candidates += sorted(glob.glob(os.path.join(pyenv_root, "versions", f"3.{minor}.*", "bin", f"python3.{minor}")))
+        for candidate in filter(None, candidates):
+            try:
+                done = subprocess.run(
+                    [candidate, "-c", "import sys; print(*sys.version_info[:2])"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if done.returncode == 0 and done.stdout.split() == ["3", str(minor)]:
+                found[(3, minor)] = candidate
+                break
+    return [found[version] for version in sorted(found)]
+
+
+OTHER_PYTHONS = _other_pythons()
+
+
+@pytest.mark.skipif(not OTHER_PYTHONS, reason="no Python 3.10+ of another minor version on this machine")
+@pytest.mark.parametrize("interpreter", OTHER_PYTHONS)
+def test_a_job_on_another_python_imports_every_hook_module_through_hook_path(interpreter: str, tmp_path: Path) -> None:
+    root = tmp_path / "job-venv"
+    subprocess.run([interpreter, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (site / "textual").mkdir()
+    (site / "textual" / "__init__.py").write_text(f'__version__ = "{FAKE_TEXTUAL_VERSION}"\n')
+    hook_path = _gpumon("hook-path").stdout.strip()
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(
+        [str(python), "-c", IMPORT_EVERY_HOOK_MODULE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env | {"PYTHONPATH": hook_path},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["version"] != list(sys.version_info[:2])
+    assert report["modules"] >= 20 and report["installed"] is True
+    assert report["heavy"] == [], "the hook imported torch or gpumon's dependencies on its own"
+    assert report["gpumon_path"] == [str(REPO_ROOT / "gpumon")]
+    assert report["textual"] == FAKE_TEXTUAL_VERSION

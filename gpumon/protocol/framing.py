@@ -20,8 +20,10 @@ MAX_MESSAGE = 1024 * 1024
 MAX_DEPTH = 32
 """Deepest nesting of arrays and objects accepted. Checked before parsing: a deeper line never reaches json."""
 
-# A JSON string, or an unterminated one up to the end: every quote starts a match, so stripping them is linear.
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.|\\\Z)*+(?:"|\Z)', re.DOTALL)
+# A JSON string, or an unterminated one up to the end: every quote starts a match, so stripping them is linear. The
+# repeat can stop only before a quote or at the end, where the match ends, so it never backtracks (Python 3.10 has
+# no possessive `*+`).
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.|\\\Z)*(?:"|\Z)', re.DOTALL)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # an opener adds 2, a closer 0; minus 1 per bracket
