@@ -7,7 +7,6 @@ torch of their own the hook waits for `import torch` there, so those jobs are no
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import json
 import os
@@ -23,6 +22,7 @@ import pytest
 from gpumon import __version__, protocol
 from gpumon.jobs.connection import HookConnection
 from tests.job_process import JobOutput
+from tests.other_pythons import other_pythons
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKE_TEXTUAL_VERSION = "0.43.0"
@@ -160,32 +160,7 @@ print(json.dumps({"version": list(sys.version_info[:2]), "modules": len(names), 
 """
 
 
-def _other_pythons() -> list[str]:
-    """Interpreters of Python 3.10+ minor versions other than this one's that run here: on PATH, else under pyenv."""
-    found: dict[tuple[int, int], str] = {}
-    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    for minor in range(10, 16):
-        if minor == sys.version_info.minor:
-            continue
-        candidates = [shutil.which(f"python3.{minor}") or ""]
-        candidates += sorted(glob.glob(os.path.join(pyenv_root, "versions", f"3.{minor}.*", "bin", f"python3.{minor}")))
-        for candidate in filter(None, candidates):
-            try:
-                done = subprocess.run(
-                    [candidate, "-c", "import sys; print(*sys.version_info[:2])"],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-            except (OSError, subprocess.SubprocessError):
-                continue
-            if done.returncode == 0 and done.stdout.split() == ["3", str(minor)]:
-                found[(3, minor)] = candidate
-                break
-    return [found[version] for version in sorted(found)]
-
-
-OTHER_PYTHONS = _other_pythons()
+OTHER_PYTHONS = other_pythons()
 
 
 @pytest.mark.skipif(not OTHER_PYTHONS, reason="no Python 3.10+ of another minor version on this machine")
