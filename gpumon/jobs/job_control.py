@@ -47,18 +47,24 @@ class HookRequests(Protocol):
     Each request raises JobRequestError when the job refuses it, does not answer in time or is gone."""
 
     @property
-    def pid(self) -> int: ...
+    def pid(self) -> int:
+        """The hooked process's pid."""
 
     @property
-    def ended(self) -> bool: ...
+    def ended(self) -> bool:
+        """The connection is closed: the job exited, or the hook went away."""
 
-    def view(self) -> HookedView: ...
+    def view(self) -> HookedView:
+        """The job as last heard from its hook: hello, state and step records."""
 
-    def add_message_listener(self, listener: MessageListener) -> None: ...
+    def add_message_listener(self, listener: MessageListener) -> None:
+        """Call `listener` with every message read from now on."""
 
-    def set_knobs(self, knobs: Mapping[str, Any], timeout: float) -> dict[str, Any]: ...
+    def set_knobs(self, knobs: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """Ask the hook to apply `knobs`; its acknowledgement (which applied, when, which did not and why)."""
 
-    def diagnose(self, steps: int, timeout: float) -> protocol.Diagnosis: ...
+    def diagnose(self, steps: int, timeout: float) -> protocol.Diagnosis:
+        """Ask the hook to measure `steps` steps and answer its diagnosis."""
 
     def profile(
         self,
@@ -66,51 +72,66 @@ class HookRequests(Protocol):
         directory: str | None,
         timeout: float,
         on_started: Callable[[dict[str, Any]], None] | None,
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """Ask the hook for a torch.profiler capture of `steps` steps into `directory`; its summary."""
 
 
 class WatchedJob(Protocol):
     """A job followed on a thread of its own (a JobSource: AttachedJob, or PySpySampler, which has no hook)."""
 
     @property
-    def ended(self) -> bool: ...
+    def ended(self) -> bool:
+        """Every process of the job has exited (or its source gave up)."""
 
     @property
-    def primary(self) -> HookRequests | None: ...
+    def primary(self) -> HookRequests | None:
+        """The hooked process requests go to (rank 0 where ranks are known); None without a hook."""
 
-    def start(self, listener: Listener | None = None) -> None: ...
+    def start(self, listener: Listener | None = None) -> None:
+        """Start following the job on the source's own thread, calling `listener` on what changes."""
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop following and let go of the job's connections or sampler."""
 
-    def view(self) -> JobView: ...
+    def view(self) -> JobView:
+        """The job as followed so far."""
 
 
 class TrialJob(WatchedJob, Protocol):
     """A trial's hooked processes, attached as they serve (AttachedJob.launched): every rank, the primary's view."""
 
     @property
-    def clients(self) -> Sequence[HookRequests]: ...
+    def clients(self) -> Sequence[HookRequests]:
+        """Every hooked process of the trial, the primary first."""
 
-    def view(self) -> HookedView: ...
+    def view(self) -> HookedView:
+        """The primary's view, with its hook's records."""
 
 
 class TrialProcess(Protocol):
     """A trial's process group (LaunchedJob): started once, followed through its hook, stopped as a whole."""
 
     @property
-    def pid(self) -> int: ...
+    def pid(self) -> int:
+        """The trial's launcher pid (its process group's leader)."""
 
-    def start(self) -> TrialProcess: ...
+    def start(self) -> TrialProcess:
+        """Start the command, once (LaunchError, one line, when it cannot be); itself, started."""
 
-    def follow(self) -> TrialJob: ...
+    def follow(self) -> TrialJob:
+        """The trial's hooked processes, attached as their hooks serve."""
 
-    def poll(self) -> int | None: ...
+    def poll(self) -> int | None:
+        """The return code once the command exited (negative: killed by that signal), else None."""
 
-    def wait(self) -> int: ...
+    def wait(self) -> int:
+        """Wait for the command to exit by itself; its return code."""
 
-    def stop(self, grace: float) -> int | None: ...
+    def stop(self, grace: float) -> int | None:
+        """Stop the whole group: SIGINT, `grace` s, SIGTERM, SIGKILL; the return code (None: never started)."""
 
-    def close(self) -> int | None: ...
+    def close(self) -> int | None:
+        """Stop the trial (as stop) and remove the socket directory made for it; the return code."""
 
 
 class OpenJob(Protocol):
