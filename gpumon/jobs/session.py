@@ -19,7 +19,7 @@ from gpumon import protocol
 from gpumon.jobs.client import ENDED, HookUnanswered, JobClient
 from gpumon.jobs.connection import privileged
 from gpumon.jobs.discovery import HELLO_TIMEOUT, jobs_launched_by, scan
-from gpumon.jobs.job_control import AttachError, NoHook
+from gpumon.jobs.job_control import AttachError, NoHook, TrialJob
 from gpumon.jobs.job_info import JobGroup, JobInfo
 from gpumon.jobs.jobstate import HookedView, group_view
 from gpumon.jobs.listener import Listener
@@ -309,3 +309,11 @@ def hooked_job(pid: int) -> AttachedJob:
     if job is None or job.primary is None:
         raise NoHook(no_hook_reason(pid))
     return job
+
+
+def trial_source(job: TrialJob) -> tuple[JobSource, int | None] | None:
+    """A trial's job as the source a pane follows, with the pid it launched: what LaunchedJob.follow gave (an
+    AttachedJob); None for a trial job gpumon.jobs did not make."""
+    if isinstance(job, AttachedJob):
+        return job, job.launched_pid
+    return None

@@ -29,7 +29,8 @@ from gpumon.advisor.signals import Signals, build_signals
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.job_control import TrialJob
 from gpumon.jobs.launch import LaunchedJob, new_log_path
-from gpumon.jobs.session import AttachedJob
+from gpumon.jobs.session import trial_source
+from gpumon.jobs.source import JobSource
 from gpumon.printable import printable
 from gpumon.sampling.snapshot import Snapshot
 from gpumon.sampling.source import SnapshotSource
@@ -325,7 +326,7 @@ class Advisor:
         demo = owner.restart(report.kept)
         self.follow_job(demo.follow(), [demo.pid])
 
-    def follow_job(self, job: AttachedJob | None, pids: Sequence[int] = ()) -> None:
+    def follow_job(self, job: JobSource | None, pids: Sequence[int] = ()) -> None:
         """From any thread: show `job` in the job pane (a trial run, or the restarted demo)."""
         if job is None or self._guided_cancel.is_set():
             return  # while quitting the UI loop may be waiting for this thread: do not wait for it
@@ -334,7 +335,7 @@ class Advisor:
         except RuntimeError:
             pass  # the app is shutting down
 
-    def _follow_now(self, job: AttachedJob, pids: list[int]) -> None:
+    def _follow_now(self, job: JobSource, pids: list[int]) -> None:
         app = self.app
         if isinstance(app.source, TracksPids) and pids:
             app.source.track_pids(pids)
@@ -375,8 +376,10 @@ def default_runner_factory(advisor: Advisor, cancel: threading.Event) -> Runner 
     if advisor.owner is not None:
 
         def on_job(job: TrialJob | None, _label: str) -> None:
-            if isinstance(job, AttachedJob):  # what LaunchedJob.follow gives
-                advisor.follow_job(job, [job.launched_pid] if job.launched_pid else [])
+            followed = trial_source(job) if job is not None else None
+            if followed is not None:
+                source, launched_pid = followed
+                advisor.follow_job(source, [launched_pid] if launched_pid else [])
 
         source = advisor.app.source
         track = source.track_pids if isinstance(source, TracksPids) else None

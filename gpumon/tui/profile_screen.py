@@ -28,8 +28,7 @@ CAPTURE_RUNNING = "profiler capture: one is already running"
 
 def hook_client(job: JobSource | None) -> JobClient | None:
     """The hook client of the job's primary rank; None for no job, or a job sampled with py-spy."""
-    primary = getattr(job, "primary", None)
-    return primary if isinstance(primary, JobClient) else None
+    return job.primary if job is not None else None
 
 
 class ProfileCapture:
