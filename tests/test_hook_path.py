@@ -87,9 +87,10 @@ def socket_dir() -> Iterator[str]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _job_venv(root: Path) -> tuple[Path, Path]:
-    """A venv without pip whose own site-packages holds a conflicting Textual; torch comes from a .pth line after it."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+def _job_venv(root: Path, interpreter: str = sys.executable) -> tuple[Path, Path]:
+    """A venv of `interpreter` without pip whose own site-packages holds a conflicting Textual; on this interpreter,
+    torch comes from a .pth line after it (torch is installed for this one alone)."""
+    subprocess.run([interpreter, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
     site = Path(
         subprocess.run(
@@ -104,10 +105,17 @@ def _job_venv(root: Path) -> tuple[Path, Path]:
     dist_info = site / f"textual-{FAKE_TEXTUAL_VERSION}.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: textual\nVersion: {FAKE_TEXTUAL_VERSION}\n")
-    torch_spec = importlib.util.find_spec("torch")
-    assert torch_spec is not None and torch_spec.origin is not None
-    (site / "torch_elsewhere.pth").write_text(str(Path(torch_spec.origin).parents[1]) + "\n")
+    if interpreter == sys.executable:
+        torch_spec = importlib.util.find_spec("torch")
+        assert torch_spec is not None and torch_spec.origin is not None
+        (site / "torch_elsewhere.pth").write_text(str(Path(torch_spec.origin).parents[1]) + "\n")
     return python, site
+
+
+def _job_env(hook_path: str) -> dict[str, str]:
+    """This environment as a job in another venv would have it: no venv of ours, gpumon only through hook-path."""
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return env | {"PYTHONPATH": hook_path}
 
 
 def test_hook_path_holds_only_a_gpumon_package() -> None:
@@ -124,8 +132,7 @@ def test_a_job_in_another_venv_imports_the_hook_through_hook_path(tmp_path: Path
     script = tmp_path / "train.py"
     script.write_text(JOB_SCRIPT)
     hook_path = _gpumon("hook-path").stdout.strip()
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env |= {"PYTHONPATH": hook_path, protocol.SOCKET_DIR_ENV: socket_dir, "OMP_NUM_THREADS": "1"}
+    env = _job_env(hook_path) | {protocol.SOCKET_DIR_ENV: socket_dir, "OMP_NUM_THREADS": "1"}
     job = ForeignJob(python, script, env, socket_dir)
     try:
         ready = job.event("ready")
@@ -166,27 +173,13 @@ OTHER_PYTHONS = other_pythons()
 @pytest.mark.skipif(not OTHER_PYTHONS, reason="no Python 3.10+ of another minor version on this machine")
 @pytest.mark.parametrize("interpreter", OTHER_PYTHONS)
 def test_a_job_on_another_python_imports_every_hook_module_through_hook_path(interpreter: str, tmp_path: Path) -> None:
-    root = tmp_path / "job-venv"
-    subprocess.run([interpreter, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    python = root / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    (site / "textual").mkdir()
-    (site / "textual" / "__init__.py").write_text(f'__version__ = "{FAKE_TEXTUAL_VERSION}"\n')
-    hook_path = _gpumon("hook-path").stdout.strip()
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    python, _site = _job_venv(tmp_path / "job-venv", interpreter)
     done = subprocess.run(
         [str(python), "-c", IMPORT_EVERY_HOOK_MODULE],
         capture_output=True,
         text=True,
         timeout=60,
-        env=env | {"PYTHONPATH": hook_path},
+        env=_job_env(_gpumon("hook-path").stdout.strip()),
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
