@@ -367,16 +367,16 @@ class HookServer:
         if client is not None:
             client.cpu.spend(now, spent)
 
-    def _over_budget(self, client: Client | None) -> bool:
-        """The server, or `client`, has spent its CPU budget (both counted up to the last charge)."""
+    def _over_budget(self, client: Client | None, reserve: float = 0.0) -> bool:
+        """The server, or `client`, has spent its CPU budget (both counted up to the last charge); with `reserve`,
+        `client` counts as spent once less than that is left."""
         now = time.monotonic()
-        return self._cpu.wait_s(now, 0.0) > 0 or (client is not None and client.cpu.wait_s(now, 0.0) > 0)
+        return self._cpu.wait_s(now, 0.0) > 0 or (client is not None and client.cpu.wait_s(now, reserve) > 0)
 
     def _may_stream(self, client: Client) -> bool:
         """A client's streams go on while it has more than STREAM_RESERVE of its budget: the rest is for its
         requests (and the server has budget)."""
-        now = time.monotonic()
-        return self._cpu.wait_s(now, 0.0) <= 0 and client.cpu.wait_s(now, STREAM_RESERVE) <= 0
+        return not self._over_budget(client, STREAM_RESERVE)
 
     def _budget_resumes_at(self, client: Client, now: float) -> float:
         """When `client` may be served again: both its budget and the server's have some CPU back."""
