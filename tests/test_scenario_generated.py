@@ -16,8 +16,10 @@ from benchmarks.scenarios.generated.plan import (
     EXCLUSIVE,
     FAMILIES,
     HELDOUT_SEEDS,
+    LAUNCHES,
     TUNE_SEEDS,
     Plan,
+    either_of,
     expected_category,
     make_plan,
 )
@@ -223,3 +225,71 @@ def test_the_runner_scores_a_job_against_the_cause_that_gives_back_most() -> Non
     assert total["hook"]["healthy_missed"] == 1 and total["hook"]["false_alarms"] == 1 and total["skipped"] == 1
     table = markdown([row, row2, skipped]).splitlines()
     assert len(table) == 5 and "wrong / -" in table[2] and "skipped: killed after 240 s" in table[4]
+
+
+def test_the_base_loops_launches_are_a_cause_when_measured() -> None:
+    healthy = next(p for p in (make_plan(s) for s in TUNE_SEEDS) if not p.causes)
+    assert expected_category({}, healthy, 0.15) == "healthy"
+    assert expected_category({LAUNCHES: 0.12}, healthy, 0.15) == "healthy"
+    assert expected_category({LAUNCHES: 0.5}, healthy, 0.15) == "launch_bound"
+    one = next(p for p in (make_plan(s) for s in TUNE_SEEDS) if len(p.causes) == 1 and p.ranks == 1)
+    family = one.causes[0].family
+    assert expected_category({family: 0.2, LAUNCHES: 0.4}, one, 0.15) == "launch_bound"
+    assert expected_category({family: 0.45, LAUNCHES: 0.4}, one, 0.15) == one.causes[0].category
+    finding = {"category": "launch_bound", "severity": 0.52, "secondary": []}
+    result: dict[str, Any] = {"truth": {LAUNCHES: 0.5}, "unsupported": {}}
+    row = row_for(healthy.seed, healthy, {"result": result, "hook": {"finding": finding}, "pyspy": None})
+    assert row["expected"] == "launch_bound" and row["hook"]["top_ok"] and row["hook"]["within"] == {LAUNCHES: True}
+    assert not row["hook"]["false_alarm"]
+
+
+def test_causes_that_each_bound_the_job_are_each_right() -> None:
+    plan = next(p for p in (make_plan(s) for s in TUNE_SEEDS) if len(p.causes) == 2 and p.ranks == 1)
+    first, second = plan.causes
+    together = "+".join(sorted(plan.families))
+    truth: dict[str, float | None] = {first.family: 0.03, second.family: -0.02, together: 0.96}
+    assert expected_category(truth, plan, 0.15) == "healthy"
+    assert either_of(truth, plan, 0.15) == tuple(dict.fromkeys((first.category, second.category)))
+    assert either_of(truth | {together: 0.1}, plan, 0.15) == ()
+    assert either_of({first.family: 0.3, second.family: 0.0, together: 0.9}, plan, 0.15) == ()
+    for category in (first.category, second.category):
+        finding = {"category": category, "severity": 0.8, "secondary": []}
+        ran = {"result": {"truth": truth, "unsupported": {}}, "hook": {"finding": finding}, "pyspy": None}
+        row = row_for(plan.seed, plan, ran)
+        assert row["hook"]["top_ok"] and not row["hook"]["healthy_missed"]
+    healthy = {"category": "healthy", "severity": 0.0, "secondary": []}
+    ran = {"result": {"truth": truth, "unsupported": {}}, "hook": {"finding": healthy}, "pyspy": None}
+    row = row_for(plan.seed, plan, ran)
+    assert not row["hook"]["top_ok"] and row["hook"]["healthy_missed"]
+    assert " or " in markdown([row]).splitlines()[2]
+
+
+def test_the_launches_truth_is_the_graphed_rest_against_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = next(p for p in (make_plan(s, tiny=True) for s in TUNE_SEEDS) if not p.causes)
+    plan = replace(plan, data="gpu")
+    job = generated_job.Job(plan, torch.device("cpu"), generated_job.Ranks("cpu"))
+    assert job.unsupported[LAUNCHES] == "CUDA graphs need CUDA" and job.launch_graph is None
+    job.launch_graph = object()  # type: ignore[assignment]
+    phases = generated_job.Phases(job, generated_job.parse(["--seed", "0", "--rounds", "3"]))
+    assert phases.variants() == [frozenset(), frozenset({LAUNCHES})]
+    rates = {frozenset(): 100.0, frozenset({LAUNCHES}): 250.0}
+    monkeypatch.setattr(phases, "window", lambda ablated: rates[ablated])
+    truth = phases.truth()["truth"]
+    assert truth[LAUNCHES] == pytest.approx(0.6)
+
+
+def test_with_causes_the_launches_truth_is_measured_once_they_are_all_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = next(p for p in (make_plan(s, tiny=True) for s in TUNE_SEEDS) if len(p.causes) == 2 and p.ranks == 1)
+    plan = replace(plan, causes=tuple(replace(c, params={**c.params, "workers": 0}) for c in plan.causes))
+    plan = replace(plan, data="host_pool")
+    job = generated_job.Job(plan, torch.device("cpu"), generated_job.Ranks("cpu"))
+    job.unsupported.clear()
+    job.launch_graph = object()  # type: ignore[assignment]
+    phases = generated_job.Phases(job, generated_job.parse(["--seed", "0", "--rounds", "1"]))
+    both = frozenset(plan.families)
+    assert phases.variants()[-2:] == [both, both | {LAUNCHES}]
+    rates = dict.fromkeys(phases.variants(), 100.0) | {both: 200.0, both | {LAUNCHES}: 400.0}
+    monkeypatch.setattr(phases, "window", lambda ablated: rates[ablated])
+    truth = phases.truth()["truth"]
+    assert truth[LAUNCHES] == pytest.approx(100.0 * (1 / 200.0 - 1 / 400.0))
+    gc.enable()

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.scenarios.generated import parts
-from benchmarks.scenarios.generated.plan import FAMILIES, Plan, make_plan
+from benchmarks.scenarios.generated.plan import FAMILIES, LAUNCHES, Plan, make_plan
 
 EXIT_NOT_HERE = 3
 BASE = "base"
@@ -87,6 +87,22 @@ class Ranks:
             self.dist.destroy_process_group()
 
 
+class GraphedStep:
+    """A model step captured in a CUDA graph: static input and target, replayed with each batch copied in."""
+
+    def __init__(self, graph: Any, x: torch.Tensor, y: torch.Tensor, loss: torch.Tensor, features: Any) -> None:
+        self.graph, self.x, self.y, self.loss, self.features = graph, x, y, loss, features
+
+    def fits(self, x: torch.Tensor, y: torch.Tensor) -> bool:
+        return x.shape == self.x.shape and y.shape == self.y.shape
+
+    def run(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        self.x.copy_(x)
+        self.y.copy_(y)
+        self.graph.replay()
+        return self.loss, self.features
+
+
 class Job:
     """The model, its data and its step, each cause in place unless its family is in `ablated`."""
 
@@ -122,16 +138,19 @@ class Job:
         self.graph: Any = None
         if plan.cause("small_kernels") is not None:
             self._capture()
+        self.launch_graph: GraphedStep | None = None
+        if plan.cause("small_kernels") is None:
+            self._capture_launches()
 
     # -- construction ----------------------------------------------------------------------------
 
-    def _optimizer(self) -> torch.optim.Optimizer:
+    def _optimizer(self, capturable: bool = False) -> torch.optim.Optimizer:
         kind = self.plan.optimizer
         if kind == "sgd":
             return torch.optim.SGD(self.params, lr=1e-3, momentum=0.9)
         if kind == "adam":
-            return torch.optim.Adam(self.params, lr=1e-4)
-        return torch.optim.AdamW(self.params, lr=1e-4, weight_decay=0.01)
+            return torch.optim.Adam(self.params, lr=1e-4, capturable=capturable)
+        return torch.optim.AdamW(self.params, lr=1e-4, weight_decay=0.01, capturable=capturable)
 
     def _base_source(self) -> Iterator[Any]:
         plan = self.plan
@@ -198,6 +217,39 @@ class Job:
             self.unsupported["small_kernels"] = f"graph capture failed: {str(error).splitlines()[0][:200]}"
             torch.cuda.synchronize()
 
+    def _capture_launches(self) -> None:
+        """The launches truth: the model step with every cause removed, captured once in a CUDA graph (its own
+        capturable optimizer over the same parameters, the same math)."""
+        if not self.cuda:
+            self.unsupported[LAUNCHES] = "CUDA graphs need CUDA"
+            return
+        if self.ranks.world > 1:
+            self.unsupported[LAUNCHES] = "the all-reduce is not captured"
+            return
+        saved_ablated, saved_optimizer, saved_features = self.ablated, self.optimizer, getattr(self, "features", None)
+        self.ablated = frozenset(self.plan.families)
+        self.optimizer = self._optimizer(capturable=True)
+        try:
+            x, y = next(self.batches)
+            static_x, static_y = x.to(self.device).clone(), y.to(self.device).clone()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self._model_step(static_x, static_y, None, graphed=True)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                loss = self._model_step(static_x, static_y, None, graphed=True)
+            self.launch_graph = GraphedStep(graph, static_x, static_y, loss, self.features)
+        except RuntimeError as error:
+            self.unsupported[LAUNCHES] = f"graph capture failed: {str(error).splitlines()[0][:200]}"
+            torch.cuda.synchronize()
+        finally:
+            self.ablated, self.optimizer = saved_ablated, saved_optimizer
+            if saved_features is not None:
+                self.features = saved_features
+
     def workers_of(self, ablated: frozenset[str]) -> int:
         """The DataLoader workers behind this variant's batches."""
         if "loader_cpu" in ablated:
@@ -227,7 +279,7 @@ class Job:
             self.optimizer.zero_grad(set_to_none=True)
         else:
             self.optimizer.zero_grad(set_to_none=False)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16()):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16(), cache_enabled=not graphed):
             logits, features = self.model(x)
         per_sample = F.cross_entropy(logits.float(), y, reduction="none")
         if weights is not None:
@@ -293,6 +345,8 @@ class Job:
             self.graph.replay()
             loss = self.static_loss
             self.features = self.static_features
+        elif self.launch_graph is not None and LAUNCHES in self.ablated and self.launch_graph.fits(x, y):
+            loss, self.features = self.launch_graph.run(x, y)
         else:
             loss = self._model_step(x, y, weights)
         if extra is not None:
@@ -434,6 +488,8 @@ class Phases:
         out = [frozenset()] + [frozenset({f}) for f in fixable]
         if len(fixable) > 1:
             out.append(frozenset(fixable))
+        if self.job.launch_graph is not None:
+            out.append(frozenset(fixable) | {LAUNCHES})
         return out
 
     def truth(self) -> dict[str, Any]:
@@ -447,6 +503,11 @@ class Phases:
         medians = {key: statistics.median(values) for key, values in rates.items() if values}
         base = medians.get(BASE)
         truth = {key: round(1.0 - base / rate, 4) for key, rate in medians.items() if key != BASE and base and rate}
+        launched = [v for v in variants if LAUNCHES in v]
+        if launched and base:
+            rest, graphed = medians.get(variant_key(launched[0] - {LAUNCHES})), medians.get(variant_key(launched[0]))
+            if rest and graphed:
+                truth[LAUNCHES] = round(base * (1.0 / rest - 1.0 / graphed), 4)
         return {"rates": rates, "median_samples_per_s": medians, "truth": truth}
 
     @property
