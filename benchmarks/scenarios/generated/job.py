@@ -226,6 +226,9 @@ class Job:
         if self.ranks.world > 1:
             self.unsupported[LAUNCHES] = "the all-reduce is not captured"
             return
+        if self.plan.cause("allocator_churn") is not None:  # the job died in empty_cache() beside the graph's pool
+            self.unsupported[LAUNCHES] = "torch.cuda.empty_cache() beside a captured graph's memory pool"
+            return
         saved_ablated, saved_optimizer, saved_features = self.ablated, self.optimizer, getattr(self, "features", None)
         self.ablated = frozenset(self.plan.families)
         self.optimizer = self._optimizer(capturable=True)
