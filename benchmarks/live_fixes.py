@@ -366,6 +366,12 @@ def job_log(out_dir: Path, name: str) -> IO[str]:
     return (out_dir / f"{name}-job.log").open("w")
 
 
+def not_ready(what: str, name: str) -> str:
+    if STOPPING.is_set():
+        return f"{what}: SIGTERM (the step's time limit) came first"
+    return f"{what} within {READY_TIMEOUT_S:g} s, or the job ended (see {name}-job.log)"
+
+
 def asked(knob: str, value: Any, previous: Any, ask: bool) -> list[Experiment] | None:
     """With `ask`, the part's knob asked for (`--try knob=value`) instead of the diagnosis' plan."""
     return [Experiment(knobs={knob: value}, previous={knob: previous}, reason="asked for")] if ask else None
@@ -390,7 +396,7 @@ def loader_part(
     with job_log(out_dir, "loader") as errors, HookedJob(command, errors) as job:
         pid = job.ready(READY_TIMEOUT_S)
         if pid is None:
-            part["live"] = {"error": f"no READY line within {READY_TIMEOUT_S:g} s (see loader-job.log)"}
+            part["live"] = {"error": not_ready("no READY line", "loader")}
         else:
             _report, part["live"] = live_run(pid, plans["loader_live"], "loader/live ", only)
     save(part)  # kept should the trial runs be cut by the step's time limit
@@ -457,7 +463,7 @@ def owner_part(cause: str, device: str, plan: Plan, out_dir: Path, ask: bool) ->
         say(f"{cause:<12} truth: {json.dumps(part['truth'])}")
         pid = job.ready(30.0) if line else None
         if pid is None:
-            part["live"] = {"error": f"no TRUTH and READY lines within {READY_TIMEOUT_S:g} s (see {cause}-job.log)"}
+            part["live"] = {"error": not_ready("no TRUTH and READY lines", cause)}
         else:
             report, part["live"] = live_run(pid, plan, f"{cause:<12}", only)
     tried = None
