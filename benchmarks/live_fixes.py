@@ -415,7 +415,8 @@ def loader_scores(live: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str
     in_time = None if wall is None or "error" in live else bool(not live.get("cut") and wall < TARGET_LIVE_WALL_S)
     return {
         "gain_ratio": gain_ratio,
-        "gain_ratio_met": None if gain_ratio is None else gain_ratio >= TARGET_GAIN_RATIO,
+        # The trial run kept nothing: no gain to reach (1.0x over 1.0x meets nothing).
+        "gain_ratio_met": None if gain_ratio is None or not trial.get("kept") else gain_ratio >= TARGET_GAIN_RATIO,
         "rate_ratio": ratio(live.get("best_rate"), trial.get("best_rate")),
         "live_wall_s": wall,
         "live_under_3_min": in_time,

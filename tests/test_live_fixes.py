@@ -41,10 +41,13 @@ def test_an_owner_knob_not_tried_or_not_measured_is_neither_proved_nor_refuted()
 
 
 def test_the_loader_scores_hold_the_live_gain_to_the_trial_and_a_cut_climb_to_no_time() -> None:
-    scores = loader_scores({"speedup": 5.4, "best_rate": 540.0, "wall_s": 95.0, "cut": False}, {"speedup": 6.0})
+    trial = {"speedup": 6.0, "kept": {"num_workers": 14}}
+    scores = loader_scores({"speedup": 5.4, "best_rate": 540.0, "wall_s": 95.0, "cut": False}, trial)
     assert scores["gain_ratio"] == 0.9 and scores["gain_ratio_met"] and scores["live_under_3_min"]
-    cut = loader_scores({"speedup": 3.0, "wall_s": 120.0, "cut": True}, {"speedup": 6.0})
+    cut = loader_scores({"speedup": 3.0, "wall_s": 120.0, "cut": True}, trial)
     assert cut["gain_ratio_met"] is False and cut["live_under_3_min"] is False
+    nothing = loader_scores({"speedup": 1.0, "wall_s": 30.0, "cut": False}, {"speedup": 1.0, "kept": {}})
+    assert nothing["gain_ratio"] == 1.0 and nothing["gain_ratio_met"] is None, "no trial gain: nothing to meet"
     failed = loader_scores({"error": "pid 1 has no gpumon hook", "wall_s": 6.0}, {})
     assert failed["gain_ratio"] is None and failed["live_under_3_min"] is None
 
