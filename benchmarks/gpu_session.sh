@@ -5,12 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
-#                                                 | pcie26 | tune35 | heldout35
+#                                                 | pcie26 | tune35 | heldout35 | live37
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -209,5 +209,15 @@ case "$part" in
     timeout 470 python3 benchmarks/scenario_corpus.py --set heldout "$@" --duration 4 --warmup 2 --rounds 2 \
       --window 1 --out "$out/corpus-heldout.json" > "$out/corpus-heldout.log" 2>&1
     tail -40 "$out/corpus-heldout.md" ;;
+  live37)    # issue 37 item 7 on GPU 0 (at most 460 s, each step capped inside): the long-epoch loader job (2 workers,
+             # 10M samples, persistent) climbed live by `experiment --pid`, then the trial-run path on it; a GC-churn job
+             # and an empty_cache job, each its ablation truth then `experiment --pid`; the demo's panel after a guided
+             # run, SVGs at 160 and 120 columns. Each step merges into live-fixes.json (.md beside); ARGS are added to
+             # each (e.g. --plan loader_live=4,3,5,115)
+    for step in loader:258 gc_churn:54 empty_cache:54 panel:94; do
+      CUDA_VISIBLE_DEVICES=0 timeout "${step#*:}" python3 benchmarks/live_fixes.py --device cuda --only "${step%:*}" "$@" \
+        --out "$out/live-fixes.json" 2>&1 | grep --line-buffered -v Warning | tee -a "$out/live-fixes.log" | tail -6
+    done
+    cat "$out/live-fixes.md" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
