@@ -130,9 +130,8 @@ class Job:
         self.running = torch.zeros((), device=device)
         self.log: collections.deque[str] = collections.deque(maxlen=1000)
         gc_cause = plan.cause("gc_churn")
-        self.history: collections.deque[dict[str, Any]] = collections.deque(
-            maxlen=gc_cause.params["kept"] if gc_cause is not None else 1
-        )
+        self.history: list[dict[str, Any]] = []
+        self.kept = gc_cause.params["kept"] if gc_cause is not None else 1
         self.kept_on_host: torch.Tensor | None = None
         self.payloads = self._payloads()
         self.graph: Any = None
@@ -367,6 +366,10 @@ class Job:
             step = self.step_count
             for i in range(gc_cause.params["records"]):
                 self.history.append({"step": step, "sample": i, "tags": [i % 7, step % 3], "seen": [step]})
+            if len(self.history) > self.kept:
+                # The older half dropped at once: a full deque(maxlen) frees one record per record made, which keeps
+                # the collector's allocation count flat, so it never ran once the history was full.
+                del self.history[: len(self.history) // 2]
         churn = plan.cause("allocator_churn")
         if churn is not None and self.active("allocator_churn") and self.step_count % churn.params["every"] == 0:
             torch.cuda.empty_cache()  # a no-op where CUDA is not initialised
