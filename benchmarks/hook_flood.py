@@ -5,12 +5,24 @@ Usage (from the project root; on CUDA when available, else CPU):
     python benchmarks/hook_flood.py --json hook_flood.json
     python benchmarks/hook_flood.py --floods connect:1000 get_state --rounds 5 --window 4 --device cpu
     python benchmarks/hook_flood.py --device cuda --json ...
+    python benchmarks/hook_flood.py --device cpu --job python --pin --trees before=/tmp/old after=. --rounds 5
 
 One job runs for the whole benchmark (steady state: it never stops between windows) with `import gpumon.hook`: on
-the CPU a launch-bound-like loop (a small MLP, batch 16), on CUDA a 1024-wide one; it prints (unix time, steps so
-far, CPU seconds of the hook's server thread) ten times a second. Each round goes through the floods; for each a
-quiet window and then a flood window follow each other, the flood made by a separate process. The first --settle
-seconds of each window are not counted. Floods (`NAME` or `NAME:RATE`):
+the CPU a launch-bound-like loop (a small MLP, batch 16; every torch call gives the GIL up and takes it back), on
+CUDA a 1024-wide one; `--job python`, a GIL-bound loop instead (about 1 ms of pure Python a step, marked with
+`gpumon.hook.step()`: it never gives the GIL up by itself, so it shows what the hook's GIL handoffs cost most
+plainly). Ten times a second it prints the unix time, its steps so far, the hook's server thread's CPU seconds,
+voluntary and involuntary context switches (/proc/self/task/TID/status) and the server's own counts of wakeups and
+GIL handoffs (where the hook counts them), and the training thread's own CPU seconds (`time.thread_time()`) and
+context switches. Each round goes through the floods; for each a quiet window and then a flood window follow each
+other, the flood made by a separate process. The first --settle seconds of each window are not counted.
+
+`--trees` runs one job per source tree (the gpumon each imports: say the code before a change and after it) and
+takes them in turn, each flood's pair of windows on one and then on the other, the one not measured stopped with
+SIGSTOP: before and after interleaved within seconds, under the same load. `--pin` puts the training thread alone
+on the first CPU and everything else (the job's other threads, the flooder, this script) on the others, so that on
+a machine with few cores the flooder takes no CPU from the training thread; `--flood-nice` runs the flooder niced.
+Floods (`NAME` or `NAME:RATE`):
 
 - `connect:R`: R connections opened and closed a second (non-blocking connects; a refused one counts as made).
 - `resubscribe[:R]`: one client re-sending `{"type":"subscribe","backlog":4096}`, as fast as the hook reads, or R a
@@ -19,13 +31,21 @@ seconds of each window are not counted. Floods (`NAME` or `NAME:RATE`):
 - `subscribers`: 8 clients subscribed at the fastest rates (`steps` every 0.05 s, `state` every 0.25 s), reading.
 - `huge_ids`: 8 clients sending `get_state` with a 60 KB `id` (a list of 15,000 `[1]`, costly to parse).
 - `nan_ids`: 8 clients sending `get_state` with `"id":NaN`, reconnecting when closed.
+- `dashboard`: not a flood: one client subscribed as the dashboard is (`steps` every 0.2 s, `state` every 1 s), reading
+  every 20 ms; what a legitimate monitor costs.
+- `handoffs:R`: no client; a thread in the job wakes up R times a second (a `select` on a pipe that never becomes
+  readable) and does nothing else: what a GIL handoff alone costs the training thread, to set against the floods.
 
-Reported per flood: the job's median steps/s, and its loss against the quiet windows as the median of the paired
-ratios (each flood window against the mean of the quiet windows before and after it, so slow drifts cancel), with
-the worst ratio; the CPU the hook's server thread used (% of a core, median over the flood windows; the quiet
-windows' beside it); and what the flooder managed (connections or request lines a second, bytes read a second).
-Target: no flood costs the job more than 2% of its steps/s; the server thread stays within 2% of a core (its
-budget).
+Reported per tree and flood: the job's median steps/s, and its loss against the quiet windows as the median of the
+paired ratios (each flood window against the mean of the quiet windows before and after it, so slow drifts cancel),
+with their range; the training thread's lost time (wall time minus its own CPU time, ms a second: waiting for the
+GIL, or for a core), and beyond the quiet windows' (paired the same way): that lost time, its waits (voluntary
+switches: in the GIL-bound loop, nearly all waits for the GIL), its preemptions (involuntary switches: the machine's
+other load) and its CPU a step (flat if the training thread does no work for the clients); the hook's server
+thread's CPU (% of a core), its waits, and its own counts of wakeups and GIL handoffs a second; and what the flooder
+managed (connections or request lines a second, bytes read a second). The counts are the robust figures on a
+shared machine; the lost time and steps/s carry its noise. Target: no flood costs the job more than 2% of its
+steps/s; the server thread stays within 2% of a core (its budget).
 """
 
 from __future__ import annotations
@@ -37,6 +57,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -50,25 +71,108 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = r"""
-import os, sys, threading, time
+import os, select, sys, threading, time
 import gpumon.hook  # the line a user adds
+from gpumon.hook import lifecycle
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-device = sys.argv[1]
+device, kind = sys.argv[1], sys.argv[2]
 width, depth, batch = (1024, 8, 64) if device == "cuda" else (64, 8, 16)
+PY_STEP = 15_000  # a pure-Python step's loop: about 1 ms on the VM, the GIL held throughout
 
 
-def server_cpu_s():  # CPU seconds of the hook's server thread so far (0 before it runs)
+def server_thread():
     for thread in threading.enumerate():
         if thread.name == "gpumon-hook-server" and thread.ident is not None:
+            return thread
+    return None
+
+
+def switches(tid):  # (voluntary, involuntary) context switches of one thread: its waits (the GIL's among them), and
+    try:            # the times the kernel took its core away. os.open/read/close: three calls, not open()'s six
+        fd = os.open(f"/proc/self/task/{tid}/status", os.O_RDONLY)
+        try:
+            text = os.read(fd, 8192).decode()
+        finally:
+            os.close(fd)
+        fields = dict(line.split(":", 1) for line in text.splitlines() if "ctxt_switches" in line)
+        return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
+main_tid = threading.get_native_id()
+pin = os.environ.get("GPUMON_FLOOD_PIN")  # "TRAIN:OTHERS": the training thread on one CPU, every other thread on others
+if pin:
+    train_cpus, other_cpus = ({int(cpu) for cpu in part.split(",")} for part in pin.split(":"))
+    os.sched_setaffinity(0, train_cpus)  # this thread; the threads it starts inherit it until pinned below
+pinned = {main_tid}
+
+
+def pin_others():
+    for tid in map(int, os.listdir("/proc/self/task")):
+        if tid not in pinned:
+            pinned.add(tid)
             try:
-                return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+                os.sched_setaffinity(tid, other_cpus)
             except OSError:
-                return 0.0
-    return 0.0
+                pass
 
 
+def report(steps):
+    # unix time, steps, then the server thread's CPU s, voluntary and involuntary switches and its own counts of
+    # wakeups and GIL handoffs (-1: a hook that does not count them), then the training thread's CPU s and switches
+    thread = server_thread()
+    cpu, sv, si, wakeups, handoffs = 0.0, 0, 0, -1, -1
+    if thread is not None:
+        try:
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:
+            pass
+        sv, si = switches(thread.native_id)
+        wakeups = getattr(lifecycle.server(), "wakeups", -1)
+        handoffs = getattr(lifecycle.server(), "handoffs", -1)
+    tv, ti = switches(main_tid)
+    if pin:
+        pin_others()
+    fields = (time.time(), steps, cpu, sv, si, wakeups, handoffs, time.thread_time(), tv, ti)
+    os.write(1, (" ".join(map(str, fields)) + "\n").encode())  # one write (print writes each field)
+
+
+wake_rate = 0.0
+
+
+def waker():  # `handoffs:R`: a thread that wakes R times a second and does nothing else: the GIL handoffs alone
+    r, _w = os.pipe()
+    while True:
+        rate = wake_rate
+        if rate <= 0:
+            time.sleep(0.05)
+            continue
+        select.select([r], [], [], 1 / rate)
+
+
+def commands():  # stdin: "handoffs R" lines; EOF: exit
+    global wake_rate
+    for line in sys.stdin:
+        wake_rate = float(line.split()[1])
+    os._exit(0)
+
+
+threading.Thread(target=commands, daemon=True).start()
+threading.Thread(target=waker, daemon=True).start()
+steps, next_report = 0, time.monotonic()
+if kind == "python":  # a GIL-bound loop: every step pure Python, marked with gpumon.hook.step()
+    while True:
+        total = 0
+        for i in range(PY_STEP):
+            total += i * i
+        gpumon.hook.step()
+        steps += 1
+        if time.monotonic() >= next_report:
+            next_report += 0.1
+            report(steps)
 torch.manual_seed(0)
 layers = []
 for _ in range(depth):
@@ -77,8 +181,6 @@ model = torch.nn.Sequential(*layers).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 data = TensorDataset(torch.randn(batch * 64, width), torch.randn(batch * 64, width))
 loader = DataLoader(data, batch_size=batch)
-threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
-steps, next_report = 0, time.monotonic()
 while True:
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -89,7 +191,7 @@ while True:
         steps += 1
         if time.monotonic() >= next_report:
             next_report += 0.1
-            print(time.time(), steps, server_cpu_s(), flush=True)
+            report(steps)
 """
 
 
@@ -99,10 +201,11 @@ REQUESTS = {
     "resubscribe": b'{"type":"subscribe","backlog":4096}\n',
     "get_state": b'{"type":"get_state","id":1}\n',
     "subscribers": b'{"type":"subscribe","steps_interval":0.05,"state_interval":0.25}\n',
+    "dashboard": b'{"type":"subscribe","steps_interval":0.2,"state_interval":1.0}\n',
     "huge_ids": json.dumps({"type": "get_state", "id": HUGE_ID}, separators=(",", ":")).encode() + b"\n",
     "nan_ids": b'{"type":"get_state","id":NaN}\n',
 }
-FLOOD_NAMES = ["connect", *REQUESTS]
+FLOOD_NAMES = ["connect", "handoffs", *REQUESTS]
 DEFAULT_FLOODS = ["connect:1000", "resubscribe", "resubscribe:5", "get_state", "subscribers", "huge_ids", "nan_ids"]
 
 
@@ -183,13 +286,13 @@ class FloodClient:
 
 def request_flood(path: str, name: str, rate: float, seconds: float) -> tuple[int, int]:
     """Flood with requests; (request lines sent, bytes read)."""
-    count = 1 if name == "resubscribe" else REQUEST_CLIENTS
+    count = 1 if name in ("resubscribe", "dashboard") else REQUEST_CLIENTS
     clients = [FloodClient(path, REQUESTS[name], rate) for _ in range(count)]
     start = time.monotonic()
     while (now := time.monotonic()) - start < seconds:
         for client in clients:
-            client.step(now, once=name == "subscribers")
-        time.sleep(0.001)
+            client.step(now, once=name in ("subscribers", "dashboard"))
+        time.sleep(0.001 if name != "dashboard" else 0.02)
     return sum(c.sent_lines for c in clients), sum(c.received for c in clients)
 
 
@@ -202,29 +305,50 @@ def flood(path: str, spec: str, seconds: float) -> None:
         print(*request_flood(path, name, float(rate or 0), seconds))
 
 
-class Job:
-    """The hooked training job, and the (time, steps, server thread CPU) marks it prints."""
+FIELDS = (
+    "steps",
+    "server_cpu",
+    "server_waits",
+    "server_preempted",
+    "wakeups",
+    "handoffs",
+    "train_cpu",
+    "train_waits",
+    "train_preempted",
+)
+"""What the job prints after the unix time, ten times a second (see WORKER's `report`)."""
 
-    def __init__(self, device: str) -> None:
+
+class Job:
+    """The hooked training job, and the marks it prints (unix time, then FIELDS)."""
+
+    def __init__(self, device: str, kind: str, tree: Path, label: str, pin: str | None = None) -> None:
+        self.label = label
         self.sock_dir = tempfile.mkdtemp(prefix="gpumon-flood-", dir="/tmp")
         env = dict(
             os.environ,
             GPUMON_SOCKET_DIR=os.path.join(self.sock_dir, "s"),
             OMP_NUM_THREADS="1",
-            PYTHONPATH=os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p),
+            PYTHONPATH=os.pathsep.join(p for p in [str(tree), os.environ.get("PYTHONPATH", "")] if p),
         )
+        if pin:
+            env["GPUMON_FLOOD_PIN"] = pin
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", WORKER, device, kind],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=self.sock_dir,  # not the project root: the job imports gpumon from `tree` only
         )
         self.path = os.path.join(self.sock_dir, "s", f"{self.proc.pid}.sock")
-        self.marks: list[tuple[float, int, float]] = []
+        self.marks: list[tuple[float, ...]] = []
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            t, steps, server_cpu = line.split()
-            self.marks.append((float(t), int(steps), float(server_cpu)))
+            self.marks.append(tuple(float(field) for field in line.split()))
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -233,22 +357,36 @@ class Job:
                 raise SystemExit(f"the job did not start (rc={self.proc.poll()})")
             time.sleep(0.1)
 
-    def at(self, t: float) -> tuple[float, float]:
-        """Steps done and the server thread's CPU seconds by unix time t, interpolated between the marks around it."""
+    def command(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def pause(self) -> None:
+        """Stop the job (SIGSTOP) while another tree's job is measured: it takes no CPU meanwhile."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def at(self, t: float) -> tuple[float, ...]:
+        """FIELDS by unix time t, interpolated between the marks around it."""
         marks = list(self.marks)
-        for (t0, s0, c0), (t1, s1, c1) in itertools.pairwise(marks):
+        for before, after in itertools.pairwise(marks):
+            t0, t1 = before[0], after[0]
             if t0 <= t <= t1:
                 share = (t - t0) / (t1 - t0) if t1 > t0 else 0.0
-                return s0 + (s1 - s0) * share, c0 + (c1 - c0) * share
+                return tuple(a + (b - a) * share for a, b in zip(before[1:], after[1:], strict=True))
         raise ValueError(f"no marks around {t}")
 
-    def rates(self, start: float, end: float) -> tuple[float, float]:
-        """Steps a second, and the server thread's share of a core, between two unix times."""
-        (s0, c0), (s1, c1) = self.at(start), self.at(end)
-        return (s1 - s0) / (end - start), (c1 - c0) / (end - start)
+    def rates(self, start: float, end: float) -> dict[str, float]:
+        """Each of FIELDS a second between two unix times (CPU seconds a second: a share of a core)."""
+        first, last = self.at(start), self.at(end)
+        return {name: (b - a) / (end - start) for name, a, b in zip(FIELDS, first, last, strict=True)}
 
     def close(self) -> None:
         if self.proc.poll() is None:
+            self.resume()
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
@@ -256,70 +394,133 @@ class Job:
 
 def window(job: Job, spec: str | None, args: argparse.Namespace) -> dict[str, Any]:
     flooder = None
-    if spec is not None:
-        flooder = subprocess.Popen(
-            [sys.executable, __file__, "--flood", job.path, spec, str(args.window)], stdout=subprocess.PIPE, text=True
-        )
+    waking = spec is not None and spec.startswith("handoffs:")
+    if waking:
+        job.command(f"handoffs {spec.partition(':')[2]}")
+    elif spec is not None:
+        command = [sys.executable, __file__, "--flood", job.path, spec, str(args.window)]
+        if args.flood_nice:
+            command = ["nice", "-n", str(args.flood_nice), *command]
+        flooder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     start = time.time()
     time.sleep(args.window)
     sent = received = 0
     if flooder is not None:
         sent, received = (int(n) for n in flooder.communicate(timeout=60)[0].split())
+    if waking:
+        job.command("handoffs 0")
     time.sleep(0.3)  # the marks after the window's end
-    steps_per_s, server_cpu = job.rates(start + args.settle, start + args.window)
+    rates = job.rates(start + args.settle, start + args.window)
+    counted = job.marks[-1][FIELDS.index("wakeups") + 1] >= 0
     return {
+        "tree": job.label,
         "flood": spec,
-        "steps_per_s": steps_per_s,
-        "server_cpu_pct": 100 * server_cpu,
+        "steps_per_s": rates["steps"],
+        "server_cpu_pct": 100 * rates["server_cpu"],
+        "server_waits_per_s": rates["server_waits"],
+        "server_wakeups_per_s": rates["wakeups"] if counted else None,
+        "server_handoffs_per_s": rates["handoffs"] if counted else None,
+        "train_cpu_pct": 100 * rates["train_cpu"],
+        "train_cpu_us_per_step": 1e6 * rates["train_cpu"] / rates["steps"] if rates["steps"] else None,
+        "lost_ms_per_s": 1000 * (1 - rates["train_cpu"]),
+        "train_waits_per_s": rates["train_waits"],
+        "train_preempted_per_s": rates["train_preempted"],
         "sent_per_s": sent / args.window,
         "received_per_s": received / args.window,
     }
 
 
+PAIRED = ("lost_ms_per_s", "train_waits_per_s", "train_preempted_per_s", "train_cpu_us_per_step", "server_waits_per_s")
+"""Figures given as a flood window's excess over the mean of the quiet windows around it."""
+
+
+def _paired(windows: list[dict[str, Any]], spec: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each of `spec`'s flood windows with the mean of the quiet windows just before and after it (one tree's
+    windows, in the order they ran)."""
+    pairs = []
+    for index, w in enumerate(windows):
+        if w["flood"] != spec:
+            continue
+        neighbours = [windows[i] for i in (index - 1, index + 1) if 0 <= i < len(windows)]
+        around = [q for q in neighbours if q["flood"] is None]
+        mean = {key: statistics.mean(q[key] for q in around) for key in ("steps_per_s", *PAIRED)}
+        pairs.append((w, mean))
+    return pairs
+
+
 def summarize(windows: list[dict[str, Any]], floods: list[str]) -> list[dict[str, Any]]:
-    quiet = [w for w in windows if w["flood"] is None]
-    rows = [
-        {
-            "flood": "quiet",
-            "steps_per_s": statistics.median(w["steps_per_s"] for w in quiet),
-            "loss_pct": 0.0,
-            "worst_loss_pct": 0.0,
-            "server_cpu_pct": statistics.median(w["server_cpu_pct"] for w in quiet),
-            "quiet_server_cpu_pct": statistics.median(w["server_cpu_pct"] for w in quiet),
-            "sent_per_s": 0.0,
-            "received_per_s": 0.0,
-            "windows": len(quiet),
-        }
-    ]
-    for spec in floods:
-        ratios, quiet_cpu = [], []
-        for index, w in enumerate(windows):
-            if w["flood"] != spec:
-                continue
-            neighbours = [windows[i] for i in (index - 1, index + 1) if 0 <= i < len(windows)]
-            around = [q for q in neighbours if q["flood"] is None]
-            ratios.append(w["steps_per_s"] / statistics.mean(q["steps_per_s"] for q in around))
-            quiet_cpu.append(statistics.mean(q["server_cpu_pct"] for q in around))
-        flooded = [w for w in windows if w["flood"] == spec]
-        rows.append(
-            {
-                "flood": spec,
-                "steps_per_s": statistics.median(w["steps_per_s"] for w in flooded),
-                "loss_pct": 100 * (1 - statistics.median(ratios)),
-                "worst_loss_pct": 100 * (1 - min(ratios)),
-                "server_cpu_pct": statistics.median(w["server_cpu_pct"] for w in flooded),
-                "quiet_server_cpu_pct": statistics.median(quiet_cpu),
-                "sent_per_s": statistics.median(w["sent_per_s"] for w in flooded),
-                "received_per_s": statistics.median(w["received_per_s"] for w in flooded),
-                "windows": len(flooded),
-            }
-        )
+    """One row per tree and flood (and one per tree for its quiet windows)."""
+    rows = []
+    for tree in dict.fromkeys(w["tree"] for w in windows):
+        mine = [w for w in windows if w["tree"] == tree]
+        quiet = [w for w in mine if w["flood"] is None]
+        rows.append(_row(tree, "quiet", quiet, [(w, w) for w in quiet]))
+        for spec in floods:
+            pairs = _paired(mine, spec)
+            rows.append(_row(tree, spec, [w for w, _ in pairs], pairs))
     return rows
+
+
+def _row(
+    tree: str, spec: str, flooded: list[dict[str, Any]], pairs: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> dict[str, Any]:
+    def median(key: str) -> float | None:
+        values = [w[key] for w in flooded if w[key] is not None]
+        return statistics.median(values) if values else None
+
+    losses = [100 * (1 - w["steps_per_s"] / q["steps_per_s"]) for w, q in pairs]
+    row: dict[str, Any] = {
+        "tree": tree,
+        "flood": spec,
+        "windows": len(flooded),
+        "steps_per_s": median("steps_per_s"),
+        "loss_pct": statistics.median(losses),
+        "loss_pct_range": [min(losses), max(losses)],
+        "server_cpu_pct": median("server_cpu_pct"),
+        "server_wakeups_per_s": median("server_wakeups_per_s"),
+        "server_handoffs_per_s": median("server_handoffs_per_s"),
+        "train_cpu_pct": median("train_cpu_pct"),
+        "sent_per_s": median("sent_per_s"),
+        "received_per_s": median("received_per_s"),
+    }
+    for key in PAIRED:
+        excess = [w[key] - q[key] for w, q in pairs]
+        row[key] = median(key)
+        row[f"{key}_excess"] = statistics.median(excess)
+        row[f"{key}_excess_range"] = [min(excess), max(excess)]
+    return row
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The summary: steps/s lost (median and range over the flood windows, each against the quiet ones around it);
+    the training thread's lost time (wall minus its CPU), its waits (voluntary switches: the GIL's) and preemptions
+    beyond the quiet windows', and its CPU a step beyond theirs; the server thread's CPU, waits, and its own counts of
+    wakeups and GIL handoffs."""
+    print(
+        f"{'tree':<7} {'flood':<14} {'steps/s':>7} {'lost %':>6} {'(range)':>12} {'lost ms/s':>9} {'+ms/s':>6} "
+        f"{'(range)':>13} {'+waits/s':>8} {'+preempt/s':>10} {'+us/step':>8} {'srv CPU%':>8} {'srv waits/s':>11} "
+        f"{'wakeups/s':>9} {'handoffs/s':>10} {'sent/s':>7} {'read KB/s':>9}"
+    )
+
+    def count(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    for row in rows:
+        low, high = row["loss_pct_range"]
+        lost_low, lost_high = row["lost_ms_per_s_excess_range"]
+        print(
+            f"{row['tree']:<7} {row['flood']:<14} {row['steps_per_s']:>7.1f} {row['loss_pct']:>6.1f} "
+            f"{f'{low:.1f}..{high:.1f}':>12} {row['lost_ms_per_s']:>9.1f} {row['lost_ms_per_s_excess']:>6.1f} "
+            f"{f'{lost_low:.1f}..{lost_high:.1f}':>13} {row['train_waits_per_s_excess']:>8.0f} "
+            f"{row['train_preempted_per_s_excess']:>10.0f} {row['train_cpu_us_per_step_excess']:>8.1f} "
+            f"{row['server_cpu_pct']:>8.2f} {row['server_waits_per_s']:>11.0f} {count(row['server_wakeups_per_s']):>9} "
+            f"{count(row['server_handoffs_per_s']):>10} {row['sent_per_s']:>7.0f} {row['received_per_s'] / 1000:>9.1f}"
+        )
 
 
 def flood_spec(text: str) -> str:
     name, _, rate = text.partition(":")
-    if name not in FLOOD_NAMES or (name == "connect" and not rate):
+    if name not in FLOOD_NAMES or (name in ("connect", "handoffs") and not rate):
         raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(FLOOD_NAMES)} (connect:RATE), with :RATE")
     if rate:
         try:
@@ -329,6 +530,14 @@ def flood_spec(text: str) -> str:
     return text
 
 
+def tree_spec(text: str) -> tuple[str, Path]:
+    label, _, path = text.rpartition("=")
+    tree = Path(path).resolve()
+    if not (tree / "gpumon" / "hook" / "server.py").is_file():
+        raise argparse.ArgumentTypeError(f"{path!r} holds no gpumon/hook/server.py")
+    return label or tree.name, tree
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--floods", type=flood_spec, nargs="+", default=DEFAULT_FLOODS, help="NAME or NAME:RATE")
@@ -336,6 +545,24 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--settle", type=float, default=0.5, help="seconds at a window's start not counted")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument(
+        "--job", choices=["mlp", "python"], default="mlp", help="the training loop: torch's MLP, or pure Python"
+    )
+    parser.add_argument(
+        "--trees",
+        type=tree_spec,
+        nargs="+",
+        default=[("this", ROOT)],
+        metavar="[LABEL=]DIR",
+        help="source trees whose gpumon the job imports (default: this one); with several, one job each, run in turn",
+    )
+    parser.add_argument("--flood-nice", type=int, default=0, help="niceness of the flooder process (0: as is)")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the job's training thread alone on CPU 0; its other threads, the flooder and this script on the others "
+        "(a machine with few cores: the flooder then takes no CPU from the training thread)",
+    )
     parser.add_argument("--json", type=Path, help="write the windows and the summary here")
     parser.add_argument("--flood", nargs=3, metavar=("PATH", "SPEC", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -349,37 +576,58 @@ def main() -> None:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    job = Job(device)
+    pin = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--pin needs two CPUs")
+        os.sched_setaffinity(0, cpus[1:])  # this script and the flooders it starts
+        pin = f"{cpus[0]}:{','.join(map(str, cpus[1:]))}"
+    jobs = [Job(device, args.job, tree, label, pin) for label, tree in args.trees]
+    windows: list[dict[str, Any]] = []
     try:
-        job.wait_ready()
-        time.sleep(2.0)  # warm up
-        windows: list[dict[str, Any]] = []
+        for job in jobs:
+            job.wait_ready()
+        if len(jobs) > 1:
+            for job in jobs:
+                job.pause()
         for round_index in range(args.rounds):
             shift = round_index % len(args.floods)
-            for spec in args.floods[shift:] + args.floods[:shift]:
-                windows.append(window(job, None, args))
-                windows.append(window(job, spec, args))
-                print(
-                    f"round {round_index + 1}: {spec:<14} quiet {windows[-2]['steps_per_s']:.1f}  flood "
-                    f"{windows[-1]['steps_per_s']:.1f} steps/s, server thread {windows[-1]['server_cpu_pct']:.2f}% "
-                    f"of a core",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        windows.append(window(job, None, args))
+            for spec_index, spec in enumerate(args.floods[shift:] + args.floods[:shift]):
+                turn = (round_index + spec_index) % len(jobs)  # which tree goes first changes every time
+                for job in jobs[turn:] + jobs[:turn]:
+                    if len(jobs) > 1:
+                        job.resume()
+                    if round_index == 0 and spec_index == 0:
+                        time.sleep(2.0)  # warm up
+                    elif len(jobs) > 1:
+                        time.sleep(0.5)  # back from SIGSTOP
+                    windows.append(window(job, None, args))
+                    windows.append(window(job, spec, args))
+                    if len(jobs) > 1:
+                        job.pause()
+                    quiet, flooded = windows[-2], windows[-1]
+                    print(
+                        f"round {round_index + 1}: {job.label:<8} {spec:<14} quiet {quiet['steps_per_s']:.1f}  flood "
+                        f"{flooded['steps_per_s']:.1f} steps/s; training thread lost {quiet['lost_ms_per_s']:.1f} -> "
+                        f"{flooded['lost_ms_per_s']:.1f} ms/s, waits {quiet['train_waits_per_s']:.0f} -> "
+                        f"{flooded['train_waits_per_s']:.0f}/s; server thread {flooded['server_cpu_pct']:.2f}% of a "
+                        f"core, {flooded['server_waits_per_s']:.0f} waits/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        for job in jobs:
+            if len(jobs) > 1:
+                job.resume()
+                time.sleep(0.5)
+            windows.append(window(job, None, args))
+            if len(jobs) > 1:
+                job.pause()
     finally:
-        job.close()
+        for job in jobs:
+            job.close()
     rows = summarize(windows, list(dict.fromkeys(args.floods)))
-    print(
-        f"{'flood':<14} {'steps/s':>9} {'loss %':>7} {'worst %':>8} {'server CPU %':>13} {'(quiet)':>8} "
-        f"{'sent/s':>8} {'read KB/s':>10}"
-    )
-    for row in rows:
-        print(
-            f"{row['flood']:<14} {row['steps_per_s']:>9.1f} {row['loss_pct']:>7.2f} {row['worst_loss_pct']:>8.2f} "
-            f"{row['server_cpu_pct']:>13.2f} {row['quiet_server_cpu_pct']:>8.2f} {row['sent_per_s']:>8.0f} "
-            f"{row['received_per_s'] / 1000:>10.1f}"
-        )
+    print_table(rows)
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -391,7 +639,7 @@ def main() -> None:
                     "device": device,
                     "python": platform.python_version(),
                     "commit": _commit(),
-                    "args": {k: v for k, v in vars(args).items() if k not in ("json", "flood")},
+                    "args": {k: str(v) for k, v in vars(args).items() if k not in ("json", "flood")},
                     "summary": rows,
                     "windows": windows,
                 },

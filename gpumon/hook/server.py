@@ -4,11 +4,21 @@ Never blocks the training thread (it only reads the runtime's bounded structures
 in `runtime.control`), never waits for a client (non-blocking sockets, a bounded outgoing buffer per
 client whose oldest messages are dropped), and no client can make it cost the job much: accepts and
 each client's input have a budget (token buckets; over it, the server stops listening or reading for a
-while and lets the kernel push back), so do each client's share of the thread's CPU and the thread's CPU as
-a whole (measured with time.thread_time; over it, the client, or the whole server, waits), a new client gets a
+while and lets the kernel push back), so do each client's share of the thread's cost and the thread's cost as
+a whole (its CPU, measured with time.thread_time, plus HANDOFF_COST for each call that gives the GIL up; over it,
+the client, or the whole server, waits), the loop takes its turns at most every TURN_S (what arrives meanwhile is
+taken in one go: a bounded number of wakeups, and of GIL handoffs with the training thread, a second), each client
+gets at most one send a turn, the subscribed streams fall due together (on a STREAM_GRID), a new client gets a
 greeting built at most every GREETING_TTL, each step record is encoded once for every client, and nothing a
 client sends can end the thread (a failing connection is dropped; a failing loop is restarted with backoff and
 counted in state.hook.server_restarts).
+
+Why the calls count and not only the CPU: the thread gives the GIL up for every call that may block (select,
+recv, send, epoll_ctl, accept, close, a wait) and must take it back from the training thread afterwards. The
+training thread then waits for it, and wakes up late once it is given back: time the job loses that the server
+thread's CPU clock does not show (benchmarks/hook_flood.py measures it: on the 2-core VM tens to a hundred
+microseconds a handoff, several times the server's own CPU for a small reply). So the server's loop wakes up a
+bounded number of times a second, batches its sends, and charges each such call to the budgets.
 """
 
 from __future__ import annotations
@@ -62,9 +72,21 @@ RESTART_BACKOFF_MIN = 0.05
 RESTART_BACKOFF_MAX = 5.0
 _RESTART_CALM_S = 60.0
 """A loop that ran this long without failing starts its backoff from the minimum again."""
+TURN_S = 0.02
+"""A turn of the loop (the due streams, every ready socket, then at most one send for each client with output)
+begins at least this long after the one before, whatever the clients do: at most 50 turns a second, each one or two
+wakeups of the thread. A request waits at most this long more for its answer."""
+HANDOFF_COST = 100e-6
+"""Seconds charged to the budgets for each call that gives the GIL up (see the module's docstring): about what one
+costs a GIL-bound training thread on the 2-core VM (benchmarks/README.md, "GIL handoffs"). With the server's budget
+(SERVER_CPU_SHARE), at most 200 such calls a second, fewer the more CPU they cost."""
+STREAM_GRID = 0.05
+"""The subscribed streams' next times are rounded to a multiple of this (the shortest steps_interval), so that every
+subscriber due about then is served in the same turn."""
 _RECV_CHUNK = 65536
-_MAX_RECV_PER_WAKE = 4
-_MAX_ACCEPT_PER_WAKE = 16
+_MAX_RECV_PER_TURN = 1
+_MAX_ACCEPT_PER_TURN = 16
+_MAX_WAKE_READS = 4
 
 __all__ = ["HookServer", "prepare_socket_dir"]
 
@@ -122,6 +144,17 @@ class HookServer:
         self._greeting: tuple[float, list[bytes], int] | None = None
         self._cpu = TokenBucket(SERVER_CPU_SHARE, SERVER_CPU_BURST, time.monotonic())
         self._cpu_mark = 0.0
+        self._calls = 0
+        """Calls that gave the GIL up since the last charge."""
+        self._next_turn = 0.0
+        self._unsent: dict[int, Client] = {}
+        """Clients with output queued this turn: sent to once, at the turn's end."""
+        self.turns = 0
+        """Turns of the loop so far (each begins at least TURN_S after the one before)."""
+        self.wakeups = 0
+        """Calls that may have put the thread to sleep (select with a timeout, waits): its wakeups are at most these."""
+        self.handoffs = 0
+        """Calls that gave the GIL up (each charged HANDOFF_COST), the wakeups among them."""
         self._steps_lines = StepsLines(runtime)
         self._stats: tuple[float, bytes] | None = None
         self._turn = 0
@@ -324,44 +357,87 @@ class HookServer:
                 pass
 
     def _serve_once(self) -> None:
+        """One turn: wait for a socket or a due stream (or, in debt, for budget), no sooner than TURN_S after the last
+        turn began; then the streams, every ready socket, and one send for each client with output."""
         selector = self._selector
         assert selector is not None
         self._charge(None)
         now = time.monotonic()
         if self._cpu.wait_s(now, 0.0) > 0:
-            self._stop_event.wait(self._cpu.wait_s(now, SERVER_CPU_RESUME))
+            self._sleep(self._cpu.wait_s(now, SERVER_CPU_RESUME))
             return
-        self._tick()  # the subscribed streams first: a flood of requests cannot starve them
-        events = selector.select(self._timeout(time.monotonic()))
-        self._turn += 1  # who goes first changes every time: with little budget left, no client always takes it
-        first = self._turn % len(events) if events else 0
-        for key, mask in events[first:] + events[:first]:
-            if self._stopping or self._over_budget(None):
+        events = self._select(selector, self._timeout(now))
+        now = time.monotonic()
+        if now < self._next_turn and not self._stopping:
+            # Too soon after the last turn: let what else comes gather for the rest of it, then take it all at once.
+            self._sleep(self._next_turn - now)
+            events = self._select(selector, 0.0)
+            now = time.monotonic()
+        self._next_turn = now + TURN_S
+        self.turns += 1
+        try:
+            self._tick(now)  # the subscribed streams first: a flood of requests cannot starve them
+            self._turn += 1  # who goes first changes every time: with little budget left, no client always takes it
+            first = self._turn % len(events) if events else 0
+            for key, mask in events[first:] + events[:first]:
+                if self._stopping or self._over_budget(None):
+                    return
+                if key.data == "listen":
+                    self._accept()
+                elif key.data == "wake":
+                    self._drain_wake_pipe()
+                else:
+                    client = key.data
+                    self._charge(None)
+                    try:
+                        if mask & selectors.EVENT_READ and not client.closed:
+                            self._read(client)
+                        if mask & selectors.EVENT_WRITE and not client.closed:
+                            self._flush(client)
+                    except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
+                        self._client_failed(client, exc)
+                    self._charge(client)
+        finally:
+            self._send_unsent()
+
+    def _select(self, selector: selectors.BaseSelector, timeout: float | None) -> list[Any]:
+        self._calls += 1
+        if timeout is None or timeout > 0:
+            self.wakeups += 1
+        return selector.select(timeout)
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait (stop() ends the wait), counted as a wakeup and a handoff."""
+        self._calls += 1
+        self.wakeups += 1
+        self._stop_event.wait(seconds)
+
+    def _drain_wake_pipe(self) -> None:
+        for _ in range(_MAX_WAKE_READS):
+            self._calls += 1
+            try:
+                if not os.read(self._wake_r, 4096):
+                    return
+            except OSError:
                 return
-            if key.data == "listen":
-                self._accept()
-            elif key.data == "wake":
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except OSError:
-                    pass
-            else:
-                client = key.data
-                self._charge(None)
-                try:
-                    if mask & selectors.EVENT_READ and not client.closed:
-                        self._read(client)
-                    if mask & selectors.EVENT_WRITE and not client.closed:
-                        self._flush(client)
-                except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
-                    self._client_failed(client, exc)
-                self._charge(client)
+
+    def _send_unsent(self) -> None:
+        """The turn's end: one send for each client with output queued during it."""
+        while self._unsent:
+            _fd, client = self._unsent.popitem()
+            try:
+                self._flush(client)
+            except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
+                self._client_failed(client, exc)
+            self._charge(client)
 
     def _charge(self, client: Client | None) -> None:
-        """Charge the thread's CPU since the last charge to the server's budget, and to `client`'s when given."""
+        """Charge the thread's cost since the last charge (its CPU, and HANDOFF_COST for each call that gave the GIL
+        up) to the server's budget, and to `client`'s when given."""
         mark = time.thread_time()
-        spent, self._cpu_mark = mark - self._cpu_mark, mark
+        spent, self._cpu_mark = mark - self._cpu_mark + self._calls * HANDOFF_COST, mark
+        self.handoffs += self._calls
+        self._calls = 0
         now = time.monotonic()
         self._cpu.spend(now, spent)
         if client is not None:
@@ -411,13 +487,15 @@ class HookServer:
     def _accept(self) -> None:
         listener = self._listener
         assert listener is not None
-        for _ in range(_MAX_ACCEPT_PER_WAKE):
+        for _ in range(_MAX_ACCEPT_PER_TURN):
+            self._calls += 1
             try:
                 conn, _addr = listener.accept()
             except OSError:  # BlockingIOError: none left
                 return
             now = time.monotonic()
             if not self._accepts.take(now):
+                self._calls += 1
                 _close_quietly(conn)  # over the rate: no peer check, no greeting, and stop listening a while
                 self._pause_accepting(now)
                 return
@@ -442,6 +520,7 @@ class HookServer:
             _close_quietly(conn)
             return
         if len(self._clients) >= self.max_clients:
+            self._calls += 2
             try:
                 conn.send(self._too_many_clients)
             except OSError:
@@ -461,6 +540,7 @@ class HookServer:
         flooding = now - self._accept_resumed_at < ACCEPT_PAUSE_MAX  # over the rate again soon after resuming
         self._accept_pause = min(ACCEPT_PAUSE_MAX, self._accept_pause * 2) if flooding else ACCEPT_PAUSE_MIN
         self._accept_resume_at = now + max(self._accept_pause, self._accepts.wait_s(now))
+        self._calls += 1
         try:
             self._selector.unregister(self._listener)
         except (KeyError, ValueError, OSError):
@@ -471,6 +551,7 @@ class HookServer:
             return
         self._accept_resume_at = None
         self._accept_resumed_at = now
+        self._calls += 1
         if self._selector is not None and self._listener is not None:
             self._selector.register(self._listener, selectors.EVENT_READ, "listen")
 
@@ -498,12 +579,13 @@ class HookServer:
     # -- input ----------------------------------------------------------------------------------
 
     def _read(self, client: Client) -> None:
-        for _ in range(_MAX_RECV_PER_WAKE):
+        for _ in range(_MAX_RECV_PER_TURN):
             if client.paused_until:
                 return
             if self._over_budget(client):
                 self._pause_input(client, self._budget_resumes_at(client, time.monotonic()))
                 return
+            self._calls += 1
             try:
                 chunk = client.sock.recv(_RECV_CHUNK)
             except (BlockingIOError, InterruptedError):
@@ -603,8 +685,7 @@ class HookServer:
             socket_refused=self.socket_refused,
         )
 
-    def _tick(self) -> None:
-        now = time.monotonic()
+    def _tick(self, now: float) -> None:
         self._resume_accepting(now)
         outbox = self.runtime.outbox
         while outbox:
@@ -623,19 +704,19 @@ class HookServer:
                     continue
                 if self._over_budget(client):
                     continue  # its streams wait; _timeout wakes the loop when its budget is back
-                if client.paused_until and now >= client.paused_until:
-                    client.paused_until = 0.0
-                    self._handle_lines(client, now)
-                    self._update_events(client)
                 if client.steps and now >= client.next_steps and self._may_stream(client):
                     if records is None:
                         records = self.runtime.snapshot_records()
                     self._stream_steps(client, records, now)
                 if client.state and now >= client.next_state and self._may_stream(client):
-                    client.next_state = now + client.state_interval
+                    client.next_state = _on_grid(now, client.state_interval)
                     if state is None:
                         state = self._encode(self._state())
                     self._send_bytes(client, state)
+                if client.paused_until and now >= client.paused_until:  # its requests after its streams
+                    client.paused_until = 0.0
+                    self._handle_lines(client, now)
+                    self._update_events(client)
             except Exception as exc:  # noqa: BLE001 - one connection's failure never reaches the others
                 self._client_failed(client, exc)
             self._charge(client)
@@ -648,7 +729,7 @@ class HookServer:
             client.last_steps_sent = now
             if not self._send_steps(client, records, self._stats_json(records, now), budgeted=True):
                 return  # more to send: due again as soon as its budget allows
-        client.next_steps = now + client.steps_interval
+        client.next_steps = _on_grid(now, client.steps_interval)
 
     def _send_steps(self, client: Client, records: list[list[Any]], stats_json: bytes, *, budgeted: bool) -> bool:
         """Send `client` the `steps` lines after its cursor; budgeted, only while it has budget (past a backlog it
@@ -684,15 +765,20 @@ class HookServer:
             self._send_bytes(client, self._encode(message))
 
     def _send_bytes(self, client: Client, data: bytes) -> None:
+        """Queue `data` for `client`: sent with everything else queued for it at the end of the turn."""
         if client.closed or not data:
             return
         client.queue(data, self.client_buffer, time.monotonic())
-        self._flush(client)
+        self._unsent[client.fd] = client
 
     def _flush(self, client: Client) -> None:
+        """Send `client` what its socket takes now (one call while it takes everything)."""
+        self._unsent.pop(client.fd, None)
         if client.closed:
             return
-        if not client.send_queued(time.monotonic()):
+        calls = client.send_queued(time.monotonic())
+        self._calls += abs(calls)
+        if calls < 0:
             self._drop(client)
             return
         self._update_events(client)
@@ -704,6 +790,7 @@ class HookServer:
         wanted = (0 if client.paused_until else selectors.EVENT_READ) | (selectors.EVENT_WRITE if client.out else 0)
         if wanted == client.events:
             return
+        self._calls += 1
         try:
             if not wanted:
                 self._selector.unregister(client.sock)
@@ -721,6 +808,8 @@ class HookServer:
             return
         client.closed = True
         self._clients.pop(client.fd, None)
+        self._unsent.pop(client.fd, None)
+        self._calls += 3
         if self._selector is not None and client.events:
             try:
                 self._selector.unregister(client.sock)
@@ -750,6 +839,13 @@ class HookServer:
                 client,
                 protocol.Bye(type=protocol.BYE, t=round(time.time(), 4), last_seq=last_seq, reason=self._stop_reason),
             )
+        self._send_unsent()
+
+
+def _on_grid(now: float, interval: float) -> float:
+    """`interval` from `now`, rounded to the nearest multiple of STREAM_GRID (at least one grid step from now)."""
+    due = round((now + interval) / STREAM_GRID) * STREAM_GRID
+    return due if due > now else due + STREAM_GRID
 
 
 def _id_problem(request_id: Any) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections import deque
+from itertools import islice
 
 from gpumon.hook.ratelimit import TokenBucket
 from gpumon.protocol import BACKLOG_MAX
@@ -24,6 +25,8 @@ CPU_BURST = 0.02
 """The server thread's CPU one client's requests and streams may use: share of a core, and seconds at once. In debt,
 its socket is not read and its streams wait until it has CPU_RESUME again."""
 CPU_RESUME = 0.002
+MAX_SEND_BUFFERS = 64
+"""Queued messages handed to the kernel in one sendmsg call, at most."""
 STREAM_RESERVE = 0.001
 """CPU seconds of a client's budget its streams leave to its requests: a subscriber to a fast job, whose `steps`
 would spend all of its budget, still gets its pings, knob changes and states answered."""
@@ -106,20 +109,31 @@ class Client:
             self.out_bytes -= len(old)
             self.dropped_messages += 1
 
-    def send_queued(self, now: float) -> bool:
-        """Send what the socket takes now without waiting; False when the connection failed."""
+    def send_queued(self, now: float) -> int:
+        """Send what the socket takes now without waiting, the queued messages together (one sendmsg call while the
+        socket takes all it is given). Returns how many calls it made, negated when the connection failed."""
+        calls = 0
         while self.out:
-            head = self.out[0]
+            buffers: list[bytes | memoryview] = [memoryview(self.out[0])[self.head_sent :]]
+            buffers += islice(self.out, 1, MAX_SEND_BUFFERS)
+            offered = sum(len(buffer) for buffer in buffers)
+            calls += 1
             try:
-                sent = self.sock.send(memoryview(head)[self.head_sent :])
+                sent = self.sock.sendmsg(buffers)
             except (BlockingIOError, InterruptedError):
-                return True
+                return calls
             except OSError:
-                return False
+                return -calls
             self.last_progress = now
-            self.head_sent += sent
-            if self.head_sent >= len(head):
-                self.out.popleft()
-                self.out_bytes -= len(head)
+            left = sent
+            while left:
+                head_left = len(self.out[0]) - self.head_sent
+                if left < head_left:
+                    self.head_sent += left
+                    break
+                left -= head_left
+                self.out_bytes -= len(self.out.popleft())
                 self.head_sent = 0
-        return True
+            if sent < offered:
+                return calls  # the socket's buffer is full: the rest once it is writable
+        return calls
