@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from gpumon.advisor.catalogue import OWNER_KNOBS
 from gpumon.advisor.measure import INCONCLUSIVE, NO_WIN, SLOWER, WIN, Decision, Measurement, gain_text, speedup
 from gpumon.advisor.rules import Finding
 from gpumon.advisor.signals import Signals
@@ -203,6 +204,70 @@ class Unrestored:
         return {"knob": self.knob, "left": self.left, "should_be": self.should_be}
 
 
+PROVED, REFUTED, UNDECIDED = "proved", "refuted", "undecided"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerTest:
+    """What a variant that took one owner of GPU idle time away (catalogue.OWNER_KNOBS) says of that owner: proved
+    (a win: the owner held about 1 - 1/speed-up of the step), refuted (no win, or slower) or undecided (the noise)."""
+
+    category: str
+    what: str
+    knob: str
+    result: str
+    gain: float | None
+    """The variant's rate over the best before it, less 1."""
+
+    @property
+    def share(self) -> float | None:
+        if self.result != PROVED or self.gain is None or self.gain <= 0:
+            return None
+        return 1.0 - 1.0 / (1.0 + self.gain)
+
+    def text(self, named: str | None = None) -> str:
+        """'allocator_churn proved: skip_empty_cache gave +95%, so <what> held about 49% of the step (the diagnosis
+        had named launch_bound)'."""
+        if self.result == PROVED:
+            share = self.share
+            held = f", so {self.what} held about {share:.0%} of the step" if share is not None else ""
+            aside = f" (the diagnosis had named {named})" if named and named != self.category else ""
+            return f"{self.category} proved: {self.knob} gave {gain_text(self.gain)}{held}{aside}"
+        if self.result == REFUTED:
+            return f"{self.category} refuted: {self.knob} gave no win beyond the noise ({gain_text(self.gain)})"
+        return f"{self.category} undecided: {self.knob} measured {gain_text(self.gain)}, inside the noise"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "knob": self.knob,
+            "result": self.result,
+            "gain": None if self.gain is None else round(self.gain, 4),
+            "share": None if self.share is None else round(self.share, 4),
+        }
+
+
+def owner_tests(variants: Sequence[VariantResult]) -> tuple[OwnerTest, ...]:
+    """Each decided variant that turned an owner knob on, as the test of that owner it was."""
+    out = []
+    for variant in variants:
+        decision = variant.decision
+        if decision is None or not variant.ok:
+            continue
+        for knob, value in variant.change.items():
+            if knob not in OWNER_KNOBS or not value:
+                continue
+            category, what = OWNER_KNOBS[knob]
+            if variant.kept:
+                result = PROVED
+            elif decision.outcome in (NO_WIN, SLOWER):
+                result = REFUTED
+            else:
+                result = UNDECIDED
+            out.append(OwnerTest(category, what, knob, result, decision.gain))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class GuidedReport:
     """A guided run: the baseline, every variant tried in order, the knobs kept and the code change."""
@@ -229,9 +294,22 @@ class GuidedReport:
     """Knobs that could not be measured live, each with the trial run that can."""
 
     @property
+    def owners(self) -> tuple[OwnerTest, ...]:
+        """The owners of GPU idle time this run tested on the job, each proved, refuted or undecided."""
+        return owner_tests(self.variants)
+
+    @property
     def verdict(self) -> str:
         """The run's verdict in one line, from its rows: what was kept, else why nothing was (inconclusive rows,
-        knobs not in effect), never "nothing won" where a row could not be decided."""
+        knobs not in effect), never "nothing won" where a row could not be decided; then what each owner knob
+        proved or refuted (and where the diagnosis had named another category)."""
+        decided = [test for test in self.owners if test.result != UNDECIDED]
+        if not decided:
+            return self._kept_verdict()
+        named = self.finding.category if self.finding else None
+        return "; ".join([self._kept_verdict(), *(test.text(named) for test in decided)])
+
+    def _kept_verdict(self) -> str:
         if not self.baseline.ok:
             return f"the baseline could not be measured: {self.baseline.reason or self.baseline.status}"
         kept = [v for v in self.variants if v.kept]
@@ -287,4 +365,5 @@ class GuidedReport:
             "unrestored": [knob.to_dict() for knob in self.unrestored],
             "offers": [offer.to_dict() for offer in self.offers],
             "verdict": self.verdict,
+            "owners": [test.to_dict() for test in self.owners],
         }
