@@ -218,6 +218,9 @@ case "$part" in
       CUDA_VISIBLE_DEVICES=0 timeout "${step#*:}" python3 benchmarks/live_fixes.py --device cuda --only "${step%:*}" "$@" \
         --out "$out/live-fixes.json" 2>&1 | grep --line-buffered -v Warning | tee -a "$out/live-fixes.log" | tail -6
     done
+    # the device tool brings back 8 files: the SVGs and job logs travel packed (lost that way once, 2026-11-29)
+    (cd "$out" && tar czf live37-files.tgz -- *.svg *-job.log panel-demo.log 2>/dev/null \
+      && rm -f -- *.svg *-job.log panel-demo.log)
     cat "$out/live-fixes.md" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
