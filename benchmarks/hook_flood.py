@@ -45,7 +45,7 @@ other load) and its CPU a step (flat if the training thread does no work for the
 thread's CPU (% of a core), its waits, and its own counts of wakeups and GIL handoffs a second; and what the flooder
 managed (connections or request lines a second, bytes read a second). The counts are the robust figures on a
 shared machine; the lost time and steps/s carry its noise. Target: no flood costs the job more than 2% of its
-steps/s; the server thread stays within 2% of a core (its budget).
+steps/s; the server thread stays within its budget (1.5% of a core, CPU and handoffs).
 """
 
 from __future__ import annotations
