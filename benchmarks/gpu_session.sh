@@ -5,12 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
-#                                                 | pcie26 | tune35 | heldout35 | live37
+#                                                 | pcie26 | tune35 | heldout35 | live37 | flood36
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -222,5 +222,15 @@ case "$part" in
     (cd "$out" && tar czf live37-files.tgz -- *.svg *-job.log panel-demo.log 2>/dev/null \
       && rm -f -- *.svg *-job.log panel-demo.log)
     cat "$out/live-fixes.md" ;;
+  flood36)   # the hook's server under the floods that cost the CUDA job steps/s (issue 36 item 3), then the GIL-bound
+             # Python loop (about 3 min). ARGS are added to both, e.g. `--trees before=before36 after=. --rounds 2` with
+             # the code before in before36/ (mkdir before36; git archive 5d51183 gpumon | tar -x -C before36): the two
+             # interleaved, about 4.5 min
+    timeout 180 python3 benchmarks/hook_flood.py --device cuda --floods resubscribe:5 get_state subscribers dashboard \
+      --rounds 3 --window 3 "$@" --json "$out/hook_flood_cuda.json" > "$out/hook_flood_cuda.log" 2>&1
+    tail -11 "$out/hook_flood_cuda.log"
+    timeout 80 python3 benchmarks/hook_flood.py --device cpu --job python --floods get_state subscribers --rounds 3 \
+      --window 3 "$@" --json "$out/hook_flood_python.json" > "$out/hook_flood_python.log" 2>&1
+    tail -7 "$out/hook_flood_python.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
