@@ -525,6 +525,8 @@ class HookServer:
             _close_quietly(conn)
             return
         if len(self._clients) >= self.max_clients:
+            self._reap_hung_up()
+        if len(self._clients) >= self.max_clients:
             self._calls += 2
             try:
                 conn.send(self._too_many_clients)
@@ -538,6 +540,20 @@ class HookServer:
         self._update_events(client)
         for data in greeting:
             self._send_bytes(client, data)
+
+    def _reap_hung_up(self) -> None:
+        """Drop the clients whose peers have closed but whose end of file the loop has not read yet (a flood's
+        connections, admitted in the same turn), so that they do not keep a live client out of a full table."""
+        for client in list(self._clients.values()):
+            self._calls += 1
+            try:
+                hung_up = client.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                hung_up = True
+            if hung_up:
+                self._drop(client)
 
     def _pause_accepting(self, now: float) -> None:
         if self._accept_resume_at is not None or self._selector is None or self._listener is None:

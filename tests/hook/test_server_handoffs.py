@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import math
 import socket
 import threading
@@ -245,3 +246,30 @@ def test_more_buffers_than_one_call_takes_go_out_in_a_few_calls() -> None:
         client.queue(b"%d\n" % i, 1 << 20, 0.0)
     assert client.send_queued(1.0) == 3
     assert [len(call) for call in sock.calls] == [client_module.MAX_SEND_BUFFERS] * 2 + [1]
+
+
+def test_clients_that_hung_up_in_the_same_turn_never_keep_a_live_one_out(
+    sock_dir: str, runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flood's connections closed before the server accepted them are admitted in the same turn as a live client
+    after them (their greetings go out at the turn's end, so nothing has failed yet): a full table of them reaps the
+    hung-up ones instead of refusing the live client. The loop is driven by hand, one turn, so the order is fixed."""
+    monkeypatch.setattr(HookServer, "_run", lambda self: None)
+    server = HookServer(runtime, directory=sock_dir, max_clients=2)
+    assert server.start(), server.failure
+    try:
+        for _ in range(2):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+                gone.connect(server.path)
+        live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        live.connect(server.path)
+        server._cpu_mark = time.thread_time()  # as the thread's loop starts: its CPU clock from here
+        server._serve_once()
+        live.settimeout(5.0)
+        first = json.loads(live.recv(65536).split(b"\n", 1)[0])
+        assert first["type"] == protocol.HELLO, first
+        assert len(server._clients) == 1
+        live.close()
+    finally:
+        server.stop()
+        server._cleanup()
