@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from gpumon import protocol
+from gpumon.hook.server_client import INPUT_BURST
 from gpumon.jobs.connection import HookConnection
 from tests.hook.hook_helpers import Job
 
@@ -210,9 +211,13 @@ def test_deeply_nested_lines_never_end_the_server(start_job: Any) -> None:
         threads_before = thread_count(job.pid)
     deep = b"[" * 60_000 + b"\n"
     sent = 0
-    while sent < 51:  # the tester's attack; each connection may send a few before its input budget runs out
+    # The tester's attack, 51 lines. Two a connection: 120 KB fit a new client's input burst (INPUT_BURST), so the
+    # sends never wait on the budget; more would wait seconds for it (16 KB/s), as the budget intends, past the
+    # connection's 5 s timeout on a loaded machine.
+    assert 2 * len(deep) <= INPUT_BURST
+    while sent < 51:
         with connect(path) as conn:
-            for _ in range(4):
+            for _ in range(2):
                 conn.sock.sendall(deep)
                 sent += 1
             reply = conn.recv(5)
