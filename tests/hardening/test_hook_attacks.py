@@ -192,15 +192,22 @@ def test_a_connection_flood_barely_slows_the_job_and_the_hook_still_answers(star
     assert statistics.median(keeps) >= FLOOD_KEEPS, report
     assert conn.request({"type": protocol.PING, "id": "after"}, (protocol.PONG,))["id"] == "after"
     conn.close()
-    with connect(path) as again:
-        # The server lets go of closed connections on its next pass, which a loaded machine may delay a little.
-        deadline = time.monotonic() + 10
-        while True:
-            state = again.request({"type": protocol.GET_STATE, "id": 1}, (protocol.STATE,))
-            if state["hook"]["clients"] == 1 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert state["hook"]["server_restarts"] == 0 and state["hook"]["clients"] == 1, state["hook"]
+    # A new client right after a flood may meet the accept budget the flood's last connections spent (closed unread,
+    # listening paused up to a second) or a server still paying its debt: it connects again, as `attach` does. The
+    # server lets go of closed connections on its next pass, which a loaded machine may delay a little.
+    deadline = time.monotonic() + 20
+    state: dict[str, Any] | None = None
+    while state is None or state["hook"]["clients"] != 1:
+        assert time.monotonic() < deadline, f"no answer with one client within 20 s after the flood: {state}"
+        try:
+            with connect(path) as again:
+                state = again.request({"type": protocol.GET_STATE, "id": 1}, (protocol.STATE,))
+                while state["hook"]["clients"] != 1 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    state = again.request({"type": protocol.GET_STATE, "id": 1}, (protocol.STATE,))
+        except (TimeoutError, OSError, EOFError, protocol.ProtocolError):
+            time.sleep(0.5)
+    assert state["hook"]["server_restarts"] == 0, state["hook"]
     assert thread_count(job.pid) == threads_before
 
 
