@@ -224,6 +224,9 @@ def test_deeply_nested_lines_never_end_the_server(start_job: Any) -> None:
     assert 2 * len(deep) <= INPUT_BURST
     while sent < 51:
         with connect(path) as conn:
+            # Under a full test run's load the server has at times read nothing of a new connection for over 5 s
+            # (not explained yet; see benchmarks/README.md, GIL handoffs): the attack waits, as an attacker would.
+            conn.sock.settimeout(30.0)
             for _ in range(2):
                 conn.sock.sendall(deep)
                 sent += 1
