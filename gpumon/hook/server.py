@@ -50,6 +50,10 @@ In debt, the whole server (accepts, reads, streams) waits until it has SERVER_CP
 clients send. A launch-bound training thread loses about what the server costs (it waits for the GIL while the server
 holds it: benchmarks/README.md, "GIL handoffs"), so the share is below the 2% a flood may cost the job."""
 SERVER_CPU_RESUME = 0.005
+SERVER_STREAM_RESERVE = 0.003
+"""CPU seconds of the server's budget that the streams leave to greetings and requests: subscribers to a fast job
+(whose `steps` cost milliseconds each) cannot keep a new client from its hello and first answer. Below
+SERVER_CPU_RESUME, so that after a debt the streams still go first."""
 MAX_ID_BYTES = 256
 MAX_REQUEST_CONTAINERS = 256
 """A request line with more `[` and `{` than this is refused before parsing: thousands of lists cost a collection."""
@@ -455,9 +459,14 @@ class HookServer:
         return self._cpu.wait_s(now, 0.0) > 0 or (client is not None and client.cpu.wait_s(now, reserve) > 0)
 
     def _may_stream(self, client: Client) -> bool:
-        """A client's streams go on while it has more than STREAM_RESERVE of its budget: the rest is for its
-        requests (and the server has budget)."""
-        return not self._over_budget(client, STREAM_RESERVE)
+        """A client's streams go on while it has more than STREAM_RESERVE of its budget and the server more than
+        SERVER_STREAM_RESERVE of its own: the rest is for requests and new clients."""
+        now = time.monotonic()
+        return self._cpu.wait_s(now, SERVER_STREAM_RESERVE) <= 0 and client.cpu.wait_s(now, STREAM_RESERVE) <= 0
+
+    def _stream_ready_at(self, client: Client, now: float) -> float:
+        """When `client`'s streams may go on (see _may_stream)."""
+        return now + max(client.cpu.wait_s(now, STREAM_RESERVE), self._cpu.wait_s(now, SERVER_STREAM_RESERVE))
 
     def _budget_resumes_at(self, client: Client, now: float) -> float:
         """When `client` may be served again: both its budget and the server's have some CPU back."""
@@ -468,13 +477,13 @@ class HookServer:
         if not self._clients and not due:
             return None
         for client in self._clients.values():
-            ready = now + client.cpu.wait_s(now, STREAM_RESERVE)
+            ready = self._stream_ready_at(client, now)
             if client.steps:
                 due.append(max(ready, client.next_steps))
             if client.state:
                 due.append(max(ready, client.next_state))
-            if client.paused_until:
-                due.append(client.paused_until)
+            if client.paused_until:  # read again once the pause is over and the client has budget (_tick)
+                due.append(max(client.paused_until, now + client.cpu.wait_s(now, 0.0)))
         if not due:
             return 1.0  # still wake now and then for the stall check
         return max(0.0, min(min(due) - now, 1.0))

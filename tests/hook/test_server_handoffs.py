@@ -273,3 +273,67 @@ def test_clients_that_hung_up_in_the_same_turn_never_keep_a_live_one_out(
     finally:
         server.stop()
         server._cleanup()
+
+
+def test_the_streams_leave_the_servers_reserve_to_a_new_client(
+    sock_dir: str, runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscriber to a very fast job (a `steps` line costing 2 ms of CPU) is due while the server has less than
+    SERVER_STREAM_RESERVE of its budget left: its stream waits, and a new client arriving in the same turn is greeted
+    (before, the stream spent the rest and the newcomer waited a whole debt, seconds on a loaded machine). One turn,
+    driven by hand, so the order is fixed."""
+    monkeypatch.setattr(HookServer, "_run", lambda self: None)
+    server = HookServer(runtime, directory=sock_dir)
+    assert server.start(), server.failure
+    lines_built = [0]
+    next_line = server._steps_lines.next_line
+
+    def costly_next_line(*args: Any, **kwargs: Any) -> Any:
+        lines_built[0] += 1
+        until = time.thread_time() + 0.002
+        while time.thread_time() < until:
+            pass
+        return next_line(*args, **kwargs)
+
+    try:
+        subscriber = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        subscriber.connect(server.path)
+        server._cpu_mark = time.thread_time()
+        server._serve_once()  # greets the subscriber
+        [client] = server._clients.values()
+        monkeypatch.setattr(server._steps_lines, "next_line", costly_next_line)
+        newcomer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        newcomer.connect(server.path)
+        now = time.monotonic()
+        client.next_steps = now - 1.0  # due
+        server._cpu.tokens, server._cpu.stamp = server_module.SERVER_STREAM_RESERVE * 0.8, now
+        server._next_turn = now
+        server._cpu_mark = time.thread_time()
+        server._serve_once()
+        newcomer.settimeout(5.0)
+        first = json.loads(newcomer.recv(65536).split(b"\n", 1)[0])
+        assert first["type"] == protocol.HELLO, first
+        assert lines_built[0] <= 2, "the due stream ran on the reserve"  # the newcomer's greeting: one or two lines
+        assert client.next_steps < now, "the stream is still due"
+        subscriber.close()
+        newcomer.close()
+    finally:
+        server.stop()
+        server._cleanup()
+
+
+def test_a_paused_client_in_debt_does_not_make_the_loop_turn_for_nothing(sock_dir: str, runtime: HookRuntime) -> None:
+    """A client whose input pause is over but whose CPU budget is spent is read again only once it has budget: the
+    loop's wait runs until then, instead of a turn every TURN_S that charges the server for nothing."""
+    server = HookServer(runtime, directory=sock_dir)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        now = time.monotonic()
+        client = Client(conn, now, cursor=0)
+        client.steps = client.state = False
+        client.paused_until = now - 0.5
+        client.cpu.tokens, client.cpu.stamp = -client_module.CPU_BURST, now
+        server._clients[client.fd] = client
+        assert server._timeout(now) == pytest.approx(min(1.0, client_module.CPU_BURST / client_module.CPU_SHARE))
+    finally:
+        conn.close()
