@@ -5,12 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
-#                                                 | pcie26 | tune35 | heldout35 | live37 | flood36
+#                                                 | pcie26 | tune35 | heldout35 | live37 | flood36 | flood36all
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36|flood36all [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -232,5 +232,13 @@ case "$part" in
     timeout 80 python3 benchmarks/hook_flood.py --device cpu --job python --floods get_state subscribers --rounds 3 \
       --window 3 "$@" --json "$out/hook_flood_python.json" > "$out/hook_flood_python.log" 2>&1
     tail -7 "$out/hook_flood_python.log" ;;
+  flood36all) # issue 36 item 3 on the final tree: every flood of the issue (connect flood, backlog re-subscribe at the
+             # allowed rate and at 5/s, 8 get_state flooders, 8 fastest subscribers, huge and NaN ids) and a dashboard,
+             # against quiet windows, on the CUDA MLP job (DEVICE=cuda, about 4 min) or the CPU one (DEVICE=cpu)
+    device="${DEVICE:-cuda}"
+    timeout 290 python3 benchmarks/hook_flood.py --device "$device" --floods connect:1000 resubscribe resubscribe:5 \
+      get_state subscribers huge_ids nan_ids dashboard --rounds 3 --window 3 "$@" \
+      --json "$out/hook_flood_all_$device.json" > "$out/hook_flood_all_$device.log" 2>&1
+    tail -16 "$out/hook_flood_all_$device.log" ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
