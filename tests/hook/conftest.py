@@ -12,6 +12,23 @@ import pytest
 from hook_helpers import Job
 
 from gpumon import protocol
+from gpumon.hook.runtime import HookRuntime
+
+
+@pytest.fixture
+def runtime() -> HookRuntime:
+    """A fresh hook runtime of this process, with no step yet."""
+    import torch
+
+    return HookRuntime(torch)
+
+
+@pytest.fixture
+def backlog_runtime(runtime: HookRuntime) -> HookRuntime:
+    """A runtime with the longest backlog a client may ask for (protocol.BACKLOG_MAX steps) already recorded."""
+    for _ in range(protocol.BACKLOG_MAX):
+        runtime.on_manual_step(4)
+    return runtime
 
 
 @pytest.fixture

@@ -25,11 +25,6 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="acting as another uid
 
 
 @pytest.fixture
-def runtime() -> HookRuntime:
-    return HookRuntime(torch)
-
-
-@pytest.fixture
 def make_server(sock_dir: str, runtime: HookRuntime) -> Iterator[Any]:
     servers: list[HookServer] = []
 

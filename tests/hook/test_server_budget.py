@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 
 from gpumon import protocol
 from gpumon.hook import server as server_module
@@ -26,16 +25,8 @@ CPU_SLACK_S = 0.03
 
 
 @pytest.fixture
-def runtime() -> HookRuntime:
-    runtime = HookRuntime(torch)
-    for _ in range(protocol.BACKLOG_MAX):
-        runtime.on_manual_step(4)
-    return runtime
-
-
-@pytest.fixture
-def server(sock_dir: str, runtime: HookRuntime) -> Iterator[HookServer]:
-    server = HookServer(runtime, directory=sock_dir)
+def server(sock_dir: str, backlog_runtime: HookRuntime) -> Iterator[HookServer]:
+    server = HookServer(backlog_runtime, directory=sock_dir)
     assert server.start(), server.failure
     yield server
     server.stop()

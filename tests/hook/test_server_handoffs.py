@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
-import torch
 
 from gpumon import protocol
 from gpumon.hook import server as server_module
@@ -32,14 +31,6 @@ from tests.hook.test_server_budget import CPU_SLACK_S, flood, request_line
 
 GET_STATE = request_line({"type": "get_state", "id": 7})
 FAST_SUBSCRIBE = request_line({"type": "subscribe", "steps_interval": 0.05, "state_interval": 0.25})
-
-
-@pytest.fixture
-def runtime() -> HookRuntime:
-    runtime = HookRuntime(torch)
-    for _ in range(protocol.BACKLOG_MAX):
-        runtime.on_manual_step(4)
-    return runtime
 
 
 class Counted(socket.socket):
@@ -63,11 +54,11 @@ class Counted(socket.socket):
 
 
 @pytest.fixture
-def server(sock_dir: str, runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch) -> Iterator[HookServer]:
+def server(sock_dir: str, backlog_runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch) -> Iterator[HookServer]:
     """A server whose accepted connections count their sends (socket.accept builds them from socket.socket)."""
     Counted.sends = collections.Counter()
     monkeypatch.setattr(server_module.socket, "socket", Counted)
-    server = HookServer(runtime, directory=sock_dir)
+    server = HookServer(backlog_runtime, directory=sock_dir)
     assert server.start(), server.failure
     yield server
     server.stop()
@@ -122,7 +113,9 @@ def test_a_new_clients_greeting_goes_out_in_one_send(server: HookServer) -> None
     assert sends == 2, f"{sends} sends for the greeting and one pong"
 
 
-def test_a_monitor_beside_a_flood_keeps_its_stream_and_its_answers(server: HookServer, runtime: HookRuntime) -> None:
+def test_a_monitor_beside_a_flood_keeps_its_stream_and_its_answers(
+    server: HookServer, backlog_runtime: HookRuntime
+) -> None:
     """A dashboard's subscription (steps every 0.2 s, state every 1 s) beside 7 get_state flooders: the streams are
     served before the requests at every turn, so its steps go on (none more than MAX_GAP_S apart) and a ping gets its
     pong within MAX_GAP_S."""
@@ -131,7 +124,7 @@ def test_a_monitor_beside_a_flood_keeps_its_stream_and_its_answers(server: HookS
 
     def train() -> None:  # the job goes on stepping, so every steps message has new records
         while not stop.is_set():
-            runtime.on_manual_step(4)
+            backlog_runtime.on_manual_step(4)
             time.sleep(0.005)
 
     trainer = threading.Thread(target=train, daemon=True)
@@ -249,13 +242,13 @@ def test_more_buffers_than_one_call_takes_go_out_in_a_few_calls() -> None:
 
 
 def test_clients_that_hung_up_in_the_same_turn_never_keep_a_live_one_out(
-    sock_dir: str, runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch
+    sock_dir: str, backlog_runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A flood's connections closed before the server accepted them are admitted in the same turn as a live client
     after them (their greetings go out at the turn's end, so nothing has failed yet): a full table of them reaps the
     hung-up ones instead of refusing the live client. The loop is driven by hand, one turn, so the order is fixed."""
     monkeypatch.setattr(HookServer, "_run", lambda self: None)
-    server = HookServer(runtime, directory=sock_dir, max_clients=2)
+    server = HookServer(backlog_runtime, directory=sock_dir, max_clients=2)
     assert server.start(), server.failure
     try:
         for _ in range(2):
@@ -276,14 +269,14 @@ def test_clients_that_hung_up_in_the_same_turn_never_keep_a_live_one_out(
 
 
 def test_the_streams_leave_the_servers_reserve_to_a_new_client(
-    sock_dir: str, runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch
+    sock_dir: str, backlog_runtime: HookRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A subscriber to a very fast job (a `steps` line costing 2 ms of CPU) is due while the server has less than
     SERVER_STREAM_RESERVE of its budget left: its stream waits, and a new client arriving in the same turn is greeted
     (before, the stream spent the rest and the newcomer waited a whole debt, seconds on a loaded machine). One turn,
     driven by hand, so the order is fixed."""
     monkeypatch.setattr(HookServer, "_run", lambda self: None)
-    server = HookServer(runtime, directory=sock_dir)
+    server = HookServer(backlog_runtime, directory=sock_dir)
     assert server.start(), server.failure
     lines_built = [0]
     next_line = server._steps_lines.next_line
@@ -322,10 +315,12 @@ def test_the_streams_leave_the_servers_reserve_to_a_new_client(
         server._cleanup()
 
 
-def test_a_paused_client_in_debt_does_not_make_the_loop_turn_for_nothing(sock_dir: str, runtime: HookRuntime) -> None:
+def test_a_paused_client_in_debt_does_not_make_the_loop_turn_for_nothing(
+    sock_dir: str, backlog_runtime: HookRuntime
+) -> None:
     """A client whose input pause is over but whose CPU budget is spent is read again only once it has budget: the
     loop's wait runs until then, instead of a turn every TURN_S that charges the server for nothing."""
-    server = HookServer(runtime, directory=sock_dir)
+    server = HookServer(backlog_runtime, directory=sock_dir)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         now = time.monotonic()
