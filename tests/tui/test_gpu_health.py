@@ -16,8 +16,8 @@ from gpumon.tui.gpu_health import DRAWN_FROM, draw_health_lines, health_lines
 from gpumon.tui.gpu_pane import gpu_lines
 
 HEALTHY = dict(
-    nvlink_rx=1.5 * GIB,
-    nvlink_tx=0.5 * GIB,
+    nvlink_rx=1.5e9,
+    nvlink_tx=0.5e9,
     ecc_corrected_volatile=0,
     ecc_uncorrected_volatile=0,
     ecc_corrected_aggregate=41,
@@ -39,7 +39,7 @@ def test_a_sample_without_health_figures_adds_no_line() -> None:
 
 def test_the_health_line_shows_each_figure_and_n_a_where_unsupported() -> None:
     (line,) = health_lines(gpu(0, **HEALTHY), 160)
-    assert line.plain == "  NVLink ↓1.5G/s ↑512M/s  ECC 0/0 life 41/0  remap 0/0  XID none  fan N/A  energy 2.5MJ"
+    assert line.plain == "  NVLink ↓1.5GB/s ↑500MB/s  ECC 0/0 life 41/0  remap 0/0  XID none  fan N/A  energy 2.5MJ"
     assert line.cell_len <= 160
 
     (bare,) = health_lines(gpu(0, energy_total=10.0), 160)
