@@ -59,6 +59,9 @@ _GPM_METRICS = (
     ("nvlink_rx", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", GPM_NVLINK_UNIT),
     ("nvlink_tx", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", GPM_NVLINK_UNIT),
 )
+_NVLINK = ("nvlink_rx", "nvlink_tx")
+"""Not asked of GPM with GpuCollector(nvlink_from_gpm=False): the NVLink counters give the rates, as on a GPU without
+GPM's NVLink metrics (benchmarks/nvlink_allreduce_check.py --counters checks that path on an H200)."""
 GRAPHICS_ACTIVITY = "graphics_activity"
 """Read only where asked (dcgm-exporter's GR_ENGINE_ACTIVE): nothing on the dashboard shows it."""
 
@@ -167,10 +170,13 @@ class GpuCollector:
         clock: Callable[[], float] = time.monotonic,
         health_interval: float = HEALTH_INTERVAL,
         graphics_activity: bool = False,
+        nvlink_from_gpm: bool = True,
     ) -> None:
         self._nvml = nvml
         self._gpm_wanted = tuple(
-            metric for metric in _GPM_METRICS if graphics_activity or metric[0] != GRAPHICS_ACTIVITY
+            metric
+            for metric in _GPM_METRICS
+            if (graphics_activity or metric[0] != GRAPHICS_ACTIVITY) and (nvlink_from_gpm or metric[0] not in _NVLINK)
         )
         self._retry_interval = retry_interval
         self._health_interval = health_interval

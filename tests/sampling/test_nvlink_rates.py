@@ -200,3 +200,18 @@ def test_a_gpm_sample_that_fails_shows_no_figure_rather_than_the_last_and_the_co
     assert counted.nvlink_rx == pytest.approx(20e9, rel=1e-6) and counted.sm_activity is None
     assert back.nvlink_rx == pytest.approx(7.0 * GPM_NVLINK_UNIT), "GPM again, over the time since its last sample"
     assert back.sm_activity is not None
+
+
+def test_a_collector_told_not_to_take_nvlink_from_gpm_reads_the_counters_on_a_gpm_gpu() -> None:
+    device, clock = gpm_device(), FakeClock()
+    device.gpm_values[GPM_RX] = device.gpm_values[GPM_TX] = 999.0
+    collector = GpuCollector(nvml=FakeNvml([device]), clock=clock, nvlink_from_gpm=False)
+    try:
+        collector.collect_fast()
+        collector.collect_slow()
+        move_counters(device, 30.0, 1.0)
+        clock.advance(1.0)
+        gpu = collector.collect_fast()[0]
+    finally:
+        collector.close()
+    assert gpu.nvlink_rx == pytest.approx(30e9, rel=1e-6) and gpu.sm_activity is not None
