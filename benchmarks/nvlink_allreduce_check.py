@@ -7,8 +7,8 @@ Usage (on a machine with two NVLink-connected GPUs, from the project root):
     python benchmarks/nvlink_allreduce_check.py --interval 0.25 --counters --out gpu-results
 
 `torchrun --standalone --nproc_per_node 2` starts two ranks, one per GPU, that all-reduce a 256 MiB bf16 tensor over
-and over for --seconds. NCCL is held to its ring algorithm (NCCL_ALGO=Ring, NCCL_PROTO=Simple, NVLink SHARP off;
---nccl-default leaves NCCL's environment alone), so each rank sends and receives 2*(n-1)/n of the tensor per
+and over for --seconds. NCCL is held to its ring algorithm (NCCL_ALGO=Ring, NCCL_PROTO=Simple; --nccl-default leaves
+them to NCCL; NVLink multicast is off either way), so each rank sends and receives 2*(n-1)/n of the tensor per
 all-reduce (with 2 ranks, the whole tensor each way). Every ~50 ms each rank writes the all-reduces it has finished and
 the time: the truth. Meanwhile this process runs gpumon's live Sampler at --interval (each tick
 GpuCollector.collect_fast merged with the slow tier: the snapshot the dashboard draws) and keeps both GPUs' NVLink
@@ -62,8 +62,11 @@ END_SLACK = 60.0
 GRACE = 10.0
 """Seconds torchrun is given to stop its ranks after SIGTERM, before SIGKILL."""
 GB = 1e9
-NCCL_RING = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_NVLS_ENABLE": "0"}
+NCCL_RING = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
 """So that each rank's bytes are the ring's 2*(n-1)/n of the tensor, each way."""
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+"""Always, --nccl-default too: NVLink multicast (NVLink SHARP) off (on a shared host it can put the GPUs out of
+service)."""
 
 RANK_SCRIPT = r"""
 import datetime, json, os, sys, time
@@ -510,6 +513,7 @@ def measure(args: argparse.Namespace, tag: str) -> int:
         ticks.append(Tick(snapshot.timestamp + offset, readings))
 
     environment = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    environment.update(NO_MULTICAST)
     if not args.nccl_default:
         environment.update(NCCL_RING)
     problem: CannotMeasure | None = None
@@ -555,7 +559,7 @@ def measure(args: argparse.Namespace, tag: str) -> int:
     document = {
         "tag": tag,
         "arguments": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
-        "nccl_environment": {} if args.nccl_default else NCCL_RING,
+        "nccl_environment": {**NO_MULTICAST, **({} if args.nccl_default else NCCL_RING)},
         "gpus": [{"index": gpu.index, "name": gpu.name, "uuid": gpu.uuid} for gpu in gpus],
         "gpm_supported": collector.gpm_supported,
         "driver": collector.driver_version,
