@@ -17,8 +17,9 @@ whose interval lies after the end.
 
 Per tick (the log) and in summary (the JSON): each GPU's rx/tx, the rate its rank's count implies over the tick's
 interval, the ratio GPU of rank 0 / GPU of rank 1 and each to the truth, and readings repeated from the tick before
-(stale repeats). --counters has the NVLink counters give the rates instead of GPM (as on a GPU whose GPM has no NVLink
-rates, an A100): the fallback's path, on this hardware.
+(stale repeats); and the sampler's fast thread's CPU a tick. --counters has the NVLink counters give the rates
+instead of GPM (as on a GPU whose GPM has no NVLink rates, an A100): the fallback's path and its cost, on this
+hardware.
 
 Writes into --out: nvlink_allreduce-TAG.json, nvlink_allreduce-TAG.log (tick by tick and the summary, also printed)
 and nvlink_allreduce-TAG-ranks.log (torchrun's and the ranks' output); TAG is the interval and the source, e.g.
@@ -191,6 +192,8 @@ class Tick:
 
     t: float
     readings: dict[int, tuple[float | None, float | None]]
+    cpu: float = 0.0
+    """The sampler's fast thread's CPU seconds so far (time.thread_time in its callback)."""
 
 
 def ring_bytes(tensor_bytes: float, world: int) -> float:
@@ -510,7 +513,7 @@ def measure(args: argparse.Namespace, tag: str) -> int:
 
     def keep(snapshot: Snapshot) -> None:
         readings = {gpu.index: (gpu.nvlink_rx, gpu.nvlink_tx) for gpu in snapshot.gpus}
-        ticks.append(Tick(snapshot.timestamp + offset, readings))
+        ticks.append(Tick(snapshot.timestamp + offset, readings, time.thread_time()))
 
     environment = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     environment.update(NO_MULTICAST)
@@ -545,6 +548,8 @@ def measure(args: argparse.Namespace, tag: str) -> int:
     place_ranks(ranks, {gpu.index: gpu.uuid for gpu in gpus})
     result = analyse(ticks, ranks)
     facts = ranks[0].facts if ranks else {}
+    cpu = [(later.cpu - earlier.cpu) * 1000.0 for earlier, later in itertools.pairwise(ticks)]
+    fast_cpu = statistics.median(cpu) if cpu else float("nan")  # the counters' read shows here: --counters against GPM
     counting = [rank.start for rank in ranks if rank.records]
     zero = min(counting) if counting else (ticks[0].t if ticks else 0.0)  # JSON times: from the load's start
     names = sorted({gpu.name for gpu in gpus}) or ["no GPU"]
@@ -579,6 +584,7 @@ def measure(args: argparse.Namespace, tag: str) -> int:
             }
             for rank in ranks
         ],
+        "fast_thread_cpu_ms_per_tick": fast_cpu,
         "ticks": [{"t": round(tick.t - zero, 4), "nvlink": tick.readings} for tick in ticks],
         **result,
     }
@@ -586,6 +592,7 @@ def measure(args: argparse.Namespace, tag: str) -> int:
     with (args.out / f"nvlink_allreduce-{tag}.log").open("w", encoding="utf-8") as log:
         for stream in (log, sys.stdout):
             report(result, ranks, stream, header)
+            print(f"the sampler's fast thread: {fast_cpu:.2f} ms of CPU a tick (median)", file=stream)
     if problem is not None:
         raise problem
     if not any(value is not None for tick in ticks for reading in tick.readings.values() for value in reading):
