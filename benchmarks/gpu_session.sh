@@ -5,12 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
-#                                                 | pcie26 | tune35 | heldout35 | live37 | flood36 | flood36all
+#                                                 | pcie26 | tune35 | heldout35 | live37 | flood36 | flood36all | nvlink38
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36|flood36all [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36|flood36all | nvlink38 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -240,5 +240,17 @@ case "$part" in
       get_state subscribers huge_ids nan_ids dashboard --rounds 3 --window 3 "$@" \
       --json "$out/hook_flood_all_$device.json" > "$out/hook_flood_all_$device.log" 2>&1
     tail -16 "$out/hook_flood_all_$device.log" ;;
+  nvlink38)  # issue 38 item 6 on 2 GPUs (about 2.5 min): each rank's NVLink rate under one NCCL all-reduce, sampled as
+             # the dashboard samples (GPM) at 1 s and 0.25 s, against the bytes the ranks count, stale repeats, ~0 once
+             # the traffic ends; then the tests/gpu NVLink tests (that all-reduce from GPM and from the counters at
+             # 0.25 s, a peer copy). ARGS are added to both benchmark runs. The runs' files travel packed
+    for interval in 1 0.25; do
+      timeout 300 python3 benchmarks/nvlink_allreduce_check.py --interval "$interval" "$@" --out "$out" 2>&1 \
+        | grep -v -e '^ *[0-9.-]* *\(before\|edge\)' | tail -45
+    done
+    timeout 330 python3 -m pytest -v -s -rs -p no:cacheprovider tests/gpu/test_nvlink_allreduce_gpu.py \
+      tests/gpu/test_health_gpu.py::test_nvlink_rates_while_a_copy_crosses_between_two_gpus 2>&1 \
+      | tee "$out/nvlink38-tests.log" | grep -e PASSED -e FAILED -e SKIPPED -e Error -e 'passed\|failed' | tail -20
+    (cd "$out" && tar czf nvlink38-files.tgz -- nvlink_allreduce-* && rm -f -- nvlink_allreduce-*) ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac

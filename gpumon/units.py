@@ -9,8 +9,10 @@ The convention:
 - absent values (None, NaN, infinity) read `missing`: 'N/A' unless the caller's table says '-' or '?'.
 
 compact=True gives the dashboard's narrow cells: one-letter units without a space ('1.5K', '80.0G', '67.5M/s').
-The dashboard's compact rates count in binary units (rate(binary=True)), as it always has; they are the only
-exception to the convention.
+The dashboard's compact disk and process I/O rates count in binary units (rate(binary=True)), as they always have;
+they are the only exception to the convention. Link rates (NVLink, PCIe) are decimal on the dashboard too, as the
+exporter (bytes/s), `--dcgm-names` (MB/s) and the README give them, with their unit written whole so that no one
+takes them for binary (link_rate: '131GB/s').
 
 Stdlib only and imports nothing of gpumon, so that every layer may use it.
 """
@@ -73,6 +75,12 @@ def rate(value: float | None, *, compact: bool = False, binary: bool = False, mi
     unit = units[index]
     text = f"{number}{unit[0].upper()}/s" if compact else f"{number} {unit}/s"
     return f"-{text}" if value < 0 and float(number) else text
+
+
+def link_rate(value: float | None, *, missing: str = MISSING) -> str:
+    """A link's bytes per second (NVLink, PCIe) for a narrow cell: `rate`'s decimal units, written whole without a
+    space: 1.31e11 -> '131GB/s', 6.75e7 -> '67.5MB/s', 512 -> '512B/s'; at most 8 characters up to 999 TB/s."""
+    return rate(value, missing=missing).replace(" ", "") if finite(value) else missing
 
 
 def percent(value: float | None, *, fine: bool = False, missing: str = MISSING) -> str:

@@ -56,11 +56,37 @@ def test_rates_are_decimal(value: float, text: str) -> None:
     assert units.rate(value) == text
 
 
-def test_the_dashboards_compact_rates_stay_binary() -> None:
+def test_the_dashboards_compact_disk_rates_stay_binary() -> None:
     assert units.rate(1.5 * MIB, compact=True, binary=True) == "1.5M/s"
     assert units.rate(1.5 * MIB, binary=True) == "1.5 MiB/s"
     assert units.rate(1.5e6, compact=True) == "1.5M/s"
     assert units.rate(1023.9 * KIB, compact=True, binary=True) == "1.0M/s"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (131e9, "131GB/s"),
+        (140.7e9, "141GB/s"),
+        (67.5e6, "67.5MB/s"),
+        (99.96e6, "100MB/s"),
+        (999.6e6, "1.0GB/s"),
+        (512, "512B/s"),
+        (1500, "1.5kB/s"),
+        (0.0, "0B/s"),
+        (None, "N/A"),
+        (math.nan, "N/A"),
+    ],
+)
+def test_link_rates_are_decimal_with_the_unit_written_whole(value: float | None, text: str) -> None:
+    assert units.link_rate(value) == text
+    assert len(text) <= 8
+
+
+def test_a_link_rate_is_the_decimal_rate_the_exporter_and_readme_state_not_the_binary_one() -> None:
+    gib_per_s = 131 * 1024**3  # what the dashboard's '131G/s' meant before issue 38
+    assert units.link_rate(gib_per_s) == "141GB/s" == units.rate(gib_per_s).replace(" ", "")
+    assert units.link_rate(gib_per_s) != units.rate(gib_per_s, compact=True, binary=True)
 
 
 @pytest.mark.parametrize("absent", [None, math.nan, math.inf, -math.inf])
@@ -68,6 +94,7 @@ def test_absent_values_read_missing_in_every_formatter(absent: float | None) -> 
     for format_value in (
         units.size,
         units.rate,
+        units.link_rate,
         units.percent,
         units.share,
         units.count,

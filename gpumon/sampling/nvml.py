@@ -1,5 +1,5 @@
-"""NVML collector: fast fields (utilization, memory, power, clocks, GPM), slow ones (temperature, PCIe, health, MIG,
-processes); XID errors are watched by xid_watcher.XidWatcher, the NVML calls typed in nvml_api."""
+"""NVML collector: fast fields (utilization, memory, power, clocks, GPM, NVLink rates), slow ones (temperature, PCIe,
+health, MIG, processes); XID errors are watched by xid_watcher.XidWatcher, the NVML calls typed in nvml_api."""
 
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ log = logging.getLogger(__name__)
 
 GPM_MIN_WINDOW = 0.1
 """Seconds two GPM samples must lie apart to make one reading."""
+NVLINK_MIN_WINDOW = GPM_MIN_WINDOW
+"""Seconds two NVLink counter readings must lie apart to make one rate (a fast tick sooner repeats the last)."""
 RETRY_INTERVAL = 10.0
 """Seconds between attempts to bring NVML back after it failed."""
 
 HEALTH_INTERVAL = 10.0
-"""Seconds between health reads (ECC, NVLink, energy, MIG...): slow-changing, and about 6 ms of CPU per H200."""
+"""Seconds between health reads (ECC, energy, MIG...): slow-changing, and about 6 ms of CPU per H200."""
 QUIET_ENERGY_INTERVAL = 60.0
 """Seconds between energy counter reads while nothing needs joules per sample: 4 of those 6 ms are the counter."""
 ALL_LINKS = 0xFFFFFFFF
@@ -57,6 +59,9 @@ _GPM_METRICS = (
     ("nvlink_rx", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", GPM_NVLINK_UNIT),
     ("nvlink_tx", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", GPM_NVLINK_UNIT),
 )
+_NVLINK = ("nvlink_rx", "nvlink_tx")
+"""Not asked of GPM with GpuCollector(nvlink_from_gpm=False): the NVLink counters give the rates, as on a GPU without
+GPM's NVLink metrics (benchmarks/nvlink_allreduce_check.py --counters checks that path on an H200)."""
 GRAPHICS_ACTIVITY = "graphics_activity"
 """Read only where asked (dcgm-exporter's GR_ENGINE_ACTIVE): nothing on the dashboard shows it."""
 
@@ -124,9 +129,10 @@ class _Device:
     gpm_pcie: bool = False
     """GPM gives PCIe rx/tx here, so the blocking nvmlDeviceGetPcieThroughput is skipped."""
     nvlink_present: bool = False
-    """The NVLink counters answered once: the GPU has NVLink (GPM's NVLink metrics are trusted only then)."""
+    """The NVLink counters answered once: the GPU has NVLink (GPM's NVLink metrics are trusted only then, and the
+    fast tier reads the counters only then)."""
     gpm_nvlink: bool = False
-    """GPM gives NVLink rx/tx here, each fast tick, so the health read skips the NVLink counters."""
+    """GPM gives NVLink rx/tx here, each fast tick, so the fast tier skips the NVLink counters."""
     process_timestamp: int = 0
     """Last timestamp seen from nvmlDeviceGetProcessUtilization."""
     clock_sm_max: int | None = None
@@ -136,6 +142,8 @@ class _Device:
     """Health calls this GPU does not support: not tried again."""
     nvlink_previous: tuple[float, float, float] | None = None
     """(seconds, KiB received, KiB sent): the last NVLink counter reading, for the rates."""
+    nvlink_rates: tuple[float | None, float | None] = (None, None)
+    """Bytes/s received and sent between the last two counter readings."""
     health: dict[str, Any] = field(default_factory=dict)
     """The latest health fields, repeated on the slow ticks between two health reads."""
     health_read_at: float | None = None
@@ -162,10 +170,13 @@ class GpuCollector:
         clock: Callable[[], float] = time.monotonic,
         health_interval: float = HEALTH_INTERVAL,
         graphics_activity: bool = False,
+        nvlink_from_gpm: bool = True,
     ) -> None:
         self._nvml = nvml
         self._gpm_wanted = tuple(
-            metric for metric in _GPM_METRICS if graphics_activity or metric[0] != GRAPHICS_ACTIVITY
+            metric
+            for metric in _GPM_METRICS
+            if (graphics_activity or metric[0] != GRAPHICS_ACTIVITY) and (nvlink_from_gpm or metric[0] not in _NVLINK)
         )
         self._retry_interval = retry_interval
         self._health_interval = health_interval
@@ -212,7 +223,7 @@ class GpuCollector:
         return {device.index: device.gpm for device in self._devices}
 
     def collect_fast(self) -> tuple[GpuSample, ...]:
-        """Utilization, memory, power, clocks and (where supported) GPM metrics of every working GPU."""
+        """Utilization, memory, power, clocks, (where supported) GPM metrics and NVLink rates of every working GPU."""
         with self._lock:
             self._ensure_initialized()
             samples = []
@@ -532,6 +543,7 @@ class GpuCollector:
         clock_sm = optional(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
         clock_memory = optional(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)
         gpm = self._gpm_reading(device) if device.gpm else {}
+        nvlink_rx, nvlink_tx = self._fast_nvlink(device, gpm)
         device.utilization_gpu = float(utilization.gpu) if utilization is not None else None
         return GpuSample(
             index=device.index,
@@ -558,9 +570,19 @@ class GpuCollector:
             tensor_activity=gpm.get("tensor_activity"),
             dram_bandwidth=gpm.get("dram_bandwidth"),
             graphics_activity=gpm.get("graphics_activity"),
-            nvlink_rx=gpm.get("nvlink_rx") if device.gpm_nvlink else None,
-            nvlink_tx=gpm.get("nvlink_tx") if device.gpm_nvlink else None,
+            nvlink_rx=nvlink_rx,
+            nvlink_tx=nvlink_tx,
         )
+
+    def _fast_nvlink(self, device: _Device, gpm: dict[str, float | None]) -> tuple[float | None, float | None]:
+        """NVLink rx/tx in bytes/s, current to this tick: GPM's where it gives them (no NVML call of their own), else
+        from the NVLink counters on a GPU that has NVLink (one nvmlDeviceGetFieldValues call, about 1 ms of CPU on an
+        H200), over the time since their last reading."""
+        if device.gpm_nvlink:
+            return gpm.get("nvlink_rx"), gpm.get("nvlink_tx")
+        if not device.nvlink_present:
+            return None, None
+        return self._nvlink_rates(device)
 
     def _gpm_reading(self, device: _Device) -> dict[str, float | None]:
         """Take a GPM sample; once >= 100 ms after the previous one, compute the metrics from the pair."""
@@ -573,12 +595,16 @@ class GpuCollector:
         try:
             self._call(self._library.nvmlGpmSampleGet, device.handle, current)
         except _Absent:
-            return device.gpm_values
-        if device.gpm_previous_time is not None:
-            device.gpm_values = self._gpm_metrics(device, previous, current)
-        device.gpm_samples = [current, previous]
-        device.gpm_previous_time = now
-        return device.gpm_values
+            # No reading this tick, rather than the last one repeated (GPM can stop for good: MIG mode turned on).
+            # The previous sample is kept: the next sample that works makes a reading over all the time since.
+            values: dict[str, float | None] = {}
+        else:
+            values = self._gpm_metrics(device, previous, current) if device.gpm_previous_time is not None else {}
+            device.gpm_samples = [current, previous]
+            device.gpm_previous_time = now
+        device.gpm_values = values
+        self._note_gpm_links(device, values)
+        return values
 
     def _gpm_metrics(self, device: _Device, first: Any, second: Any) -> dict[str, float | None]:
         request, wanted = device.gpm_request
@@ -593,12 +619,16 @@ class GpuCollector:
         for slot, (name, _, factor) in enumerate(wanted):
             metric = request.metrics[slot]
             values[name] = float(metric.value) * factor if metric.nvmlReturn == success else None
+        return values
+
+    def _note_gpm_links(self, device: _Device, values: dict[str, float | None]) -> None:
+        """Whether this GPM reading gave PCIe and NVLink rates: where it did not, the slow tier reads PCIe throughput
+        and the fast tier the NVLink counters."""
         device.gpm_pcie = values.get("pcie_rx") is not None and values.get("pcie_tx") is not None
         gpm_nvlink = device.nvlink_present and None not in (values.get("nvlink_rx"), values.get("nvlink_tx"))
         if gpm_nvlink != device.gpm_nvlink:
             device.gpm_nvlink = gpm_nvlink
             device.nvlink_previous = None  # the counters' next reading starts a new rate
-        return values
 
     def _slow_fields(self, device: _Device) -> dict[str, Any]:
         nvml, handle, optional = self._library, device.handle, self._optional
@@ -655,6 +685,8 @@ class GpuCollector:
                 device, "power_limit_default", getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None)
             )
             device.power_limit_default = default / 1000.0 if default is not None else None
+        if not device.nvlink_present:
+            self._find_nvlink(device)
         fields: dict[str, Any] = {
             "power_limit_default": device.power_limit_default,
             "fan_speed": float(fan) if fan is not None else None,
@@ -662,7 +694,6 @@ class GpuCollector:
             **self._pcie_link_fields(device),
             **self._ecc_fields(device),
             **self._remapped_fields(device),
-            **({} if device.gpm_nvlink else self._nvlink_rates(device)),
             **self._device_field_values(device),
             **self._codec_fields(device),
         }
@@ -749,24 +780,36 @@ class GpuCollector:
         fields["retired_pages_pending"] = bool(pending) if pending is not None else None
         return fields
 
-    def _nvlink_rates(self, device: _Device) -> dict[str, float | None]:
-        """NVLink data rx/tx in bytes/s, from the KiB counters of two health reads (where GPM lacks NVLink: GPM gives
-        the rates every fast tick, at no NVML call of their own)."""
-        absent: dict[str, float | None] = {"nvlink_rx": None, "nvlink_tx": None}
+    def _find_nvlink(self, device: _Device) -> None:
+        """Whether the GPU has NVLink: its counters answer (asked at health reads until they do, or until the GPU
+        says it has none). The reading starts the fast tier's first rate."""
+        totals = self._nvlink_totals(device)
+        if totals is not None:
+            device.nvlink_present = True
+            device.nvlink_previous = (self._clock(), *totals)
+            device.nvlink_rates = (None, None)
+
+    def _nvlink_rates(self, device: _Device) -> tuple[float | None, float | None]:
+        """NVLink data rx/tx in bytes/s from the KiB counters, over the time since their last reading (on the fast
+        tier, where GPM lacks NVLink); read again no sooner than NVLINK_MIN_WINDOW, the last rate repeated till then."""
+        previous = device.nvlink_previous
+        now = self._clock()
+        if previous is not None and now - previous[0] < NVLINK_MIN_WINDOW:
+            return device.nvlink_rates
         totals = self._nvlink_totals(device)
         if totals is None:
-            device.nvlink_previous = None
-            return absent
-        device.nvlink_present = True
-        now = self._clock()
-        previous, device.nvlink_previous = device.nvlink_previous, (now, *totals)
+            device.nvlink_previous, device.nvlink_rates = None, (None, None)
+            return device.nvlink_rates
+        device.nvlink_previous = (now, *totals)
         if previous is None or now <= previous[0] or totals[0] < previous[1] or totals[1] < previous[2]:
-            return absent  # a first reading, or counters that went back (reset)
-        seconds = now - previous[0]
-        return {
-            "nvlink_rx": (totals[0] - previous[1]) * 1024.0 / seconds,
-            "nvlink_tx": (totals[1] - previous[2]) * 1024.0 / seconds,
-        }
+            device.nvlink_rates = (None, None)  # a first reading, or counters that went back (reset)
+        else:
+            seconds = now - previous[0]
+            device.nvlink_rates = (
+                (totals[0] - previous[1]) * 1024.0 / seconds,
+                (totals[1] - previous[2]) * 1024.0 / seconds,
+            )
+        return device.nvlink_rates
 
     def _nvlink_totals(self, device: _Device) -> tuple[float, float] | None:
         """KiB received and sent over all NVLinks so far: the all-links scope, else the links summed one by one."""

@@ -116,9 +116,9 @@ class GpuSample:
     energy_total: float | None = None
     """Joules consumed since the driver was loaded."""
     nvlink_rx: float | None = None
-    """Bytes/s of NVLink data received, all links together."""
+    """Bytes/s of NVLink data received, all links together, over the sample's own interval."""
     nvlink_tx: float | None = None
-    """Bytes/s of NVLink data sent, all links together."""
+    """Bytes/s of NVLink data sent, all links together, over the sample's own interval."""
     memory_temperature: float | None = None
     """Degrees Celsius of the memory (HBM), where NVML reports it."""
     pcie_replays: int | None = None

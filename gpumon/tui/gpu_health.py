@@ -65,7 +65,7 @@ def _item(label: str, value: str, style: str = "") -> Text:
 def _nvlink(gpu: GpuSample) -> Text:
     if gpu.nvlink_rx is None and gpu.nvlink_tx is None:
         return _item("NVLink", NOT_AVAILABLE)
-    received, sent = (units.rate(rate, compact=True, binary=True) for rate in (gpu.nvlink_rx, gpu.nvlink_tx))
+    received, sent = (units.link_rate(rate) for rate in (gpu.nvlink_rx, gpu.nvlink_tx))
     return _item("NVLink", f"↓{received} ↑{sent}")
 
 
@@ -139,8 +139,9 @@ def _pcie_link(gpu: GpuSample) -> list[Text]:
 
 
 def health_text(gpu: GpuSample, width: int) -> Text:
-    """One line: 'NVLink ↓1.2G/s ↑0.8G/s  ECC 0/0 life 3/0  remap 0/0  XID none  PCIe Gen5x16  fan N/A  energy
-    1.2MJ', as many whole items as fit `width` (a figure cut short, 'energy 1', would read as another figure)."""
+    """One line: 'NVLink ↓1.2GB/s ↑800MB/s  ECC 0/0 life 3/0  remap 0/0  XID none  PCIe Gen5x16  fan N/A  energy
+    1.2MJ' (link rates in decimal units, as units.link_rate writes them), as many whole items as fit `width` (a figure
+    cut short, 'energy 1', would read as another figure)."""
     energy = f"{units.count(gpu.energy_total)}J" if gpu.energy_total is not None else NOT_AVAILABLE
     fan = units.percent(gpu.fan_speed) if gpu.fan_speed is not None else NOT_AVAILABLE
     parts = [

@@ -92,9 +92,9 @@ def vitals_text(gpu: GpuSample) -> Text:
 
 
 def transfer_text(gpu: GpuSample) -> Text:
-    """Memory used/total and PCIe rx/tx."""
+    """Memory used/total and PCIe rx/tx (decimal, as NVLink's: 'PCIe ↓67.5MB/s ↑12.5MB/s')."""
     memory = f"mem {units.size(gpu.memory_used, compact=True).rjust(5)}/{units.size(gpu.memory_total, compact=True)}"
-    rx, tx = (units.rate(rate, compact=True, binary=True).rjust(8) for rate in (gpu.pcie_rx, gpu.pcie_tx))
+    rx, tx = (units.link_rate(rate).rjust(8) for rate in (gpu.pcie_rx, gpu.pcie_tx))
     return drawn_text(f"{memory}  PCIe ↓{rx} ↑{tx}")
 
 

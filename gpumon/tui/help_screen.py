@@ -24,7 +24,10 @@ FIELDS = (
     ("Tensor", "GPM tensor activity: cycles any tensor-core pipe was active. Near 0% on fp32 math: try bf16 / TF32."),
     ("Mem", "device memory used / total; the bar is the percentage."),
     ("°C W MHz", "temperature, power draw / limit, SM clock / memory clock."),
-    ("PCIe ↓ ↑", "host-to-device (rx) and device-to-host (tx) bytes per second."),
+    (
+        "PCIe ↓ ↑",
+        "host-to-device (rx) and device-to-host (tx) per second, in decimal units as NVLink's (1 GB/s = 10^9 B/s).",
+    ),
     (
         "throttle",
         "clock-event reasons holding clocks back (power cap, thermal...), highlighted; idle is not a problem.",

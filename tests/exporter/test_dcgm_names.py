@@ -260,8 +260,8 @@ class EveryFieldNvml(FakeNvml):
 
 
 def fake_snapshot(nvml: FakeNvml, device: FakeDevice) -> Snapshot:
-    """One snapshot of `nvml` through the live sampler, its NVLink counters moved between two health reads 10 s
-    apart, XID events watched (none came)."""
+    """One snapshot of `nvml` through the live sampler, its NVLink counters moved in the 10 s between the health read
+    that found them and the snapshot's fast read, XID events watched (none came)."""
     clock = FakeClock()
     collector = GpuCollector(nvml=nvml, clock=clock, graphics_activity=True)
     collector.collect_fast()
@@ -307,7 +307,7 @@ def test_default_counters_served_from_an_nvml_that_answers_everything() -> None:
     assert only(found["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"])[1] == 4
     assert only(found["DCGM_FI_DEV_ENC_UTIL"])[1] == 7 and only(found["DCGM_FI_DEV_DEC_UTIL"])[1] == 3
     assert only(found["DCGM_FI_DEV_FB_RESERVED"])[1] == 512
-    # 4000 KiB in and 1000 out over the 10 s between health reads: 512,000 B/s, as MB/s
+    # 4000 KiB in and 1000 out over the 10 s between two counter readings: 512,000 B/s, as MB/s
     assert only(found["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"])[1] == pytest.approx(5000 * 1024 / 10 / 1e6)
     assert gpu.memory_reserved == EveryFieldNvml.RESERVED and gpu.pci_bus_id == EveryFieldNvml.BUS_ID
     assert Snapshot.from_dict(json.loads(json.dumps(snapshot.to_dict()))) == snapshot  # recorded and read back

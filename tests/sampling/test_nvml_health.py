@@ -1,5 +1,6 @@
 """GPU health on the slow tier against a fake pynvml: fan, energy, power limit, ECC, remapped rows / retired pages,
-NVLink rates, MIG instances (no MIG hardware was available: the fake stands in), and XID events on their own thread."""
+NVLink (found by the health read, its rates on the fast tier: tests/sampling/test_nvlink_rates.py), MIG instances (no
+MIG hardware was available: the fake stands in), and XID events on their own thread."""
 
 from __future__ import annotations
 
@@ -187,14 +188,15 @@ def test_nvlink_rates_from_the_all_links_counters() -> None:
     clock = FakeClock()
     collector = make_collector(FakeNvml([device]), clock)
 
-    first = collector.collect_slow().fields[0]
-    assert first["nvlink_rx"] is None and first["nvlink_tx"] is None, "a rate needs two readings"
+    assert collector.collect_fast()[0].nvlink_rx is None, "NVLink not known before the first health read"
+    health = collector.collect_slow().fields[0]
+    assert "nvlink_rx" not in health and "nvlink_tx" not in health, "the health read finds NVLink, gives no rate"
     device.nvlink_kib.update({(RX, 0): 1000 + 2048, (RX, 1): 1000 + 2048, (TX, 0): 500 + 1024})
     clock.advance(2.0)
-    second = collector.collect_slow().fields[0]
+    gpu = collector.collect_fast()[0]
 
-    assert second["nvlink_rx"] == pytest.approx(4096 * 1024 / 2.0)
-    assert second["nvlink_tx"] == pytest.approx(1024 * 1024 / 2.0)
+    assert gpu.nvlink_rx == pytest.approx(4096 * 1024 / 2.0)
+    assert gpu.nvlink_tx == pytest.approx(1024 * 1024 / 2.0)
 
 
 def test_nvlink_links_are_summed_where_the_all_links_scope_is_missing() -> None:
@@ -206,11 +208,12 @@ def test_nvlink_links_are_summed_where_the_all_links_scope_is_missing() -> None:
     collector.collect_slow()
     device.nvlink_kib.update({(RX, 3): 1024, (RX, 7): 3072, (TX, 7): 512})
     clock.advance(1.0)
-    fields = collector.collect_slow().fields[0]
+    gpu = collector.collect_fast()[0]
 
-    assert fields["nvlink_rx"] == pytest.approx(4096 * 1024)
-    assert fields["nvlink_tx"] == pytest.approx(512 * 1024)
-    # the all-links scope is asked once, then the links; memory temperature and PCIe replays once (absent here)
+    assert gpu.nvlink_rx == pytest.approx(4096 * 1024)
+    assert gpu.nvlink_tx == pytest.approx(512 * 1024)
+    # the all-links scope is asked once, then the links (health read, fast tick); memory temperature and PCIe
+    # replays once (absent here)
     assert nvml.calls["nvmlDeviceGetFieldValues"] == 4
 
 
@@ -218,8 +221,9 @@ def test_a_gpu_without_nvlink_is_asked_twice_then_never() -> None:
     nvml = FakeNvml([FakeDevice(gpm=False)])
     collector = make_collector(nvml)
     for _ in range(5):
-        fields = collector.collect_slow().fields[0]
-    assert fields["nvlink_rx"] is None and fields["nvlink_tx"] is None
+        gpu = collector.collect_fast()[0]
+        assert "nvlink_rx" not in collector.collect_slow().fields[0]
+    assert gpu.nvlink_rx is None and gpu.nvlink_tx is None
     # the all-links scope, then the links one by one; memory temperature and PCIe replays once (absent here)
     assert nvml.calls["nvmlDeviceGetFieldValues"] == 3
 
@@ -271,13 +275,12 @@ def test_the_counters_take_over_again_when_gpm_stops_giving_nvlink() -> None:
     del device.gpm_values[real.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC]
     clock.advance(1.0)
     gpu = collector.collect_fast()[0]
-    collector.collect_slow()
     device.nvlink_kib[(RX, 0)] = 2048.0
     clock.advance(2.0)
-    fields = collector.collect_slow().fields[0]
+    later = collector.collect_fast()[0]
 
-    assert gpu.nvlink_rx is None
-    assert fields["nvlink_rx"] == pytest.approx(2048 * 1024 / 2.0), "a fresh pair of counter readings"
+    assert gpu.nvlink_rx is None, "the counters' first reading makes no rate"
+    assert later.nvlink_rx == pytest.approx(2048 * 1024 / 2.0), "a fresh pair of counter readings"
 
 
 def test_mig_instances_are_read_when_mig_mode_is_on() -> None:

@@ -13,11 +13,11 @@ from gpumon.sampling.replay import Replayer
 from gpumon.sampling.snapshot import MigSample, XidEvent
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.gpu_health import DRAWN_FROM, draw_health_lines, health_lines
-from gpumon.tui.gpu_pane import gpu_lines
+from gpumon.tui.gpu_pane import gpu_lines, transfer_text
 
 HEALTHY = dict(
-    nvlink_rx=1.5 * GIB,
-    nvlink_tx=0.5 * GIB,
+    nvlink_rx=1.5e9,
+    nvlink_tx=0.5e9,
     ecc_corrected_volatile=0,
     ecc_uncorrected_volatile=0,
     ecc_corrected_aggregate=41,
@@ -39,11 +39,22 @@ def test_a_sample_without_health_figures_adds_no_line() -> None:
 
 def test_the_health_line_shows_each_figure_and_n_a_where_unsupported() -> None:
     (line,) = health_lines(gpu(0, **HEALTHY), 160)
-    assert line.plain == "  NVLink ↓1.5G/s ↑512M/s  ECC 0/0 life 41/0  remap 0/0  XID none  fan N/A  energy 2.5MJ"
+    assert line.plain == "  NVLink ↓1.5GB/s ↑500MB/s  ECC 0/0 life 41/0  remap 0/0  XID none  fan N/A  energy 2.5MJ"
     assert line.cell_len <= 160
 
     (bare,) = health_lines(gpu(0, energy_total=10.0), 160)
     assert bare.plain == "  NVLink N/A  ECC N/A  remap N/A  XID N/A  fan N/A  energy 10J"
+
+
+def test_link_rates_read_in_decimal_units_on_the_health_line_and_in_the_header() -> None:
+    """The unit the README, the exporter (bytes/s) and --dcgm-names (MB/s) use, written whole: not GiB/s as 'G/s'."""
+    sample = gpu(0, nvlink_rx=131e9, nvlink_tx=37.5e9, pcie_rx=70.8e6, pcie_tx=1.1e9)
+    (line,) = health_lines(sample, 160)
+    assert line.plain.startswith("  NVLink ↓131GB/s ↑37.5GB/s  ")
+    assert transfer_text(sample).plain.endswith("PCIe ↓70.8MB/s ↑ 1.1GB/s")
+    assert transfer_text(gpu(0, pcie_rx=None, pcie_tx=None)).plain.endswith("PCIe ↓     N/A ↑     N/A"), (
+        "8 cells a figure"
+    )
 
 
 def test_the_pcie_link_shows_what_it_runs_at_and_what_it_could_where_less() -> None:
