@@ -10,7 +10,7 @@
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36|flood36all | nvlink38 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36|flood36all|nvlink38 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
