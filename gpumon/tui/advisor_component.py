@@ -239,6 +239,9 @@ class Advisor:
             end = time.time()
             start = end - DIAGNOSIS_WINDOW_S
             view = job.view()
+            if getattr(view, "ended", False):
+                app.call_later(self._show_ended)
+                return
             signals = build_signals(self.log.between(start, end), view, start=start, end=end)
             app.call_later(self._show_finding, diagnose(signals), signals)
         except Exception:  # a failed diagnosis is retried at the next tick
@@ -255,6 +258,13 @@ class Advisor:
                 panel.show_plan(plan)
             if panel is None or not panel.measuring:
                 self.latest_finding, self.latest_signals = finding, signals
+        self.app.set_timer(self.diagnose_every, self._diagnose_tick)
+
+    def _show_ended(self) -> None:
+        self._diagnosing = False
+        panel = self.panel
+        if panel is not None and not self.guided_running:
+            panel.show_ended()
         self.app.set_timer(self.diagnose_every, self._diagnose_tick)
 
     # -- the guided run --------------------------------------------------------------------------

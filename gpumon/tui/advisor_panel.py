@@ -156,6 +156,21 @@ def measuring_text(signals: Signals | None) -> Text:
     return text
 
 
+def finding_text(finding: Finding) -> Text:
+    """The finding's headline, evidence, confidence and secondaries, made printable."""
+    text = Text()
+    text.append(finding.headline + "\n", style=CATEGORY_STYLES.get(finding.category, "bold yellow"))
+    text.append(finding.evidence + "\n")
+    text.append(
+        f"confidence {finding.confidence:.0%} · {finding.source or 'no job data'} · `{finding.category}`",
+        style="dim",
+    )
+    for other in finding.secondary:
+        text.append(f"\nalso {other.category}: ", style="bold")
+        text.append(other.evidence, style="dim")
+    return printable_text(text, multiline=True)
+
+
 class AdvisorPanel(VerticalScroll):
     """The side panel. Methods are called on the UI thread."""
 
@@ -212,17 +227,18 @@ class AdvisorPanel(VerticalScroll):
             self.query_one("#advisor-finding", Static).update(measuring_text(signals))
             return
         self.finding = finding
-        text = Text()
-        text.append(finding.headline + "\n", style=CATEGORY_STYLES.get(finding.category, "bold yellow"))
-        text.append(finding.evidence + "\n")
-        text.append(
-            f"confidence {finding.confidence:.0%} · {finding.source or 'no job data'} · `{finding.category}`",
-            style="dim",
-        )
-        for other in finding.secondary:
-            text.append(f"\nalso {other.category}: ", style="bold")
-            text.append(other.evidence, style="dim")
-        self.query_one("#advisor-finding", Static).update(printable_text(text, multiline=True))
+        self.query_one("#advisor-finding", Static).update(finding_text(finding))
+
+    def show_ended(self) -> None:
+        """The job has ended: its last verdict stays, said to be its last; without one, why there is none."""
+        if self.finding is not None:
+            text = finding_text(self.finding)
+            text.append("\nthe job has ended: the verdict above is the last one", style="bold dim")
+        else:
+            text = Text("The job has ended without a verdict\n", style="bold")
+            text.append("it ran too few steps for one (start-up, imports, the first batches)", style="dim")
+        self.measuring = False
+        self.query_one("#advisor-finding", Static).update(text)
 
     def show_plan(self, experiments: Sequence[Experiment], skipped: Sequence[str] = ()) -> None:
         text = Text()

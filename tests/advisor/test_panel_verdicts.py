@@ -11,6 +11,7 @@ import pytest
 from advisor_support import FakeRunner, measurement
 from rich.console import Console
 from test_panel import QuietSource
+from textual.widgets import Static
 
 from gpumon.advisor.catalogue import Experiment
 from gpumon.advisor.guided import GuidedRun
@@ -99,3 +100,36 @@ def test_results_lines_fit_any_width_from_the_narrowest_panel() -> None:
         lines = console.export_text().splitlines()
         assert all(len(line) <= width for line in lines)
         assert all(name in "\n".join(lines) for name in COLUMN_NAMES)
+
+
+class EndedJob:
+    """A job source whose job has ended (what the live diagnosis reads of it: its view)."""
+
+    class View:
+        ended = True
+
+    def view(self) -> EndedJob.View:
+        return EndedJob.View()
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_an_ended_job_keeps_its_last_verdict_instead_of_measuring_again(demo_signals: Signals) -> None:
+    """Once the job has ended, the live diagnosis (which would find no step in its window) leaves the last verdict
+    up and says it is the last one; a job that ended before any verdict is said to have, never "Measuring"."""
+    app = AdvisorApp(QuietSource())
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.query_one(AdvisorPanel)
+        advisor = app.advisor
+        app.job = EndedJob()  # type: ignore[assignment]
+        advisor._diagnose_now()
+        await pilot.pause()
+        screen = "\n".join(screen_rows(app))
+        assert "The job has ended without a verdict" in screen and "Measuring" not in screen
+        finding = diagnose(demo_signals)
+        panel.show_finding(finding, demo_signals)
+        advisor._diagnose_now()
+        await pilot.pause()
+        shown = str(app.query_one("#advisor-finding", Static).render())
+        assert finding.headline in shown and shown.endswith("the verdict above is the last one")
