@@ -19,6 +19,8 @@ from exporter_helpers import running_exporter, scrape
 from test_dcgm_names import NOT_FROM_NVML, as_written, default_counters
 
 SCRAPE_DEADLINE_S = 30.0
+ALL_LINKS = 0xFFFFFFFF
+"""Field-value scope: the sum over every NVLink."""
 
 
 def _answers(call: Callable[[], Any]) -> bool:
@@ -29,7 +31,7 @@ def _answers(call: Callable[[], Any]) -> bool:
     return True
 
 
-def _field_answers(handle: Any, field_id: int, positive: bool = False) -> bool:
+def _field_answers(handle: Any, field_id: int | tuple[int, int], positive: bool = False) -> bool:
     """NVML gives this field value here (as gpumon reads it: a temperature of 0 counts as none)."""
     (value,) = pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
     if value.nvmlReturn != pynvml.NVML_SUCCESS:
@@ -54,6 +56,9 @@ def nvml_answers(handle: Any) -> dict[str, bool]:
         "DCGM_FI_DEV_ROW_REMAP_FAILURE": _answers(lambda: pynvml.nvmlDeviceGetRemappedRows(handle)),
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": _answers(lambda: pynvml.nvmlDeviceGetRemappedRows(handle)),
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": _answers(lambda: pynvml.nvmlDeviceGetRemappedRows(handle)),
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": _field_answers(
+            handle, (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS)
+        ),  # NOT_SUPPORTED on a GPU lent alone, its links off
         "DCGM_FI_DEV_XID_ERRORS": True,
     }
 
