@@ -462,6 +462,51 @@ def summarize(windows: list[dict[str, Any]], floods: list[str]) -> list[dict[str
     return rows
 
 
+T_975 = (
+    12.71,
+    4.30,
+    3.18,
+    2.78,
+    2.57,
+    2.45,
+    2.36,
+    2.31,
+    2.26,
+    2.23,
+    2.20,
+    2.18,
+    2.16,
+    2.14,
+    2.13,
+    2.12,
+    2.11,
+    2.10,
+    2.09,
+    2.09,
+    2.08,
+    2.07,
+    2.07,
+    2.06,
+    2.06,
+    2.06,
+    2.05,
+    2.05,
+    2.05,
+    2.04,
+)
+"""Student's t, two-sided 95%, for 1..30 degrees of freedom (1.96 beyond)."""
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float]:
+    """The mean and the half-width of its 95% confidence interval (infinite with one value)."""
+    mean = statistics.mean(values)
+    if len(values) < 2:
+        return mean, float("inf")
+    df = len(values) - 1
+    t = T_975[df - 1] if df <= len(T_975) else 1.96
+    return mean, t * statistics.stdev(values) / len(values) ** 0.5
+
+
 def _row(
     tree: str, spec: str, flooded: list[dict[str, Any]], pairs: list[tuple[dict[str, Any], dict[str, Any]]]
 ) -> dict[str, Any]:
@@ -477,6 +522,7 @@ def _row(
         "steps_per_s": median("steps_per_s"),
         "loss_pct": statistics.median(losses),
         "loss_pct_range": [min(losses), max(losses)],
+        "loss_pct_mean_ci95": list(mean_ci95(losses)),
         "server_cpu_pct": median("server_cpu_pct"),
         "server_wakeups_per_s": median("server_wakeups_per_s"),
         "server_handoffs_per_s": median("server_handoffs_per_s"),
@@ -493,12 +539,14 @@ def _row(
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    """The summary: steps/s lost (median and range over the flood windows, each against the quiet ones around it);
+    """The summary: steps/s lost (median, range, and mean with its 95% confidence interval over the flood windows,
+    each against the quiet ones around it);
     the training thread's lost time (wall minus its CPU), its waits (voluntary switches: the GIL's) and preemptions
     beyond the quiet windows', and its CPU a step beyond theirs; the server thread's CPU, waits, and its own counts of
     wakeups and GIL handoffs."""
     print(
-        f"{'tree':<7} {'flood':<14} {'steps/s':>7} {'lost %':>6} {'(range)':>12} {'lost ms/s':>9} {'+ms/s':>6} "
+        f"{'tree':<7} {'flood':<14} {'steps/s':>7} {'lost %':>6} {'(range)':>12} {'mean±95%':>11} "
+        f"{'lost ms/s':>9} {'+ms/s':>6} "
         f"{'(range)':>13} {'+waits/s':>8} {'+preempt/s':>10} {'+us/step':>8} {'srv CPU%':>8} {'srv waits/s':>11} "
         f"{'wakeups/s':>9} {'handoffs/s':>10} {'sent/s':>7} {'read KB/s':>9}"
     )
@@ -509,9 +557,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         low, high = row["loss_pct_range"]
         lost_low, lost_high = row["lost_ms_per_s_excess_range"]
+        mean, half = row["loss_pct_mean_ci95"]
+        mean_ci = f"{mean:.1f}±{half:.1f}" if half != float("inf") else f"{mean:.1f}"
         print(
             f"{row['tree']:<7} {row['flood']:<14} {row['steps_per_s']:>7.1f} {row['loss_pct']:>6.1f} "
-            f"{f'{low:.1f}..{high:.1f}':>12} {row['lost_ms_per_s']:>9.1f} {row['lost_ms_per_s_excess']:>6.1f} "
+            f"{f'{low:.1f}..{high:.1f}':>12} {mean_ci:>11} "
+            f"{row['lost_ms_per_s']:>9.1f} {row['lost_ms_per_s_excess']:>6.1f} "
             f"{f'{lost_low:.1f}..{lost_high:.1f}':>13} {row['train_waits_per_s_excess']:>8.0f} "
             f"{row['train_preempted_per_s_excess']:>10.0f} {row['train_cpu_us_per_step_excess']:>8.1f} "
             f"{row['server_cpu_pct']:>8.2f} {row['server_waits_per_s']:>11.0f} {count(row['server_wakeups_per_s']):>9} "
