@@ -304,26 +304,16 @@ def report_figures(report: GuidedReport, wall_s: float, cut: bool) -> dict[str, 
     }
 
 
-def live_run(
-    pid: int, plan: Plan, tag: str, only: Sequence[Experiment] | None
+def _experiment(
+    tag: str, plan: Plan, heading: str, run: Callable[[threading.Event], GuidedReport]
 ) -> tuple[GuidedReport | None, dict[str, Any]]:
-    """`gpumon experiment --pid PID` with `plan` (and `only`: its --try), wound down past its cap."""
+    """One experiment under `plan`'s cap (`run` gets the cancel event the cap sets), its report and figures."""
     cancel = threading.Event()
     started = time.monotonic()
-    say(f"{tag}  gpumon experiment --pid {pid} (window {plan.window_s:g} s x {plan.repeats}, cap {plan.cap_s:g} s)")
+    say(f"{tag}  {heading} (window {plan.window_s:g} s x {plan.repeats}, cap {plan.cap_s:g} s)")
     try:
         with capped(plan.cap_s, cancel):
-            report = experiment_pid(
-                pid,
-                attach=hooked_job,
-                window_s=plan.window_s,
-                repeats=plan.repeats,
-                warmup_s=plan.warmup_s,
-                only=only,
-                listener=listener(tag),
-                cancel=cancel,
-                max_variants=plan.max_variants,
-            )
+            report = run(cancel)
     except AdvisorError as error:
         return None, {"error": printable(str(error)), "wall_s": round(time.monotonic() - started, 1)}
     figures = report_figures(report, time.monotonic() - started, cancel.is_set())
@@ -331,30 +321,42 @@ def live_run(
     return report, figures
 
 
+def _plan_arguments(plan: Plan, tag: str, only: Sequence[Experiment] | None, cancel: threading.Event) -> dict[str, Any]:
+    """What both experiment paths take from the plan."""
+    return {
+        "window_s": plan.window_s,
+        "repeats": plan.repeats,
+        "warmup_s": plan.warmup_s,
+        "only": only,
+        "listener": listener(tag),
+        "cancel": cancel,
+        "max_variants": plan.max_variants,
+    }
+
+
+def live_run(
+    pid: int, plan: Plan, tag: str, only: Sequence[Experiment] | None
+) -> tuple[GuidedReport | None, dict[str, Any]]:
+    """`gpumon experiment --pid PID` with `plan` (and `only`: its --try), wound down past its cap."""
+    return _experiment(
+        tag,
+        plan,
+        f"gpumon experiment --pid {pid}",
+        lambda cancel: experiment_pid(pid, attach=hooked_job, **_plan_arguments(plan, tag, only, cancel)),
+    )
+
+
 def trial_run(command: Sequence[str], plan: Plan, tag: str, only: Sequence[Experiment] | None) -> dict[str, Any]:
     """`gpumon experiment -- CMD` with `plan` (and `only`: its --try): trial runs of the command, wound down past its
     cap."""
-    cancel = threading.Event()
-    started = time.monotonic()
-    say(f"{tag}  gpumon experiment -- CMD (window {plan.window_s:g} s x {plan.repeats}, cap {plan.cap_s:g} s)")
-    try:
-        with capped(plan.cap_s, cancel):
-            report = experiment_command(
-                command,
-                launcher=LaunchedJob,
-                window_s=plan.window_s,
-                repeats=plan.repeats,
-                warmup_s=plan.warmup_s,
-                cwd=str(REPO),
-                only=only,
-                listener=listener(tag),
-                cancel=cancel,
-                max_variants=plan.max_variants,
-            )
-    except AdvisorError as error:
-        return {"error": printable(str(error)), "wall_s": round(time.monotonic() - started, 1)}
-    figures = report_figures(report, time.monotonic() - started, cancel.is_set())
-    say(f"{tag}  {_x(figures['speedup'])} in {figures['wall_s']} s, kept {_kept(figures)}: {figures['verdict']}")
+    _report, figures = _experiment(
+        tag,
+        plan,
+        "gpumon experiment -- CMD",
+        lambda cancel: experiment_command(
+            command, launcher=LaunchedJob, cwd=str(REPO), **_plan_arguments(plan, tag, only, cancel)
+        ),
+    )
     return figures
 
 
