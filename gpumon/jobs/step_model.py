@@ -188,7 +188,10 @@ def step_model(
     if total <= 0:
         return None
     sync_samples = sum(counts.get(activity.SYNC, (0, 0, 0)))
-    wait = sync_wait if sync_wait is not None else sync_samples / total
+    # A blocking host->device copy (from pageable memory) first waits for the queued work, as a sync does, and the
+    # budget times that wait among the syncs': the host in a copy while the stream is busy is the copy's wait.
+    copy_wait = counts.get(activity.H2D, (0, 0, 0))[1] / total
+    wait = max(0.0, sync_wait - copy_wait) if sync_wait is not None else sync_samples / total
     idle_known = sum(idle_by.values())
     if nvml_busy is not None:
         busy = max(0.0, min(1.0, nvml_busy))
@@ -209,7 +212,7 @@ def step_model(
         weights = {name: n for name, n in weights.items() if n}
         denominator, per_line = int(sum(weights.values())), "total"
     idle = max(0.0, 1.0 - busy)
-    split = _split_idle(idle, weights, wait, busy, measured)
+    split = _split_idle(idle, weights, wait, copy_wait, busy, measured)
     shares = dict.fromkeys(OWNERS, 0.0)
     exposed = min(busy, max(0.0, comm_wait or 0.0))
     shares[GPU_BUSY] = busy - exposed
@@ -249,11 +252,11 @@ class IdleSplit:
 
 
 def _split_idle(
-    idle: float, weights: Mapping[str, float], wait: float, busy: float, measured: MeasuredHostTime
+    idle: float, weights: Mapping[str, float], wait: float, copy_wait: float, busy: float, measured: MeasuredHostTime
 ) -> IdleSplit:
     """Give the idle time its owners, in order: the GPU idle seen while the host waited in a sync, a host->device
     copy or the allocator; the idle the hook measured outright (copies, the allocator's frees, the collector); the
-    drain after waits (syncs, and the waiting parts of empty_cache and of blocking device->host copies), shared by
+    drain after waits (syncs, and the waiting parts of empty_cache and of blocking copies either way), shared by
     their waits; the collector's other passes as host work; then what is left by the sampled activities."""
     total = sum(weights.values())
     sampled = {name: idle * n / total for name, n in weights.items()} if total > 0 else {}
@@ -283,6 +286,7 @@ def _split_idle(
         left -= direct
     waits = {
         SYNC_IDLE: max(0.0, wait),
+        H2D: max(0.0, copy_wait),
         D2H: max(0.0, measured.d2h - measured.d2h_idle),
         ALLOC: max(0.0, measured.alloc - measured.alloc_idle),
     }
