@@ -50,6 +50,9 @@ In debt, the whole server (accepts, reads, streams) waits until it has SERVER_CP
 clients send. A launch-bound training thread loses about what the server costs (it waits for the GIL while the server
 holds it: benchmarks/README.md, "GIL handoffs"), so the share is below the 2% a flood may cost the job."""
 SERVER_CPU_RESUME = 0.005
+STREAM_BATCH = 0.004
+"""Streams held back by a budget (the client's or the server's) wait until this much CPU beyond its reserve is back:
+a backlog replay then goes out a few lines a turn, not one line a wakeup (each wakeup a GIL handoff the job pays)."""
 SERVER_STREAM_RESERVE = 0.003
 """CPU seconds of the server's budget that the streams leave to greetings and requests: subscribers to a fast job
 (whose `steps` cost milliseconds each) cannot keep a new client from its hello and first answer. Below
@@ -465,8 +468,13 @@ class HookServer:
         return self._cpu.wait_s(now, SERVER_STREAM_RESERVE) <= 0 and client.cpu.wait_s(now, STREAM_RESERVE) <= 0
 
     def _stream_ready_at(self, client: Client, now: float) -> float:
-        """When `client`'s streams may go on (see _may_stream)."""
-        return now + max(client.cpu.wait_s(now, STREAM_RESERVE), self._cpu.wait_s(now, SERVER_STREAM_RESERVE))
+        """When the loop wakes for `client`'s streams: they may go on (see _may_stream) now; once held back by a
+        budget, when STREAM_BATCH more than its reserve is back, so that what waits goes out in a few turns rather
+        than a line a wakeup."""
+        if self._may_stream(client):
+            return now
+        client_wait = client.cpu.wait_s(now, STREAM_RESERVE + STREAM_BATCH)
+        return now + max(client_wait, self._cpu.wait_s(now, SERVER_STREAM_RESERVE + STREAM_BATCH))
 
     def _budget_resumes_at(self, client: Client, now: float) -> float:
         """When `client` may be served again: both its budget and the server's have some CPU back."""

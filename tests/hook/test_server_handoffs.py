@@ -332,3 +332,42 @@ def test_a_paused_client_in_debt_does_not_make_the_loop_turn_for_nothing(
         assert server._timeout(now) == pytest.approx(min(1.0, client_module.CPU_BURST / client_module.CPU_SHARE))
     finally:
         conn.close()
+
+
+def test_a_replay_held_back_by_its_budget_goes_out_in_few_turns(
+    server: HookServer, backlog_runtime: HookRuntime
+) -> None:
+    """A client re-subscribing with the longest backlog 5 times a second (the flood that cost the CPU job the most)
+    while the job steps: its replays outrun its budget. The loop wakes for them once STREAM_BATCH of budget is back,
+    not for every line (38 turns a second before, on the VM; each a GIL handoff the job pays)."""
+    stop = threading.Event()
+
+    def train() -> None:
+        while not stop.is_set():
+            backlog_runtime.on_manual_step(4)
+            time.sleep(0.001)
+
+    trainer = threading.Thread(target=train, daemon=True)
+    trainer.start()
+    line = request_line({"type": "subscribe", "backlog": protocol.BACKLOG_MAX})
+    received = 0
+    seconds = 3.0
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(server.path)
+        sock.setblocking(False)
+        turns, started = server.turns, time.monotonic()
+        next_request = started
+        while time.monotonic() - started < seconds:
+            if time.monotonic() >= next_request:
+                sock.send(line)
+                next_request += 0.2
+            try:
+                received += len(sock.recv(1 << 20))
+            except BlockingIOError:
+                pass
+            time.sleep(0.002)
+        taken = server.turns - turns
+    stop.set()
+    trainer.join()
+    assert received > 0
+    assert taken <= 15 * seconds, f"{taken} turns in {seconds:g} s for one re-subscribing client"
