@@ -11,28 +11,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from benchmarks.nvlink_allreduce_check import TOLERANCE
+from tests.job_process import nvml_uuids
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SCRIPT = REPOSITORY / "benchmarks" / "nvlink_allreduce_check.py"
-
-
-def gpu_count() -> int:
-    pynvml.nvmlInit()
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    finally:
-        pynvml.nvmlShutdown()
 
 
 @pytest.mark.parametrize(("interval", "source"), [(0.25, "gpm"), (0.25, "counters")])
 def test_both_ranks_of_one_all_reduce_read_alike_the_truth_and_current(
     tmp_path: Path, interval: float, source: str
 ) -> None:
-    if gpu_count() < 2:
+    if len(nvml_uuids()) < 2:
         pytest.skip("NVLink traffic needs two GPUs (nvidia-h200-x2)")
     command = [sys.executable, str(SCRIPT), "--interval", f"{interval:g}", "--seconds", "8", "--idle", "3"]
     command += ["--out", str(tmp_path), *(["--counters"] if source == "counters" else [])]

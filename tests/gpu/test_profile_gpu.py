@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from gpumon import protocol
+from tests.job_process import nvml_uuids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GPUMON = [sys.executable, "-m", "gpumon"]
@@ -160,18 +161,8 @@ def test_profile_of_a_pageable_cuda_job_matches_the_trace(sock_dir: str, tmp_pat
     assert summary["nccl_kernels"] == 0
 
 
-def gpu_count() -> int:
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    finally:
-        pynvml.nvmlShutdown()
-
-
 def test_ddp_all_reduce_not_hidden_is_comm_bound(sock_dir: str, tmp_path: Path) -> None:
-    if gpu_count() < 2:
+    if len(nvml_uuids()) < 2:
         pytest.skip("comm_bound needs 2 GPUs (nvidia-h200-x2): NCCL between ranks")
     script = tmp_path / "ddp_comm.py"
     script.write_text(DDP_COMM_JOB)
