@@ -461,17 +461,17 @@ class HookServer:
         now = time.monotonic()
         return self._cpu.wait_s(now, 0.0) > 0 or (client is not None and client.cpu.wait_s(now, reserve) > 0)
 
-    def _may_stream(self, client: Client) -> bool:
+    def _may_stream(self, client: Client, now: float | None = None) -> bool:
         """A client's streams go on while it has more than STREAM_RESERVE of its budget and the server more than
         SERVER_STREAM_RESERVE of its own: the rest is for requests and new clients."""
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         return self._cpu.wait_s(now, SERVER_STREAM_RESERVE) <= 0 and client.cpu.wait_s(now, STREAM_RESERVE) <= 0
 
     def _stream_ready_at(self, client: Client, now: float) -> float:
         """When the loop wakes for `client`'s streams: they may go on (see _may_stream) now; once held back by a
         budget, when STREAM_BATCH more than its reserve is back, so that what waits goes out in a few turns rather
         than a line a wakeup."""
-        if self._may_stream(client):
+        if self._may_stream(client, now):
             return now
         client_wait = client.cpu.wait_s(now, STREAM_RESERVE + STREAM_BATCH)
         return now + max(client_wait, self._cpu.wait_s(now, SERVER_STREAM_RESERVE + STREAM_BATCH))
