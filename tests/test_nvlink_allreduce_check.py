@@ -109,6 +109,30 @@ def test_a_rate_left_after_the_traffic_ended_fails_the_idle_check() -> None:
     assert not result["checks"]["idle_reads_zero"] and result["checks"]["ranks_agree"]
 
 
+def lagging(lag: float) -> Reading:
+    """Readings of the traffic `lag` seconds late, as GPM's NVLink figures are on an H200 (14-149 ms, 2026-11-29)."""
+
+    def reading(gpu: int, a: float, b: float) -> tuple[float, float]:
+        busy = max(0.0, min(b - lag, LOAD_S) - max(a - lag, 0.0))
+        rate = RATE * busy / (b - a) * (1 + 0.001 * gpu + 0.0001 * (round(b / 0.25) % 5))
+        return rate, rate
+
+    return reading
+
+
+def test_readings_a_tenth_of_a_second_late_pass_and_their_trail_is_measured() -> None:
+    result = analyse(ticks(0.25, lagging(0.1)), ranks())
+    assert all(result["checks"].values()), result["checks"]
+    for entry in result["summary"]["gpus"].values():
+        assert entry["trail_s"] == pytest.approx(0.1, abs=0.01)
+    assert result["summary"]["idle"]["max_gb_s"] == pytest.approx(RATE * 0.1 / 0.25 / 1e9, rel=0.02)
+
+
+def test_readings_more_than_an_interval_late_are_not_current() -> None:
+    checks = analyse(ticks(0.25, lagging(0.4)), ranks())["checks"]
+    assert not checks["trails_under_one_interval"] and not checks["idle_reads_zero"]
+
+
 def test_missing_readings_under_load_fail_and_so_does_no_gpu_for_a_rank() -> None:
     def reading(gpu: int, a: float, b: float) -> tuple[float | None, float | None]:
         return (None, None) if gpu == 1 and 3 < b < 5 else (RATE, RATE)
