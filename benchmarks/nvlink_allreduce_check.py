@@ -13,10 +13,10 @@ all-reduce (with 2 ranks, the whole tensor each way). Every ~50 ms each rank wri
 the time: the truth. Meanwhile this process runs gpumon's live Sampler at --interval (each tick
 GpuCollector.collect_fast merged with the slow tier: the snapshot the dashboard draws) and keeps both GPUs' NVLink
 rx/tx. Once the ranks end it samples --idle seconds more, with no traffic: the rates must read ~0 from the first tick
-whose interval begins one interval after the end. GPM's NVLink figures trail the traffic by a fraction of a second (on
-an H200, 2026-11-29: 14-149 ms at the end, by GPU and run; the counters trail by nothing), so each GPU's trail is measured (the
-bytes shown after the end beyond the truth, in seconds of the load's rate) and must stay under one interval: the
-readings are current to the sampling interval.
+whose interval begins one interval after the end. GPM's NVLink figures trail the traffic by a fraction of a second
+(on an H200, 2026-11-29: 14-149 ms at the end, by GPU and run; the counters trail by nothing), so each GPU's trail is
+measured (the bytes shown after the end beyond the truth, in seconds of the load's rate) and must stay under one
+interval: the readings are current to the sampling interval.
 
 Per tick (the log) and in summary (the JSON): each GPU's rx/tx, the rate its rank's count implies over the tick's
 interval, the ratio GPU of rank 0 / GPU of rank 1 and each to the truth, and readings repeated from the tick before
