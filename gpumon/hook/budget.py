@@ -21,6 +21,7 @@ from typing import Any
 
 from gpumon.hook.allocator import EmptyCacheCounter, device_alloc_counts
 from gpumon.hook.gc_timer import GcTimer
+from gpumon.protocol import activity
 from gpumon.protocol.messages import StepBudget
 
 BUDGET_EVERY = 16
@@ -31,8 +32,24 @@ more (CPU, 40 small Linear layers), 1.1% of a 1.4 ms launch-bound step when one 
 second bounds it by 0.1% of the job's time whatever its step (a diagnosis window still budgets every step). An
 explicit GPUMON_HOOK_BUDGET_EVERY has no gap."""
 
+BUDGET_SLOW_STEP_S = 0.05
+"""After a step at least this long, the next one is budgeted too (still `BUDGET_MIN_GAP_S` apart): one step in 16 of a
+job stepping a few times a second is one every few seconds, and a diagnosis window of a job whose step takes longer
+than the window itself would see none. The gap bounds the cost as before (at most four a second), and on a step of
+50 ms a budgeted step's 0.25 ms is 0.5% of that one step."""
+
 MAX_REWRAPS = 4
 """Times a method that another library replaced after ours went on is wrapped again, at later sampled steps."""
+
+_SAMPLED_AS = {
+    ("h2d", True): activity.H2D,
+    ("h2d", False): activity.H2D,
+    ("d2h", True): activity.SYNC,
+    ("sync", True): activity.SYNC,
+}
+"""(kind, blocking) of a timed call -> the activity its samples count as: a blocking device->host copy waits for the
+GPU as a sync does (its measured time then replaces those samples in the step model); a non-blocking one is not
+waited on, and keeps the line's own activity."""
 
 _MISSING = object()
 _TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu", "__bool__", "__float__", "__int__")
@@ -66,6 +83,9 @@ class BudgetMeter:
         self._optimizer_hook: Any = None
         """The handle of the optimizer step pre-hook, while the wrappers are on."""
         self.active = False
+        self.inside: str | None = None
+        """While a timed call runs on the training thread: the activity the stack sampler counts it as (a copy or a
+        sync in a line whose text does not say so, e.g. `dst.copy_(src)` across devices); None otherwise."""
         self._thread = 0
         self._depth = 0
         self._installed: dict[str, tuple[Any, str, Any, Any]] = {}
@@ -245,12 +265,14 @@ class BudgetMeter:
             if kind is None:
                 return original(tensor, *args, **kwargs)
             meter._depth += 1
+            meter.inside = _SAMPLED_AS.get((kind, blocking or busy))
             started = meter._clock()
             drained = kind == "d2h" and blocking and meter._drain()
             copying = meter._clock()
             try:
                 return original(tensor, *args, **kwargs)
             finally:
+                meter.inside = None
                 meter._depth -= 1
                 ended = meter._clock()
                 if drained:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S
+from gpumon.hook.budget import BUDGET_EVERY, BUDGET_MIN_GAP_S, BUDGET_SLOW_STEP_S
 from gpumon.hook.flops import EVERY as FLOPS_EVERY
 from gpumon.hook.flops import FIRST_STEP as FLOPS_FIRST_STEP
 
@@ -72,8 +72,8 @@ class BoundaryPlan(NamedTuple):
     other_due: int
     """The next boundary with anything but a budget candidate due."""
     quiet_below_s: float
-    """Boundaries before `next_busy` are quiet only after steps shorter than this (with GPU timing on, a slow step
-    times the next one)."""
+    """Boundaries before `next_busy` are quiet only after steps shorter than this (a slow step budgets the next one,
+    with the gap; with GPU timing on, a slow step times the next one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +116,19 @@ class Schedule:
         # Called at each busy boundary (cold, like all the hook's code): arithmetic inline, no calls but the record's.
         step = seq + 1
         every = self.budget_every
-        on_schedule = every > 0 and not diagnosing and step % every == 0 and since_budgeted >= self.budget_min_gap_s
+        on_schedule = (
+            every > 0
+            and not diagnosing
+            and (step % every == 0 or (wall >= BUDGET_SLOW_STEP_S and self.budget_min_gap_s > 0))
+            and since_budgeted >= self.budget_min_gap_s
+        )
         budget = on_schedule or (diagnosing and every > 0)
 
         gpu_time = False
-        below_s = math.inf
+        below_s = BUDGET_SLOW_STEP_S if every > 0 and self.budget_min_gap_s > 0 else math.inf
         if timing:
-            below_s = GPU_TIMING_SLOW_STEP_S
             gpu_every = self.gpu_every
+            below_s = min(below_s, GPU_TIMING_SLOW_STEP_S)
             if step >= next_timed and gpu_every > 0:
                 gap_s = self.gpu_min_gap_s
                 if gap_s <= 0:  # the next multiple of gpu_every

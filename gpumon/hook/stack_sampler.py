@@ -36,6 +36,9 @@ IDLE, BUSY, UNKNOWN = range(3)
 OTHER_LINES = ("(other lines)", 0, "", activity.OTHER)
 _OWN_LINE_ACTIVITIES = frozenset({activity.SYNC, activity.H2D, activity.ALLOC, activity.CPU})
 """Activities counted at the job's own line that called into torch or a library, not at the innermost frame."""
+_MARKED_OVER = frozenset({activity.CPU, activity.OTHER})
+"""Activities read from a stack that the budget's mark (BudgetMeter.inside) replaces: the job's own code, where only
+the source text could tell a copy or a sync."""
 
 GPU_NOT_YET = "CUDA is not initialized yet"
 GPU_GRAPHS = "CUDA graphs in use: their capture forbids stream queries from other threads"
@@ -131,6 +134,10 @@ class StackSampler:
             if len(self._stacks) > MAX_STACKS:
                 self._stacks.clear()
         kind, key, _codes = known
+        inside = getattr(getattr(self._runtime, "budget", None), "inside", None)
+        if inside is not None and kind in _MARKED_OVER:
+            # The hook's timing wrapper says what the job's line is doing (a copy across devices, a sync).
+            kind, key = inside, (*key[:3], inside)
         state = self._gpu_state()
         with self._lock:
             self.samples += 1

@@ -310,3 +310,49 @@ def test_default_budgeted_steps_are_at_least_the_gap_apart(monkeypatch: pytest.M
     assert all(step % BUDGET_EVERY == 0 for step in due)
     monkeypatch.setenv(protocol.BUDGET_EVERY_ENV, "16")
     assert budgeted_steps(64) == [16, 32, 48, 64]
+
+
+def test_slow_steps_are_budgeted_the_gap_apart_whatever_their_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One step in 16 of a job at 1.5 steps/s is one every 10 s: a diagnosis of a few seconds would see no budget.
+    After a step of BUDGET_SLOW_STEP_S or more the next is budgeted too, still BUDGET_MIN_GAP_S apart."""
+
+    def budgeted_steps(steps: int, seconds: float) -> list[int]:
+        now = [100.0]
+        runtime = HookRuntime(torch, clock=lambda: now[0])
+        try:
+            for _ in range(steps):
+                now[0] += seconds
+                runtime.on_manual_step(None)
+        finally:
+            runtime.budget.stop()
+        return [record[R_SEQ] for record in runtime.records if record[R_BUDGET] is not None]
+
+    monkeypatch.delenv(protocol.BUDGET_EVERY_ENV, raising=False)
+    assert budgeted_steps(12, 0.7) == list(range(2, 13))  # step 1 opens before any step's time is known
+    every_fifth = budgeted_steps(40, 0.06)  # 60 ms steps: the 0.25-s gap is five steps
+    assert all(b - a == 5 for a, b in pairwise(every_fifth)) and len(every_fifth) >= 7, every_fifth
+    assert budgeted_steps(64, 0.03) == [16, 32, 48, 64]  # below the slow step: one in 16 as before
+    monkeypatch.setenv(protocol.BUDGET_EVERY_ENV, "16")
+    assert budgeted_steps(32, 0.7) == [16, 32]  # an explicit one-in-N is exactly that
+
+
+def test_a_timed_copy_tells_the_stack_sampler_what_the_job_s_line_is_doing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dst.copy_(src)` across devices reads as the job's own CPU work from its source text; while the wrapper times
+    it, BudgetMeter.inside says host->device copy (or sync, for a blocking device->host one), and nothing after."""
+    rt = HookRuntime(torch, clock=Clock())
+    seen: list[str | None] = []
+
+    def original(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(rt.budget.inside)
+        return tensor
+
+    kinds = iter([("h2d", True), ("d2h", True), ("d2h", False), (None, True)])
+    monkeypatch.setattr(budget_module, "_classify", lambda *_: next(kinds))
+    try:
+        rt.budget.begin(True)
+        wrapper = rt.budget._wrap("copy_", original)
+        for _ in range(4):
+            wrapper(torch.zeros(2), torch.ones(2))
+        assert seen == ["h2d", "sync", None, None] and rt.budget.inside is None
+    finally:
+        rt.budget.stop()

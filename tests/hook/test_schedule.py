@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpumon.hook.budget import BUDGET_SLOW_STEP_S
 from gpumon.hook.schedule import (
     GPU_TIMING_MAX_STRIDE,
     GPU_TIMING_SLOW_STEP_S,
@@ -47,8 +48,16 @@ CASES: list[tuple[str, int, Schedule, dict[str, Any], dict[str, Any]]] = [
     ("budget_off_schedule", 16, DEFAULT, {}, {"budget": False}),
     ("budget_diagnosing", 16, DEFAULT, {"diagnosing": True}, {"budget": True, "budget_on_schedule": False}),
     ("budget_off", 15, Schedule(budget_every=0), {"diagnosing": True}, {"budget": False}),
+    # After a slow step the next is budgeted whatever its number (a job stepping a few times a second would see one
+    # budgeted step every few seconds), still the gap apart; an explicit one-in-N stays exactly that.
+    ("budget_after_slow_step", 16, DEFAULT, {"wall": 0.2, "since_budgeted": 0.3}, {"budget": True}),
+    ("budget_after_slow_step_gap", 16, DEFAULT, {"wall": 0.2, "since_budgeted": 0.2}, {"budget": False}),
+    ("budget_after_short_step", 16, DEFAULT, {"wall": 0.04, "since_budgeted": 9.0}, {"budget": False}),
+    ("budget_slow_step_explicit", 16, EXPLICIT, {"wall": 0.2, "since_budgeted": 9.0}, {"budget": False}),
+    ("quiet_below_slow_budget", 16, DEFAULT, {}, {"quiet_below_s": BUDGET_SLOW_STEP_S}),
+    ("quiet_below_explicit", 16, EXPLICIT, {}, {"quiet_below_s": math.inf}),
     # GPU timing: its regular schedule (a gap's worth of the last step's time, or one in N), slow and budgeted steps.
-    ("gpu_off", 15, DEFAULT, {"next_timed": 16}, {"gpu_time": False, "quiet_below_s": math.inf}),
+    ("gpu_off", 15, DEFAULT, {"next_timed": 16}, {"gpu_time": False, "quiet_below_s": BUDGET_SLOW_STEP_S}),
     (
         "gpu_on_schedule_gap",
         15,

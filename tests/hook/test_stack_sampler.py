@@ -95,6 +95,24 @@ def test_the_job_s_own_cpu_work_is_counted_at_its_line(busy_thread: Any) -> None
     assert stream.queries == 20 and not runtime.errors
 
 
+def test_the_budget_s_mark_names_what_the_job_s_line_does(busy_thread: Any) -> None:
+    """While the budget's wrapper times a copy the line's text does not show (`dst.copy_(src)`), its mark counts the
+    job's line as that copy; a stack in torch keeps its own activity."""
+    runtime = fake_runtime(busy_thread(preprocess_on_the_cpu))
+    runtime.budget = SimpleNamespace(inside=activity.H2D)
+    sampler = StackSampler(runtime, fake_torch(FakeStream()), hz=50)
+    for _ in range(10):
+        sampler.sample_once()
+    runtime.budget.inside = None
+    for _ in range(5):
+        sampler.sample_once()
+    result = sampler.result()
+    assert result["activities"] == {activity.H2D: [10, 0, 0], activity.CPU: [5, 0, 0]}
+    by_activity = {line["activity"]: line for line in result["lines"]}
+    assert by_activity[activity.H2D]["function"] == "preprocess_on_the_cpu"
+    assert by_activity[activity.H2D]["counts"] == [10, 0, 0]
+
+
 def parked(depth: int) -> Callable[[threading.Event], None]:
     """Work that waits for the test's end `depth` calls deep: one stack, the same at every sample."""
 
