@@ -138,6 +138,8 @@ class BudgetFigures:
     """The host's time in optimizer.step(), budgeted steps."""
     optimizer_on_cpu: bool | None = None
     """The optimizer's parameters live on the CPU while the job computes on a GPU."""
+    optimizer_host_bytes: float | None = None
+    """The bytes of those parameters: about what such an optimizer copies each way a step."""
 
     def measured_host_time(self) -> MeasuredHostTime:
         """The host time the hook timed itself, as the step model takes it (0 where not measured)."""

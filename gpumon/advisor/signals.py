@@ -425,7 +425,11 @@ def _with_syncs(step: StepFigures, diagnosis: protocol.Diagnosis | None) -> Step
 def _budget_figures(view: HookedView, start: float | None, end: float | None) -> BudgetFigures:
     """The step time budget over the window's budgeted steps (else the view's latest ones), with the host time the
     hook timed itself."""
-    known = BudgetFigures(optimizer_on_cpu=view.optimizer_on_cpu, empty_cache_sites=view.empty_cache_sites)
+    known = BudgetFigures(
+        optimizer_on_cpu=view.optimizer_on_cpu,
+        optimizer_host_bytes=view.optimizer_host_bytes,
+        empty_cache_sites=view.empty_cache_sites,
+    )
     budgets = [s.budget for s in steps_in_window(view.steps, start, end) if s.budget is not None]
     shares = BudgetShares.of(budgets) if budgets else view.budget
     if not shares.steps:

@@ -324,10 +324,11 @@ def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
 
 
 def optimizer_infos(runtime: HookRuntime) -> list[OptimizerInfo]:
-    """The optimizers seen stepping, in the order first seen: class and where the parameters live."""
+    """The optimizers seen stepping, in the order first seen: class, where the parameters live and the bytes of those
+    on the CPU."""
     return [
-        OptimizerInfo({"class": name, "params_device": device})
-        for name, device in copy_while_mutated(runtime.optimizers.values())
+        OptimizerInfo({"class": name, "params_device": device, "host_bytes": host_bytes})
+        for name, device, host_bytes in copy_while_mutated(runtime.optimizers.values())
     ]
 
 

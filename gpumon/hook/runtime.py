@@ -157,7 +157,7 @@ class HookRuntime:
         """id() of the lead optimizer while its step needs only close_step (see optimizer_step_hook); 0: none."""
         self._tensor_type: Any = getattr(torch, "Tensor", _NotATensor)
         self._lead_optimizer: int | None = None
-        self.optimizers: dict[int, tuple[str, str]] = {}
+        self.optimizers: dict[int, tuple[str, str, int]] = {}
         """id() of each optimizer seen stepping -> (its class name, where its parameters live), once each."""
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
@@ -360,7 +360,7 @@ class HookRuntime:
         self._plain_optimizer = 0
         key = id(optimizer)
         if key not in self.optimizers and len(self.optimizers) < MAX_OPTIMIZERS:
-            self.optimizers[key] = (type(optimizer).__name__, params_device(optimizer))
+            self.optimizers[key] = (type(optimizer).__name__, params_device(optimizer), host_param_bytes(optimizer))
         if self._manual:
             return
         if self._lead_optimizer is None:
@@ -756,6 +756,20 @@ def _cuda_index_of(optimizer: Any) -> int | None:
                 return int(index) if index is not None else 0
             return None
     return None
+
+
+def host_param_bytes(optimizer: Any) -> int:
+    """The bytes of an optimizer's parameters that live on the CPU (the first MAX_PARAMS_WALKED parameters): what an
+    optimizer offloaded to the host copies down as gradients and up as weights every step."""
+    total = walked = 0
+    for group in getattr(optimizer, "param_groups", ()):
+        for param in group.get("params", ()):
+            walked += 1
+            if walked > MAX_PARAMS_WALKED:
+                return total
+            if getattr(getattr(param, "device", None), "type", None) == "cpu":
+                total += int(param.numel()) * int(param.element_size())
+    return total
 
 
 def params_device(optimizer: Any) -> str:

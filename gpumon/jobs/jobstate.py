@@ -333,6 +333,14 @@ class HookedView:
         return any(device in ("cpu", "mixed") for device in devices)
 
     @property
+    def optimizer_host_bytes(self) -> int | None:
+        """The bytes of the optimizers' parameters on the CPU (those of optimizers offloaded to the host), None where
+        no optimizer is known or the hook does not say (an older hook)."""
+        sizes = [optimizer.get("host_bytes") for optimizer in self.optimizers]
+        known = [size for size in sizes if isinstance(size, int)]
+        return sum(known) if known else None
+
+    @property
     def empty_cache_sites(self) -> tuple[str, ...]:
         """ "file:line (count)" of the lines that called torch.cuda.empty_cache() most, most first."""
         sites = (self.state.get("empty_cache_sites") if self.state is not None else None) or []

@@ -261,7 +261,7 @@ class HostSamples(TypedDict, total=False):
     cost_ms: float  # CPU time the sampler thread has used
 
 
-OptimizerInfo = TypedDict("OptimizerInfo", {"class": str, "params_device": str}, total=False)
+OptimizerInfo = TypedDict("OptimizerInfo", {"class": str, "params_device": str, "host_bytes": int}, total=False)
 """An optimizer the job steps: its class name and where its parameters live ("cuda", "cpu", "mixed", ...)."""
 
 

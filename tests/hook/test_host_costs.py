@@ -22,7 +22,7 @@ from gpumon import protocol
 from gpumon.hook.allocator import MAX_SITES, OTHER_SITE, EmptyCacheCounter, device_alloc_counts
 from gpumon.hook.budget import BudgetMeter
 from gpumon.hook.gc_timer import GcTimer
-from gpumon.hook.runtime import params_device
+from gpumon.hook.runtime import host_param_bytes, params_device
 from gpumon.jobs.connection import HookConnection
 from gpumon.jobs.jobstate import replay_messages
 from gpumon.protocol import activity
@@ -91,7 +91,9 @@ def test_a_real_job_sends_its_collector_empty_cache_and_optimizer_figures(sock_d
     assert state["empty_cache_sites"] == [
         {"file": str(HOST_COSTS_JOB), "line": done["empty_cache_line"], "count": steps}
     ]
-    assert state["optimizers"] == [{"class": "AdamW", "params_device": "cpu"}]
+    assert state["optimizers"] == [
+        {"class": "AdamW", "params_device": "cpu", "host_bytes": (16 * 32 + 32 + 32 * 2 + 2) * 4}
+    ]
     # The monitor's side.
     view = replay_messages(
         [state, {"type": protocol.STEPS, "records": [records[seq] for seq in sorted(records)]}]
@@ -211,6 +213,25 @@ def test_where_an_optimizers_parameters_live(devices: list[str], expected: str) 
 def test_a_real_optimizer_on_cpu_parameters() -> None:
     model = torch.nn.Linear(4, 2)
     assert params_device(torch.optim.AdamW(model.parameters())) == "cpu"
+    assert host_param_bytes(torch.optim.AdamW(model.parameters())) == (4 * 2 + 2) * 4  # float32 weight and bias
+    half = torch.nn.Linear(8, 8, bias=False).to(torch.bfloat16)
+    assert host_param_bytes(torch.optim.SGD(list(model.parameters()) + list(half.parameters()))) == 40 + 64 * 2
+
+
+def test_only_the_parameters_on_the_cpu_count_as_the_host_s_bytes() -> None:
+    class Param:
+        def __init__(self, device: str, count: int) -> None:
+            self.device = SimpleNamespace(type=device)
+            self.count = count
+
+        def numel(self) -> int:
+            return self.count
+
+        def element_size(self) -> int:
+            return 4
+
+    optimizer = SimpleNamespace(param_groups=[{"params": [Param("cuda", 1000), Param("cpu", 10)]}, {"params": []}])
+    assert host_param_bytes(optimizer) == 40 and params_device(optimizer) == "mixed"
 
 
 def test_a_stack_inside_empty_cache_is_the_allocator_counted_at_the_jobs_line() -> None:

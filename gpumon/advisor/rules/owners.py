@@ -34,14 +34,21 @@ CATEGORY_OF_OWNER: Mapping[str, str] = {
     step_model.OTHER: UNEXPLAINED_IDLE,
 }
 """Every owner of GPU idle time and the category that names it. One exception, said where it applies: with the
-optimizer on the CPU, the copies both ways are its gradients going down and its weights going up (cpu_optimizer)."""
+optimizer on the CPU, the copies both ways are (up to its parameters' bytes) its gradients going down and its weights
+going up (cpu_optimizer)."""
 
 
-def category_of(owner: str, signals: Signals) -> str:
-    """The category that names an owner's share of the step, for this job."""
-    if owner in (step_model.D2H, step_model.H2D) and signals.budget.optimizer_on_cpu:
-        return CPU_OPTIMIZER
-    return CATEGORY_OF_OWNER[owner]
+def optimizer_part(owner: str, signals: Signals) -> float:
+    """The part of a copy owner's share (H2D, D2H) that is the CPU-side optimizer's: an optimizer offloaded to the host
+    moves about its parameters' bytes each way a step, so copies beyond those are the job's own transfers. All of it
+    where the bytes are not known, none without such an optimizer."""
+    if owner not in (step_model.D2H, step_model.H2D) or not signals.budget.optimizer_on_cpu:
+        return 0.0
+    host = signals.budget.optimizer_host_bytes
+    moved = signals.budget.d2h_bytes_per_step if owner == step_model.D2H else signals.budget.h2d_bytes_per_step
+    if not host or not moved:
+        return 1.0
+    return min(1.0, host / moved)
 
 
 def category_shares(signals: Signals, bar: float) -> dict[str, float]:
@@ -52,8 +59,12 @@ def category_shares(signals: Signals, bar: float) -> dict[str, float]:
     for owner, share in signals.step_model.step_shares.items():
         if owner == step_model.GPU_BUSY or owner not in CATEGORY_OF_OWNER or share <= 0:
             continue
-        category = category_of(owner, signals)
-        shares[category] = shares.get(category, 0.0) + share
+        optimizer = share * optimizer_part(owner, signals)
+        if optimizer > 0:
+            shares[CPU_OPTIMIZER] = shares.get(CPU_OPTIMIZER, 0.0) + optimizer
+        if share - optimizer > 0:
+            category = CATEGORY_OF_OWNER[owner]
+            shares[category] = shares.get(category, 0.0) + share - optimizer
     util, sm = signals.gpu.gpu_util, signals.gpu.sm_activity
     if shares.get(LAUNCH_BOUND, 0.0) >= bar and util and sm is not None:
         busy = signals.step_model.step_shares.get(step_model.GPU_BUSY, 0.0)
