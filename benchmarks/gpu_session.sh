@@ -5,12 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
-#                                                 | pcie26 | tune35 | heldout35 | live37 | flood36 | flood36all | nvlink38
+#                                                 | pcie26 | tune35 | heldout35 | heldout2 | live37 | flood36 | flood36all | nvlink38
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|live37|flood36|flood36all|nvlink38 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|heldout2|live37|flood36|flood36all|nvlink38 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -209,6 +209,20 @@ case "$part" in
     timeout 470 python3 benchmarks/scenario_corpus.py --set heldout "$@" --duration 4 --warmup 2 --rounds 2 \
       --window 1 --out "$out/corpus-heldout.json" > "$out/corpus-heldout.log" 2>&1
     tail -40 "$out/corpus-heldout.md" ;;
+  heldout2)  # held-out seeds on both GPUs at once (nvidia-h200-x2), one runner per GPU: ARGS are the seeds, each
+             # runner takes every other one (a seed needing 2 GPUs is skipped there); the two results merged in
+             # corpus-heldout.json/.md. About 34 s a job per GPU; each runner is cut at 500 s
+    seeds=("$@"); pids=()
+    for gpu in 0 1; do
+      mine=(); for ((i = gpu; i < ${#seeds[@]}; i += 2)); do mine+=(--seed "${seeds[i]}"); done
+      CUDA_VISIBLE_DEVICES=$gpu timeout 500 python3 benchmarks/scenario_corpus.py --set heldout "${mine[@]}" \
+        --duration 4 --warmup 2 --rounds 2 --window 1 --out "$out/corpus-heldout-gpu$gpu.json" \
+        > "$out/corpus-heldout-gpu$gpu.log" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    python3 benchmarks/scenario_corpus.py --merge "$out"/corpus-heldout-gpu0.json "$out"/corpus-heldout-gpu1.json \
+      --out "$out/corpus-heldout.json" | tail -8 ;;
   live37)    # issue 37 item 7 on GPU 0 (at most 460 s, each step capped inside): the long-epoch loader job (2 workers,
              # 10M samples, persistent) climbed live by `experiment --pid`, then the trial-run path on it; a GC-churn job
              # and an empty_cache job, each its ablation truth then `experiment --pid`; the demo's panel after a guided

@@ -299,6 +299,25 @@ def write(out: Path | None, meta: Mapping[str, Any], rows: Sequence[Mapping[str,
     return text
 
 
+def merge(paths: Sequence[Path], out: Path | None) -> int:
+    """The rows of several runs (e.g. one runner per GPU, CUDA_VISIBLE_DEVICES) scored as one corpus."""
+    metas, rows = [], []
+    for path in paths:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+            metas.append(document["meta"])
+            rows.extend(document["rows"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"scenario_corpus: cannot merge {path}: {error}", file=sys.stderr)
+            return 2
+    rows.sort(key=lambda row: row.get("seed", 0))
+    meta = dict(metas[0])
+    meta["command"] = " ; ".join(str(m.get("command")) for m in metas)
+    meta["merged"] = [str(path) for path in paths]
+    print(write(out, meta, rows), end="")
+    return 0
+
+
 def seeds_of(args: argparse.Namespace) -> list[int]:
     if args.seed:
         return list(args.seed)
@@ -319,7 +338,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pyspy", action="store_true", help="only the hooked diagnosis")
     parser.add_argument("--job-timeout", type=float, default=240.0, help="a job's limit in seconds (default 240)")
     parser.add_argument("--out", type=Path, default=None, help="results JSON (and the table beside it, .md)")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="no run: these results JSONs (runners on separate GPUs) "
+        "as one table and summary in --out, their rows in seed order",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)

@@ -492,6 +492,9 @@ def device_names() -> list[str]:
 
 
 def commit() -> str | None:
+    """The tree's commit: GPUMON_TREE where given (a copy whose git names another commit), else git's."""
+    if os.environ.get("GPUMON_TREE"):
+        return os.environ["GPUMON_TREE"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     except OSError:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gc
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from benchmarks.scenario_corpus import main as corpus_main
 from benchmarks.scenario_corpus import markdown, row_for, summarize
 from benchmarks.scenarios.generated import job as generated_job
 from benchmarks.scenarios.generated import parts
@@ -294,3 +297,16 @@ def test_with_causes_the_launches_truth_is_measured_once_they_are_all_removed(mo
     truth = phases.truth()["truth"]
     assert truth[LAUNCHES] == pytest.approx(100.0 * (1 / 200.0 - 1 / 400.0))
     gc.enable()
+
+
+def test_runs_on_two_gpus_merge_into_one_table_in_seed_order(tmp_path: Path) -> None:
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    parts = [results / "corpus-heldout-h200x2-2026-11-29-comm.json", results / "corpus-heldout-h200-2026-11-29-e.json"]
+    out = tmp_path / "merged.json"
+    assert corpus_main(["--merge", *map(str, parts), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text(encoding="utf-8"))
+    rows = [row for part in parts for row in json.loads(part.read_text(encoding="utf-8"))["rows"]]
+    assert [row["seed"] for row in merged["rows"]] == sorted(row["seed"] for row in rows)
+    assert merged["summary"] == summarize(merged["rows"]) and len(merged["meta"]["merged"]) == 2
+    assert out.with_suffix(".md").read_text(encoding="utf-8").count("| 10") == len(rows)
+    assert corpus_main(["--merge", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
