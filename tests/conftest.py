@@ -12,7 +12,8 @@ import pytest
 
 # The files that take the most time (real jobs, dashboards, trial runs in subprocesses, a real Prometheus): every
 # file whose tests took 2 s or more in all by `python -m pytest -m "not slow" --durations=0` on the 2-core machine
-# (2026-11-29: 73 files). Their tests are `slow`; the full suite (CI) runs them all.
+# (2026-11-29: 73 files), and tests/test_installed_apart.py since (pip installs gpumon in a venv). Their tests are
+# `slow`; the full suite (CI) runs them all.
 SLOW_FILES = frozenset(
     {
         "tests/advisor/test_adaptive_windows.py",
@@ -72,6 +73,7 @@ SLOW_FILES = frozenset(
         "tests/sampling/test_sampler.py",
         "tests/test_cli.py",
         "tests/test_hook_path.py",
+        "tests/test_installed_apart.py",
         "tests/test_monitor_overhead.py",
         "tests/test_replay_damage.py",
         "tests/tui/test_filters.py",
