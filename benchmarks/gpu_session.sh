@@ -5,12 +5,12 @@
 #                                                 | open1 | x2 | x2open | screen | proof24 | final24 | final26
 #                                                 | screen26 | start | sweep | where26
 #                                                 | screen26c | diag26 | screen26d | screen26e | confirm26
-#                                                 | pcie26 | tune35 | heldout35 | heldout2 | live37 | flood36 | flood36all | nvlink38
+#                                                 | pcie26 | tune35 | heldout35 | heldout2 | records35 | live37 | flood36 | flood36all | nvlink38
 # ARGS, where given, replace the default arguments of the part's main benchmark (overhead, hookcpu).
 # Results land in $OUT (or ./gpu-results) with the device and date in each file; the device tool brings back only a
 # few files, so pack them: OUT=/tmp/res bash benchmarks/gpu_session.sh PART; tar czf "$OUT/PART.tgz" -C /tmp/res .
 set -uo pipefail
-part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|heldout2|live37|flood36|flood36all|nvlink38 [ARGS]}
+part=${1:?usage: gpu_session.sh sampling|overhead|hook|hookcpu|advisor|ladder|open|open1|x2|x2open|screen|proof24|final24|final26|screen26|start|sweep|where26|screen26c|diag26|screen26d|screen26e|confirm26|pcie26|tune35|heldout35|heldout2|records35|live37|flood36|flood36all|nvlink38 [ARGS]}
 shift
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -223,6 +223,14 @@ case "$part" in
     wait "${pids[@]}"
     python3 benchmarks/scenario_corpus.py --merge "$out"/corpus-heldout-gpu0.json "$out"/corpus-heldout-gpu1.json \
       --out "$out/corpus-heldout.json" | tail -8 ;;
+  records35) # whether slow hooked jobs' step records reach a subscriber (about 2.5 min): the held-out seeds whose
+             # diagnosis saw no step in its window (1053, 1081: 2-6 steps/s), then a faster one (1060) as the control;
+             # ARGS replace the seeds
+    [ $# -gt 0 ] || set -- 1053 1081 1060
+    for seed in "$@"; do
+      CUDA_VISIBLE_DEVICES=0 timeout 150 python3 benchmarks/step_delivery_check.py --seed "$seed" --seconds 8 \
+        --json "$out/step-delivery-$seed.json" 2>&1 | tee "$out/step-delivery-$seed.log" | tail -12
+    done ;;
   live37)    # issue 37 item 7 on GPU 0 (at most 460 s, each step capped inside): the long-epoch loader job (2 workers,
              # 10M samples, persistent) climbed live by `experiment --pid`, then the trial-run path on it; a GC-churn job
              # and an empty_cache job, each its ablation truth then `experiment --pid`; the demo's panel after a guided

@@ -310,3 +310,17 @@ def test_runs_on_two_gpus_merge_into_one_table_in_seed_order(tmp_path: Path) -> 
     assert merged["summary"] == summarize(merged["rows"]) and len(merged["meta"]["merged"]) == 2
     assert out.with_suffix(".md").read_text(encoding="utf-8").count("| 10") == len(rows)
     assert corpus_main(["--merge", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+
+
+def test_step_delivery_says_where_the_records_stop() -> None:
+    from benchmarks.step_delivery_check import verdict
+
+    hook = [(float(t), 10 * t) for t in range(8)]  # the hook closes ten steps a second
+    every = {seq: 0.0 for seq in range(1, 71)}
+    assert verdict(hook, every, [])["delivered"]
+    late = {seq: 0.0 for seq in range(1, 31)}
+    behind = verdict(hook, late, [])
+    assert not behind["delivered"] and "20 of the 50 due did not arrive" in behind["where"]
+    assert "sent none" in verdict(hook, {}, [])["where"]
+    assert "closed no step" in verdict([(0.0, 5), (5.0, 5)], {}, [])["where"]
+    assert "no state" in verdict([], {}, [])["where"]
