@@ -363,7 +363,8 @@ def estimate_step_model(
     Syncs own the drain after them (sync_cost); the rest of the idle goes to each category by its share of the
     samples, the remainder being nobody's (other). py-spy cannot tell a thread launching tiny kernels from one
     blocked in a launch behind a full queue of big ones, so torch's frames own idle in proportion to how empty the
-    running kernels leave the SMs (`kernel_fill`: SM activity over GPU-Util, where GPM gives it)."""
+    running kernels leave the SMs (`kernel_fill`: SM activity over GPU-Util, where GPM gives it), but at least the
+    part of their time that exceeds GPU busy: no queue was full then."""
     busy = max(0.0, min(1.0, busy))
     idle = 1.0 - busy
     wait = max(0.0, fractions.get("cuda_sync", 0.0))
@@ -374,6 +375,12 @@ def estimate_step_model(
     others = {name: share for name, share in fractions.items() if name != "cuda_sync" and share > 0}
     total = sum(others.values())
     launch_weight = 1.0 if kernel_fill is None else max(0.0, min(1.0, 1.0 - kernel_fill))
+    # A thread blocked in a launch behind a full queue keeps the GPU busy: at most the busy share of the time in
+    # torch's frames can be spent so, and the GPU idled through the rest of it.
+    in_torch = sum(share for name, share in others.items() if OWNER_OF_PYSPY.get(name, OTHER) == LAUNCH)
+    torch_idle = left * in_torch / total if total > 0 else 0.0
+    if torch_idle > 0:
+        launch_weight = max(launch_weight, min(1.0, max(0.0, in_torch - busy) / torch_idle))
     given = 0.0
     for name, share in others.items():
         owner = OWNER_OF_PYSPY.get(name, OTHER)
