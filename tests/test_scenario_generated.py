@@ -20,11 +20,14 @@ from benchmarks.scenarios.generated.plan import (
     FAMILIES,
     HELDOUT_SEEDS,
     LAUNCHES,
+    LOADING,
     TUNE_SEEDS,
     Plan,
     either_of,
     expected_category,
     make_plan,
+    measured_causes,
+    measures_loading,
 )
 
 SEEDS = [*TUNE_SEEDS, *list(HELDOUT_SEEDS)[:200]]
@@ -324,3 +327,26 @@ def test_step_delivery_says_where_the_records_stop() -> None:
     assert "sent none" in verdict(hook, {}, [])["where"]
     assert "closed no step" in verdict([(0.0, 5), (5.0, 5)], {}, [])["where"]
     assert "no state" in verdict([], {}, [])["where"]
+
+
+def test_a_job_fed_by_its_base_loader_times_it_against_a_cached_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held-out 1056 and 1062 drew no cause, read their base DataLoader 28-58% of the step, and the truth called them
+    healthy: the base loader's cost is measured now, a cached batch in its place, and named input_bound."""
+    plan = next(p for p in (make_plan(s, tiny=True) for s in TUNE_SEEDS) if not p.causes)
+    plan = replace(plan, data="loader")
+    assert measures_loading(plan) and not measures_loading(replace(plan, data="gpu"))
+    job = generated_job.Job(plan, torch.device("cpu"), generated_job.Ranks("cpu"))
+    assert job.workers_of(frozenset()) == 2 and job.workers_of(frozenset({LOADING})) == 0
+    cached = job.source_for(frozenset({LOADING}))
+    first, second = next(cached), next(cached)
+    assert first[0] is second[0], "one batch, over and over"
+    phases = generated_job.Phases(job, generated_job.parse(["--seed", "0", "--rounds", "1"]))
+    assert phases.variants() == [frozenset(), frozenset({LOADING})]
+    rates = {frozenset(): 100.0, frozenset({LOADING}): 160.0}
+    monkeypatch.setattr(phases, "window", lambda ablated: rates[ablated])
+    truth = phases.truth()["truth"]
+    assert truth[LOADING] == pytest.approx(1 - 100.0 / 160.0)
+    assert expected_category(truth, plan, 0.15) == "input_bound"
+    assert (LOADING, "input_bound") in measured_causes(truth, plan)
+    with_cause = next(p for p in (make_plan(s, tiny=True) for s in TUNE_SEEDS) if "loader_cpu" in p.families)
+    assert not measures_loading(replace(with_cause, data="loader")), "a loader cause's own ablation measures it"

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.scenarios.generated import parts
-from benchmarks.scenarios.generated.plan import FAMILIES, LAUNCHES, Plan, make_plan
+from benchmarks.scenarios.generated.plan import FAMILIES, LAUNCHES, LOADING, Plan, make_plan, measures_loading
 
 EXIT_NOT_HERE = 3
 BASE = "base"
@@ -168,7 +168,7 @@ class Job:
 
     def source_for(self, ablated: frozenset[str]) -> Iterator[Any]:
         """The batches for this variant: the loading removed (one cached batch) or a loader of many workers."""
-        if "loader_cpu" in ablated:
+        if "loader_cpu" in ablated or LOADING in ablated:
             if "cached" not in self.sources:
                 self.sources["cached"] = itertools.repeat(next(self.batches))
             return self.sources["cached"]
@@ -254,7 +254,7 @@ class Job:
 
     def workers_of(self, ablated: frozenset[str]) -> int:
         """The DataLoader workers behind this variant's batches."""
-        if "loader_cpu" in ablated:
+        if "loader_cpu" in ablated or LOADING in ablated:
             return 0
         if "few_workers" in ablated:
             return parts.many_workers()
@@ -496,6 +496,8 @@ class Phases:
             out.append(frozenset(fixable))
         if self.job.launch_graph is not None:
             out.append(frozenset(fixable) | {LAUNCHES})
+        if measures_loading(self.job.plan):
+            out.append(frozenset({LOADING}))
         return out
 
     def truth(self) -> dict[str, Any]:
