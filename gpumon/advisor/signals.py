@@ -30,6 +30,7 @@ from gpumon.advisor.signal_figures import (
     flat_name,
 )
 from gpumon.jobs.budget import BudgetShares
+from gpumon.jobs.gc_totals import gc_rates
 from gpumon.jobs.host_profile import window_profile
 from gpumon.jobs.job_view import JobView
 from gpumon.jobs.jobstate import Breakdown, HookedView, StepPoint
@@ -433,7 +434,7 @@ def _budget_figures(view: HookedView, start: float | None, end: float | None) ->
     budgets = [s.budget for s in steps_in_window(view.steps, start, end) if s.budget is not None]
     shares = BudgetShares.of(budgets) if budgets else view.budget
     if not shares.steps:
-        return known
+        return _gc_from_state(known, view, start, end)
     budget = replace(
         known,
         budget_steps=shares.steps,
@@ -458,10 +459,11 @@ def _with_host_costs(
     budget: BudgetFigures, view: HookedView, shares: BudgetShares, start: float | None, end: float | None
 ) -> BudgetFigures:
     """The collector's and the allocator's figures over the whole window (the per-second sums reach back further
-    than the kept step records), else over the budgeted steps' records."""
+    than the kept step records), else over the budgeted steps' records; the collector's, where neither has it (no
+    step record, or no budgeted one, in the window), from the state's totals."""
     rates = window_sums(view.step_sums, start, end).rates
     if rates.gc_share is None and rates.empty_cache_share is None:
-        return replace(
+        budget = replace(
             budget,
             gc_share=shares.gc_share,
             gc_passes_per_s=shares.gc_passes_per_s,
@@ -471,6 +473,7 @@ def _with_host_costs(
             empty_cache_per_step=shares.empty_cache_per_step,
             device_allocs_per_step=shares.device_allocs_per_step,
         )
+        return _gc_from_state(budget, view, start, end) if budget.gc_share is None else budget
     return replace(
         budget,
         gc_share=rates.gc_share,
@@ -482,6 +485,21 @@ def _with_host_costs(
         empty_cache_idle_share=rates.empty_cache_idle_share,
         empty_cache_per_step=rates.empty_cache_per_step,
         device_allocs_per_step=rates.device_allocs_per_step,
+    )
+
+
+def _gc_from_state(budget: BudgetFigures, view: HookedView, start: float | None, end: float | None) -> BudgetFigures:
+    """The collector's figures from the state's totals over the window (unchanged where they do not cover it)."""
+    rates = gc_rates(view.gc_points, start, end)
+    if rates is None:
+        return budget
+    return replace(
+        budget,
+        gc_share=rates.share,
+        gc_idle_share=rates.idle_share,
+        gc_passes_per_s=rates.passes_per_s,
+        gc_gen2_per_s=rates.gen2_per_s,
+        gc_ms_per_pass=rates.ms_per_pass,
     )
 
 

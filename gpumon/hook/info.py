@@ -30,7 +30,7 @@ from gpumon.hook.runtime import (
     copy_while_mutated,
 )
 from gpumon.printable import escape_surrogates
-from gpumon.protocol.messages import OptimizerInfo
+from gpumon.protocol.messages import GcTotals, OptimizerInfo
 
 STATS_WINDOW_S = 5.0
 MAX_RECORDS_PER_MESSAGE = 256
@@ -323,6 +323,20 @@ def dataloader_infos(runtime: HookRuntime) -> list[protocol.DataLoaderInfo]:
     ]
 
 
+def gc_totals(runtime: HookRuntime) -> GcTotals | None:
+    """The collector's cumulative figures, None while the GC timer is not running."""
+    timer = runtime.gc_timer
+    if not timer.running:
+        return None
+    return GcTotals(
+        ms_total=round(timer.seconds * 1e3, 4),
+        idle_ms_total=round(timer.idle_seconds * 1e3, 4),
+        passes_total=timer.passes,
+        gen2_total=timer.gen2_passes,
+        collected_total=timer.collected,
+    )
+
+
 def optimizer_infos(runtime: HookRuntime) -> list[OptimizerInfo]:
     """The optimizers seen stepping, in the order first seen: class, where the parameters live and the bytes of those
     on the CPU."""
@@ -367,6 +381,7 @@ def state(
         host=runtime.sampler.result() if runtime.sampler is not None else None,
         optimizers=optimizer_infos(runtime),
         empty_cache_sites=runtime.empty_cache.top_sites(),
+        gc=gc_totals(runtime),
         hook=protocol.HookInfo(
             errors=runtime.errors,
             last_error=runtime.last_error,

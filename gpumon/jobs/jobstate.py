@@ -16,16 +16,18 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.jobs.budget import BudgetShares, StepTimeBudget
+from gpumon.jobs.gc_totals import GcPoint
 from gpumon.jobs.host_profile import HostProfile
 from gpumon.jobs.job_info import JobInfo
 from gpumon.jobs.numbers import clean_number
 from gpumon.jobs.step_sums import StepSums, StepSumsLog
 
 HISTORY_STEPS = 4096
+"""Step records kept per job."""
 HOST_PROFILES = 1800
 HOST_EVERY_S = 0.9
-"""The stack sampler's counts kept: one state a second at most, for half an hour (about 2 KB each)."""
-"""Step records kept per job."""
+"""The stack sampler's counts (and the collector's totals) kept: one state a second at most, for half an hour (about
+2 KB each)."""
 RECENT_STEPS = 512
 """Step records copied into each HookedView."""
 TIMELINE_POINTS = 3600
@@ -258,6 +260,8 @@ class HookedView:
     """Per-second sums of every step of the last hour (the advisor's whole-window figures)."""
     host_profiles: tuple[HostProfile, ...] = ()
     """The stack sampler's cumulative counts, at most one a second, oldest first (the advisor differences them)."""
+    gc_points: tuple[GcPoint, ...] = ()
+    """The collector's cumulative totals from the state, at most one a second, oldest first."""
 
     @property
     def command(self) -> str:
@@ -388,6 +392,7 @@ class JobState:
         self._hook_stats: Mapping[str, Any] = {}
         self._state: protocol.State | None = None
         self._host: deque[HostProfile] = deque(maxlen=HOST_PROFILES)
+        self._gc: deque[GcPoint] = deque(maxlen=HOST_PROFILES)
         self._now = 0.0
         """The hook's clock: the newest message or record time seen."""
         self._last_seq = 0
@@ -437,6 +442,9 @@ class JobState:
                     profile = HostProfile.from_state(message.get("host"), message_t)
                     if profile is not None and (not self._host or message_t - self._host[-1].t >= HOST_EVERY_S):
                         self._host.append(profile)
+                    point = GcPoint.from_state(message.get("gc"), message_t)
+                    if point is not None and (not self._gc or message_t - self._gc[-1].t >= HOST_EVERY_S):
+                        self._gc.append(point)
                 return kind
             if kind == protocol.DIAGNOSIS:
                 self._diagnosis = protocol.conform(protocol.Diagnosis, message)
@@ -562,6 +570,7 @@ class JobState:
                 diagnosis=self._diagnosis,
                 step_sums=self._step_sums.seconds(),
                 host_profiles=tuple(self._host),
+                gc_points=tuple(self._gc),
             )
 
 

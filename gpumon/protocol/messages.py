@@ -217,6 +217,17 @@ class DiagnosisState(TypedDict, total=False):
     steps_left: int
 
 
+class GcTotals(TypedDict, total=False):
+    """Python's garbage collector since the hook started timing it (state's `gc`): the same cumulative figures a
+    budgeted step carries, every second whether or not steps are budgeted or their records arrive."""
+
+    ms_total: float  # time in the collector's passes
+    idle_ms_total: float  # of which with the training stream idle
+    passes_total: int
+    gen2_total: int  # full collections
+    collected_total: int  # objects freed
+
+
 class HookInfo(TypedDict, total=False):
     """The hook's own health: exceptions swallowed, clients, server restarts (state's `hook`)."""
 
@@ -289,6 +300,7 @@ class State(_Typed, total=False):
     host: HostSamples | None  # the stack sampler's counts; None: not sampling (GPUMON_HOOK_SAMPLE_HZ=0, no step yet)
     optimizers: list[OptimizerInfo]  # the optimizers seen stepping, first seen first (at most 8)
     empty_cache_sites: list[SyncSite]  # the lines that called torch.cuda.empty_cache() most, most first (at most 8)
+    gc: GcTotals | None  # the collector's totals; None: not timed (the hook's GC timer is off)
     hook: HookInfo
     id: Any  # when it answers a get_state
 

@@ -79,6 +79,10 @@ def test_a_real_job_sends_its_collector_empty_cache_and_optimizer_figures(sock_d
     assert all(b >= a for a, b in itertools.pairwise(passes))
     assert budgets[-1]["gc_ms_total"] > budgets[0]["gc_ms_total"] > 0
     assert budgets[-1]["gc_collected_total"] >= 0 and budgets[-1]["gc_gen2_total"] <= passes[-1]
+    # The state carries the same totals every second, budgeted steps or not (read after the last step).
+    totals = state["gc"]
+    assert totals["passes_total"] >= passes[-1] and totals["ms_total"] >= budgets[-1]["gc_ms_total"]
+    assert totals["gen2_total"] <= totals["passes_total"] and totals["idle_ms_total"] <= totals["ms_total"]
     # empty_cache() once a step, after the optimizer: by the end of step N it was called N - 1 times.
     for record in budgeted:
         budget = record["budget"]

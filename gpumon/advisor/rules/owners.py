@@ -52,9 +52,11 @@ def optimizer_part(owner: str, signals: Signals) -> float:
 
 
 def category_shares(signals: Signals, bar: float) -> dict[str, float]:
-    """Category -> the share of the step its owners hold (GPU busy left out). Where launches own at least `bar`, the
-    host sets the pace and the kernels it launches are tiny (SM activity a fraction of GPU-Util): the busy time those
-    kernels leave their SMs empty is launch overhead too, which fusing them or a CUDA graph gives back."""
+    """Category -> the share of the step its owners hold (GPU busy left out). Where launches own at least `bar` and
+    more of the idle than any other owner, the host's launches set the pace and the kernels it launches are tiny (SM
+    activity a fraction of GPU-Util): the busy time those kernels leave their SMs empty is launch overhead too, which
+    fusing them or a CUDA graph gives back. Where another owner holds more (syncs draining the queue), the pace is
+    its, and so are the small kernels between."""
     shares: dict[str, float] = {}
     for owner, share in signals.step_model.step_shares.items():
         if owner == step_model.GPU_BUSY or owner not in CATEGORY_OF_OWNER or share <= 0:
@@ -66,7 +68,8 @@ def category_shares(signals: Signals, bar: float) -> dict[str, float]:
             category = CATEGORY_OF_OWNER[owner]
             shares[category] = shares.get(category, 0.0) + share - optimizer
     util, sm = signals.gpu.gpu_util, signals.gpu.sm_activity
-    if shares.get(LAUNCH_BOUND, 0.0) >= bar and util and sm is not None:
+    launches = shares.get(LAUNCH_BOUND, 0.0)
+    if launches >= bar and launches >= max(shares.values()) and util and sm is not None:
         busy = signals.step_model.step_shares.get(step_model.GPU_BUSY, 0.0)
         shares[LAUNCH_BOUND] += busy * max(0.0, 1.0 - sm / util)
     return shares
