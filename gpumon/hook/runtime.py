@@ -158,7 +158,8 @@ class HookRuntime:
         self._tensor_type: Any = getattr(torch, "Tensor", _NotATensor)
         self._lead_optimizer: int | None = None
         self.optimizers: dict[int, tuple[str, str, int]] = {}
-        """id() of each optimizer seen stepping -> (its class name, where its parameters live), once each."""
+        """id() of each optimizer seen stepping -> (its class name, where its parameters live, the bytes of those on the
+        CPU), once each."""
         self._lead_device: int | None = None
         self._other_optimizer_steps = 0
         # GPU timing.
