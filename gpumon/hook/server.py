@@ -870,7 +870,11 @@ class HookServer:
         records = self.runtime.snapshot_records()
         stats_json = self._steps_lines.stats_json(records)
         last_seq = records[-1][R_SEQ] if records else 0
+        state: bytes | None = None
         for client in list(self._clients.values()):
+            if client.state:  # the last state too: a job shorter than one state interval has its loaders in it
+                state = state if state is not None else self._encode(self._state())
+                self._send_bytes(client, state)
             if client.steps:
                 self._send_steps(client, records, stats_json, budgeted=False)
             self._send(

@@ -299,6 +299,21 @@ def test_stop_says_bye_and_removes_the_socket(server: HookServer, runtime: HookR
     conn.close()
 
 
+def test_stop_sends_the_last_state_before_bye(server: HookServer, runtime: HookRuntime) -> None:
+    """A job shorter than one state interval still gives its subscribers the state it ended with (its loaders)."""
+    conn = HookConnection(server.path)
+    conn.request({"type": "subscribe", "id": 1, "state_interval": 30, "steps": False}, ("subscribed",))
+    first = conn.recv(timeout=5)  # the state a subscription starts with, before any step
+    assert first is not None and first["type"] == "state" and first["last_seq"] == 0
+    runtime.on_manual_step(None)
+    runtime.on_manual_step(None)
+    server.stop()
+    messages = list(conn.messages(timeout=2))
+    kinds = [message["type"] for message in messages]
+    assert kinds[-2:] == ["state", "bye"] and messages[-2]["last_seq"] == 2, kinds
+    conn.close()
+
+
 @needs_root
 def test_a_client_of_another_uid_is_refused(server: HookServer, sock_dir: str) -> None:
     def connect_as_nobody() -> str:
