@@ -21,7 +21,7 @@ from gpumon.advisor.live import ANSWER_TIMEOUT_S, RESTORE_TIMEOUT_S, LiveRunner
 from gpumon.advisor.measure import DIAGNOSIS_STEPS, Progress, SnapshotLog, sleep_checked
 from gpumon.advisor.results import GuidedReport
 from gpumon.advisor.rules import Finding, diagnose
-from gpumon.advisor.signals import Signals, build_signals
+from gpumon.advisor.signals import Signals, build_signals, steps_in_window
 from gpumon.advisor.trial import TrialRunner
 from gpumon.jobs.job_control import (
     AttachError,
@@ -34,6 +34,8 @@ from gpumon.jobs.job_control import (
 )
 
 SAMPLE_INTERVAL = 0.5
+MIN_STEPS_FOR_RECORDS_NOTE = 2
+"""Steps the hook must have closed in a window without a record arriving before the diagnosis says so."""
 LIVE_NEEDS_HOOK = "live experiments need it (`import gpumon.hook`, or `gpumon experiment -- CMD` for trial runs)"
 
 
@@ -67,6 +69,10 @@ class Diagnosis:
     """Why the capture asked for did not work (one line)."""
     exited_after_s: float | None = None
     """Seconds into the watched window the job exited (diagnose --pid); None when it ran through it."""
+    steps_closed: int | None = None
+    """Steps the hook said it closed during the window (its state's last_seq, end minus start); None: not known."""
+    step_records: int | None = None
+    """Step records that reached gpumon for the window."""
 
     @property
     def exit_note(self) -> str | None:
@@ -75,6 +81,17 @@ class Diagnosis:
             return None
         return f"the job exited {self.exited_after_s:.0f} s into the window: the finding covers only that time"
 
+    @property
+    def records_note(self) -> str | None:
+        """One line when the hook closed steps in the window but no step record of them reached gpumon: the finding
+        then has no step times, copies or syncs, only the samples, NVML and the state's totals."""
+        if not self.steps_closed or self.steps_closed < MIN_STEPS_FOR_RECORDS_NOTE or self.step_records:
+            return None
+        return (
+            f"the hook closed {self.steps_closed} steps in the window but no step record of them reached gpumon: "
+            "step times, copies and syncs are not in this finding (the samples, NVML and the collector's totals are)"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         data = {
             "finding": self.finding.to_dict(),
@@ -82,6 +99,8 @@ class Diagnosis:
             "pid": self.pid,
             "command": self.command,
             "job_exited_after_s": None if self.exited_after_s is None else round(self.exited_after_s, 1),
+            "steps_closed_in_window": self.steps_closed,
+            "step_records_in_window": self.step_records,
         }
         if self.capture is not None:
             data["capture"] = self.capture.to_dict()
@@ -173,6 +192,7 @@ def diagnose_pid(
         job.start()
         start = time.time()
         exited_after: float | None = None
+        first_seq: int | None = None
         try:
             began = time.monotonic()
             deadline = began + duration
@@ -180,6 +200,8 @@ def diagnose_pid(
                 if progress is not None:
                     progress(f"watching pid {pid}", 1.0 - left / duration)
                 sleep_checked(min(0.5, left), cancel, None)
+                if first_seq is None and job.primary is not None:
+                    first_seq = _hook_last_seq(job.primary.view())
                 if job.ended:
                     exited_after = time.monotonic() - began
                     break
@@ -189,6 +211,9 @@ def diagnose_pid(
             client = job.primary
             view = job.view()
             hooked = client.view() if client is not None else None
+            last_seq = _hook_last_seq(hooked) if hooked is not None else None
+            closed = last_seq - first_seq if last_seq is not None and first_seq is not None else None
+            records = len(steps_in_window(hooked.steps, start, end)) if hooked is not None else None
             if client is not None and hooked is not None and hooked.cuda.get("initialized") and not job.ended:
                 if progress is not None:
                     progress(f"counting host syncs of pid {pid}", 0.95)
@@ -215,7 +240,16 @@ def diagnose_pid(
         capture=captured,
         capture_error=capture_error,
         exited_after_s=exited_after,
+        steps_closed=closed,
+        step_records=records,
     )
+
+
+def _hook_last_seq(view: Any) -> int | None:
+    """The last step the hook's newest state says it closed; None before a state arrived."""
+    state = getattr(view, "state", None)
+    value = state.get("last_seq") if isinstance(state, Mapping) else None
+    return value if isinstance(value, int) else None
 
 
 def _profile(

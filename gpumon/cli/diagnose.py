@@ -139,6 +139,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
             print("\n".join(summary_lines(result.capture.summary)))
     if result.capture_error is not None:
         print(f"gpumon: {result.capture_error}", file=sys.stderr)
+    if result.records_note is not None:  # the JSON has it as steps_closed_in_window / step_records_in_window
+        print(f"gpumon: pid {args.pid}: {result.records_note}", file=sys.stderr)
     if result.exit_note is not None:  # the JSON has it as job_exited_after_s
         if args.json:
             print(f"gpumon: pid {args.pid}: {result.exit_note}", file=sys.stderr)
