@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from benchmarks.scenario_truth import (
     gpu_count,
     kill_group,
     parse_diagnosis,
+    repo_env,
     run,
     score,
     summary,
@@ -118,7 +118,7 @@ def phase_pid(line: str) -> int | None:
 def run_job(seed: int, plan: Plan, args: argparse.Namespace, log: Any) -> dict[str, Any]:
     """One job through its phases: the diagnoses at their phases, then its truth line."""
     out: dict[str, Any] = {"hook": None, "pyspy": None, "hook_error": None, "pyspy_error": None, "result": None}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = repo_env()
     with tempfile.TemporaryDirectory(prefix="gpumon-corpus-") as control, tempfile.TemporaryFile("w+") as errors:
         process = subprocess.Popen(
             job_command(seed, plan, args, control),

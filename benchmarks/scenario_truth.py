@@ -292,13 +292,17 @@ def kill_group(process: subprocess.Popen[Any]) -> None:
             continue
 
 
+def repo_env() -> dict[str, str]:
+    """This environment with the checkout first on PYTHONPATH: the jobs and gpumon import from the working tree."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
 def run(command: Sequence[str], timeout: float) -> Outcome:
     """Run `command` in its own session; kill its process group past `timeout` seconds."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     process = subprocess.Popen(
         list(command),
         cwd=REPO,
-        env=env,
+        env=repo_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.scenario_corpus import REPO, job_command, phase_pid
-from benchmarks.scenario_truth import kill_group
+from benchmarks.scenario_truth import kill_group, repo_env
 from benchmarks.scenarios.generated.plan import make_plan
 from gpumon import protocol
 from gpumon.jobs.connection import HookConnection
@@ -52,11 +51,10 @@ def start_job(seed: int, device: str, seconds: float, control: str) -> tuple[sub
     settings = argparse.Namespace(
         device=device, warmup=2.0, duration=seconds + 30.0, no_pyspy=True, window=1.0, rounds=2
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     process = subprocess.Popen(
         job_command(seed, plan, settings, control),
         cwd=REPO,
-        env=env,
+        env=repo_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

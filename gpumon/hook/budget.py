@@ -41,16 +41,6 @@ than the window itself would see none. The gap bounds the cost as before (at mos
 MAX_REWRAPS = 4
 """Times a method that another library replaced after ours went on is wrapped again, at later sampled steps."""
 
-_SAMPLED_AS = {
-    ("h2d", True): activity.H2D,
-    ("h2d", False): activity.H2D,
-    ("d2h", True): activity.SYNC,
-    ("sync", True): activity.SYNC,
-}
-"""(kind, blocking) of a timed call -> the activity its samples count as: a blocking device->host copy waits for the
-GPU as a sync does (its measured time then replaces those samples in the step model); a non-blocking one is not
-waited on, and keeps the line's own activity."""
-
 _MISSING = object()
 _TENSOR_METHODS = ("to", "cuda", "copy_", "item", "tolist", "cpu", "__bool__", "__float__", "__int__")
 _SYNC_METHODS = frozenset({"item", "tolist", "__bool__", "__float__", "__int__"})
@@ -265,7 +255,7 @@ class BudgetMeter:
             if kind is None:
                 return original(tensor, *args, **kwargs)
             meter._depth += 1
-            meter.inside = _SAMPLED_AS.get((kind, blocking or busy))
+            meter.inside = _sampled_as(kind, blocking)
             started = meter._clock()
             drained = kind == "d2h" and blocking and meter._drain()
             copying = meter._clock()
@@ -410,6 +400,15 @@ def _is_cpu_target(value: Any) -> bool:
     if hasattr(value, "is_cuda"):  # a tensor: `to(other)` takes its device
         return not value.is_cuda and getattr(getattr(value, "device", None), "type", None) == "cpu"
     return getattr(value, "type", None) == "cpu"
+
+
+def _sampled_as(kind: str, blocking: bool) -> str | None:
+    """The activity a timed call's samples count as: a host->device copy is one; a blocking device->host copy waits
+    for the GPU as a sync does (its measured time then replaces those samples in the step model); a non-blocking one
+    is not waited on, and keeps the line's own activity."""
+    if kind == "h2d":
+        return activity.H2D
+    return activity.SYNC if blocking else None
 
 
 def _copy_source(name: str, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
