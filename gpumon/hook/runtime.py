@@ -39,6 +39,11 @@ MAX_LOADERS = 8
 MAX_ITERATORS = 16
 LEAD_SWITCH_AFTER = 64
 """Steps of other optimizers, none of the lead's, after which the lead optimizer is replaced."""
+LEAD_SILENT_S = 1.0
+"""A lead optimizer silent this long is replaced by another after two of that one's steps: a warm-up optimizer (a
+graph capture's, a learning-rate finder's) stepped a few times at the start must not hold the steps of a job that
+steps a few times a second for LEAD_SWITCH_AFTER of them (16-30 s without a step record on the H200, 2026-11-29)."""
+LEAD_SWITCH_SOON = 2
 MAX_OPTIMIZERS = 8
 """Optimizers described in the state (the first ones seen)."""
 MAX_PARAMS_WALKED = 100_000
@@ -157,6 +162,8 @@ class HookRuntime:
         """id() of the lead optimizer while its step needs only close_step (see optimizer_step_hook); 0: none."""
         self._tensor_type: Any = getattr(torch, "Tensor", _NotATensor)
         self._lead_optimizer: int | None = None
+        self._lead_ref: Callable[[], Any] | None = None
+        """A weak reference to the lead optimizer (None where it takes none): once it is gone, the next one leads."""
         self.optimizers: dict[int, tuple[str, str, int]] = {}
         """id() of each optimizer seen stepping -> (its class name, where its parameters live, the bytes of those on the
         CPU), once each."""
@@ -365,14 +372,12 @@ class HookRuntime:
         if self._manual:
             return
         if self._lead_optimizer is None:
-            self._lead_optimizer = key
-            self._lead_device = _cuda_index_of(optimizer)
+            self._take_lead(optimizer, key)
         elif key != self._lead_optimizer:
             self._other_optimizer_steps += 1
-            if self._other_optimizer_steps < LEAD_SWITCH_AFTER:
+            if not self._lead_replaced_by_other():
                 return
-            self._lead_optimizer = key
-            self._lead_device = _cuda_index_of(optimizer)
+            self._take_lead(optimizer, key)
         self._other_optimizer_steps = 0
         if not self._optimizer_seen:
             self._optimizer_seen = True
@@ -381,6 +386,25 @@ class HookRuntime:
         if self.on_first_activity is not None:
             self._activity()
         self._plain_optimizer = key
+
+    def _lead_replaced_by_other(self) -> bool:
+        """Whether another optimizer's step now takes the lead: the lead is gone, or silent (no step closed) for
+        LEAD_SILENT_S while the other stepped twice, or the other stepped LEAD_SWITCH_AFTER times without it."""
+        others = self._other_optimizer_steps
+        if others >= LEAD_SWITCH_AFTER:
+            return True
+        lead = self._lead_ref
+        if lead is not None and lead() is None:
+            return True
+        return others >= LEAD_SWITCH_SOON and self.clock() - self._step_start >= LEAD_SILENT_S
+
+    def _take_lead(self, optimizer: Any, key: int) -> None:
+        self._lead_optimizer = key
+        self._lead_device = _cuda_index_of(optimizer)
+        try:
+            self._lead_ref = weakref.ref(optimizer)
+        except TypeError:
+            self._lead_ref = None
 
     def on_manual_step(self, samples: int | None) -> None:
         """gpumon.hook.step(): the script marks the step end itself (from then on, only it does)."""

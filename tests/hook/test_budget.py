@@ -17,7 +17,7 @@ from hook_helpers import collect_records
 from gpumon import protocol, units
 from gpumon.hook import budget as budget_module
 from gpumon.hook import env as hook_env
-from gpumon.hook.budget import BUDGET_EVERY, _classify
+from gpumon.hook.budget import BUDGET_EVERY, BUDGET_SLOW_STEP_S, _classify
 from gpumon.hook.runtime import R_BUDGET, R_SEQ, HookRuntime
 from gpumon.hook.sync_counter import SYNC_WARNING_TEXT, SyncCounter
 from gpumon.hook.user_frame import first_user_frame, is_library_file
@@ -37,7 +37,10 @@ def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -
         job.event("done")
         records = collect_records(conn, steps)
     budgeted = sorted(seq for seq, record in records.items() if "budget" in record)
-    assert budgeted == [BUDGET_EVERY, 2 * BUDGET_EVERY]
+    # A step of BUDGET_SLOW_STEP_S or more (a loaded machine) budgets the next one too.
+    after_slow = {seq + 1 for seq, record in records.items() if record["wall_ms"] >= 1000 * BUDGET_SLOW_STEP_S}
+    assert {BUDGET_EVERY, 2 * BUDGET_EVERY} <= set(budgeted)
+    assert set(budgeted) - {BUDGET_EVERY, 2 * BUDGET_EVERY} <= after_slow
     for seq in budgeted:
         record = records[seq]
         budget = record["budget"]
@@ -52,10 +55,10 @@ def test_a_real_job_budgets_one_step_in_n_and_its_parts_add_up(start_job: Any) -
     steps_message = {"type": "steps", "records": [records[seq] for seq in sorted(records)]}
     view = replay_messages([steps_message], pid=job.pid).view()
     shares = view.budget
-    assert shares.steps == 2 and shares.gpu is None and shares.pageable is None
+    assert shares.steps == len(budgeted) and shares.gpu is None and shares.pageable is None
     assert sum(getattr(shares, part) for part in BUDGET_PART_NAMES) == pytest.approx(1.0)
     assert shares.data_collate > 0.1 and shares.data == pytest.approx(
-        sum(records[s]["data_ms"] for s in (16, 32)) / sum(records[s]["wall_ms"] for s in (16, 32)), abs=1e-3
+        sum(records[s]["data_ms"] for s in budgeted) / sum(records[s]["wall_ms"] for s in budgeted), abs=1e-3
     )
     line = budget_line(view, 120)
     assert (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import warnings
 from types import SimpleNamespace
@@ -134,6 +135,43 @@ def test_one_lead_optimizer_marks_steps(clock: Clock) -> None:
     for _ in range(3):
         rt.on_optimizer_step(generator)
     assert rt.seq == 8
+
+
+def test_a_warm_up_optimizer_gone_hands_the_lead_over_at_once(clock: Clock) -> None:
+    # A graph capture's own optimizer stepped 4 times, then dropped: the job's optimizer closes steps from its first.
+    rt = HookRuntime(torch, clock=clock)
+    warm_up = Opt()
+    for _ in range(4):
+        clock.advance(0.01)
+        rt.on_optimizer_step(warm_up)
+    del warm_up
+    gc.collect()
+    real = Opt()
+    for _ in range(3):
+        clock.advance(0.3)
+        rt.on_optimizer_step(real)
+    assert rt.seq == 7
+    assert [round(r[R_WALL], 6) for r in list(rt.records)[-3:]] == [0.3] * 3
+
+
+def test_a_silent_lead_is_replaced_after_two_steps_of_another(clock: Clock) -> None:
+    rt = HookRuntime(torch, clock=clock)
+    warm_up, real = Opt(), Opt()  # the warm-up one stays referenced
+    for _ in range(4):
+        clock.advance(0.01)
+        rt.on_optimizer_step(warm_up)
+    clock.advance(0.5)
+    rt.on_optimizer_step(real)
+    clock.advance(0.4)
+    rt.on_optimizer_step(real)
+    assert rt.seq == 4  # silent 0.9 s: still the lead
+    clock.advance(0.3)
+    rt.on_optimizer_step(real)
+    assert rt.seq == 5  # silent 1.2 s, and the other's third step
+    clock.advance(0.3)
+    rt.on_optimizer_step(real)
+    assert rt.seq == 6
+    assert warm_up is not None
 
 
 def test_manual_sgd_with_a_dataloader(clock: Clock) -> None:
