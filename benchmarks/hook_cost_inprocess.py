@@ -15,6 +15,12 @@ hooks come off, the threads stop). Each pair is one window of each, `--window` s
 alternating order (on-off, off-on, ...) so a drift favours neither. Reported: the median of the pairs' ratios
 (steps/s on over off), their min and max, and the same for the training thread's CPU time (which leaves out the time
 other tenants of a shared machine took). The last line on stdout is one JSON object with all of it.
+
+`--variants` adds hooked windows with one part of the hook off (set through its environment variable before each
+install), to tell which part costs: `no_budget` (GPUMON_HOOK_BUDGET_EVERY=0), `no_sampler`
+(GPUMON_HOOK_SAMPLE_HZ=0), `no_gpu_timing` (GPUMON_HOOK_GPU_TIMING=0), `bare` (all three off). Each round then runs
+`off` and every variant once, in an order rotated round by round, and each variant's ratio is taken against the
+round's `off` window. Each window also reports the whole process's CPU time (the hook's threads included).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -89,9 +96,34 @@ def hook_checks() -> dict[str, Any]:
         "optimizer_ms_per_budgeted_step": (
             round(statistics.fmean(b.get("optimizer_ms", 0.0) for b in budgets), 4) if budgets else None
         ),
+        "gpu_timed_steps": sum(1 for record in records if record[5] is not None),
         "sampler": runtime.sampler is not None,
+        "sampler_cpu_ms": runtime.sampler.result()["cost_ms"] if runtime.sampler is not None else None,
         "errors": runtime.errors,
     }
+
+
+VARIANT_ENV: dict[str, dict[str, str]] = {
+    "on": {},
+    "no_budget": {"GPUMON_HOOK_BUDGET_EVERY": "0"},
+    "no_sampler": {"GPUMON_HOOK_SAMPLE_HZ": "0"},
+    "no_gpu_timing": {"GPUMON_HOOK_GPU_TIMING": "0"},
+    "bare": {"GPUMON_HOOK_BUDGET_EVERY": "0", "GPUMON_HOOK_SAMPLE_HZ": "0", "GPUMON_HOOK_GPU_TIMING": "0"},
+}
+"""Hooked variants: the environment each is installed under (every other hook variable left unset)."""
+
+
+def switch_to(variant: str) -> None:
+    """Uninstall the hook, then install it under `variant`'s environment (`off`: leave it uninstalled)."""
+    import gpumon.hook
+
+    gpumon.hook.uninstall()
+    for names in VARIANT_ENV.values():
+        for name in names:
+            os.environ.pop(name, None)
+    if variant != "off":
+        os.environ.update(VARIANT_ENV[variant])
+        gpumon.hook.install(lazy=False)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -108,6 +140,13 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=None, help="their width (default: 256 on CUDA, 32 on the CPU)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--out", type=Path, default=None, help="also write each window and the summary here (JSON)")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=sorted(VARIANT_ENV),
+        default=["on"],
+        help="hooked variants timed against off in each round (default: on, the whole hook)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -123,19 +162,24 @@ def main() -> None:
     gpumon.hook.uninstall()  # importing installed it: every window switches it explicitly
     train(max(1.0, args.warmup))
     windows: list[dict[str, Any]] = []
-    ratios: list[float] = []
-    cpu_ratios: list[float] = []
+    variants = list(dict.fromkeys(args.variants))
+    ratios: dict[str, list[float]] = {v: [] for v in variants}
+    cpu_ratios: dict[str, list[float]] = {v: [] for v in variants}
+    everyone = ["off", *variants]
     for pair in range(args.pairs):
-        order = ("on", "off") if pair % 2 == 0 else ("off", "on")
+        if len(everyone) == 2:
+            order = everyone if pair % 2 == 0 else everyone[::-1]  # on-off, off-on, ...
+        else:
+            shift = pair % len(everyone)
+            order = everyone[shift:] + everyone[:shift]
         rates: dict[str, tuple[float, float]] = {}
         for variant in order:
-            if variant == "on":
-                gpumon.hook.install(lazy=False)
-            else:
-                gpumon.hook.uninstall()
+            switch_to(variant)
             train(args.warmup)
+            process_started = time.process_time()
             steps, wall, cpu = train(args.window)
-            checks = hook_checks() if variant == "on" else {}
+            process_cpu = time.process_time() - process_started
+            checks = hook_checks() if variant != "off" else {}
             rates[variant] = (steps / wall, steps / cpu if cpu > 0 else float("nan"))
             window = {
                 "pair": pair,
@@ -143,18 +187,25 @@ def main() -> None:
                 "steps": steps,
                 "wall_s": round(wall, 4),
                 "cpu_s": round(cpu, 4),
+                "process_cpu_s": round(process_cpu, 4),
             }
             window["steps_per_s"] = round(steps / wall, 2)
             if checks:
                 window["hook"] = checks
             windows.append(window)
             print(json.dumps(window), file=sys.stderr, flush=True)
-        ratios.append(rates["on"][0] / rates["off"][0])
-        cpu_ratios.append(rates["on"][1] / rates["off"][1])
-    gpumon.hook.uninstall()
+        for variant in variants:
+            ratios[variant].append(rates[variant][0] / rates["off"][0])
+            cpu_ratios[variant].append(rates[variant][1] / rates["off"][1])
+    switch_to("off")
 
-    on = [w["steps_per_s"] for w in windows if w["variant"] == "on"]
-    off = [w["steps_per_s"] for w in windows if w["variant"] == "off"]
+    def rates_of(variant: str) -> list[float]:
+        return [w["steps_per_s"] for w in windows if w["variant"] == variant]
+
+    def process_cpu_per_s(variant: str) -> float:
+        return statistics.median(w["process_cpu_s"] / w["wall_s"] for w in windows if w["variant"] == variant)
+
+    lead = variants[0]
     summary = {
         "benchmark": "hook_cost_inprocess",
         "date": datetime.date.today().isoformat(),
@@ -164,11 +215,23 @@ def main() -> None:
         "loop": {"layers": layers, "width": width, "batch": args.batch, "optimizer": "AdamW", "device": device},
         "pairs": args.pairs,
         "window_s": args.window,
-        "steps_per_s_on": spread(on),
-        "steps_per_s_off": spread(off),
-        "ratio": spread(ratios),
-        "cpu_ratio": spread(cpu_ratios),
-        "cost_percent": round((1.0 - statistics.median(ratios)) * 100, 3),
+        "steps_per_s_off": spread(rates_of("off")),
+        "process_cpu_per_s_off": round(process_cpu_per_s("off"), 4),
+        "variants": {
+            variant: {
+                "steps_per_s": spread(rates_of(variant)),
+                "ratio": spread(ratios[variant]),
+                "cpu_ratio": spread(cpu_ratios[variant]),
+                "cost_percent": round((1.0 - statistics.median(ratios[variant])) * 100, 3),
+                "process_cpu_per_s": round(process_cpu_per_s(variant), 4),
+            }
+            for variant in variants
+        },
+        # The first variant's figures at the top level, as before variants existed.
+        "steps_per_s_on": spread(rates_of(lead)),
+        "ratio": spread(ratios[lead]),
+        "cpu_ratio": spread(cpu_ratios[lead]),
+        "cost_percent": round((1.0 - statistics.median(ratios[lead])) * 100, 3),
         "hook_checks_last_on_window": next((w["hook"] for w in reversed(windows) if "hook" in w), {}),
     }
     if args.out is not None:
