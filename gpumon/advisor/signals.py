@@ -671,10 +671,11 @@ def build_signals(
     gpu = gpu_figures(tuple(gpu_signals(window, index) for index in indices))
     device = figures.device or ("cuda" if gpu.gpus else None)
     model = StepModelFigures()
+    host = _host_figures(window, pid, worker_pids)
     if isinstance(job, HookedView):
         model = _step_model_figures(job, start, end, gpu, figures.budget, figures.comm)
     elif job is not None:
-        model = estimate_model_figures(gpu, figures.pyspy)
+        model = estimate_model_figures(gpu, figures.pyspy, host.main_cpu)
     window_s: float | None = None
     if window:
         span = window[-1].timestamp - window[0].timestamp
@@ -693,7 +694,7 @@ def build_signals(
         budget=figures.budget,
         step_model=model,
         loader=figures.loader,
-        host=_host_figures(window, pid, worker_pids),
+        host=host,
         precision=figures.precision,
         memory=figures.memory,
         comm=figures.comm,
@@ -748,13 +749,14 @@ def _step_model_figures(
     )
 
 
-def estimate_model_figures(gpu: GpuFigures, pyspy: PyspyFigures) -> StepModelFigures:
-    """The step model of a py-spy estimate: its fractions with GPU-Util's busy, where there is a GPU figure."""
+def estimate_model_figures(gpu: GpuFigures, pyspy: PyspyFigures, main_cpu: float | None = None) -> StepModelFigures:
+    """The step model of a py-spy estimate: its fractions with GPU-Util's busy, where there is a GPU figure (the main
+    process's CPU percent tells an optimizer computing on the host)."""
     util, sm = gpu.gpu_util, gpu.sm_activity
     if util is None or not pyspy.shares:
         return StepModelFigures()
     fill = sm / util if sm is not None and util > 0 else None
-    model = estimate_step_model(pyspy.shares, util / 100.0, int(pyspy.samples or 0), fill)
+    model = estimate_step_model(pyspy.shares, util / 100.0, int(pyspy.samples or 0), fill, gpu.pcie_tx, main_cpu)
     return StepModelFigures(
         step_shares={owner: round(share, 4) for owner, share in model.shares.items()},
         step_busy_from=model.busy_from,

@@ -356,15 +356,46 @@ OWNER_OF_PYSPY = {
 drain after syncs."""
 
 
+D2H_WAIT_RATE = 0.5e9
+"""Bytes/s the GPU sends to the host (PCIe TX) from which py-spy's waits for the GPU are copies back (`.cpu()`,
+`.to("cpu")`, `.numpy()` of whole tensors), not scalar syncs: `.item()`-style syncs moved at most 13 MB/s on the
+H200, the copies of the generated corpus 0.8-2.9 GB/s (2026-11-29). py-spy sees the same line either way."""
+
+
+HOST_OPTIMIZER_SHARE = 0.3
+"""py-spy samples in torch.optim from which, with the main process on HOST_OPTIMIZER_CPU, the optimizer's math runs on
+host tensors: an optimizer on the GPU launches its kernels from one thread, and its frames took 0.02-0.22 of the
+samples of launch-bound jobs on the H200; host ones 0.41-0.72 (2026-11-29)."""
+HOST_OPTIMIZER_CPU = 200.0
+"""Main-process CPU percent from which torch's intra-op threads are computing beside the training thread (host
+optimizers ran at 260-313%; launch-bound jobs at 82-119%)."""
+
+
+def optimizer_on_host(fractions: Mapping[str, float], main_cpu: float | None) -> bool:
+    """Whether py-spy's time in torch.optim is CPU math on host tensors (see HOST_OPTIMIZER_SHARE)."""
+    return (
+        main_cpu is not None
+        and main_cpu >= HOST_OPTIMIZER_CPU
+        and fractions.get("optimizer", 0.0) >= HOST_OPTIMIZER_SHARE
+    )
+
+
 def estimate_step_model(
-    fractions: Mapping[str, float], busy: float, samples: int, kernel_fill: float | None = None
+    fractions: Mapping[str, float],
+    busy: float,
+    samples: int,
+    kernel_fill: float | None = None,
+    d2h_rate: float | None = None,
+    main_cpu: float | None = None,
 ) -> StepModel:
     """The step model from py-spy's main-thread fractions (no GPU state per sample) and GPU busy from GPU-Util.
     Syncs own the drain after them (sync_cost); the rest of the idle goes to each category by its share of the
     samples, the remainder being nobody's (other). py-spy cannot tell a thread launching tiny kernels from one
     blocked in a launch behind a full queue of big ones, so torch's frames own idle in proportion to how empty the
     running kernels leave the SMs (`kernel_fill`: SM activity over GPU-Util, where GPM gives it), but at least the
-    part of their time that exceeds GPU busy: no queue was full then."""
+    part of their time that exceeds GPU busy: no queue was full then. Where the GPU sends the host at least
+    D2H_WAIT_RATE (`d2h_rate`, PCIe TX), the syncs' share is the device->host copies'; where the optimizer computes
+    on the host (`optimizer_on_host`, from the main process's CPU percent), its frames are the CPU optimizer's."""
     busy = max(0.0, min(1.0, busy))
     idle = 1.0 - busy
     wait = max(0.0, fractions.get("cuda_sync", 0.0))
@@ -372,18 +403,23 @@ def estimate_step_model(
     shares[GPU_BUSY] = busy
     shares[SYNC_IDLE] = min(idle, sync_cost(wait, busy))
     left = idle - shares[SYNC_IDLE]
+    if d2h_rate is not None and d2h_rate >= D2H_WAIT_RATE:
+        shares[D2H], shares[SYNC_IDLE] = shares[SYNC_IDLE], 0.0
     others = {name: share for name, share in fractions.items() if name != "cuda_sync" and share > 0}
     total = sum(others.values())
     launch_weight = 1.0 if kernel_fill is None else max(0.0, min(1.0, 1.0 - kernel_fill))
     # A thread blocked in a launch behind a full queue keeps the GPU busy: at most the busy share of the time in
     # torch's frames can be spent so, and the GPU idled through the rest of it.
-    in_torch = sum(share for name, share in others.items() if OWNER_OF_PYSPY.get(name, OTHER) == LAUNCH)
+    owner_of = dict(OWNER_OF_PYSPY)
+    if optimizer_on_host(fractions, main_cpu):
+        owner_of["optimizer"] = CPU_OPTIMIZER
+    in_torch = sum(share for name, share in others.items() if owner_of.get(name, OTHER) == LAUNCH)
     torch_idle = left * in_torch / total if total > 0 else 0.0
     if torch_idle > 0:
         launch_weight = max(launch_weight, min(1.0, max(0.0, in_torch - busy) / torch_idle))
     given = 0.0
     for name, share in others.items():
-        owner = OWNER_OF_PYSPY.get(name, OTHER)
+        owner = owner_of.get(name, OTHER)
         part = left * share / total if total > 0 else 0.0
         if owner == LAUNCH:
             part *= launch_weight

@@ -136,7 +136,7 @@ def test_the_py_spy_step_model_names_each_case(case: dict[str, Any]) -> None:
     from gpumon.advisor.signals import estimate_model_figures
 
     signals = Signals.from_dict(case["signals"])
-    signals = replace(signals, step_model=estimate_model_figures(signals.gpu, signals.pyspy))
+    signals = replace(signals, step_model=estimate_model_figures(signals.gpu, signals.pyspy, signals.host.main_cpu))
     assert signals.step_model.step_shares, "a py-spy estimate with GPU-Util has a step model"
     finding = diagnose(signals)
     assert finding.category == case["expected"], finding.evidence

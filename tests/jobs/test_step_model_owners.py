@@ -11,15 +11,19 @@ from gpumon.jobs.step_model import (
     CPU,
     CPU_OPTIMIZER,
     D2H,
+    D2H_WAIT_RATE,
     GC,
     GPU_BUSY,
     H2D,
+    HOST_OPTIMIZER_CPU,
+    HOST_OPTIMIZER_SHARE,
     LAUNCH,
     OTHER,
     OWNERS,
     SYNC_IDLE,
     MeasuredHostTime,
     estimate_step_model,
+    optimizer_on_host,
     step_model,
 )
 from gpumon.protocol import activity
@@ -136,3 +140,22 @@ def test_py_spy_s_torch_frames_own_the_idle_no_full_queue_can_explain() -> None:
     assert busy.shares[LAUNCH] == pytest.approx(0.9559 - 0.9, abs=0.003)
     loader = estimate_step_model({"data_wait": 0.5, "forward": 0.3, "user_code": 0.2}, 0.9, 100, kernel_fill=0.9)
     assert loader.shares[LAUNCH] == pytest.approx(0.1 * 0.3 * 0.1, abs=0.001)
+
+
+def test_py_spy_s_waits_are_copies_back_where_the_gpu_sends_the_host_half_a_gigabyte_a_second() -> None:
+    fractions = {"cuda_sync": 0.86, "forward": 0.03, "backward": 0.08, "user_code": 0.03}
+    scalar = estimate_step_model(fractions, busy=0.1, samples=120, kernel_fill=0.5, d2h_rate=13e6)
+    copies = estimate_step_model(fractions, busy=0.1, samples=120, kernel_fill=0.5, d2h_rate=D2H_WAIT_RATE)
+    assert scalar.shares[SYNC_IDLE] > 0.5 and scalar.shares[D2H] == 0.0
+    assert copies.shares[D2H] == pytest.approx(scalar.shares[SYNC_IDLE]) and copies.shares[SYNC_IDLE] == 0.0
+    assert sum(copies.shares.values()) == pytest.approx(1.0)
+
+
+def test_py_spy_s_optimizer_frames_are_the_host_optimizer_only_beside_torch_s_cpu_threads() -> None:
+    fractions = {"optimizer": 0.72, "forward": 0.01, "backward": 0.01, "user_code": 0.21, "cuda_sync": 0.01}
+    one_core = estimate_step_model(fractions, busy=0.18, samples=136, kernel_fill=0.3, main_cpu=105.0)
+    threads = estimate_step_model(fractions, busy=0.18, samples=136, kernel_fill=0.3, main_cpu=313.0)
+    assert one_core.shares[CPU_OPTIMIZER] == 0.0 and one_core.shares[LAUNCH] > 0.4
+    assert threads.shares[CPU_OPTIMIZER] > 0.4 and threads.shares[LAUNCH] < 0.05
+    assert not optimizer_on_host({"optimizer": HOST_OPTIMIZER_SHARE - 0.01}, HOST_OPTIMIZER_CPU + 100)
+    assert optimizer_on_host({"optimizer": HOST_OPTIMIZER_SHARE}, HOST_OPTIMIZER_CPU)

@@ -7,14 +7,27 @@ from dataclasses import replace
 
 from gpumon import units
 from gpumon.advisor.categories import CPU_OPTIMIZER
-from gpumon.advisor.rules.common import Candidate, join_parts, nvml_idle, pct, rounded, step_model_confidence
+from gpumon.advisor.rules.common import (
+    Candidate,
+    join_parts,
+    nvml_idle,
+    pct,
+    pct100,
+    rounded,
+    step_model_confidence,
+)
 from gpumon.advisor.signals import Signals
 
 
 def cpu_optimizer_evidence(signals: Signals, share: float) -> Candidate:
     """The share of the step the CPU-side optimizer costs, with its own time and the copies it needs."""
+    seen_by_pyspy = not signals.budget.optimizer_on_cpu and signals.pyspy.shares.get("optimizer")
     evidence = join_parts(
-        f"the optimizer's parameters live on the CPU: the GPU idles {pct(share)} of the time while it runs there "
+        f"the optimizer computes on the CPU: the training thread is in torch.optim in "
+        f"{pct(signals.pyspy.shares.get('optimizer'))} of py-spy samples while the main process runs at "
+        f"{pct100(signals.host.main_cpu)} CPU (torch's CPU threads), and the GPU idles {pct(share)} of the time"
+        if seen_by_pyspy
+        else f"the optimizer's parameters live on the CPU: the GPU idles {pct(share)} of the time while it runs there "
         "and its gradients are copied down",
         f"optimizer.step() takes {pct(signals.budget.optimizer_share)} of the step"
         if signals.budget.optimizer_share

@@ -19,6 +19,7 @@ from gpumon.advisor.rules.common import (
     step_model_confidence,
 )
 from gpumon.advisor.signals import Signals
+from gpumon.jobs.step_model import D2H_WAIT_RATE
 
 PCIE_TRANSFER = 3e9
 """Bytes/s host<->device beyond which copies are a likely bottleneck of an under-used GPU (an H100 training job
@@ -101,6 +102,11 @@ def transfer_evidence(signals: Signals, share: float) -> Candidate:
         else rule_transfer(signals)
     )
     d2h = None
+    if not signals.budget.d2h_share and (signals.gpu.pcie_tx or 0.0) >= D2H_WAIT_RATE:
+        d2h = (
+            f"its waits for the GPU carry data back: PCIe device->host {rate(signals.gpu.pcie_tx)}"
+            " (.cpu(), .to('cpu') or .numpy() of whole tensors, not scalar syncs)"
+        )
     if signals.budget.d2h_share:
         d2h = f"device->host copies (.cpu(), .to('cpu')) take {pct(signals.budget.d2h_share)} of each step" + (
             f", {gib(signals.budget.d2h_bytes_per_step)} a step" if signals.budget.d2h_bytes_per_step else ""
