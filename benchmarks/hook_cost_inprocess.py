@@ -21,6 +21,12 @@ install), to tell which part costs: `no_budget` (GPUMON_HOOK_BUDGET_EVERY=0), `n
 (GPUMON_HOOK_SAMPLE_HZ=0), `no_gpu_timing` (GPUMON_HOOK_GPU_TIMING=0), `bare` (all three off). Each round then runs
 `off` and every variant once, in an order rotated round by round, and each variant's ratio is taken against the
 round's `off` window. Each window also reports the whole process's CPU time (the hook's threads included).
+
+Windows of a few seconds differ by several percent on a shared machine, so each hooked window also reads what the
+hook costs from its own step records (`from_step_records`): the wall of its budgeted and GPU-timed steps, and of the
+step after each, beyond the median plain step's, as a share of the window; and the stack sampler's own CPU time (it
+holds the GIL while it samples) as a share of the window. What those leave out is the quiet boundary's few
+microseconds a step, which the A/B alone measures.
 """
 
 from __future__ import annotations
@@ -79,14 +85,55 @@ def build_loop(
     return train
 
 
-def hook_checks() -> dict[str, Any]:
-    """What the installed hook measured in the window just run: its new instruments were on."""
+def step_costs(records: list[list[Any]]) -> dict[str, Any]:
+    """What the hook's busy boundaries cost, read from its own step records of one window: the wall of the budgeted
+    steps and of the GPU-timed ones (with the step after each, where a boundary's work lands) beyond the median plain
+    step's, as a share of the window's steps. Adjacent steps share the machine's state, so this sees a cost of a few
+    microseconds a step that window-to-window noise of several percent hides."""
+    from gpumon.hook.runtime import R_BUDGET, R_GPU, R_WALL
+
+    kinds: list[str] = []
+    for record in records:
+        kinds.append("budget" if record[R_BUDGET] is not None else "gpu" if record[R_GPU] is not None else "plain")
+    walls = [record[R_WALL] for record in records]
+    owner: list[str] = []
+    for index, kind in enumerate(kinds):
+        before = kinds[index - 1] if index > 0 else "plain"
+        owner.append(kind if kind != "plain" else before if before != "plain" else "plain")
+    plain = [wall for wall, who in zip(walls, owner, strict=True) if who == "plain"]
+    total = sum(walls)
+    if len(plain) < 10 or total <= 0:
+        return {}
+    median_plain = statistics.median(plain)
+    costs: dict[str, Any] = {"steps": len(walls), "median_plain_ms": round(median_plain * 1e3, 4)}
+    for kind in ("budget", "gpu"):
+        mine = [wall for wall, who in zip(walls, owner, strict=True) if who == kind]
+        excess = sum(wall - median_plain for wall in mine)
+        costs[f"{kind}_steps"] = sum(1 for k in kinds if k == kind)
+        costs[f"{kind}_excess_ms"] = round(excess * 1e3, 3)
+        costs[f"{kind}_cost_percent"] = round(100 * excess / total, 3)
+    return costs
+
+
+def sampler_cpu_ms() -> float:
+    """The stack sampler's own CPU so far (ms; 0 without one): it holds the GIL while it samples."""
+    from gpumon.hook import lifecycle
+
+    runtime = lifecycle.runtime()
+    sampler = runtime.sampler if runtime is not None else None
+    return float(sampler.result()["cost_ms"]) if sampler is not None else 0.0
+
+
+def hook_checks(since: float | None = None) -> dict[str, Any]:
+    """What the installed hook measured in the window just run (its steps that ended after `since`, perf_counter):
+    its new instruments were on, and what its busy boundaries cost there."""
     from gpumon.hook import lifecycle
 
     runtime = lifecycle.runtime()
     if runtime is None:
         return {}
     records = runtime.snapshot_records()
+    window = [record for record in records if since is None or record[1] >= since]
     budgets = [record[8] for record in records if record[8] is not None]
     return {
         "steps": len(records),
@@ -99,7 +146,9 @@ def hook_checks() -> dict[str, Any]:
         "gpu_timed_steps": sum(1 for record in records if record[5] is not None),
         "sampler": runtime.sampler is not None,
         "sampler_cpu_ms": runtime.sampler.result()["cost_ms"] if runtime.sampler is not None else None,
+        "sampler_samples": runtime.sampler.samples if runtime.sampler is not None else None,
         "errors": runtime.errors,
+        "window_steps": step_costs(window),
     }
 
 
@@ -177,9 +226,14 @@ def main() -> None:
             switch_to(variant)
             train(args.warmup)
             process_started = time.process_time()
+            window_started = time.perf_counter()
+            sampler_before = sampler_cpu_ms() if variant != "off" else 0.0
             steps, wall, cpu = train(args.window)
             process_cpu = time.process_time() - process_started
-            checks = hook_checks() if variant != "off" else {}
+            checks = hook_checks(window_started) if variant != "off" else {}
+            if checks:
+                sampled_ms = sampler_cpu_ms() - sampler_before
+                checks["window_steps"]["sampler_cost_percent"] = round(100 * sampled_ms / (wall * 1e3), 3)
             rates[variant] = (steps / wall, steps / cpu if cpu > 0 else float("nan"))
             window = {
                 "pair": pair,
@@ -205,6 +259,13 @@ def main() -> None:
     def process_cpu_per_s(variant: str) -> float:
         return statistics.median(w["process_cpu_s"] / w["wall_s"] for w in windows if w["variant"] == variant)
 
+    def from_step_records(variant: str) -> dict[str, Any]:
+        """Medians over the variant's windows of what the busy boundaries and the sampler cost (step_costs)."""
+        costs = [w["hook"]["window_steps"] for w in windows if w["variant"] == variant and w.get("hook")]
+        costs = [c for c in costs if c.get("steps")]
+        keys = ("budget_cost_percent", "gpu_cost_percent", "sampler_cost_percent")
+        return {key: round(statistics.median(c.get(key, 0.0) for c in costs), 4) for key in keys} if costs else {}
+
     lead = variants[0]
     summary = {
         "benchmark": "hook_cost_inprocess",
@@ -224,6 +285,7 @@ def main() -> None:
                 "cpu_ratio": spread(cpu_ratios[variant]),
                 "cost_percent": round((1.0 - statistics.median(ratios[variant])) * 100, 3),
                 "process_cpu_per_s": round(process_cpu_per_s(variant), 4),
+                "from_step_records": from_step_records(variant),
             }
             for variant in variants
         },
