@@ -42,8 +42,9 @@ LEAD_SWITCH_AFTER = 64
 LEAD_SILENT_S = 1.0
 """A lead optimizer silent this long is replaced by another after two of that one's steps: a warm-up optimizer (a
 graph capture's, a learning-rate finder's) stepped a few times at the start must not hold the steps of a job that
-steps a few times a second for LEAD_SWITCH_AFTER of them (16-30 s without a step record on the H200, 2026-11-29)."""
+steps a few times a second for LEAD_SWITCH_AFTER of them (8-32 s without a step record on the H200, 2026-11-29)."""
 LEAD_SWITCH_SOON = 2
+"""Steps of another optimizer that replace a silent lead (one alone could be a one-off optimizer's)."""
 MAX_OPTIMIZERS = 8
 """Optimizers described in the state (the first ones seen)."""
 MAX_PARAMS_WALKED = 100_000
