@@ -104,6 +104,8 @@ class BudgetFigures:
 
     budget_steps: int | None = None
     """Budgeted steps in the window; None: no budget (an older hook, or no sampled step yet)."""
+    budget_step_ms: float | None = None
+    """The budgeted steps' mean host time (ms): against the step's mean (`step_ms`), how typical they were."""
     data_worker_share: float | None = None
     data_collate_share: float | None = None
     h2d_share: float | None = None

@@ -438,6 +438,7 @@ def _budget_figures(view: HookedView, start: float | None, end: float | None) ->
     budget = replace(
         known,
         budget_steps=shares.steps,
+        budget_step_ms=shares.step_ms,
         data_worker_share=shares.data_worker,
         data_collate_share=shares.data_collate,
         h2d_share=shares.h2d,

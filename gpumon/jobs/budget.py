@@ -171,6 +171,9 @@ class BudgetShares:
     collector's and the allocator's rates come from the first and last budgeted steps' cumulative figures."""
 
     steps: int = 0
+    step_ms: float | None = None
+    """The budgeted steps' mean host time: set against the window's mean step, how typical they were (budgeted steps
+    follow slow ones, and in a job paced by its workers the step after a long wait is a short one)."""
     data_worker: float = 0.0
     data_collate: float = 0.0
     h2d: float = 0.0
@@ -224,6 +227,7 @@ class BudgetShares:
             empty_cache_per_step = sum(s.empty_cache_calls for s in steps) / len(steps)
         return cls(
             steps=len(steps),
+            step_ms=total / len(steps),
             data_worker=sum(s.data_worker_ms for s in steps) / total,
             data_collate=sum(s.data_collate_ms for s in steps) / total,
             h2d=sum(s.h2d_ms for s in steps) / total,

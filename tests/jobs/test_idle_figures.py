@@ -48,6 +48,8 @@ def test_device_to_host_idle_is_a_share_of_the_budgeted_steps() -> None:
     ]
     shares = BudgetShares.of([step for step in steps if step is not None])
     assert shares.d2h == pytest.approx(8.0 / 40.0) and shares.d2h_idle == pytest.approx(5.0 / 40.0)
+    assert shares.step_ms == pytest.approx(20.0)  # the budgeted steps' mean, to set against the window's
+    assert BudgetShares().step_ms is None
 
 
 def test_the_step_model_takes_what_was_measured_and_zero_for_what_was_not() -> None:
