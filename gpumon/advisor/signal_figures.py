@@ -171,6 +171,8 @@ class StepModelFigures:
     idle_line_shares: tuple[float, ...] = ()
     """...and the share of the time it idled at each."""
     idle_line_activities: tuple[str, ...] = ()
+    idle_line_busy: tuple[float | None, ...] = ()
+    """...and, of each line's samples with the GPU's state known, the fraction with work queued on the stream."""
 
 
 @dataclass(frozen=True, slots=True)

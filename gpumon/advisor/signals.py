@@ -163,6 +163,7 @@ _TUPLE_FIELDS = (
     "idle_lines",
     "idle_line_shares",
     "idle_line_activities",
+    "idle_line_busy",
     "empty_cache_sites",
 )
 _MAPPING_FIELDS = ("pyspy", "pyspy_sync_evidence", "step_shares")
@@ -747,6 +748,9 @@ def _step_model_figures(
         idle_lines=tuple(line.where for line in model.lines),
         idle_line_shares=tuple(round(line.idle_share, 4) for line in model.lines),
         idle_line_activities=tuple(line.activity for line in model.lines),
+        idle_line_busy=tuple(
+            None if line.busy_fraction is None else round(line.busy_fraction, 4) for line in model.lines
+        ),
     )
 
 

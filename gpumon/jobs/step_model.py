@@ -108,6 +108,9 @@ class LineShare:
     where: str
     activity: str
     idle_share: float
+    busy_fraction: float | None = None
+    """Of the line's samples with the GPU's state known, the fraction with work queued: a line that launches many tiny
+    ops keeps a little queued, a line of host-only work lets the queue drain (None: no state known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +140,12 @@ class StepModel:
             "samples": self.samples,
             "sync_wait": round(self.sync_wait, 4),
             "lines": [
-                {"where": line.where, "activity": line.activity, "idle_share": round(line.idle_share, 4)}
+                {
+                    "where": line.where,
+                    "activity": line.activity,
+                    "idle_share": round(line.idle_share, 4),
+                    "busy_fraction": None if line.busy_fraction is None else round(line.busy_fraction, 4),
+                }
                 for line in self.lines
             ],
             "by_activity": {name: round(share, 4) for name, share in self.by_activity.items()},
@@ -338,7 +346,12 @@ def _idle_lines(lines: tuple[SampledLine, ...], idle_share: Callable[[SampledLin
     """The lines where the GPU idled most, with the share of the time it idled there (after the syncs' part)."""
     shares = [(idle_share(line), line) for line in lines]
     ranked = sorted(((share, line) for share, line in shares if share > 0), key=lambda pair: -pair[0])[:TOP_LINES]
-    return tuple(LineShare(line.where(), line.activity, share) for share, line in ranked)
+    return tuple(LineShare(line.where(), line.activity, share, _busy_fraction(line)) for share, line in ranked)
+
+
+def _busy_fraction(line: SampledLine) -> float | None:
+    idle, busy, _unknown = line.counts
+    return busy / (idle + busy) if idle + busy else None
 
 
 OWNER_OF_PYSPY = {

@@ -159,3 +159,24 @@ def test_py_spy_s_optimizer_frames_are_the_host_optimizer_only_beside_torch_s_cp
     assert threads.shares[CPU_OPTIMIZER] > 0.4 and threads.shares[LAUNCH] < 0.05
     assert not optimizer_on_host({"optimizer": HOST_OPTIMIZER_SHARE - 0.01}, HOST_OPTIMIZER_CPU + 100)
     assert optimizer_on_host({"optimizer": HOST_OPTIMIZER_SHARE}, HOST_OPTIMIZER_CPU)
+
+
+def test_each_idle_line_says_how_often_the_gpu_had_work_queued_there() -> None:
+    """A line that launches many tiny ops keeps a little work queued; host-only work lets the queue drain."""
+    host = {
+        "hz": 20,
+        "samples": 100,
+        "gpu_state": None,
+        "activities": {activity.CPU: [70, 30, 0]},
+        "lines": [
+            {"file": "/job/train.py", "line": 40, "function": "step", "activity": "cpu", "counts": [30, 20, 0]},
+            {"file": "/job/train.py", "line": 52, "function": "log", "activity": "cpu", "counts": [40, 10, 0]},
+        ],
+    }
+    parsed = HostProfile.from_state(host, 10.0)
+    assert parsed is not None
+    model = step_model(parsed, nvml_busy=None)
+    assert model is not None
+    busy = {line.where: line.busy_fraction for line in model.lines}
+    assert busy == {"train.py:40 (step)": pytest.approx(0.4), "train.py:52 (log)": pytest.approx(0.2)}
+    assert model.to_dict()["lines"][0]["busy_fraction"] == pytest.approx(0.2)  # the most idle line first
