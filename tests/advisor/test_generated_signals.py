@@ -120,41 +120,6 @@ FRESH_MISSES = {
 """seed-source -> why the verdict differs from the ablation's: recorded, not tuned away."""
 
 
-def fresh_signals(case: dict[str, Any]) -> Signals:
-    """The recorded signals; a py-spy diagnosis's step model made again from its fractions and GPU-Util, as
-    build_signals makes it, so that a change to that model shows here."""
-    signals = Signals.from_dict(case["signals"])
-    if case["source"] == "py-spy":
-        signals = replace(signals, step_model=estimate_model_figures(signals.gpu, signals.pyspy, signals.host.main_cpu))
-    return signals
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(
-            case,
-            id=(key := f"{case['seed']}-{case['source']}"),
-            marks=[pytest.mark.xfail(strict=True, reason=FRESH_MISSES[key])] if key in FRESH_MISSES else [],
-        )
-        for case in FRESH_CASES
-    ],
-)
-def test_each_fresh_held_out_job_gets_the_category_its_ablations_measured(case: dict[str, Any]) -> None:
-    finding = diagnose(fresh_signals(case))
-    assert finding.category == case["expected"] or finding.category in case["either"], finding.evidence
-
-
-def test_py_spy_names_launch_bound_jobs_whose_thread_sits_in_torch_while_the_gpu_idles() -> None:
-    """Four held-out jobs (a CUDA graph gave back 53-74%) were unexplained_idle by py-spy when scored: SM activity
-    over GPU-Util (0.66-0.71) gave torch's frames a third of their idle. No full queue blocks a launch while the GPU
-    idles, so their time beyond GPU busy is the launches'."""
-    for seed in (1059, 1063, 1082, 1090):
-        case = next(c for c in FRESH_CASES if c["seed"] == seed and c["source"] == "py-spy")
-        assert case["at_run"] == "unexplained_idle" and case["truth"]["launches"] >= 0.5
-        assert diagnose(fresh_signals(case)).category == "launch_bound"
-
-
 FRESH2 = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "generated-h200x2-2026-11-29-1f2fdcd.json"
 FRESH2_CASES: list[dict[str, Any]] = json.loads(FRESH2.read_text())["cases"]
 """Held-out seeds 1103-1150 on 2 x H200 (tree 1f2fdcd), never run before that scoring (hooked 46 of 48 right, py-spy
@@ -178,20 +143,41 @@ FRESH2_MISSES = {
 """seed-source -> why the verdict differs from the ablation's."""
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
+def fresh_signals(case: dict[str, Any]) -> Signals:
+    """The recorded signals; a py-spy diagnosis's step model made again from its fractions and GPU-Util, as
+    build_signals makes it, so that a change to that model shows here."""
+    signals = Signals.from_dict(case["signals"])
+    if case["source"] == "py-spy":
+        signals = replace(signals, step_model=estimate_model_figures(signals.gpu, signals.pyspy, signals.host.main_cpu))
+    return signals
+
+
+def fresh_params(cases: list[dict[str, Any]], misses: dict[str, str]) -> list[Any]:
+    """One test case per recorded diagnosis, a known miss marked as such (strict: a fixed miss must be struck off)."""
+    return [
         pytest.param(
             case,
             id=(key := f"{case['seed']}-{case['source']}"),
-            marks=[pytest.mark.xfail(strict=True, reason=FRESH2_MISSES[key])] if key in FRESH2_MISSES else [],
+            marks=[pytest.mark.xfail(strict=True, reason=misses[key])] if key in misses else [],
         )
-        for case in FRESH2_CASES
-    ],
-)
-def test_each_second_fresh_held_out_job_gets_the_category_its_ablations_measured(case: dict[str, Any]) -> None:
+        for case in cases
+    ]
+
+
+@pytest.mark.parametrize("case", fresh_params(FRESH_CASES, FRESH_MISSES) + fresh_params(FRESH2_CASES, FRESH2_MISSES))
+def test_each_fresh_held_out_job_gets_the_category_its_ablations_measured(case: dict[str, Any]) -> None:
     finding = diagnose(fresh_signals(case))
     assert finding.category == case["expected"] or finding.category in case["either"], finding.evidence
+
+
+def test_py_spy_names_launch_bound_jobs_whose_thread_sits_in_torch_while_the_gpu_idles() -> None:
+    """Four held-out jobs (a CUDA graph gave back 53-74%) were unexplained_idle by py-spy when scored: SM activity
+    over GPU-Util (0.66-0.71) gave torch's frames a third of their idle. No full queue blocks a launch while the GPU
+    idles, so their time beyond GPU busy is the launches'."""
+    for seed in (1059, 1063, 1082, 1090):
+        case = next(c for c in FRESH_CASES if c["seed"] == seed and c["source"] == "py-spy")
+        assert case["at_run"] == "unexplained_idle" and case["truth"]["launches"] >= 0.5
+        assert diagnose(fresh_signals(case)).category == "launch_bound"
 
 
 def test_py_spy_names_device_to_host_waits_and_host_optimizers_by_what_they_carry() -> None:
