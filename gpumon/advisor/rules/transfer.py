@@ -102,14 +102,14 @@ def transfer_evidence(signals: Signals, share: float) -> Candidate:
         else rule_transfer(signals)
     )
     d2h = None
-    if not signals.budget.d2h_share and (signals.gpu.pcie_tx or 0.0) >= D2H_WAIT_RATE:
-        d2h = (
-            f"its waits for the GPU carry data back: PCIe device->host {rate(signals.gpu.pcie_tx)}"
-            " (.cpu(), .to('cpu') or .numpy() of whole tensors, not scalar syncs)"
-        )
     if signals.budget.d2h_share:
         d2h = f"device->host copies (.cpu(), .to('cpu')) take {pct(signals.budget.d2h_share)} of each step" + (
             f", {gib(signals.budget.d2h_bytes_per_step)} a step" if signals.budget.d2h_bytes_per_step else ""
+        )
+    elif (signals.gpu.pcie_tx or 0.0) >= D2H_WAIT_RATE:
+        d2h = (
+            f"its waits for the GPU carry data back: PCIe device->host {rate(signals.gpu.pcie_tx)}"
+            " (.cpu(), .to('cpu') or .numpy() of whole tensors, not scalar syncs)"
         )
     evidence = join_parts(
         f"the GPU idles {pct(share)} of the time on copies between host and device",
