@@ -128,13 +128,14 @@ def hook_checks(since: float | None = None) -> dict[str, Any]:
     """What the installed hook measured in the window just run (its steps that ended after `since`, perf_counter):
     its new instruments were on, and what its busy boundaries cost there."""
     from gpumon.hook import lifecycle
+    from gpumon.hook.runtime import R_BUDGET, R_END, R_GPU
 
     runtime = lifecycle.runtime()
     if runtime is None:
         return {}
     records = runtime.snapshot_records()
-    window = [record for record in records if since is None or record[1] >= since]
-    budgets = [record[8] for record in records if record[8] is not None]
+    window = [record for record in records if since is None or record[R_END] >= since]
+    budgets = [record[R_BUDGET] for record in records if record[R_BUDGET] is not None]
     return {
         "steps": len(records),
         "budgeted_steps": len(budgets),
@@ -143,9 +144,9 @@ def hook_checks(since: float | None = None) -> dict[str, Any]:
         "optimizer_ms_per_budgeted_step": (
             round(statistics.fmean(b.get("optimizer_ms", 0.0) for b in budgets), 4) if budgets else None
         ),
-        "gpu_timed_steps": sum(1 for record in records if record[5] is not None),
+        "gpu_timed_steps": sum(1 for record in records if record[R_GPU] is not None),
         "sampler": runtime.sampler is not None,
-        "sampler_cpu_ms": runtime.sampler.result()["cost_ms"] if runtime.sampler is not None else None,
+        "sampler_cpu_ms": sampler_cpu_ms() if runtime.sampler is not None else None,
         "sampler_samples": runtime.sampler.samples if runtime.sampler is not None else None,
         "errors": runtime.errors,
         "window_steps": step_costs(window),
