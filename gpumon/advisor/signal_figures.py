@@ -110,6 +110,8 @@ class BudgetFigures:
     data_collate_share: float | None = None
     h2d_share: float | None = None
     sync_wait_share: float | None = None
+    h2d_wait_share: float | None = None
+    """Of sync_wait_share, blocking host->device copies that found GPU work queued: a copy's wait (pageable memory)."""
     python_share: float | None = None
     """The rest of the Python step (launches, optimizer, the script's code)."""
     h2d_bytes_per_step: float | None = None
@@ -152,6 +154,7 @@ class BudgetFigures:
             alloc_idle=self.empty_cache_idle_share or 0.0,
             d2h=self.d2h_share or 0.0,
             d2h_idle=self.d2h_idle_share or 0.0,
+            h2d_wait=self.h2d_wait_share or 0.0,
             optimizer_on_cpu=self.optimizer_on_cpu is True,
         )
 

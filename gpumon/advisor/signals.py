@@ -444,6 +444,7 @@ def _budget_figures(view: HookedView, start: float | None, end: float | None) ->
         data_collate_share=shares.data_collate,
         h2d_share=shares.h2d,
         sync_wait_share=shares.sync_wait,
+        h2d_wait_share=shares.h2d_wait,
         python_share=shares.rest,
         h2d_bytes_per_step=shares.h2d_bytes_per_step,
         h2d_pageable=shares.pageable,

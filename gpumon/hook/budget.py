@@ -93,6 +93,8 @@ class BudgetMeter:
         self.h2d_bytes = 0
         self.h2d_pageable_bytes = 0
         self.h2d_copies = 0
+        self.h2d_wait_s = 0.0
+        self.h2d_wait_bytes = 0
         self.d2h_s = 0.0
         self.d2h_idle_s = 0.0
         self.d2h_bytes = 0
@@ -294,17 +296,23 @@ class BudgetMeter:
         return synchronize
 
     def _count(self, kind: str, blocking: bool, busy: bool, source: Any, seconds: float) -> None:
-        """One timed call: a host->device copy (unless it first waited for queued GPU work: then a sync), a
-        device->host copy (which waits for the GPU when blocking: counted in `syncs`, its time in d2h only), or a
-        sync."""
+        """One timed call: a host->device copy (one that first waited for queued GPU work is a sync too: its time in
+        syncs' and in h2d_wait, its bytes among the copies'), a device->host copy (which waits for the GPU when
+        blocking: counted in `syncs`, its time in d2h only), or a sync."""
         try:
-            if kind == "h2d" and not busy:
+            if kind == "h2d":
                 nbytes = int(source.numel()) * int(source.element_size())
-                self.h2d_s += seconds
                 self.h2d_bytes += nbytes
                 self.h2d_copies += 1
                 if not source.is_pinned():
                     self.h2d_pageable_bytes += nbytes
+                if busy:
+                    self.h2d_wait_s += seconds
+                    self.h2d_wait_bytes += nbytes
+                    self.sync_s += seconds
+                    self.syncs += 1
+                else:
+                    self.h2d_s += seconds
             elif kind == "d2h":
                 self.d2h_s += seconds
                 self.d2h_bytes += int(source.numel()) * int(source.element_size())
@@ -352,6 +360,8 @@ class BudgetMeter:
             h2d_bytes=self.h2d_bytes,
             h2d_pageable_bytes=self.h2d_pageable_bytes,
             h2d_copies=self.h2d_copies,
+            h2d_wait_ms=round(self.h2d_wait_s * 1e3, 4),
+            h2d_wait_bytes=self.h2d_wait_bytes,
             d2h_ms=round(self.d2h_s * 1e3, 4),
             d2h_idle_ms=round(self.d2h_idle_s * 1e3, 4),
             d2h_bytes=self.d2h_bytes,

@@ -118,6 +118,10 @@ class StepTimeBudget:
     h2d_ms: float = 0.0
     h2d_bytes: int = 0
     h2d_pageable_bytes: int = 0
+    h2d_wait_ms: float = 0.0
+    """Of sync_wait_ms, blocking host->device copies that found GPU work queued (their wait and their copy)."""
+    h2d_wait_bytes: int = 0
+    """Of h2d_bytes, those copies' bytes (0 from an older hook, which left them out of h2d_bytes)."""
     d2h_ms: float = 0.0
     d2h_idle_ms: float = 0.0
     d2h_bytes: int = 0
@@ -144,6 +148,7 @@ class StepTimeBudget:
             "data_worker_ms",
             "data_collate_ms",
             "h2d_ms",
+            "h2d_wait_ms",
             "d2h_ms",
             "d2h_idle_ms",
             "sync_wait_ms",
@@ -152,7 +157,15 @@ class StepTimeBudget:
             "empty_cache_ms",
         ):
             values[name] = clean_number(budget.get(name)) or 0.0
-        for name in ("h2d_bytes", "h2d_pageable_bytes", "d2h_bytes", "d2h_copies", "syncs", "empty_cache_calls"):
+        for name in (
+            "h2d_bytes",
+            "h2d_pageable_bytes",
+            "h2d_wait_bytes",
+            "d2h_bytes",
+            "d2h_copies",
+            "syncs",
+            "empty_cache_calls",
+        ):
             values[name] = int(clean_number(budget.get(name)) or 0)
         values["gpu_ms"] = clean_number(budget.get("gpu_ms"))
         values["mark"] = CumulativeMark.from_budget(budget, seq, t)
@@ -177,6 +190,8 @@ class BudgetShares:
     data_worker: float = 0.0
     data_collate: float = 0.0
     h2d: float = 0.0
+    h2d_wait: float = 0.0
+    """Blocking host->device copies that found GPU work queued (inside sync_wait): a sync's wait, but a copy's."""
     d2h: float = 0.0
     """Device->host copies (.cpu(), .to("cpu")), their waits for the GPU included."""
     d2h_idle: float = 0.0
@@ -188,7 +203,7 @@ class BudgetShares:
     pageable: float | None = None
     """Share of the copied bytes from pageable host memory; None without copies."""
     h2d_rate: float | None = None
-    """Bytes/s while copying."""
+    """Bytes/s while copying (the copies that waited for queued work left out: their time is mostly the wait)."""
     syncs_per_step: float = 0.0
     d2h_bytes_per_step: float = 0.0
     optimizer_share: float = 0.0
@@ -218,6 +233,7 @@ class BudgetShares:
         timed_total = sum(step.host_ms for step in timed)
         copied = sum(step.h2d_bytes for step in steps)
         copy_ms = sum(step.h2d_ms for step in steps)
+        copied_apart = copied - sum(step.h2d_wait_bytes for step in steps)
         marks = sorted((step.mark for step in steps if step.mark is not None), key=lambda mark: mark.seq)
         rates = CumulativeRates.between(marks[0], marks[-1]) if marks else CumulativeRates()
         empty_cache_share = rates.empty_cache_share
@@ -231,6 +247,7 @@ class BudgetShares:
             data_worker=sum(s.data_worker_ms for s in steps) / total,
             data_collate=sum(s.data_collate_ms for s in steps) / total,
             h2d=sum(s.h2d_ms for s in steps) / total,
+            h2d_wait=sum(s.h2d_wait_ms for s in steps) / total,
             d2h=sum(s.d2h_ms for s in steps) / total,
             d2h_idle=sum(s.d2h_idle_ms for s in steps) / total,
             sync_wait=sum(s.sync_wait_ms for s in steps) / total,
@@ -238,7 +255,7 @@ class BudgetShares:
             gpu=min(1.0, sum(s.gpu_ms or 0.0 for s in timed) / timed_total) if timed and timed_total > 0 else None,
             h2d_bytes_per_step=copied / len(steps),
             pageable=sum(s.h2d_pageable_bytes for s in steps) / copied if copied else None,
-            h2d_rate=copied / (copy_ms / 1e3) if copied and copy_ms > 0 else None,
+            h2d_rate=copied_apart / (copy_ms / 1e3) if copied_apart > 0 and copy_ms > 0 else None,
             syncs_per_step=sum(s.syncs for s in steps) / len(steps),
             d2h_bytes_per_step=sum(s.d2h_bytes for s in steps) / len(steps),
             optimizer_share=min(1.0, sum(s.optimizer_ms for s in steps) / total),

@@ -163,6 +163,8 @@ class MeasuredHostTime:
     alloc_idle: float = 0.0
     d2h: float = 0.0
     d2h_idle: float = 0.0
+    h2d_wait: float = 0.0
+    """Blocking host->device copies that found GPU work queued (the budget times them among the syncs)."""
     optimizer_on_cpu: bool = False
 
     @property
@@ -197,8 +199,9 @@ def step_model(
         return None
     sync_samples = sum(counts.get(activity.SYNC, (0, 0, 0)))
     # A blocking host->device copy (from pageable memory) first waits for the queued work, as a sync does, and the
-    # budget times that wait among the syncs': the host in a copy while the stream is busy is the copy's wait.
-    copy_wait = counts.get(activity.H2D, (0, 0, 0))[1] / total
+    # budget times that wait among the syncs' (and apart, h2d_wait): the host in a copy while the stream is busy is
+    # the copy's wait, which the sampler sees only where it can read the stream's state.
+    copy_wait = max(counts.get(activity.H2D, (0, 0, 0))[1] / total, measured.h2d_wait)
     wait = max(0.0, sync_wait - copy_wait) if sync_wait is not None else sync_samples / total
     idle_known = sum(idle_by.values())
     if nvml_busy is not None:

@@ -80,9 +80,11 @@ class StepBudget(TypedDict, total=False):
     data_worker_ms: float  # data wait not spent collating: the workers' queue, or (no workers) Dataset.__getitem__
     data_collate_ms: float  # the main process's collate_fn (num_workers 0); 0 with workers, which collate themselves
     h2d_ms: float  # host time in host->device copy calls (Tensor.to / cuda / copy_)
-    h2d_bytes: int
+    h2d_bytes: int  # every host->device copy's, those of h2d_wait_bytes included
     h2d_pageable_bytes: int  # of h2d_bytes, copied from pageable (not pinned) host memory
     h2d_copies: int
+    h2d_wait_ms: float  # of sync_wait_ms, blocking host->device copies that found GPU work queued: wait and copy
+    h2d_wait_bytes: int  # of h2d_bytes, those copies' bytes
     d2h_ms: float  # host time in device->host copy calls (.cpu(), .to("cpu"), copy_ into a host tensor), waits included
     d2h_bytes: int
     d2h_copies: int

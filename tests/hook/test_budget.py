@@ -359,3 +359,31 @@ def test_a_timed_copy_tells_the_stack_sampler_what_the_job_s_line_is_doing(monke
         assert seen == ["h2d", "sync", None, None] and rt.budget.inside is None
     finally:
         rt.budget.stop()
+
+
+def test_a_copy_behind_queued_gpu_work_is_timed_as_a_sync_and_as_a_copy_s_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blocking host->device copy that finds the stream busy waits as a sync does: its time is in sync_wait_ms and
+    in h2d_wait_ms, its bytes (pageable here) among the copies', so that the step model gives its drain to the copy."""
+    clock = Clock()
+    rt = HookRuntime(torch, clock=clock)
+    busy = iter([True, False])
+    monkeypatch.setattr(budget_module, "_classify", lambda *_: ("h2d", True))
+    monkeypatch.setattr(rt.budget, "_stream_busy", lambda: next(busy))
+
+    def copy(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        clock.now += 0.002
+        return tensor
+
+    try:
+        rt.budget.begin(True)
+        wrapper = rt.budget._wrap("copy_", copy)
+        payload = torch.zeros(256)
+        wrapper(torch.zeros(256), payload)
+        wrapper(torch.zeros(256), payload)
+        record = rt.budget.record(wall_s=1.0, data_s=0.0)
+    finally:
+        rt.budget.stop()
+    nbytes = payload.numel() * payload.element_size()
+    assert record["syncs"] == 1 and record["h2d_copies"] == 2
+    assert record["h2d_wait_bytes"] == nbytes and record["h2d_bytes"] == record["h2d_pageable_bytes"] == 2 * nbytes
+    assert record["h2d_wait_ms"] == record["sync_wait_ms"] == record["h2d_ms"] == pytest.approx(2.0)

@@ -115,6 +115,20 @@ def test_the_drain_after_a_blocking_copy_s_wait_is_the_copy_s() -> None:
     assert model.shares[LAUNCH] == pytest.approx(0.0)
 
 
+def test_a_copy_s_wait_the_budget_timed_owns_the_drain_where_the_stream_s_state_is_unknown() -> None:
+    """A CUDA graph capture stops the sampler's stream queries, so no sample says the host waited in a copy; the
+    budget's h2d_wait (the pageable copies that found work queued, held-out 1177 and 1166) still gives the drain after
+    that wait to the copy, not to a sync."""
+    unknown = profile({activity.H2D: [0, 0, 30], activity.FORWARD: [0, 0, 70]})
+    blind = step_model(unknown, nvml_busy=0.7, sync_wait=0.36)
+    told = step_model(unknown, nvml_busy=0.7, sync_wait=0.36, measured=MeasuredHostTime(h2d_wait=0.36))
+    assert blind is not None and told is not None
+    adds_up(dict(told.shares))
+    assert blind.shares[SYNC_IDLE] > 0.2 and blind.shares[H2D] < 0.1
+    assert told.shares[SYNC_IDLE] == pytest.approx(0.0) and told.sync_wait == pytest.approx(0.0)
+    assert told.shares[H2D] == pytest.approx(0.3)  # sync_cost(0.36, 0.7): all of the GPU's idle
+
+
 def test_the_optimizer_s_samples_are_cpu_math_when_its_parameters_live_on_the_cpu() -> None:
     stepping = profile({activity.OPTIMIZER: [50, 0, 0], activity.CPU: [10, 0, 0], activity.FORWARD: [0, 40, 0]})
     on_gpu = step_model(stepping, nvml_busy=0.4)
