@@ -405,23 +405,29 @@ def estimate_step_model(
     main_cpu: float | None = None,
 ) -> StepModel:
     """The step model from py-spy's main-thread fractions (no GPU state per sample) and GPU busy from GPU-Util.
-    Syncs own the drain after them (sync_cost); the rest of the idle goes to each category by its share of the
-    samples, the remainder being nobody's (other). py-spy cannot tell a thread launching tiny kernels from one
-    blocked in a launch behind a full queue of big ones, so torch's frames own idle in proportion to how empty the
-    running kernels leave the SMs (`kernel_fill`: SM activity over GPU-Util, where GPM gives it), but at least the
-    part of their time that exceeds GPU busy: no queue was full then. Where the GPU sends the host at least
-    D2H_WAIT_RATE (`d2h_rate`, PCIe TX), the syncs' share is the device->host copies'; where the optimizer computes
-    on the host (`optimizer_on_host`, from the main process's CPU percent), its frames are the CPU optimizer's."""
+    Syncs own the drain after them (sync_cost), and so do host->device copies: a copy long enough for py-spy to see
+    is a blocking one, which waits for the queued work as a sync does and then copies with the GPU idle; the rest of
+    the idle goes to each category by its share of the samples, the remainder being nobody's (other). py-spy cannot
+    tell a thread launching tiny kernels from one blocked in a launch behind a full queue of big ones, so torch's
+    frames own idle in proportion to how empty the running kernels leave the SMs (`kernel_fill`: SM activity over
+    GPU-Util, where GPM gives it), but at least the part of their time that exceeds GPU busy: no queue was full
+    then. Where the GPU sends the host at least D2H_WAIT_RATE (`d2h_rate`, PCIe TX), the syncs' share is the
+    device->host copies'; where the optimizer computes on the host (`optimizer_on_host`, from the main process's CPU
+    percent), its frames are the CPU optimizer's."""
     busy = max(0.0, min(1.0, busy))
     idle = 1.0 - busy
     wait = max(0.0, fractions.get("cuda_sync", 0.0))
+    copying = max(0.0, fractions.get("h2d", 0.0))
     shares = dict.fromkeys(OWNERS, 0.0)
     shares[GPU_BUSY] = busy
-    shares[SYNC_IDLE] = min(idle, sync_cost(wait, busy))
-    left = idle - shares[SYNC_IDLE]
+    waited = wait + copying
+    drain = min(idle, sync_cost(min(1.0, waited), busy)) if waited > 0 else 0.0
+    shares[SYNC_IDLE] = drain * wait / waited if waited > 0 else 0.0
+    shares[H2D] = drain - shares[SYNC_IDLE]
+    left = idle - drain
     if d2h_rate is not None and d2h_rate >= D2H_WAIT_RATE:
         shares[D2H], shares[SYNC_IDLE] = shares[SYNC_IDLE], 0.0
-    others = {name: share for name, share in fractions.items() if name != "cuda_sync" and share > 0}
+    others = {name: share for name, share in fractions.items() if name not in ("cuda_sync", "h2d") and share > 0}
     total = sum(others.values())
     launch_weight = 1.0 if kernel_fill is None else max(0.0, min(1.0, 1.0 - kernel_fill))
     # A thread blocked in a launch behind a full queue keeps the GPU busy: at most the busy share of the time in

@@ -156,6 +156,19 @@ def test_py_spy_s_torch_frames_own_the_idle_no_full_queue_can_explain() -> None:
     assert loader.shares[LAUNCH] == pytest.approx(0.1 * 0.3 * 0.1, abs=0.001)
 
 
+def test_py_spy_s_host_to_device_copies_own_the_drain_after_them_as_syncs_do() -> None:
+    """py-spy in a copy 36% of the time, in a sync 1%, GPU busy 73%: the copy blocks, waits for the queue and then
+    copies; without it the host would run ahead, so the idle it leaves (sync_cost) is the copy's, shared with the sync
+    by their time."""
+    fractions = {"h2d": 0.36, "cuda_sync": 0.01, "forward": 0.3, "backward": 0.33}
+    model = estimate_step_model(fractions, 0.73, 200)
+    adds_up(dict(model.shares))
+    drain = 1.0 - max(1.0 - 0.37, 0.73)
+    assert model.shares[H2D] == pytest.approx(drain * 0.36 / 0.37)
+    assert model.shares[SYNC_IDLE] == pytest.approx(drain * 0.01 / 0.37)
+    assert model.shares[LAUNCH] == pytest.approx(0.0)
+
+
 def test_py_spy_s_waits_are_copies_back_where_the_gpu_sends_the_host_half_a_gigabyte_a_second() -> None:
     fractions = {"cuda_sync": 0.86, "forward": 0.03, "backward": 0.08, "user_code": 0.03}
     scalar = estimate_step_model(fractions, busy=0.1, samples=120, kernel_fill=0.5, d2h_rate=13e6)
