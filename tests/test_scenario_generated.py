@@ -234,6 +234,25 @@ def test_the_runner_scores_a_job_against_the_cause_that_gives_back_most() -> Non
     assert len(table) == 5 and "wrong / -" in table[2] and "skipped: killed after 240 s" in table[4]
 
 
+def test_py_spy_s_ratio_is_also_given_without_the_jobs_it_cannot_see() -> None:
+    """The collector and the allocator run below the Python line py-spy samples: a job whose cause is one of them
+    is left out of the second ratio, and said to be."""
+
+    def row(expected: str, hook_ok: bool, pyspy_ok: bool) -> dict[str, Any]:
+        side = {"within": {}, "false_alarm": None}
+        return {
+            "expected": expected,
+            "either": [],
+            "hook": side | {"top_ok": hook_ok},
+            "pyspy": side | {"top_ok": pyspy_ok},
+        }
+
+    rows = [row("gc_bound", True, False), row("input_bound", True, True), row("launch_bound", True, False)]
+    total = summarize(rows)
+    assert total["pyspy_over_hook_top_right"] == round(1 / 3, 3)
+    assert total["pyspy_blind_jobs"] == 1 and total["pyspy_over_hook_top_right_where_it_sees"] == 0.5
+
+
 def test_the_base_loops_launches_are_a_cause_when_measured() -> None:
     healthy = next(p for p in (make_plan(s) for s in TUNE_SEEDS) if not p.causes)
     assert expected_category({}, healthy, 0.15) == "healthy"
