@@ -37,7 +37,7 @@ from gpumon.advisor.rules.common import (
 from gpumon.advisor.rules.cpu_bound import rule_cpu_bound
 from gpumon.advisor.rules.cpu_optimizer import cpu_optimizer_evidence, rule_cpu_optimizer
 from gpumon.advisor.rules.data import rule_data
-from gpumon.advisor.rules.gc_bound import gc_evidence
+from gpumon.advisor.rules.gc_bound import gc_evidence, rule_gc_bound
 from gpumon.advisor.rules.healthy import healthy_finding
 from gpumon.advisor.rules.launch import launch_evidence, rule_launch
 from gpumon.advisor.rules.memory import rule_memory_imbalance
@@ -72,6 +72,7 @@ MODEL_FREE_RULES: tuple[Rule, ...] = (
     rule_launch,
     rule_transfer,
     rule_cpu_optimizer,
+    rule_gc_bound,
 )
 """The owners' own rules, for a job with no step model (no samples yet, no GPU figures)."""
 
