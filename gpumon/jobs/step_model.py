@@ -372,6 +372,13 @@ OWNER_OF_PYSPY = {
 drain after syncs."""
 
 
+BLOCKING_PYSPY = {"cuda_sync": SYNC_IDLE, "h2d": H2D, "data_wait": DATA}
+"""py-spy's categories in which the training thread blocks, and the owners of the idle after each: while it waits
+(for the GPU in a sync, for a blocking copy, for the DataLoader's next batch) the GPU works off what was queued and
+then idles until the thread queues more, so the idle such a wait leaves is sync_cost of its share, not its samples'
+share of the idle."""
+
+
 D2H_WAIT_RATE = 0.5e9
 """Bytes/s the GPU sends to the host (PCIe TX) from which py-spy's waits for the GPU are copies back (`.cpu()`,
 `.to("cpu")`, `.numpy()` of whole tensors), not scalar syncs: `.item()`-style syncs moved at most 13 MB/s on the
@@ -405,8 +412,9 @@ def estimate_step_model(
     main_cpu: float | None = None,
 ) -> StepModel:
     """The step model from py-spy's main-thread fractions (no GPU state per sample) and GPU busy from GPU-Util.
-    Syncs own the drain after them (sync_cost), and so do host->device copies: a copy long enough for py-spy to see
-    is a blocking one, which waits for the queued work as a sync does and then copies with the GPU idle; the rest of
+    Syncs own the drain after them (sync_cost), and so do host->device copies (a copy long enough for py-spy to see
+    is a blocking one, which waits for the queued work as a sync does and then copies with the GPU idle) and the
+    DataLoader's waits (BLOCKING_PYSPY); the rest of
     the idle goes to each category by its share of the samples, the remainder being nobody's (other). py-spy cannot
     tell a thread launching tiny kernels from one blocked in a launch behind a full queue of big ones, so torch's
     frames own idle in proportion to how empty the running kernels leave the SMs (`kernel_fill`: SM activity over
@@ -417,17 +425,17 @@ def estimate_step_model(
     busy = max(0.0, min(1.0, busy))
     idle = 1.0 - busy
     wait = max(0.0, fractions.get("cuda_sync", 0.0))
-    copying = max(0.0, fractions.get("h2d", 0.0))
+    blocked = {owner: max(0.0, fractions.get(name, 0.0)) for name, owner in BLOCKING_PYSPY.items()}
     shares = dict.fromkeys(OWNERS, 0.0)
     shares[GPU_BUSY] = busy
-    waited = wait + copying
+    waited = sum(blocked.values())
     drain = min(idle, sync_cost(min(1.0, waited), busy)) if waited > 0 else 0.0
-    shares[SYNC_IDLE] = drain * wait / waited if waited > 0 else 0.0
-    shares[H2D] = drain - shares[SYNC_IDLE]
+    for owner, part in blocked.items():
+        shares[owner] += drain * part / waited if waited > 0 else 0.0
     left = idle - drain
     if d2h_rate is not None and d2h_rate >= D2H_WAIT_RATE:
         shares[D2H], shares[SYNC_IDLE] = shares[SYNC_IDLE], 0.0
-    others = {name: share for name, share in fractions.items() if name not in ("cuda_sync", "h2d") and share > 0}
+    others = {name: share for name, share in fractions.items() if name not in BLOCKING_PYSPY and share > 0}
     total = sum(others.values())
     launch_weight = 1.0 if kernel_fill is None else max(0.0, min(1.0, 1.0 - kernel_fill))
     # A thread blocked in a launch behind a full queue keeps the GPU busy: at most the busy share of the time in

@@ -152,7 +152,6 @@ FRESH3_MISSES = {
     "1161-hook": "the CUDA graph's ablation failed (the syncs' ops broke the capture), so the truth holds the copy's "
     "30% alone; the step model's launches (49% at SM activity 0.03%) are not measured either way",
     "1161-py-spy": "as hooked",
-    "1164-py-spy": "no cause drawn: the base loader's loading (34%) reads 8% to py-spy, whose idle is mostly nobody's",
     "1169-hook": "co-bounding causes: one worker at 105% CPU paces the steps (data 23% of each), so the launches' 54% "
     "gives back 3% alone; the workers' CPU does not tell pace apart (1060, 1064: launches gave back 20% and 61% beside "
     "saturated workers)",
@@ -185,7 +184,6 @@ FRESH4_MISSES = {
     "1197-hook": "three causes: the main process's loading (43% alone) named over small kernels (67% alone); the split "
     "gives data 47%, launches 43%",
     "1197-py-spy": "as hooked",
-    "1201-py-spy": "no cause drawn: the base loader's loading (28%) reads as nobody's idle to py-spy",
     "1204-hook": "291 tiny ops a step launched from the job's own line read as its CPU code (the 1157 mechanism): "
     "cpu_bound 26%, launches 37% by ablation",
     "1204-py-spy": "as hooked",
@@ -196,7 +194,6 @@ FRESH4_MISSES = {
     "1215-py-spy": "as hooked: py-spy sees the allocator's frames 11% of the time at GPU-Util 91%",
     "1221-py-spy": "no cause drawn: the base loader's loading (24%) reads as nobody's idle to py-spy",
     "1225-py-spy": "py-spy cannot see the garbage collector",
-    "1228-py-spy": "no cause drawn: the base loader's loading (33%) reads as nobody's idle to py-spy",
 }
 """seed-source -> why the verdict differs from the ablation's."""
 
