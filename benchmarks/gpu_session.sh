@@ -211,11 +211,12 @@ case "$part" in
     tail -40 "$out/corpus-heldout.md" ;;
   heldout2)  # held-out seeds on both GPUs at once (nvidia-h200-x2), one runner per GPU: ARGS are the seeds, each
              # runner takes every other one (a seed needing 2 GPUs is skipped there); the two results merged in
-             # corpus-heldout.json/.md. About 34 s a job per GPU; each runner is cut at 500 s
+             # corpus-heldout.json/.md. About 40 s a job per GPU; each runner is cut at RUNNER_S (500) s, which 12
+             # seeds a runner can pass (seed 1182 was cut at 500 s): leave the call's limit room for start and merge
     seeds=("$@"); pids=()
     for gpu in 0 1; do
       mine=(); for ((i = gpu; i < ${#seeds[@]}; i += 2)); do mine+=(--seed "${seeds[i]}"); done
-      CUDA_VISIBLE_DEVICES=$gpu timeout 500 python3 benchmarks/scenario_corpus.py --set heldout "${mine[@]}" \
+      CUDA_VISIBLE_DEVICES=$gpu timeout "${RUNNER_S:-500}" python3 benchmarks/scenario_corpus.py --set heldout "${mine[@]}" \
         --duration 4 --warmup 2 --rounds 2 --window 1 --out "$out/corpus-heldout-gpu$gpu.json" \
         > "$out/corpus-heldout-gpu$gpu.log" 2>&1 &
       pids+=($!)
