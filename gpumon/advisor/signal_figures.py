@@ -77,6 +77,10 @@ class GpuFigures:
         return self.sm_activity is not None
 
 
+DATA_WAIT_STEP_PART = 0.1
+"""The part of its wall a step waits for its batch from which it counts in `data_wait_steps`."""
+
+
 @dataclass(frozen=True, slots=True)
 class StepFigures:
     """The hook's steps that ended in the window, and the syncs of a diagnosis window."""
@@ -85,6 +89,10 @@ class StepFigures:
     step_ms: float | None = None
     data_share: float | None = None
     """Share of each step's wall time spent blocked on the next batch."""
+    data_wait_steps: float | None = None
+    """Of the window's steps, the share that waited for their batch at least DATA_WAIT_STEP_PART of their wall: a
+    loader that sets the pace makes nearly every step wait, one that falls behind now and then a few (None: from
+    per-second sums, which keep no step's own wait)."""
     gpu_share: float | None = None
     """Share of each step covered by GPU work (CUDA events); None when not measured."""
     rest_share: float | None = None

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpumon import protocol
 from gpumon.advisor.signal_figures import (
+    DATA_WAIT_STEP_PART,
     BudgetFigures,
     CommFigures,
     GpuFigures,
@@ -365,6 +366,7 @@ def _step_figures(view: HookedView, start: float | None, end: float | None) -> S
             steps=len(window),
             step_ms=sum(s.wall_ms for s in window) / len(window),
             data_share=breakdown.data,
+            data_wait_steps=sum(s.data_ms >= DATA_WAIT_STEP_PART * s.wall_ms > 0 for s in window) / len(window),
             gpu_share=breakdown.gpu,
             rest_share=breakdown.rest,
             steps_per_s=len(window) / span if span > 0 else None,

@@ -288,3 +288,20 @@ def test_shares_of_every_finding_add_up_to_at_most_the_step() -> None:
     found = shares(diagnose(signals))
     assert {INPUT_BOUND, TRANSFER_BOUND} <= set(found)
     assert sum(found.values()) <= 1.0 + 1e-9
+
+
+def test_the_share_of_steps_that_waited_for_their_batch_tells_a_steady_wait_from_a_bursty_one() -> None:
+    """The same mean data wait (20% of the step) from every step waiting a fifth of it, or from one step in four
+    waiting 80%: a loader that sets the pace makes every step wait, one that falls behind now and then a few."""
+    snapshots = gpu_run(util=70.0, sm=50.0)
+    loader = {"num_workers": 4, "pin_memory": True}
+    steady = hook_messages(snapshots, wall_ms=100.0, data_ms=20.0, gpu_ms=60.0, budget=None, loader=loader)
+    bursty = hook_messages(snapshots, wall_ms=100.0, data_ms=0.0, gpu_ms=60.0, budget=None, loader=loader)
+    for message in bursty:
+        for record in message.get("records", []):
+            record["data_ms"] = 80.0 if record["seq"] % 4 == 0 else 0.0
+    steady_signals, bursty_signals = signals_of(snapshots, steady), signals_of(snapshots, bursty)
+    assert steady_signals.step.data_share == pytest.approx(0.2, abs=0.01)
+    assert bursty_signals.step.data_share == pytest.approx(0.2, abs=0.01)
+    assert steady_signals.step.data_wait_steps == pytest.approx(1.0)
+    assert bursty_signals.step.data_wait_steps == pytest.approx(0.25, abs=0.01)
