@@ -358,6 +358,7 @@ def _busy_fraction(line: SampledLine) -> float | None:
 
 
 OWNER_OF_PYSPY = {
+    "cuda_sync": SYNC_IDLE,
     "data_wait": DATA,
     "forward": LAUNCH,
     "backward": LAUNCH,
@@ -368,15 +369,13 @@ OWNER_OF_PYSPY = {
     "alloc": ALLOC,
     "elsewhere": OTHER,
 }
-"""The py-spy estimate's categories (gpumon.jobs.pyspy_categories) and the owners they stand for; cuda_sync owns the
-drain after syncs."""
+"""The py-spy estimate's categories (gpumon.jobs.pyspy_categories) and the owners they stand for."""
 
 
-BLOCKING_PYSPY = {"cuda_sync": SYNC_IDLE, "h2d": H2D, "data_wait": DATA}
-"""py-spy's categories in which the training thread blocks, and the owners of the idle after each: while it waits
-(for the GPU in a sync, for a blocking copy, for the DataLoader's next batch) the GPU works off what was queued and
-then idles until the thread queues more, so the idle such a wait leaves is sync_cost of its share, not its samples'
-share of the idle."""
+BLOCKING_PYSPY = frozenset({"cuda_sync", "h2d", "data_wait"})
+"""py-spy's categories in which the training thread blocks: while it waits (for the GPU in a sync, for a blocking copy,
+for the DataLoader's next batch) the GPU works off what was queued and then idles until the thread queues more, so
+the idle such a wait leaves its owner is sync_cost of its share, not its samples' share of the idle."""
 
 
 D2H_WAIT_RATE = 0.5e9
@@ -414,24 +413,23 @@ def estimate_step_model(
     """The step model from py-spy's main-thread fractions (no GPU state per sample) and GPU busy from GPU-Util.
     Syncs own the drain after them (sync_cost), and so do host->device copies (a copy long enough for py-spy to see
     is a blocking one, which waits for the queued work as a sync does and then copies with the GPU idle) and the
-    DataLoader's waits (BLOCKING_PYSPY); the rest of
-    the idle goes to each category by its share of the samples, the remainder being nobody's (other). py-spy cannot
-    tell a thread launching tiny kernels from one blocked in a launch behind a full queue of big ones, so torch's
-    frames own idle in proportion to how empty the running kernels leave the SMs (`kernel_fill`: SM activity over
-    GPU-Util, where GPM gives it), but at least the part of their time that exceeds GPU busy: no queue was full
-    then. Where the GPU sends the host at least D2H_WAIT_RATE (`d2h_rate`, PCIe TX), the syncs' share is the
-    device->host copies'; where the optimizer computes on the host (`optimizer_on_host`, from the main process's CPU
-    percent), its frames are the CPU optimizer's."""
+    DataLoader's waits (BLOCKING_PYSPY); the rest of the idle goes to each category by its share of the samples, the
+    remainder being nobody's (other). py-spy cannot tell a thread launching tiny kernels from one blocked in a
+    launch behind a full queue of big ones, so torch's frames own idle in proportion to how empty the running
+    kernels leave the SMs (`kernel_fill`: SM activity over GPU-Util, where GPM gives it), but at least the part of
+    their time that exceeds GPU busy: no queue was full then. Where the GPU sends the host at least D2H_WAIT_RATE
+    (`d2h_rate`, PCIe TX), the syncs' share is the device->host copies'; where the optimizer computes on the host
+    (`optimizer_on_host`, from the main process's CPU percent), its frames are the CPU optimizer's."""
     busy = max(0.0, min(1.0, busy))
     idle = 1.0 - busy
-    wait = max(0.0, fractions.get("cuda_sync", 0.0))
-    blocked = {owner: max(0.0, fractions.get(name, 0.0)) for name, owner in BLOCKING_PYSPY.items()}
+    blocked = {name: max(0.0, fractions.get(name, 0.0)) for name in BLOCKING_PYSPY}
+    wait = blocked["cuda_sync"]
     shares = dict.fromkeys(OWNERS, 0.0)
     shares[GPU_BUSY] = busy
     waited = sum(blocked.values())
     drain = min(idle, sync_cost(min(1.0, waited), busy)) if waited > 0 else 0.0
-    for owner, part in blocked.items():
-        shares[owner] += drain * part / waited if waited > 0 else 0.0
+    for name, part in blocked.items():
+        shares[OWNER_OF_PYSPY[name]] += drain * part / waited if waited > 0 else 0.0
     left = idle - drain
     if d2h_rate is not None and d2h_rate >= D2H_WAIT_RATE:
         shares[D2H], shares[SYNC_IDLE] = shares[SYNC_IDLE], 0.0

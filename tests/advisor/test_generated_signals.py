@@ -17,8 +17,16 @@ from gpumon.advisor.categories import CATEGORIES
 from gpumon.advisor.rules import diagnose
 from gpumon.advisor.signals import Signals, estimate_model_figures
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "generated-h200-2026-11-29.json"
-CASES: list[dict[str, Any]] = json.loads(FIXTURE.read_text())["cases"]
+SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
+
+
+def recorded_cases(name: str) -> list[dict[str, Any]]:
+    """The cases of a recorded-signal fixture in tests/fixtures/scenarios."""
+    cases: list[dict[str, Any]] = json.loads((SCENARIOS / name).read_text())["cases"]
+    return cases
+
+
+CASES = recorded_cases("generated-h200-2026-11-29.json")
 
 MISSES = {
     "tune-0-py-spy": "py-spy cannot see where the optimizer's parameters live: the CPU-side Adam reads as the job's "
@@ -87,8 +95,7 @@ def test_the_optimizer_on_the_cpu_is_named_with_its_fix_from_the_hook() -> None:
     assert any(f.category == "cpu_optimizer" and "Run the optimizer on the GPU" in f.advice for f in named)
 
 
-FRESH = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "generated-h200x2-2026-11-29-fb91e0d.json"
-FRESH_CASES: list[dict[str, Any]] = json.loads(FRESH.read_text())["cases"]
+FRESH_CASES = recorded_cases("generated-h200x2-2026-11-29-fb91e0d.json")
 """Held-out seeds 1052-1102 on 2 x H200 (tree fb91e0d), never run before that scoring: every hooked and py-spy
 diagnosis's signals, with the truth and the category the ablations expect."""
 
@@ -120,8 +127,7 @@ FRESH_MISSES = {
 """seed-source -> why the verdict differs from the ablation's: recorded, not tuned away."""
 
 
-FRESH2 = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "generated-h200x2-2026-11-29-1f2fdcd.json"
-FRESH2_CASES: list[dict[str, Any]] = json.loads(FRESH2.read_text())["cases"]
+FRESH2_CASES = recorded_cases("generated-h200x2-2026-11-29-1f2fdcd.json")
 """Held-out seeds 1103-1150 on 2 x H200 (tree 1f2fdcd), never run before that scoring (hooked 46 of 48 right, py-spy
 32): every diagnosis's signals. After it, py-spy's device->host waits (PCIe TX) and host optimizers (torch.optim
 samples with the process on two cores or more) were read from these seeds and the earlier ones, so these count as
@@ -143,8 +149,7 @@ FRESH2_MISSES = {
 """seed-source -> why the verdict differs from the ablation's."""
 
 
-FRESH3 = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "generated-h200x2-2026-11-29-fecdbfa.json"
-FRESH3_CASES: list[dict[str, Any]] = json.loads(FRESH3.read_text())["cases"]
+FRESH3_CASES = recorded_cases("generated-h200x2-2026-11-29-fecdbfa.json")
 """Held-out seeds 1159-1181 on 2 x H200 (tree fecdbfa), never run before that scoring (hooked 17 of 21 right, py-spy
 13; 1167 and 1171 need both GPUs and were skipped): every diagnosis's signals. Looked at from then on."""
 
@@ -168,8 +173,7 @@ FRESH3_MISSES = {
 """seed-source -> why the verdict differs from the ablation's."""
 
 
-FRESH4 = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "generated-h200x2-2026-11-29-29c026e.json"
-FRESH4_CASES: list[dict[str, Any]] = json.loads(FRESH4.read_text())["cases"]
+FRESH4_CASES = recorded_cases("generated-h200x2-2026-11-29-29c026e.json")
 """Held-out seeds 1183-1230 on 2 x H200 (the hook and the hooked advisor of tree 29c026e; py-spy's step model of
 3714638 for 1207-1230), never run before that scoring (hooked 42 of 48 right, shares 86 of 102, py-spy 37): every
 diagnosis's signals. Looked at from then on."""
